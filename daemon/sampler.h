@@ -1,0 +1,47 @@
+/* sampler.h - picks the next token from a logit vector.
+ *
+ * Greedy, temperature, top-k, top-p, min-p, repetition / presence /
+ * frequency penalties, and a per-sequence seeded RNG so that the same seed
+ * gives the same tokens whatever else runs.  Also returns the
+ * log-probability of the sampled token (under the full, unfiltered softmax
+ * of the penalized logits, as llama.cpp's n_probs reports it).
+ * A struct sampler belongs to one sequence and one thread at a time
+ * (the engine thread).
+ */
+#ifndef LLMD_SAMPLER_H
+#define LLMD_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct sampler_params {
+	float temperature;       /* <= 0: greedy (argmax, lowest id on ties) */
+	int32_t top_k;           /* <= 0: off */
+	float top_p;             /* >= 1: off */
+	float min_p;             /* <= 0: off */
+	float repeat_penalty;    /* 1: off (llama.cpp semantics: divide positive
+	                            logits, multiply negative ones) */
+	float presence_penalty;  /* 0: off */
+	float frequency_penalty; /* 0: off */
+	int32_t penalty_last_n;  /* tokens of history the penalties look at; 0: off */
+	uint64_t seed;           /* RNG seed */
+};
+
+/* llama.cpp-like defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * penalties off, last_n 64, seed 0. */
+void sampler_params_default(struct sampler_params *p);
+
+struct sampler;
+
+/* Returns 0 or -EINVAL (bad parameter: NaN, negative top_p...) / -ENOMEM. */
+int sampler_new(const struct sampler_params *p, int32_t n_vocab, struct sampler **ret);
+void sampler_free(struct sampler *s); /* NULL-safe */
+
+/* Records a token in the penalty history (prompt tokens and sampled ones). */
+void sampler_accept(struct sampler *s, int32_t token);
+
+/* Samples from LOGITS (n_vocab floats, not modified).  Sets *ret_logprob
+ * (may be NULL).  Returns the token id. */
+int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logprob);
+
+#endif

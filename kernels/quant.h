@@ -1,0 +1,106 @@
+/* quant.h - weight and activation block formats and their dot products.
+ *
+ * Block layouts are ggml's (the ones GGUF files carry), numbered with ggml's
+ * type ids.  A matrix product W·x with quantized W first quantizes each
+ * activation row once into the weight type's "vec type" (Q8_0 for Q4_0/Q8_0,
+ * Q8_1 for Q4_1, Q8_K for the K-quants, F16 for F16, BF16 for BF16, F32 for
+ * F32) and then takes integer dot products block by block, exactly as
+ * llama.cpp does, so results match its arithmetic.
+ *
+ * Every kernel has a portable C path; AVX2, AVX-512 and AVX-512 VNNI paths are
+ * chosen at run time from CPUID (quant_isa_best) and can be forced for tests
+ * (quant_set_isa).  All functions are pure and thread-safe; quant_set_isa is
+ * meant to be called before any worker runs.
+ */
+#ifndef LLMD_QUANT_H
+#define LLMD_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum qtype {
+	QT_F32 = 0,
+	QT_F16 = 1,
+	QT_Q4_0 = 2,
+	QT_Q4_1 = 3,
+	QT_Q8_0 = 8,
+	QT_Q8_1 = 9,
+	QT_Q4_K = 12,
+	QT_Q5_K = 13,
+	QT_Q6_K = 14,
+	QT_Q8_K = 15,
+	QT_BF16 = 30,
+	QT_COUNT = 40, /* bound on ids looked up in the table */
+};
+
+#define QK 32     /* elements per block of Q4_0/Q4_1/Q8_0/Q8_1 */
+#define QK_K 256  /* elements per super-block of the K-quants and Q8_K */
+
+typedef uint16_t qt_f16;  /* IEEE half, raw bits */
+typedef uint16_t qt_bf16; /* bfloat16, raw bits */
+
+struct block_q4_0 { qt_f16 d; uint8_t qs[QK / 2]; };            /* 18 bytes */
+struct block_q4_1 { qt_f16 d, m; uint8_t qs[QK / 2]; };         /* 20 bytes */
+struct block_q8_0 { qt_f16 d; int8_t qs[QK]; };                 /* 34 bytes */
+struct block_q8_1 { qt_f16 d, s; int8_t qs[QK]; };              /* 36 bytes; s = d * sum(qs) */
+struct block_q4_k { qt_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; }; /* 144 */
+struct block_q5_k { qt_f16 d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8];
+		    uint8_t qs[QK_K / 2]; };                     /* 176 */
+struct block_q6_k { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16];
+		    qt_f16 d; };                                 /* 210 */
+struct block_q8_k { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; }; /* 292 */
+
+struct qtype_info {
+	const char *name;   /* "Q4_1" */
+	uint32_t blck;      /* elements per block */
+	uint32_t bytes;     /* bytes per block */
+	uint32_t vec_type;  /* activation format its dot product takes */
+	int weight_ok;      /* 1 if supported as a matmul weight / embedding */
+};
+
+/* Info for a ggml type id, or NULL when the id is unknown or unsupported. */
+const struct qtype_info *qtype_get(uint32_t type);
+
+/* Bytes of a row of N elements (N must be a multiple of the block size;
+ * returns 0 otherwise or for an unknown type). */
+size_t qtype_row_bytes(uint32_t type, int64_t n);
+
+float qt_f16_to_f32(qt_f16 h);
+qt_f16 qt_f32_to_f16(float f);   /* round to nearest even, as F16C */
+float qt_bf16_to_f32(qt_bf16 h);
+qt_bf16 qt_f32_to_bf16(float f); /* round to nearest even, as ggml */
+
+/* Dequantizes N elements (a multiple of the block size) of TYPE. */
+void quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Quantizes N floats into activation format VEC_TYPE (Q8_0, Q8_1, Q8_K, F16,
+ * BF16 or F32 = copy), bit-identical to ggml's quantize_row_*. */
+void quant_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n);
+
+/* The tile kernel every matmul is built from:
+ *   c[j * ldc + i] = dot(W row i, A row j)   for i < nw, j < na
+ * W rows are weight rows of TYPE (row i at w + i * ldw bytes), A rows are
+ * activation rows already in qtype_get(TYPE)->vec_type (row j at a + j * lda
+ * bytes), N elements each.  Each W block is loaded once for all NA rows.
+ * The per-element arithmetic of c[j*ldc+i] does not depend on NW or NA
+ * (batch invariance). */
+void quant_gemm(uint32_t type, int64_t n,
+		const void *w, size_t ldw, int nw,
+		const void *a, size_t lda, int na,
+		float *c, size_t ldc);
+
+enum quant_isa {
+	QUANT_ISA_SCALAR = 0,
+	QUANT_ISA_AVX2 = 1,
+	QUANT_ISA_AVX512 = 2,     /* AVX-512 F/BW/VL */
+	QUANT_ISA_AVX512VNNI = 3, /* plus VNNI */
+};
+
+/* Best ISA this CPU supports (CPUID). */
+enum quant_isa quant_isa_best(void);
+/* Forces an ISA (clamped to what the CPU supports); returns the one in use. */
+enum quant_isa quant_set_isa(enum quant_isa isa);
+enum quant_isa quant_get_isa(void);
+const char *quant_isa_name(enum quant_isa isa);
+
+#endif
