@@ -1,0 +1,307 @@
+/* model.c - maps a GGUF file onto the Llama-family graph the engine runs.
+ *
+ * It checks that every tensor the graph needs is present with the right
+ * shape and a supported type, reads the hyperparameters, and builds the
+ * tokenizer and chat template.  It does not run anything: engine.c does.
+ */
+#include "model.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "quant.h"
+#include "tokenizer.h"
+
+static int fail_msg(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* "<arch>.<key>" as u32 / f32; absent keys keep *ret (the default). */
+static int arch_u32(const struct model *m, const char *key, int32_t *ret, int required,
+		    char *err, size_t errlen)
+{
+	char full[128];
+	uint32_t v;
+	int r;
+
+	snprintf(full, sizeof full, "%s.%s", m->hp.arch, key);
+	r = gguf_get_u32(m->gguf, full, &v);
+	if (r == -ENOENT && !required)
+		return 0;
+	if (r < 0 || v == 0 || v > (1u << 24))
+		return fail_msg(err, errlen, -EINVAL, "key %s: %s", full,
+				r == -ENOENT ? "missing" : "not a valid count");
+	*ret = (int32_t)v;
+	return 0;
+}
+
+static int arch_f32(const struct model *m, const char *key, float *ret, char *err, size_t errlen)
+{
+	char full[128];
+	float v;
+	int r;
+
+	snprintf(full, sizeof full, "%s.%s", m->hp.arch, key);
+	r = gguf_get_f32(m->gguf, full, &v);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0 || !(v > 0) || v > 1e12f)
+		return fail_msg(err, errlen, -EINVAL, "key %s: not a valid positive number", full);
+	*ret = v;
+	return 0;
+}
+
+/* Binds a 2-D weight NAME with ne = [n_in, n_out]; OPTIONAL ones may be absent
+ * (returns 1 then). */
+static int bind_weight(struct model *m, const char *name, int64_t n_in, int64_t n_out,
+		       struct bk_weight *w, int optional, char *err, size_t errlen)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+	const struct qtype_info *qi;
+
+	if (!t) {
+		if (optional)
+			return 1;
+		return fail_msg(err, errlen, -EINVAL, "tensor %s: missing", name);
+	}
+	qi = qtype_get(t->type);
+	if (!qi || !qi->weight_ok)
+		return fail_msg(err, errlen, -ENOTSUP,
+				"tensor %s: weight type %s (ggml type %u) is not supported", name,
+				qi ? qi->name : "unknown", t->type);
+	if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1)
+		return fail_msg(err, errlen, -EINVAL,
+				"tensor %s: shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]", name,
+				(unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+				(unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+				(long long)n_in, (long long)n_out);
+	w->type = t->type;
+	w->n_in = n_in;
+	w->n_out = n_out;
+	w->data = t->data;
+	w->row_bytes = qtype_row_bytes(t->type, n_in);
+	m->weight_bytes += t->nbytes;
+	return 0;
+}
+
+/* Copies the 1-D norm vector NAME (F32/F16/BF16) into DST (n floats). */
+static int bind_norm(struct model *m, const char *name, int64_t n, float *dst,
+		     char *err, size_t errlen)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+
+	if (!t)
+		return fail_msg(err, errlen, -EINVAL, "tensor %s: missing", name);
+	if (t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16)
+		return fail_msg(err, errlen, -ENOTSUP, "tensor %s: norm weights must be F32, F16 or BF16",
+				name);
+	if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+		return fail_msg(err, errlen, -EINVAL, "tensor %s: shape [%llu, %llu], expected [%lld]",
+				name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+				(long long)n);
+	quant_dequantize_row(t->type, t->data, dst, n);
+	m->weight_bytes += t->nbytes;
+	return 0;
+}
+
+static int load_hparams(struct model *m, char *err, size_t errlen)
+{
+	struct model_hparams *hp = &m->hp;
+	struct gguf_str s;
+	const struct gguf_tensor *emb;
+	int32_t key_len = 0;
+	int r;
+
+	if (gguf_get_str(m->gguf, "general.architecture", &s) < 0)
+		return fail_msg(err, errlen, -EINVAL, "key general.architecture: missing");
+	if (s.len >= sizeof hp->arch)
+		s.len = sizeof hp->arch - 1;
+	memcpy(hp->arch, s.ptr, s.len);
+	hp->arch[s.len] = 0;
+	/* Mistral-style files use the llama graph under their own prefix. */
+	if (strcmp(hp->arch, "llama") != 0 && strcmp(hp->arch, "mistral") != 0)
+		return fail_msg(err, errlen, -ENOTSUP,
+				"architecture \"%s\" is not supported (supported: llama, mistral)", hp->arch);
+
+	if ((r = arch_u32(m, "embedding_length", &hp->n_embd, 1, err, errlen)) < 0 ||
+	    (r = arch_u32(m, "block_count", &hp->n_layer, 1, err, errlen)) < 0 ||
+	    (r = arch_u32(m, "attention.head_count", &hp->n_head, 1, err, errlen)) < 0 ||
+	    (r = arch_u32(m, "feed_forward_length", &hp->n_ff, 1, err, errlen)) < 0)
+		return r;
+	hp->n_head_kv = hp->n_head;
+	hp->n_ctx_train = 2048;
+	hp->rope_base = 10000.0f;
+	hp->rms_eps = 1e-5f;
+	if ((r = arch_u32(m, "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen)) < 0 ||
+	    (r = arch_u32(m, "context_length", &hp->n_ctx_train, 0, err, errlen)) < 0 ||
+	    (r = arch_u32(m, "attention.key_length", &key_len, 0, err, errlen)) < 0 ||
+	    (r = arch_f32(m, "rope.freq_base", &hp->rope_base, err, errlen)) < 0 ||
+	    (r = arch_f32(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen)) < 0)
+		return r;
+	if (hp->n_head % hp->n_head_kv)
+		return fail_msg(err, errlen, -EINVAL, "head_count %d is not a multiple of head_count_kv %d",
+				hp->n_head, hp->n_head_kv);
+	hp->head_dim = key_len ? key_len : hp->n_embd / hp->n_head;
+	if (!key_len && hp->n_embd % hp->n_head)
+		return fail_msg(err, errlen, -EINVAL, "embedding_length %d is not a multiple of head_count %d",
+				hp->n_embd, hp->n_head);
+	if (hp->head_dim > 256 || hp->n_head / hp->n_head_kv > 16)
+		return fail_msg(err, errlen, -ENOTSUP, "head_dim %d or GQA group %d is too large",
+				hp->head_dim, hp->n_head / hp->n_head_kv);
+	hp->n_rot = hp->head_dim;
+	if ((r = arch_u32(m, "rope.dimension_count", &hp->n_rot, 0, err, errlen)) < 0)
+		return r;
+	if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
+		return fail_msg(err, errlen, -EINVAL, "rope.dimension_count %d does not fit head_dim %d",
+				hp->n_rot, hp->head_dim);
+	hp->rope_style = BK_ROPE_NORMAL;
+
+	emb = gguf_find_tensor(m->gguf, "token_embd.weight");
+	if (!emb)
+		return fail_msg(err, errlen, -EINVAL, "tensor token_embd.weight: missing");
+	if (emb->ne[1] < 1 || emb->ne[1] > (1u << 24))
+		return fail_msg(err, errlen, -EINVAL, "tensor token_embd.weight: bad vocabulary size");
+	hp->n_vocab = (int32_t)emb->ne[1];
+	return 0;
+}
+
+static int load_weights(struct model *m, char *err, size_t errlen)
+{
+	const struct model_hparams *hp = &m->hp;
+	int64_t d = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim;
+	int64_t dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+	char name[96];
+	int r;
+
+	m->norms = calloc((size_t)(2 * hp->n_layer + 1) * (size_t)d, sizeof(float));
+	m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+	if (!m->norms || !m->layers)
+		return fail_msg(err, errlen, -ENOMEM, "out of memory");
+
+	if ((r = bind_weight(m, "token_embd.weight", d, hp->n_vocab, &m->tok_embd, 0, err, errlen)) < 0)
+		return r;
+	if ((r = bind_norm(m, "output_norm.weight", d, m->norms, err, errlen)) < 0)
+		return r;
+	m->output_norm = m->norms;
+	r = bind_weight(m, "output.weight", d, hp->n_vocab, &m->output, 1, err, errlen);
+	if (r < 0)
+		return r;
+	if (r == 1) /* tied embeddings */
+		m->output = m->tok_embd;
+
+	for (int32_t i = 0; i < hp->n_layer; i++) {
+		struct model_layer *L = &m->layers[i];
+		float *an = m->norms + (size_t)(1 + 2 * i) * d, *fn = an + d;
+#define W(field, suffix, n_in, n_out) \
+	snprintf(name, sizeof name, "blk.%d." suffix ".weight", i); \
+	if ((r = bind_weight(m, name, n_in, n_out, &L->field, 0, err, errlen)) < 0) \
+		return r;
+		snprintf(name, sizeof name, "blk.%d.attn_norm.weight", i);
+		if ((r = bind_norm(m, name, d, an, err, errlen)) < 0)
+			return r;
+		snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", i);
+		if ((r = bind_norm(m, name, d, fn, err, errlen)) < 0)
+			return r;
+		L->attn_norm = an;
+		L->ffn_norm = fn;
+		W(wq, "attn_q", d, dq)
+		W(wk, "attn_k", d, dkv)
+		W(wv, "attn_v", d, dkv)
+		W(wo, "attn_output", dq, d)
+		W(w_gate, "ffn_gate", d, hp->n_ff)
+		W(w_up, "ffn_up", d, hp->n_ff)
+		W(w_down, "ffn_down", hp->n_ff, d)
+#undef W
+		if (L->wq.type != L->wk.type || L->wq.type != L->wv.type ||
+		    L->w_gate.type != L->w_up.type)
+			return fail_msg(err, errlen, -ENOTSUP,
+					"layer %d: q/k/v or gate/up weights of different types are not supported", i);
+	}
+	return 0;
+}
+
+static int load_chat(struct model *m)
+{
+	struct gguf_str s;
+	char *src;
+	int r;
+
+	if (gguf_get_str(m->gguf, "tokenizer.chat_template", &s) < 0)
+		return 0; /* no template: chat mode will be refused */
+	src = strndup(s.ptr, s.len);
+	if (!src)
+		return -ENOMEM;
+	r = chat_template_detect(src, &m->chat);
+	free(src);
+	if (r == -ENOTSUP) {
+		memset(&m->chat, 0, sizeof m->chat);
+		return 0;
+	}
+	return r;
+}
+
+int model_load(const char *path, struct model **ret, char *err, size_t errlen)
+{
+	struct model *m = calloc(1, sizeof *m);
+	struct gguf_str s;
+	uint32_t ft;
+	int r;
+
+	if (!m)
+		return fail_msg(err, errlen, -ENOMEM, "out of memory");
+	snprintf(m->path, sizeof m->path, "%s", path);
+	r = gguf_open(path, &m->gguf, err, errlen);
+	if (r < 0)
+		goto fail;
+	m->file_bytes = m->gguf->size;
+	m->file_type = gguf_get_u32(m->gguf, "general.file_type", &ft) == 0 ? ft : ~0u;
+	if (gguf_get_str(m->gguf, "general.name", &s) == 0 && s.len < sizeof m->name) {
+		memcpy(m->name, s.ptr, s.len);
+	} else {
+		const char *base = strrchr(path, '/');
+		snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
+	}
+	if ((r = load_hparams(m, err, errlen)) < 0 || (r = load_weights(m, err, errlen)) < 0)
+		goto fail;
+	r = tokenizer_from_gguf(m->gguf, &m->tok, err, errlen);
+	if (r < 0)
+		goto fail;
+	if (tokenizer_n_vocab(m->tok) != m->hp.n_vocab) {
+		r = fail_msg(err, errlen, -EINVAL, "vocabulary has %d tokens but token_embd.weight has %d rows",
+			     tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+		goto fail;
+	}
+	r = load_chat(m);
+	if (r < 0) {
+		fail_msg(err, errlen, r, "chat template: %s", strerror(-r));
+		goto fail;
+	}
+	*ret = m;
+	return 0;
+fail:
+	model_free(m);
+	return r;
+}
+
+void model_free(struct model *m)
+{
+	if (!m)
+		return;
+	tokenizer_free(m->tok);
+	chat_template_clear(&m->chat);
+	free(m->layers);
+	free(m->norms);
+	gguf_close(m->gguf);
+	free(m);
+}

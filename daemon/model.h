@@ -1,0 +1,68 @@
+/* model.h - a Llama-family model loaded from GGUF: hyperparameters, weights
+ * (left in the file mapping, in their quantized form), tokenizer and chat
+ * template.  Immutable after model_load; any thread may read it.
+ */
+#ifndef LLMD_MODEL_H
+#define LLMD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "chat.h"
+
+struct gguf_file;
+struct tokenizer;
+
+struct model_hparams {
+	char arch[32];          /* general.architecture: "llama" */
+	int32_t n_vocab;        /* rows of token_embd */
+	int32_t n_embd;         /* d: residual width */
+	int32_t n_layer;
+	int32_t n_head;
+	int32_t n_head_kv;
+	int32_t head_dim;       /* n_embd / n_head */
+	int32_t n_ff;           /* FFN hidden width */
+	int32_t n_ctx_train;    /* context length the model was trained for */
+	int32_t n_rot;          /* rotated dims per head */
+	float rope_base;        /* rope.freq_base, default 10000 */
+	float rms_eps;
+	enum bk_rope_style rope_style;
+};
+
+struct model_layer {
+	const float *attn_norm;    /* (n_embd) */
+	struct bk_weight wq;       /* (n_embd -> n_head*head_dim) */
+	struct bk_weight wk;       /* (n_embd -> n_head_kv*head_dim) */
+	struct bk_weight wv;       /* (n_embd -> n_head_kv*head_dim) */
+	struct bk_weight wo;       /* (n_head*head_dim -> n_embd) */
+	const float *ffn_norm;     /* (n_embd) */
+	struct bk_weight w_gate;   /* (n_embd -> n_ff) */
+	struct bk_weight w_up;     /* (n_embd -> n_ff) */
+	struct bk_weight w_down;   /* (n_ff -> n_embd) */
+};
+
+struct model {
+	struct model_hparams hp;
+	char name[128];               /* general.name, or the file's base name */
+	char path[1024];              /* as given to model_load */
+	uint64_t file_bytes;          /* size of the GGUF file */
+	uint64_t weight_bytes;        /* bytes of all weight tensors */
+	uint32_t file_type;           /* general.file_type (ggml ftype), or ~0 */
+	struct gguf_file *gguf;       /* the mapping the weights point into; owned */
+	struct tokenizer *tok;        /* owned */
+	struct chat_template chat;    /* kind 0 when the template is unknown */
+	struct bk_weight tok_embd;    /* (n_embd, n_vocab) */
+	const float *output_norm;     /* (n_embd) */
+	struct bk_weight output;      /* (n_embd -> n_vocab); token_embd when tied */
+	struct model_layer *layers;   /* (n_layer) */
+	float *norms;                 /* owned f32 copies of all norm vectors */
+};
+
+/* Loads PATH.  Returns 0, or a negative errno with a one-line reason in ERR
+ * (unsupported architecture or weight type, missing tensor, shape mismatch,
+ * corrupt file).  Any thread. */
+int model_load(const char *path, struct model **ret, char *err, size_t errlen);
+void model_free(struct model *m); /* NULL-safe */
+
+#endif

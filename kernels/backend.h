@@ -1,0 +1,105 @@
+/* backend.h - the compute interface the engine runs a step on.
+ *
+ * A backend is a table of ops over a flattened step batch: T token rows
+ * drawn from many sequences at once.  Activations are row-major (T, n)
+ * float arrays in the backend's memory; weights stay in their file format.
+ * Attention reads K/V straight from the paged pool through each row's block
+ * table.  The CPU backend is the reference every other backend is compared
+ * with.  Every op's per-row arithmetic is independent of T and of the other
+ * rows (batch invariance).  Ops are called from the engine thread only.
+ */
+#ifndef LLMD_BACKEND_H
+#define LLMD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A weight matrix: N_OUT rows of N_IN elements of TYPE (ggml type id). */
+struct bk_weight {
+	uint32_t type;     /* enum qtype */
+	int64_t n_in;      /* elements per row (ggml ne[0]) */
+	int64_t n_out;     /* rows (ggml ne[1]) */
+	const void *data;  /* (n_out, row_bytes); usually the model mapping */
+	size_t row_bytes;  /* bytes per row */
+};
+
+enum bk_rope_style {
+	BK_ROPE_NORMAL = 0, /* rotates adjacent pairs (x[2i], x[2i+1]): llama.cpp's llama */
+	BK_ROPE_NEOX = 1,   /* rotates halves (x[i], x[i + n_rot/2]) */
+};
+
+/* The paged KV pool as attention sees it.  Block b holds, for every layer l,
+ * K then V of BLOCK_TOKENS tokens: element (b, l, kv, t, c) lives at
+ *   base + b * block_bytes + (((l * 2 + kv) * block_tokens + t) * kv_dim + c) * esize */
+struct bk_kv {
+	void *base;          /* (n_blocks, block_bytes) */
+	uint32_t type;       /* QT_F32 or QT_F16 */
+	int32_t n_blocks;
+	int32_t block_tokens;
+	int32_t n_layer;
+	int32_t kv_dim;      /* n_head_kv * head_dim */
+	size_t block_bytes;
+};
+
+/* Where each row of a step lives: its position and its sequence's block table. */
+struct bk_rows {
+	int32_t n;                        /* T */
+	const int32_t *pos;               /* (T) token position in its sequence */
+	const int32_t *const *block_table;/* (T) block ids of the row's sequence,
+	                                     covering positions 0..pos */
+};
+
+struct bk_attn {
+	int32_t n_head;
+	int32_t n_head_kv;
+	int32_t head_dim;
+	float scale;         /* 1/sqrt(head_dim) */
+};
+
+struct backend;
+
+struct backend_ops {
+	const char *name;
+	void (*free)(struct backend *be);
+	/* out (T, w->n_in) = rows IDS of W (dequantized) */
+	int (*embed)(struct backend *be, const struct bk_weight *w, const int32_t *ids,
+		     int32_t T, float *out);
+	/* out (T, n) = x / rms(x) * g;  out may equal x */
+	int (*rmsnorm)(struct backend *be, const float *x, const float *g, int32_t T,
+		       int64_t n, float eps, float *out);
+	/* For each k < NW: out[k] (T, w[k].n_out) = x (T, n_in) · w[k]^T.
+	 * All w[k] share n_in and type, so x is quantized once. */
+	int (*matmul)(struct backend *be, const struct bk_weight *const *w, int nw,
+		      const float *x, int32_t T, float *const *out);
+	/* Rotates the first n_rot dims of every head of x (T, n_head*head_dim) in place. */
+	int (*rope)(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
+		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style);
+	/* Writes k, v (T, kv_dim) of LAYER into the pool at each row's position. */
+	int (*kv_store)(struct backend *be, const struct bk_kv *kv, int32_t layer,
+			const struct bk_rows *rows, const float *k, const float *v);
+	/* out (T, n_head*head_dim) = softmax(q·K^T * scale) · V over positions
+	 * 0..pos of each row's sequence (causal). */
+	int (*attention)(struct backend *be, const struct bk_kv *kv, int32_t layer,
+			 const struct bk_rows *rows, const struct bk_attn *a,
+			 const float *q, float *out);
+	/* out (n) = silu(g) * u;  out may equal g */
+	int (*swiglu)(struct backend *be, const float *g, const float *u, int64_t n, float *out);
+	/* x (n) += y */
+	int (*add)(struct backend *be, float *x, const float *y, int64_t n);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+};
+
+/* The CPU backend with N_THREADS threads (the caller counts as one).
+ * Returns 0 or a negative errno. */
+int cpu_backend_new(int n_threads, struct backend **ret);
+
+static inline void backend_free(struct backend *be)
+{
+	if (be)
+		be->ops->free(be);
+}
+
+#endif

@@ -1,0 +1,429 @@
+/* cpu_backend.c - the CPU backend: the reference implementation of every op.
+ *
+ * Matmuls quantize each activation row once and split weight rows across the
+ * persistent worker pool (quant.c does the arithmetic); attention walks each
+ * row's block table in the paged KV pool with an online softmax.  Small
+ * element-wise ops run inline on the engine thread: a dispatch would cost
+ * more than the work.  Not thread-safe: one engine thread drives it.
+ */
+#include "backend.h"
+#include "cpu_pool.h"
+#include "quant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAR_MIN_ELEMS 32768  /* below this an element-wise op runs inline */
+#define MM_MAX_WEIGHTS 8     /* weights sharing one input in a matmul call */
+
+struct cpu_backend {
+	struct backend base;
+	struct cpu_pool *pool;   /* workers; owned */
+	void *xq;                /* quantized activations scratch; owned */
+	size_t xq_cap;           /* bytes of xq */
+};
+
+static struct cpu_backend *cpu(struct backend *be)
+{
+	return (struct cpu_backend *)be;
+}
+
+/* ---- small vector helpers (auto-vectorized per ISA) ---- */
+
+#define VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+/* Dot product with 16 partial sums, so the compiler can keep them in
+ * vector lanes; the summation order is fixed, whatever T is. */
+VEC_CLONES
+static float vec_dot_f32(const float *a, const float *b, int n)
+{
+	float acc[16] = {0};
+	int i = 0;
+	for (; i + 16 <= n; i += 16)
+		for (int k = 0; k < 16; k++)
+			acc[k] += a[i + k] * b[i + k];
+	float s = 0;
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	for (int k = 0; k < 16; k++)
+		s += acc[k];
+	return s;
+}
+
+VEC_CLONES
+static void vec_scale_add(float *y, const float *x, float a, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+VEC_CLONES
+static void vec_scale(float *y, float a, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] *= a;
+}
+
+/* ---- embed ---- */
+
+static int cpu_embed(struct backend *be, const struct bk_weight *w, const int32_t *ids,
+		     int32_t T, float *out)
+{
+	for (int32_t t = 0; t < T; t++) {
+		if (ids[t] < 0 || ids[t] >= w->n_out)
+			return -EINVAL;
+		quant_dequantize_row(w->type, (const char *)w->data + (size_t)ids[t] * w->row_bytes,
+				     out + (size_t)t * w->n_in, w->n_in);
+	}
+	return 0;
+}
+
+/* ---- rmsnorm ---- */
+
+struct norm_job {
+	const float *x, *g;
+	float *out;
+	int64_t n;
+	float eps;
+};
+
+static void norm_row(const struct norm_job *j, int t)
+{
+	const float *x = j->x + (size_t)t * j->n;
+	float *y = j->out + (size_t)t * j->n;
+	double sum = 0; /* ggml sums squares in double */
+	for (int64_t i = 0; i < j->n; i++)
+		sum += (double)(x[i] * x[i]);
+	float scale = 1.0f / sqrtf((float)(sum / j->n) + j->eps);
+	for (int64_t i = 0; i < j->n; i++)
+		y[i] = (x[i] * scale) * j->g[i];
+}
+
+static void norm_task(void *ctx, int t, int worker)
+{
+	norm_row(ctx, t);
+}
+
+static int cpu_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T,
+		       int64_t n, float eps, float *out)
+{
+	struct norm_job j = { x, g, out, n, eps };
+	if ((int64_t)T * n < PAR_MIN_ELEMS) {
+		for (int32_t t = 0; t < T; t++)
+			norm_row(&j, t);
+	} else {
+		cpu_pool_run(cpu(be)->pool, norm_task, &j, T);
+	}
+	return 0;
+}
+
+/* ---- matmul ---- */
+
+struct mm_job {
+	const struct bk_weight *const *w;
+	float *const *out;
+	int nw;
+	int32_t T;
+	const void *xq;               /* (T, lda) activations in the vec type */
+	size_t lda;
+	int64_t chunk;                /* weight rows per task */
+	int first_task[MM_MAX_WEIGHTS + 1]; /* task index where weight k starts */
+};
+
+struct quant_job {
+	const float *x;
+	void *xq;
+	int64_t n;
+	size_t lda;
+	uint32_t vec_type;
+};
+
+static void quant_task(void *ctx, int t, int worker)
+{
+	struct quant_job *j = ctx;
+	quant_quantize_row(j->vec_type, j->x + (size_t)t * j->n, (char *)j->xq + (size_t)t * j->lda, j->n);
+}
+
+static void mm_task(void *ctx, int task, int worker)
+{
+	struct mm_job *j = ctx;
+	int k = 0;
+	while (task >= j->first_task[k + 1])
+		k++;
+	const struct bk_weight *w = j->w[k];
+	int64_t r0 = (int64_t)(task - j->first_task[k]) * j->chunk;
+	int64_t nr = w->n_out - r0 < j->chunk ? w->n_out - r0 : j->chunk;
+	quant_gemm(w->type, w->n_in, (const char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
+		   (int)nr, j->xq, j->lda, j->T, j->out[k] + r0, (size_t)w->n_out);
+}
+
+static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int nw,
+		      const float *x, int32_t T, float *const *out)
+{
+	struct cpu_backend *c = cpu(be);
+	const struct qtype_info *qi;
+	struct mm_job j;
+	int64_t n_in;
+	uint32_t vec_type;
+
+	if (nw < 1 || nw > MM_MAX_WEIGHTS || T < 1)
+		return -EINVAL;
+	qi = qtype_get(w[0]->type);
+	if (!qi || !qi->weight_ok)
+		return -ENOTSUP;
+	n_in = w[0]->n_in;
+	vec_type = qi->vec_type;
+	for (int k = 1; k < nw; k++)
+		if (w[k]->type != w[0]->type || w[k]->n_in != n_in)
+			return -EINVAL;
+
+	size_t lda = qtype_row_bytes(vec_type, n_in);
+	size_t need = lda * (size_t)T;
+	if (need > c->xq_cap) {
+		void *p = realloc(c->xq, need);
+		if (!p)
+			return -ENOMEM;
+		c->xq = p;
+		c->xq_cap = need;
+	}
+	struct quant_job qj = { x, c->xq, n_in, lda, vec_type };
+	if (T >= 4)
+		cpu_pool_run(c->pool, quant_task, &qj, T);
+	else
+		for (int t = 0; t < T; t++)
+			quant_task(&qj, t, 0);
+
+	/* About 32 KiB of weights per task (enough tasks to balance threads,
+	 * few enough that claiming one costs nothing), in multiples of 16 rows. */
+	int64_t chunk = (int64_t)(32768 / w[0]->row_bytes) & ~(int64_t)15;
+	if (chunk < 16)
+		chunk = 16;
+	if (T >= 32 && chunk > 64)
+		chunk = 64;
+	memset(&j, 0, sizeof j);
+	j.w = w;
+	j.out = out;
+	j.nw = nw;
+	j.T = T;
+	j.xq = c->xq;
+	j.lda = lda;
+	j.chunk = chunk;
+	for (int k = 0; k < nw; k++)
+		j.first_task[k + 1] = j.first_task[k] + (int)((w[k]->n_out + chunk - 1) / chunk);
+	cpu_pool_run(c->pool, mm_task, &j, j.first_task[nw]);
+	return 0;
+}
+
+/* ---- rope ---- */
+
+static int cpu_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
+		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
+{
+	/* As ggml: theta_i = pos * base^(-2i/n_rot), advanced by repeated
+	 * multiplication in float. */
+	const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+	float cs[512][2];
+
+	if (n_rot > head_dim || n_rot % 2 || n_rot > 1024)
+		return -EINVAL;
+	for (int32_t t = 0; t < T; t++) {
+		float theta = (float)pos[t];
+		for (int32_t i = 0; i < n_rot / 2; i++) {
+			cs[i][0] = cosf(theta);
+			cs[i][1] = sinf(theta);
+			theta *= theta_scale;
+		}
+		for (int32_t h = 0; h < n_head; h++) {
+			float *v = x + ((size_t)t * n_head + h) * head_dim;
+			for (int32_t i = 0; i < n_rot / 2; i++) {
+				int32_t a = style == BK_ROPE_NORMAL ? 2 * i : i;
+				int32_t b = style == BK_ROPE_NORMAL ? 2 * i + 1 : i + n_rot / 2;
+				float x0 = v[a], x1 = v[b];
+				v[a] = x0 * cs[i][0] - x1 * cs[i][1];
+				v[b] = x0 * cs[i][1] + x1 * cs[i][0];
+			}
+		}
+	}
+	return 0;
+}
+
+/* ---- paged KV ---- */
+
+static size_t kv_esize(const struct bk_kv *kv)
+{
+	return kv->type == QT_F16 ? 2 : 4;
+}
+
+/* Address of token position POS (K when which == 0, V when 1) of LAYER. */
+static void *kv_slot(const struct bk_kv *kv, const int32_t *table, int32_t layer, int which,
+		     int32_t pos)
+{
+	int32_t b = table[pos / kv->block_tokens];
+	int32_t t = pos % kv->block_tokens;
+	size_t off = (((size_t)layer * 2 + which) * kv->block_tokens + t) * kv->kv_dim * kv_esize(kv);
+	return (char *)kv->base + (size_t)b * kv->block_bytes + off;
+}
+
+static void kv_write(const struct bk_kv *kv, void *dst, const float *src)
+{
+	if (kv->type == QT_F16) {
+		qt_f16 *d = dst;
+		for (int32_t c = 0; c < kv->kv_dim; c++)
+			d[c] = qt_f32_to_f16(src[c]);
+	} else {
+		memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float));
+	}
+}
+
+static int cpu_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
+			const struct bk_rows *rows, const float *k, const float *v)
+{
+	for (int32_t t = 0; t < rows->n; t++) {
+		const int32_t *table = rows->block_table[t];
+		kv_write(kv, kv_slot(kv, table, layer, 0, rows->pos[t]), k + (size_t)t * kv->kv_dim);
+		kv_write(kv, kv_slot(kv, table, layer, 1, rows->pos[t]), v + (size_t)t * kv->kv_dim);
+	}
+	return 0;
+}
+
+/* ---- attention ---- */
+
+#define ATTN_MAX_GROUP 16   /* query heads per kv head */
+#define ATTN_MAX_HEAD_DIM 256
+
+struct attn_job {
+	const struct bk_kv *kv;
+	int32_t layer;
+	const struct bk_rows *rows;
+	const struct bk_attn *a;
+	const float *q;
+	float *out;
+};
+
+/* One (row, kv head) pair: every query head of the group streams over the
+ * row's positions block by block, with a running max and sum (online
+ * softmax), so nothing is gathered into a contiguous copy. */
+static void attn_task(void *ctx, int task, int worker)
+{
+	const struct attn_job *j = ctx;
+	const struct bk_kv *kv = j->kv;
+	const struct bk_attn *a = j->a;
+	int32_t t = task / a->n_head_kv, hk = task % a->n_head_kv;
+	int32_t group = a->n_head / a->n_head_kv, hd = a->head_dim;
+	int32_t n_pos = j->rows->pos[t] + 1;
+	const int32_t *table = j->rows->block_table[t];
+	float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP];
+	float acc[ATTN_MAX_GROUP][ATTN_MAX_HEAD_DIM];
+	float kbuf[ATTN_MAX_HEAD_DIM], vbuf[ATTN_MAX_HEAD_DIM];
+	const float *qh[ATTN_MAX_GROUP];
+
+	for (int g = 0; g < group; g++) {
+		m[g] = -INFINITY;
+		l[g] = 0;
+		memset(acc[g], 0, (size_t)hd * sizeof(float));
+		qh[g] = j->q + ((size_t)t * a->n_head + hk * group + g) * hd;
+	}
+	for (int32_t p = 0; p < n_pos; p++) {
+		const void *ks = (const char *)kv_slot(kv, table, j->layer, 0, p) + (size_t)hk * hd * kv_esize(kv);
+		const void *vs = (const char *)kv_slot(kv, table, j->layer, 1, p) + (size_t)hk * hd * kv_esize(kv);
+		const float *kp = ks, *vp = vs;
+		if (kv->type == QT_F16) {
+			for (int32_t c = 0; c < hd; c++) {
+				kbuf[c] = qt_f16_to_f32(((const qt_f16 *)ks)[c]);
+				vbuf[c] = qt_f16_to_f32(((const qt_f16 *)vs)[c]);
+			}
+			kp = kbuf;
+			vp = vbuf;
+		}
+		for (int g = 0; g < group; g++) {
+			float s = vec_dot_f32(qh[g], kp, hd) * a->scale;
+			if (s > m[g]) {
+				float corr = expf(m[g] - s); /* 0 on the first position */
+				l[g] *= corr;
+				vec_scale(acc[g], corr, hd);
+				m[g] = s;
+			}
+			float e = expf(s - m[g]);
+			l[g] += e;
+			vec_scale_add(acc[g], vp, e, hd);
+		}
+	}
+	for (int g = 0; g < group; g++) {
+		float *o = j->out + ((size_t)t * a->n_head + hk * group + g) * hd;
+		float inv = 1.0f / l[g];
+		for (int32_t c = 0; c < hd; c++)
+			o[c] = acc[g][c] * inv;
+	}
+}
+
+static int cpu_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
+			 const struct bk_rows *rows, const struct bk_attn *a,
+			 const float *q, float *out)
+{
+	struct attn_job j = { kv, layer, rows, a, q, out };
+
+	if (a->n_head_kv < 1 || a->n_head % a->n_head_kv || a->n_head / a->n_head_kv > ATTN_MAX_GROUP ||
+	    a->head_dim > ATTN_MAX_HEAD_DIM || a->head_dim * a->n_head_kv != kv->kv_dim)
+		return -EINVAL;
+	cpu_pool_run(cpu(be)->pool, attn_task, &j, rows->n * a->n_head_kv);
+	return 0;
+}
+
+/* ---- element-wise ---- */
+
+static int cpu_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out)
+{
+	for (int64_t i = 0; i < n; i++)
+		out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	return 0;
+}
+
+VEC_CLONES
+static int cpu_add(struct backend *be, float *x, const float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] += y[i];
+	return 0;
+}
+
+/* ---- lifecycle ---- */
+
+static void cpu_free(struct backend *be)
+{
+	struct cpu_backend *c = cpu(be);
+	cpu_pool_free(c->pool);
+	free(c->xq);
+	free(c);
+}
+
+static const struct backend_ops cpu_ops = {
+	.name = "cpu",
+	.free = cpu_free,
+	.embed = cpu_embed,
+	.rmsnorm = cpu_rmsnorm,
+	.matmul = cpu_matmul,
+	.rope = cpu_rope,
+	.kv_store = cpu_kv_store,
+	.attention = cpu_attention,
+	.swiglu = cpu_swiglu,
+	.add = cpu_add,
+};
+
+int cpu_backend_new(int n_threads, struct backend **ret)
+{
+	struct cpu_backend *c = calloc(1, sizeof *c);
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	c->base.ops = &cpu_ops;
+	r = cpu_pool_new(n_threads, &c->pool);
+	if (r < 0) {
+		free(c);
+		return r;
+	}
+	*ret = &c->base;
+	return 0;
+}

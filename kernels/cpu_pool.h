@@ -1,0 +1,29 @@
+/* cpu_pool.h - a persistent pool of worker threads for the CPU kernels.
+ *
+ * One caller thread (the engine thread) hands a job of N independent tasks to
+ * the pool and takes part in it itself; workers pick tasks by an atomic
+ * counter.  Workers spin briefly between jobs and then sleep on a futex, so
+ * a decode step with hundreds of small jobs pays no thread creation and
+ * little wake-up latency.  Not for use by more than one caller thread.
+ */
+#ifndef LLMD_CPU_POOL_H
+#define LLMD_CPU_POOL_H
+
+struct cpu_pool;
+
+/* TASK(ctx, i, worker) runs task I (0 <= i < n) on thread WORKER
+ * (0 = the caller, 1..n_threads-1 = workers). */
+typedef void (*cpu_task_fn)(void *ctx, int i, int worker);
+
+/* N_THREADS counts the caller: 1 = no extra threads.  Returns 0 or a
+ * negative errno. */
+int cpu_pool_new(int n_threads, struct cpu_pool **ret);
+void cpu_pool_free(struct cpu_pool *p); /* NULL-safe; joins the workers */
+
+int cpu_pool_threads(const struct cpu_pool *p);
+
+/* Runs FN over tasks 0..N-1 and returns when all are done.  Caller thread
+ * only.  N may be smaller than the number of threads. */
+void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n);
+
+#endif
