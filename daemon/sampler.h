@@ -18,7 +18,7 @@ struct sampler_params {
 	float temperature;       /* <= 0: greedy (argmax, lowest id on ties) */
 	int32_t top_k;           /* <= 0: off */
 	float top_p;             /* >= 1: off */
-	float min_p;             /* <= 0: off */
+	float min_p;             /* 0: off; must be in [0, 1] */
 	float repeat_penalty;    /* 1: off (llama.cpp semantics: divide positive
 	                            logits, multiply negative ones) */
 	float presence_penalty;  /* 0: off */

@@ -1,0 +1,415 @@
+/* chat.c - recognises a GGUF chat template by its markers and renders a
+ * conversation the way llama.cpp's llama_chat_apply_template does for that
+ * family (plus ChatML's built-in default system message).
+ * Not a Jinja interpreter: templates outside the six families are refused.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+
+enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+
+static const struct {
+	const char *name;    /* as chat_template_by_name takes it */
+	enum chat_tmpl kind;
+} chat_names[] = {
+	{ "chatml", CHAT_TMPL_CHATML },
+	{ "llama2", CHAT_TMPL_LLAMA2 },
+	{ "llama3", CHAT_TMPL_LLAMA3 },
+	{ "mistral", CHAT_TMPL_MISTRAL },
+	{ "gemma", CHAT_TMPL_GEMMA },
+	{ "zephyr", CHAT_TMPL_ZEPHYR },
+};
+
+#define N_CHAT_NAMES (sizeof chat_names / sizeof chat_names[0])
+
+/* ---- output buffer ---- */
+
+struct sbuf {
+	char *p;    /* malloc'd, NUL-terminated when !err */
+	size_t len; /* bytes used, without the NUL */
+	size_t cap; /* bytes allocated */
+	int err;    /* first failure (-ENOMEM); later puts are ignored */
+};
+
+static void sb_put(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->err)
+		return;
+	if (b->cap - b->len <= n) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap - b->len <= n) {
+			if (cap > SIZE_MAX / 2) {
+				b->err = -ENOMEM;
+				return;
+			}
+			cap *= 2;
+		}
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->err = -ENOMEM;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static void sb_puts(struct sbuf *b, const char *s)
+{
+	sb_put(b, s, strlen(s));
+}
+
+static int is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* S without leading and trailing ASCII whitespace (llama.cpp's trim()). */
+static void sb_put_trimmed(struct sbuf *b, const char *s)
+{
+	size_t n = strlen(s);
+	while (n && is_space(*s))
+		s++, n--;
+	while (n && is_space(s[n - 1]))
+		n--;
+	sb_put(b, s, n);
+}
+
+/* ---- recognising a template ---- */
+
+static int has(const char *src, const char *marker)
+{
+	return strstr(src, marker) != NULL;
+}
+
+/* Decodes the Jinja string literal whose body starts at P and is closed by
+ * QUOTE into a malloc'd *RET (NULL when the literal is unterminated).
+ * Handles the escapes templates use (\n \t \r \\ \' \"); any other
+ * backslash is kept as is.  Returns 0 or -ENOMEM. */
+static int jinja_literal(const char *p, char quote, char **ret)
+{
+	const char *end = p;
+	*ret = NULL;
+	while (*end && *end != quote)
+		end += end[0] == '\\' && end[1] ? 2 : 1;
+	if (*end != quote)
+		return 0;
+	char *out = malloc((size_t)(end - p) + 1), *o = out;
+	if (!out)
+		return -ENOMEM;
+	while (p < end) {
+		if (*p != '\\') {
+			*o++ = *p++;
+			continue;
+		}
+		switch (p[1]) {
+		case 'n': *o++ = '\n'; break;
+		case 't': *o++ = '\t'; break;
+		case 'r': *o++ = '\r'; break;
+		case '\\': case '\'': case '"': *o++ = p[1]; break;
+		default: *o++ = '\\'; *o++ = p[1]; break;
+		}
+		p += 2;
+	}
+	*o = '\0';
+	*ret = out;
+	return 0;
+}
+
+/* The system message a ChatML template writes when the conversation brings
+ * none: a string literal that holds a whole system turn,
+ * '<|im_start|>system\n...<|im_end|>', as SmolLM2's and Qwen2.5's do.  A
+ * literal that ends right after the header (followed in the template by
+ * + message['content']) is not one.  Sets *RET (NULL when there is none);
+ * returns 0 or -ENOMEM. */
+static int chatml_default_system(const char *src, char **ret)
+{
+	static const char head[] = "<|im_start|>system\n", tail[] = "<|im_end|>";
+	const size_t head_len = sizeof head - 1;
+	*ret = NULL;
+	for (const char *p = strstr(src, "<|im_start|>system"); p;
+	     p = strstr(p + 1, "<|im_start|>system")) {
+		if (p == src || (p[-1] != '\'' && p[-1] != '"'))
+			continue; /* not the start of a literal */
+		char *lit;
+		if (jinja_literal(p, p[-1], &lit) < 0)
+			return -ENOMEM;
+		char *end = lit ? strstr(lit, tail) : NULL;
+		if (end && strncmp(lit, head, head_len) == 0) {
+			size_t n = (size_t)(end - lit) - head_len;
+			memmove(lit, lit + head_len, n);
+			lit[n] = '\0';
+			*ret = lit;
+			return 0;
+		}
+		free(lit);
+	}
+	return 0;
+}
+
+int chat_template_detect(const char *src, struct chat_template *ret)
+{
+	enum chat_tmpl kind;
+	if (!ret)
+		return -EINVAL;
+	if (!src)
+		return -ENOTSUP;
+
+	/* The order follows llama.cpp's llm_chat_detect_template, so that a
+	 * template carrying markers of two families lands where it does
+	 * there.  Look-alikes we do not render are refused rather than
+	 * rendered almost right. */
+	if (has(src, "<|im_start|>")) {
+		if (has(src, "<|im_sep|>") || has(src, "<end_of_utterance>"))
+			return -ENOTSUP; /* Phi-4, SmolVLM */
+		kind = CHAT_TMPL_CHATML;
+	} else if (has(src, "[INST]")) {
+		if (has(src, "[SYSTEM_PROMPT]") || has(src, "[AVAILABLE_TOOLS]") ||
+		    has(src, "' [INST] ' + system_message"))
+			return -ENOTSUP; /* Mistral v1 / v3 / v7: other spacing */
+		kind = has(src, "<<SYS>>") ? CHAT_TMPL_LLAMA2 : CHAT_TMPL_MISTRAL;
+	} else if (has(src, "<|user|>") && has(src, "<|assistant|>")) {
+		if (has(src, "<|end|>") || has(src, "[gMASK]"))
+			return -ENOTSUP; /* Phi-3, ChatGLM */
+		kind = CHAT_TMPL_ZEPHYR;
+	} else if (has(src, "<start_of_turn>")) {
+		kind = CHAT_TMPL_GEMMA;
+	} else if (has(src, "<|start_header_id|>")) {
+		kind = CHAT_TMPL_LLAMA3;
+	} else {
+		return -ENOTSUP;
+	}
+
+	char *def = NULL;
+	if (kind == CHAT_TMPL_CHATML) {
+		int rc = chatml_default_system(src, &def);
+		if (rc < 0)
+			return rc;
+	}
+	ret->kind = kind;
+	ret->default_system = def;
+	return 0;
+}
+
+int chat_template_by_name(const char *name, struct chat_template *ret)
+{
+	if (!ret)
+		return -EINVAL;
+	for (size_t i = 0; name && i < N_CHAT_NAMES; i++)
+		if (strcmp(name, chat_names[i].name) == 0) {
+			ret->kind = chat_names[i].kind;
+			ret->default_system = NULL;
+			return 0;
+		}
+	return -ENOTSUP;
+}
+
+void chat_template_clear(struct chat_template *t)
+{
+	if (!t)
+		return;
+	free(t->default_system);
+	t->default_system = NULL;
+}
+
+static int kind_known(enum chat_tmpl kind)
+{
+	for (size_t i = 0; i < N_CHAT_NAMES; i++)
+		if (chat_names[i].kind == kind)
+			return 1;
+	return 0;
+}
+
+const char *chat_template_name(enum chat_tmpl kind)
+{
+	for (size_t i = 0; i < N_CHAT_NAMES; i++)
+		if (chat_names[i].kind == kind)
+			return chat_names[i].name;
+	return "unknown";
+}
+
+/* ---- rendering, one function per family ---- */
+
+static void render_chatml(struct sbuf *b, const struct chat_template *t,
+			  const struct chat_msg *msgs, const enum role *roles, int n,
+			  int add_assistant)
+{
+	if (t->default_system && n > 0 && roles[0] != ROLE_SYSTEM) {
+		sb_puts(b, "<|im_start|>system\n");
+		sb_puts(b, t->default_system);
+		sb_puts(b, "<|im_end|>\n");
+	}
+	for (int i = 0; i < n; i++) {
+		sb_puts(b, "<|im_start|>");
+		sb_puts(b, msgs[i].role);
+		sb_puts(b, "\n");
+		sb_puts(b, msgs[i].content);
+		sb_puts(b, "<|im_end|>\n");
+	}
+	if (add_assistant)
+		sb_puts(b, "<|im_start|>assistant\n");
+}
+
+/* Llama 2 with <<SYS>> (llama.cpp's "llama2-sys-strip", which is what it
+ * picks for Meta's own template: contents trimmed) and Mistral's
+ * [INST] format (llama.cpp's "llama2": a system message is prepended to the
+ * first user turn, nothing trimmed).  The assistant's turn needs no opener:
+ * the prompt already ends in "[/INST]". */
+static void render_inst(struct sbuf *b, const struct chat_msg *msgs, const enum role *roles,
+			int n, int llama2)
+{
+	int inside_turn = 1;
+	sb_puts(b, "[INST] ");
+	for (int i = 0; i < n; i++) {
+		if (!inside_turn) {
+			sb_puts(b, "[INST] ");
+			inside_turn = 1;
+		}
+		if (roles[i] == ROLE_SYSTEM && llama2)
+			sb_puts(b, "<<SYS>>\n");
+		if (llama2)
+			sb_put_trimmed(b, msgs[i].content);
+		else
+			sb_puts(b, msgs[i].content);
+		if (roles[i] == ROLE_SYSTEM) {
+			sb_puts(b, llama2 ? "\n<</SYS>>\n\n" : "\n");
+		} else if (roles[i] == ROLE_USER) {
+			sb_puts(b, " [/INST]");
+		} else {
+			sb_puts(b, "</s>");
+			inside_turn = 0;
+		}
+	}
+}
+
+static void render_llama3(struct sbuf *b, const struct chat_msg *msgs, int n, int add_assistant)
+{
+	for (int i = 0; i < n; i++) {
+		sb_puts(b, "<|start_header_id|>");
+		sb_puts(b, msgs[i].role);
+		sb_puts(b, "<|end_header_id|>\n\n");
+		sb_put_trimmed(b, msgs[i].content);
+		sb_puts(b, "<|eot_id|>");
+	}
+	if (add_assistant)
+		sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Gemma has no system role: system text (trimmed, concatenated) goes at the
+ * top of the next user turn; "assistant" is called "model". */
+static void render_gemma(struct sbuf *b, const struct chat_msg *msgs, const enum role *roles,
+			 int n, int add_assistant)
+{
+	int pending = -1; /* first system message not yet written, or -1 */
+	for (int i = 0; i < n; i++) {
+		if (roles[i] == ROLE_SYSTEM) {
+			if (pending < 0)
+				pending = i;
+			continue;
+		}
+		int model = roles[i] == ROLE_ASSISTANT;
+		sb_puts(b, model ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+		if (pending >= 0 && !model) {
+			size_t before = b->len;
+			for (int j = pending; j < i; j++)
+				if (roles[j] == ROLE_SYSTEM)
+					sb_put_trimmed(b, msgs[j].content);
+			if (b->len > before) /* llama.cpp skips an empty one */
+				sb_puts(b, "\n\n");
+			pending = -1;
+		}
+		sb_put_trimmed(b, msgs[i].content);
+		sb_puts(b, "<end_of_turn>\n");
+	}
+	if (add_assistant)
+		sb_puts(b, "<start_of_turn>model\n");
+}
+
+/* Zephyr ends every turn with the model's EOS; this is zephyr-7b-beta's,
+ * "</s>" (llama.cpp writes "<|endoftext|>", StableLM 2 Zephyr's). */
+static void render_zephyr(struct sbuf *b, const struct chat_msg *msgs, int n, int add_assistant)
+{
+	for (int i = 0; i < n; i++) {
+		sb_puts(b, "<|");
+		sb_puts(b, msgs[i].role);
+		sb_puts(b, "|>\n");
+		sb_puts(b, msgs[i].content);
+		sb_puts(b, "</s>\n");
+	}
+	if (add_assistant)
+		sb_puts(b, "<|assistant|>\n");
+}
+
+int chat_render(const struct chat_template *t, const struct chat_msg *msgs, int n,
+		int add_assistant, char **ret)
+{
+	if (!t || !ret || n < 0 || (n > 0 && !msgs))
+		return -EINVAL;
+	if (!kind_known(t->kind))
+		return -ENOTSUP;
+
+	enum role *roles = malloc(((size_t)n + 1) * sizeof *roles);
+	if (!roles)
+		return -ENOMEM;
+	int rc = 0;
+	for (int i = 0; i < n && rc == 0; i++) {
+		const char *r = msgs[i].role;
+		if (!r || !msgs[i].content)
+			rc = -EINVAL;
+		else if (strcmp(r, "system") == 0)
+			roles[i] = ROLE_SYSTEM;
+		else if (strcmp(r, "user") == 0)
+			roles[i] = ROLE_USER;
+		else if (strcmp(r, "assistant") == 0)
+			roles[i] = ROLE_ASSISTANT;
+		else
+			rc = -EINVAL;
+		/* [INST] formats fold the system text into the first turn:
+		 * one system message, first, or the template would refuse */
+		if (rc == 0 && i > 0 && roles[i] == ROLE_SYSTEM &&
+		    (t->kind == CHAT_TMPL_LLAMA2 || t->kind == CHAT_TMPL_MISTRAL))
+			rc = -EINVAL;
+	}
+	if (rc < 0) {
+		free(roles);
+		return rc;
+	}
+
+	struct sbuf b = { 0 };
+	sb_put(&b, "", 0); /* an empty conversation still gives a string */
+	switch (t->kind) {
+	case CHAT_TMPL_CHATML:
+		render_chatml(&b, t, msgs, roles, n, add_assistant);
+		break;
+	case CHAT_TMPL_LLAMA2:
+	case CHAT_TMPL_MISTRAL:
+		render_inst(&b, msgs, roles, n, t->kind == CHAT_TMPL_LLAMA2);
+		break;
+	case CHAT_TMPL_LLAMA3:
+		render_llama3(&b, msgs, n, add_assistant);
+		break;
+	case CHAT_TMPL_GEMMA:
+		render_gemma(&b, msgs, roles, n, add_assistant);
+		break;
+	case CHAT_TMPL_ZEPHYR:
+		render_zephyr(&b, msgs, n, add_assistant);
+		break;
+	}
+	free(roles);
+	if (!b.err && b.len > INT_MAX)
+		b.err = -EOVERFLOW;
+	if (b.err) {
+		free(b.p);
+		return b.err;
+	}
+	*ret = b.p;
+	return (int)b.len;
+}
