@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define POOL_SPIN 20000 /* polls before a worker sleeps (~100 us) */
+#define POOL_SPIN 20000     /* polls before an idle worker sleeps (~1 ms) */
+#define POOL_WAIT_SPIN 4000 /* polls before the caller yields while waiting */
 
 struct cpu_pool {
 	int n_threads;            /* caller + workers */
@@ -173,8 +175,14 @@ void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 		futex_wake_all(&p->gen);
 	run_tasks(p, 0);
 	/* Every worker must leave run_tasks before the next job rewrites
-	 * fn/ctx/n_tasks, not only finish the tasks. */
-	while (atomic_load_explicit(&p->done, memory_order_acquire) < n ||
-	       atomic_load_explicit(&p->active, memory_order_acquire) > 0)
-		cpu_relax();
+	 * fn/ctx/n_tasks, not only finish the tasks.  On a machine with more
+	 * runnable threads than cores a worker may be descheduled: after a
+	 * short spin, yield the core instead of burning it. */
+	for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n ||
+			    atomic_load_explicit(&p->active, memory_order_acquire) > 0; spins++) {
+		if (spins < POOL_WAIT_SPIN)
+			cpu_relax();
+		else
+			sched_yield();
+	}
 }
