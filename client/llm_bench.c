@@ -17,7 +17,9 @@
 #include "engine.h"
 #include "model.h"
 #include "quant.h"
+#include "kv_pool.h"
 #include "sampler.h"
+#include "sched.h"
 #include "stopstr.h"
 #include "tokenizer.h"
 
@@ -32,22 +34,14 @@ struct bench_opts {
 	int json;
 	int logits;
 	int ignore_eos;
+	int parallel;               /* sequences run at once through the scheduler */
+	int64_t kv_tokens;          /* KV pool size; 0 = enough for every sequence */
+	int no_prefix_cache;
 	uint32_t kv_type;
 	int32_t batch;
 	struct sampler_params sp;
 	const char *stops[STOPSTR_MAX];
 	int n_stops;
-};
-
-struct run_result {
-	int32_t *gen;          /* generated ids; owned */
-	int n_gen;
-	char *text;            /* owned */
-	size_t text_len;
-	double prefill_s;      /* wall time of the prompt steps */
-	double decode_s;       /* wall time of the later steps */
-	int decode_steps;
-	const char *finish;    /* "stop" or "length" */
 };
 
 static double now_s(void)
@@ -77,6 +71,9 @@ static void usage(FILE *f)
 		"      --kv-type f16|f32   KV cache element type (default f16)\n"
 		"      --batch N           prompt rows per step (default 512)\n"
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
+		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
+		"      --kv-tokens N       KV pool size in tokens (default: enough for all sequences)\n"
+		"      --no-prefix-cache   do not reuse cached KV blocks\n"
 		"      --logits            print the logits after the prompt and exit\n"
 		"      --json              one JSON object on stdout\n");
 }
@@ -112,7 +109,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN };
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -126,6 +123,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "logits", no_argument, 0, O_LOGITS }, { "json", no_argument, 0, O_JSON },
 		{ "chat", no_argument, 0, O_CHAT }, { "kv-type", required_argument, 0, O_KV },
 		{ "batch", required_argument, 0, O_BATCH }, { "ignore-eos", no_argument, 0, O_IGN },
+		{ "parallel", required_argument, 0, O_PAR }, { "kv-tokens", required_argument, 0, O_KVT },
+		{ "no-prefix-cache", no_argument, 0, O_NOPC },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -137,6 +136,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	o->repeat = 1;
 	o->kv_type = QT_F16;
 	o->batch = 512;
+	o->parallel = 1;
 	while ((c = getopt_long(argc, argv, "m:p:f:s:n:t:r:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
@@ -173,6 +173,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_CHAT: o->chat = 1; break;
 		case O_IGN: o->ignore_eos = 1; break;
 		case O_BATCH: o->batch = atoi(optarg); break;
+		case O_PAR: o->parallel = atoi(optarg); break;
+		case O_KVT: o->kv_tokens = atoll(optarg); break;
+		case O_NOPC: o->no_prefix_cache = 1; break;
 		case O_KV:
 			if (!strcmp(optarg, "f16"))
 				o->kv_type = QT_F16;
@@ -191,8 +194,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		usage(stderr);
 		return -1;
 	}
-	if (o->n_predict < 0 || o->threads < 1 || o->repeat < 1 || o->batch < 1) {
-		fprintf(stderr, "llm-bench: --n-predict, --threads, --repeat and --batch must be positive\n");
+	if (o->n_predict < 1 || o->threads < 1 || o->repeat < 1 || o->batch < 1 || o->parallel < 1 ||
+	    o->parallel > 1024 || o->kv_tokens < 0) {
+		fprintf(stderr, "llm-bench: --n-predict, --threads, --repeat, --batch and --parallel "
+			"must be positive\n");
 		return -1;
 	}
 	return 0;
@@ -219,114 +224,107 @@ static int build_prompt(const struct model *m, const struct bench_opts *o, char 
 	return chat_render(&m->chat, msgs, n, 1, ret) < 0 ? -EINVAL : 0;
 }
 
-/* Feeds the prompt in chunks of --batch rows; the last chunk returns the logits. */
-static int prefill(struct engine *e, int32_t seq, const int32_t *ids, int n, int batch,
-		   float *logits)
-{
-	int32_t *seqs = malloc((size_t)batch * sizeof *seqs);
-	int r = 0;
+/* One request's results, filled by the scheduler's events. */
+struct bench_seq {
+	int32_t *ids;          /* (n_ids) prompt; owned */
+	int n_ids;
+	int32_t *gen;          /* (n_predict) generated ids; owned */
+	int n_gen;
+	char *text;            /* owned, NUL-terminated */
+	size_t text_len, text_cap;
+	double t_submit, t_first, t_last; /* monotonic seconds */
+	enum sched_finish finish;
+	int error;
+	int done;
+};
 
-	if (!seqs)
-		return -ENOMEM;
-	for (int i = 0; i < batch; i++)
-		seqs[i] = seq;
-	for (int i = 0; i < n && r >= 0; i += batch) {
-		struct engine_batch b = { n - i < batch ? n - i : batch, ids + i, seqs, NULL };
-		r = engine_step(e, &b, logits);
+struct bench_run {
+	struct bench_seq *seqs; /* (n) */
+	int n;
+	int finished;
+	int oom;                /* a text buffer could not grow */
+};
+
+static void on_event(void *ctx, const struct sched_event *ev)
+{
+	struct bench_run *br = ctx;
+	struct bench_seq *q = &br->seqs[ev->id];
+	double t = now_s();
+
+	if (ev->kind == SCHED_EV_FINISH) {
+		q->finish = ev->finish;
+		q->error = ev->error;
+		q->done = 1;
+		br->finished++;
+		return;
 	}
-	free(seqs);
-	return r < 0 ? r : 0;
+	if (ev->token >= 0) {
+		q->gen[q->n_gen++] = ev->token;
+		if (!q->t_first)
+			q->t_first = t;
+		q->t_last = t;
+	}
+	if (q->text_len + ev->text_len + 1 > q->text_cap) {
+		size_t cap = (q->text_cap + ev->text_len) * 2 + 64;
+		char *nt = realloc(q->text, cap);
+		if (!nt) {
+			br->oom = 1;
+			return;
+		}
+		q->text = nt;
+		q->text_cap = cap;
+	}
+	memcpy(q->text + q->text_len, ev->text, ev->text_len);
+	q->text_len += ev->text_len;
+	q->text[q->text_len] = 0;
 }
 
-static int run_once(struct engine *e, const struct model *m, const struct bench_opts *o,
-		    const int32_t *ids, int n_ids, struct run_result *res)
+static const char *finish_name(enum sched_finish f)
 {
-	int32_t n_vocab = m->hp.n_vocab, seq = -1, tok;
-	float *logits = malloc((size_t)n_vocab * sizeof(float));
-	struct sampler *smp = NULL;
-	struct stopstr *stop = NULL;
-	struct detok dt = { { 0 }, 0 };
-	size_t text_cap = 4096;
-	char piece[512], safe[512 + STOPSTR_MAX_LEN];
-	double t0, t1;
+	switch (f) {
+	case SCHED_FIN_STOP: return "stop";
+	case SCHED_FIN_LENGTH: return "length";
+	case SCHED_FIN_CANCELLED: return "cancelled";
+	default: return "error";
+	}
+}
+
+/* Submits every sequence at once and steps the scheduler until all are done.
+ * Returns the wall time in seconds, or a negative errno. */
+static double run_all(struct sched *sc, const struct bench_opts *o, struct bench_run *br,
+		      struct sched_counters *ret_counters)
+{
+	double t0 = now_s();
 	int r;
 
-	memset(res, 0, sizeof *res);
-	res->gen = malloc(((size_t)o->n_predict + 1) * sizeof(int32_t));
-	res->text = malloc(text_cap);
-	res->finish = "length";
-	if (!logits || !res->gen || !res->text) {
-		r = -ENOMEM;
-		goto out;
-	}
-	res->text[0] = 0;
-	if ((r = sampler_new(&o->sp, n_vocab, &smp)) < 0 ||
-	    (r = stopstr_new(o->stops, o->n_stops, &stop)) < 0 ||
-	    (r = engine_seq_new(e, &seq)) < 0)
-		goto out;
-	for (int i = 0; i < n_ids; i++)
-		sampler_accept(smp, ids[i]);
-
-	t0 = now_s();
-	if ((r = prefill(e, seq, ids, n_ids, o->batch, logits)) < 0)
-		goto out;
-	t1 = now_s();
-	res->prefill_s = t1 - t0;
-	for (int i = 0; i < o->n_predict; i++) {
-		size_t n_safe;
-		int n, hit;
-
-		tok = sampler_sample(smp, logits, NULL);
-		sampler_accept(smp, tok);
-		res->gen[res->n_gen++] = tok;
-		if (!o->ignore_eos && tokenizer_is_eog(m->tok, tok)) {
-			res->finish = "stop";
-			break;
-		}
-		n = detok_push(m->tok, &dt, tok, 0, piece, sizeof piece);
-		hit = stopstr_feed(stop, piece, (size_t)n, safe, sizeof safe, &n_safe);
-		if (res->text_len + n_safe + 1 > text_cap) {
-			char *nt = realloc(res->text, text_cap = (text_cap + n_safe) * 2);
-			if (!nt) {
-				r = -ENOMEM;
-				goto out;
-			}
-			res->text = nt;
-		}
-		memcpy(res->text + res->text_len, safe, n_safe);
-		res->text_len += n_safe;
-		res->text[res->text_len] = 0;
-		if (hit) {
-			res->finish = "stop";
-			break;
-		}
-		if (i + 1 == o->n_predict)
-			break;
-		struct engine_batch b = { 1, &tok, &seq, NULL };
-		if ((r = engine_step(e, &b, logits)) < 0)
-			goto out;
-		res->decode_steps++;
-	}
-	res->decode_s = now_s() - t1;
-	{
-		size_t n = stopstr_flush(stop, safe, sizeof safe);
-		n += (size_t)detok_flush(&dt, safe + n, sizeof safe - n);
-		char *nt = realloc(res->text, res->text_len + n + 1);
-		if (nt) {
-			res->text = nt;
-			memcpy(res->text + res->text_len, safe, n);
-			res->text_len += n;
-			res->text[res->text_len] = 0;
+	for (int i = 0; i < br->n; i++) {
+		struct bench_seq *q = &br->seqs[i];
+		struct sched_request req = {
+			.id = (uint64_t)i, .client = 0, .priority = 0, .prompt = q->ids,
+			.n_prompt = q->n_ids, .max_tokens = o->n_predict, .sampling = o->sp,
+			.stops = o->stops, .n_stops = o->n_stops, .ignore_eos = o->ignore_eos,
+		};
+		q->n_gen = 0;
+		q->text_len = 0;
+		q->t_first = q->t_last = 0;
+		q->done = 0;
+		q->t_submit = t0;
+		if ((r = sched_submit(sc, &req)) < 0) {
+			fprintf(stderr, "llm-bench: request %d refused: %s\n", i,
+				r == -E2BIG ? "the prompt does not fit the context or the KV pool" : strerror(-r));
+			return r;
 		}
 	}
-	r = 0;
-out:
-	if (seq >= 0)
-		engine_seq_free(e, seq);
-	sampler_free(smp);
-	stopstr_free(stop);
-	free(logits);
-	return r;
+	br->finished = 0;
+	while (br->finished < br->n) {
+		r = sched_step(sc);
+		if (r < 0) {
+			fprintf(stderr, "llm-bench: step failed: %s\n", strerror(-r));
+			return r;
+		}
+	}
+	sched_counters(sc, ret_counters);
+	return br->oom ? -ENOMEM : now_s() - t0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -349,18 +347,30 @@ static json_object *ids_json(const int32_t *ids, int n)
 	return a;
 }
 
+/* --logits: the prompt through the bare engine, one sequence, in chunks. */
 static int print_logits(struct engine *e, const struct model *m, const struct bench_opts *o,
 			const int32_t *ids, int n_ids)
 {
+	struct kv_pool *kv = engine_kv_pool(e);
+	int32_t bt = kv->view.block_tokens, n_blocks = (n_ids + bt - 1) / bt;
+	int32_t *table = malloc((size_t)n_blocks * sizeof *table), *pos = malloc((size_t)o->batch * sizeof *pos);
+	const int32_t **tabs = malloc((size_t)o->batch * sizeof *tabs);
 	float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-	int32_t seq;
-	int r;
+	int r = -ENOMEM;
 
-	if (!logits)
-		return -ENOMEM;
-	if ((r = engine_seq_new(e, &seq)) < 0 || (r = prefill(e, seq, ids, n_ids, o->batch, logits)) < 0) {
-		free(logits);
-		return r;
+	if (!table || !pos || !tabs || !logits || n_blocks > kv_pool_n_available(kv))
+		goto out;
+	for (int32_t i = 0; i < n_blocks; i++)
+		table[i] = kv_pool_alloc(kv);
+	for (int i = 0; i < n_ids; i += o->batch) {
+		int n = n_ids - i < o->batch ? n_ids - i : o->batch;
+		for (int k = 0; k < n; k++) {
+			pos[k] = i + k;
+			tabs[k] = table;
+		}
+		struct engine_batch b = { n, ids + i, pos, tabs, NULL };
+		if ((r = engine_step(e, &b, logits)) < 0)
+			goto out;
 	}
 	if (o->json) {
 		json_object *root = json_object_new_object(), *a = json_object_new_array_ext(m->hp.n_vocab);
@@ -374,9 +384,46 @@ static int print_logits(struct engine *e, const struct model *m, const struct be
 		for (int32_t i = 0; i < m->hp.n_vocab; i++)
 			printf("%.9g\n", logits[i]);
 	}
-	engine_seq_free(e, seq);
+	r = 0;
+out:
+	free(table);
+	free(pos);
+	free(tabs);
 	free(logits);
-	return 0;
+	return r;
+}
+
+/* Tokenizes the prompt for sequence I: with --parallel each sequence's prompt
+ * starts differently so they are not all one cached prefix. */
+static int tokenize_seq(const struct model *m, const struct bench_opts *o, const char *text, int i,
+			struct bench_seq *q)
+{
+	char *varied = NULL;
+	const char *t = text;
+	int n;
+
+	if (o->parallel > 1) {
+		if (asprintf(&varied, "Request %d of %d. %s", i + 1, o->parallel, text) < 0)
+			return -ENOMEM;
+		t = varied;
+	}
+	n = tokenizer_encode(m->tok, t, strlen(t), tokenizer_add_bos(m->tok), 1, NULL, 0);
+	q->ids = malloc(((size_t)n + 1) * sizeof *q->ids);
+	q->gen = malloc(((size_t)o->n_predict + 1) * sizeof *q->gen);
+	if (n < 0 || !q->ids || !q->gen) {
+		free(varied);
+		return -ENOMEM;
+	}
+	q->n_ids = tokenizer_encode(m->tok, t, strlen(t), tokenizer_add_bos(m->tok), 1, q->ids, n);
+	free(varied);
+	return q->n_ids;
+}
+
+static double percentile(double *v, int n, double p)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	int k = (int)(p * (n - 1) + 0.5);
+	return v[k];
 }
 
 int main(int argc, char **argv)
@@ -384,12 +431,15 @@ int main(int argc, char **argv)
 	struct bench_opts o = { 0 };
 	struct model *m = NULL;
 	struct engine *e = NULL;
+	struct sched *sc = NULL;
 	struct engine_params ep;
-	struct run_result res = { 0 };
+	struct sched_params sp;
+	struct sched_counters cnt;
+	struct bench_run br = { 0 };
 	char err[512], *text = NULL;
-	int32_t *ids = NULL;
-	double *pf, *dc;
-	int n_ids, rc = 1, r;
+	double *pf = NULL, *dc = NULL, *agg = NULL, *ttft = NULL;
+	int64_t kv_tokens = 0;
+	int rc = 1, r;
 
 	if (parse_args(argc, argv, &o) < 0)
 		return 2;
@@ -400,58 +450,76 @@ int main(int argc, char **argv)
 	}
 	if (build_prompt(m, &o, &text) < 0)
 		goto out;
-	n_ids = tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, NULL, 0);
-	ids = malloc(((size_t)n_ids + 1) * sizeof *ids);
-	if (n_ids < 0 || !ids)
+	br.n = o.parallel;
+	br.seqs = calloc((size_t)br.n, sizeof *br.seqs);
+	if (!br.seqs)
 		goto out;
-	tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, ids, n_ids);
-	if (n_ids == 0) {
-		fprintf(stderr, "llm-bench: the prompt is empty and the model adds no BOS token\n");
-		goto out;
+	for (int i = 0; i < br.n; i++) {
+		if ((r = tokenize_seq(m, &o, text, i, &br.seqs[i])) < 0)
+			goto out;
+		if (r == 0) {
+			fprintf(stderr, "llm-bench: the prompt is empty and the model adds no BOS token\n");
+			goto out;
+		}
+		kv_tokens += r + o.n_predict + 16;
 	}
 
 	engine_params_default(&ep);
 	ep.n_threads = o.threads;
 	ep.kv_type = o.kv_type;
-	ep.max_seqs = 1;
 	ep.max_batch = o.batch;
-	ep.kv_tokens = n_ids + o.n_predict + 16;
-	ep.n_ctx = (int32_t)ep.kv_tokens;
+	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : kv_tokens;
 	r = engine_new(m, &ep, &e, err, sizeof err);
 	if (r < 0) {
 		fprintf(stderr, "llm-bench: cannot start the engine: %s\n", err);
 		goto out;
 	}
 	if (o.logits) {
-		r = print_logits(e, m, &o, ids, n_ids);
+		r = print_logits(e, m, &o, br.seqs[0].ids, br.seqs[0].n_ids);
 		if (r < 0)
 			fprintf(stderr, "llm-bench: forward pass failed: %s\n", strerror(-r));
 		rc = r < 0;
 		goto out;
 	}
+	sched_params_default(&sp);
+	sp.max_seqs = o.parallel;
+	sp.max_batched_tokens = o.batch;
+	sp.prefix_cache = !o.no_prefix_cache;
+	if (sched_new(e, m, &sp, on_event, &br, &sc, err, sizeof err) < 0) {
+		fprintf(stderr, "llm-bench: cannot start the scheduler: %s\n", err);
+		goto out;
+	}
 
 	pf = calloc((size_t)o.repeat, sizeof *pf);
 	dc = calloc((size_t)o.repeat, sizeof *dc);
-	for (int i = 0; i < o.repeat && pf && dc; i++) {
-		if (i) {
-			free(res.gen);
-			free(res.text);
-		}
-		r = run_once(e, m, &o, ids, n_ids, &res);
-		if (r < 0) {
-			fprintf(stderr, "llm-bench: generation failed: %s\n", strerror(-r));
-			free(pf);
-			free(dc);
-			goto out;
-		}
-		pf[i] = n_ids / res.prefill_s;
-		dc[i] = res.decode_steps ? res.decode_steps / res.decode_s : 0;
-	}
-	if (!pf || !dc)
+	agg = calloc((size_t)o.repeat, sizeof *agg);
+	ttft = calloc((size_t)br.n, sizeof *ttft);
+	if (!pf || !dc || !agg || !ttft)
 		goto out;
-	double pf_med = median(pf, o.repeat), dc_med = median(dc, o.repeat);
-	free(pf);
-	free(dc);
+	double ttft_p50 = 0, ttft_p95 = 0;
+	for (int i = 0; i < o.repeat; i++) {
+		double wall = run_all(sc, &o, &br, &cnt);
+		int64_t total = 0, dsteps = 0;
+		double dtime = 0;
+		if (wall < 0)
+			goto out;
+		for (int k = 0; k < br.n; k++) {
+			struct bench_seq *q = &br.seqs[k];
+			total += q->n_gen;
+			ttft[k] = (q->t_first ? q->t_first : q->t_last) - q->t_submit;
+			if (q->n_gen > 1) {
+				dsteps += q->n_gen - 1;
+				dtime += q->t_last - q->t_first;
+			}
+		}
+		pf[i] = br.seqs[0].n_ids / ttft[0];
+		dc[i] = dtime > 0 ? dsteps / dtime : 0;
+		agg[i] = total / wall;
+		ttft_p50 = percentile(ttft, br.n, 0.5) * 1e3;
+		ttft_p95 = percentile(ttft, br.n, 0.95) * 1e3;
+	}
+	double pf_med = median(pf, o.repeat), dc_med = median(dc, o.repeat), agg_med = median(agg, o.repeat);
+	struct bench_seq *q0 = &br.seqs[0];
 
 	if (o.json) {
 		json_object *root = json_object_new_object();
@@ -459,31 +527,61 @@ int main(int argc, char **argv)
 		json_object_object_add(root, "backend", json_object_new_string(engine_backend_name(e)));
 		json_object_object_add(root, "isa", json_object_new_string(quant_isa_name(quant_get_isa())));
 		json_object_object_add(root, "threads", json_object_new_int(o.threads));
-		json_object_object_add(root, "prompt_ids", ids_json(ids, n_ids));
-		json_object_object_add(root, "generated_ids", ids_json(res.gen, res.n_gen));
-		json_object_object_add(root, "text", json_object_new_string_len(res.text, (int)res.text_len));
-		json_object_object_add(root, "finish_reason", json_object_new_string(res.finish));
-		json_object_object_add(root, "n_prompt", json_object_new_int(n_ids));
-		json_object_object_add(root, "n_generated", json_object_new_int(res.n_gen));
+		json_object_object_add(root, "prompt_ids", ids_json(q0->ids, q0->n_ids));
+		json_object_object_add(root, "generated_ids", ids_json(q0->gen, q0->n_gen));
+		json_object_object_add(root, "text", json_object_new_string_len(q0->text ? q0->text : "", (int)q0->text_len));
+		json_object_object_add(root, "finish_reason", json_object_new_string(finish_name(q0->finish)));
+		json_object_object_add(root, "n_prompt", json_object_new_int(q0->n_ids));
+		json_object_object_add(root, "n_generated", json_object_new_int(q0->n_gen));
 		json_object_object_add(root, "repeat", json_object_new_int(o.repeat));
 		json_object_object_add(root, "prefill_tok_s", json_object_new_double(pf_med));
 		json_object_object_add(root, "decode_tok_s", json_object_new_double(dc_med));
-		json_object_object_add(root, "ttft_ms", json_object_new_double(res.prefill_s * 1e3));
+		json_object_object_add(root, "ttft_ms", json_object_new_double(ttft[0] * 1e3));
+		if (o.parallel > 1) {
+			json_object *res = json_object_new_array_ext(br.n);
+			json_object_object_add(root, "parallel", json_object_new_int(o.parallel));
+			json_object_object_add(root, "aggregate_tok_s", json_object_new_double(agg_med));
+			json_object_object_add(root, "ttft_ms_p50", json_object_new_double(ttft_p50));
+			json_object_object_add(root, "ttft_ms_p95", json_object_new_double(ttft_p95));
+			json_object_object_add(root, "preemptions", json_object_new_int64((int64_t)cnt.preemptions));
+			json_object_object_add(root, "prefix_hit_tokens", json_object_new_int64((int64_t)cnt.prefix_hit_tokens));
+			json_object_object_add(root, "steps", json_object_new_int64((int64_t)cnt.steps));
+			for (int k = 0; k < br.n; k++) {
+				json_object *one = json_object_new_object();
+				json_object_object_add(one, "prompt_ids", ids_json(br.seqs[k].ids, br.seqs[k].n_ids));
+				json_object_object_add(one, "generated_ids", ids_json(br.seqs[k].gen, br.seqs[k].n_gen));
+				json_object_array_add(res, one);
+			}
+			json_object_object_add(root, "results", res);
+		}
 		puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(root);
 	} else {
-		printf("%s\n", res.text);
+		printf("%s\n", q0->text ? q0->text : "");
+		fflush(stdout);
 		fprintf(stderr, "\nllm-bench: %s, %d threads (%s): prompt %d tokens at %.1f tok/s, "
 			"generated %d tokens at %.1f tok/s (median of %d)\n", m->name, o.threads,
-			quant_isa_name(quant_get_isa()), n_ids, pf_med, res.n_gen, dc_med, o.repeat);
+			quant_isa_name(quant_get_isa()), q0->n_ids, pf_med, q0->n_gen, dc_med, o.repeat);
+		if (o.parallel > 1)
+			fprintf(stderr, "llm-bench: %d sequences: %.1f generated tok/s in aggregate, "
+				"time to first token p50 %.0f ms, p95 %.0f ms\n", o.parallel, agg_med,
+				ttft_p50, ttft_p95);
 	}
 	rc = 0;
 out:
-	free(res.gen);
-	free(res.text);
-	free(ids);
+	for (int i = 0; br.seqs && i < br.n; i++) {
+		free(br.seqs[i].ids);
+		free(br.seqs[i].gen);
+		free(br.seqs[i].text);
+	}
+	free(br.seqs);
+	free(pf);
+	free(dc);
+	free(agg);
+	free(ttft);
 	free(text);
 	free(o.prompt);
+	sched_free(sc);
 	engine_free(e);
 	model_free(m);
 	return rc;

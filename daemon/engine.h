@@ -2,9 +2,11 @@
  * many sequences at once, on a backend, with a paged KV pool.
  *
  * A step takes T token rows (any mix of prefill chunks and decode tokens of
- * different sequences), reads every weight once for all T rows, and returns
- * the logits of the rows that ask for them.  Scheduling, sampling and
- * detokenizing live above this.  Engine thread only.
+ * different sequences, each row naming its position and its sequence's
+ * block table), reads every weight once for all T rows, and returns the
+ * logits of the rows that ask for them.  Which sequences exist, their
+ * blocks, sampling and detokenizing live above this (sched.c).
+ * Engine thread only.
  */
 #ifndef LLMD_ENGINE_H
 #define LLMD_ENGINE_H
@@ -22,12 +24,11 @@ struct engine_params {
 	int32_t kv_block_tokens; /* tokens per KV block (16) */
 	int64_t kv_tokens;       /* pool capacity in tokens (rounded up to blocks) */
 	int32_t n_ctx;           /* longest sequence, tokens; 0 = the model's */
-	int32_t max_seqs;        /* sequences alive at once */
 	int32_t max_batch;       /* token rows per step */
 };
 
 /* Defaults: 2 threads, f16 KV, 16-token blocks, 8192 tokens, n_ctx 0,
- * 64 sequences, 512 rows. */
+ * 512 rows. */
 void engine_params_default(struct engine_params *p);
 
 /* M must outlive the engine.  Returns 0, or a negative errno with a message. */
@@ -35,34 +36,28 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	       char *err, size_t errlen);
 void engine_free(struct engine *e); /* NULL-safe */
 
-/* A new empty sequence: its id in *ret_id.  -ENOSPC when max_seqs are alive. */
-int engine_seq_new(struct engine *e, int32_t *ret_id);
-/* Frees a sequence and its KV blocks. */
-void engine_seq_free(struct engine *e, int32_t id);
-/* Tokens in the sequence's KV cache, or -EINVAL for a bad id. */
-int32_t engine_seq_len(const struct engine *e, int32_t id);
-/* Forgets positions >= LEN (freeing whole blocks past it). */
-int engine_seq_truncate(struct engine *e, int32_t id, int32_t len);
-
 struct engine_batch {
-	int32_t n;               /* T rows */
-	const int32_t *token;    /* (T) token ids */
-	const int32_t *seq;      /* (T) sequence ids */
-	const uint8_t *logits;   /* (T) 1 = return this row's logits; NULL = last row only */
+	int32_t n;                    /* T rows */
+	const int32_t *token;         /* (T) token ids */
+	const int32_t *pos;           /* (T) each token's position in its sequence */
+	const int32_t *const *table;  /* (T) the row's sequence's block table, whose
+	                                 blocks cover positions 0..pos (the KV of
+	                                 positions < pos already written) */
+	const uint8_t *logits;        /* (T) 1 = return this row's logits; NULL = last row only */
 };
 
-/* Runs one step.  A sequence's rows must appear in position order; each row's
- * position is the sequence's current length (the engine tracks it).  Writes
- * the logits of the flagged rows, in row order, to LOGITS
- * (n_flagged, n_vocab).  Returns the number of logit rows, or -EINVAL (bad
- * token, sequence, or a batch over max_batch), -ENOSPC (not enough free KV
- * blocks: nothing was changed), -E2BIG (a sequence would pass n_ctx). */
+/* Runs one step: writes each row's K/V into its block at its position, then
+ * attends over positions 0..pos of its sequence.  Writes the logits of the
+ * flagged rows, in row order, to LOGITS (n_flagged, n_vocab).  Returns the
+ * number of logit rows, or -EINVAL (bad token, position, block id, or more
+ * than max_batch rows); nothing is written then. */
 int engine_step(struct engine *e, const struct engine_batch *b, float *logits);
 
 int32_t engine_n_vocab(const struct engine *e);
 int32_t engine_n_ctx(const struct engine *e);
 int32_t engine_max_batch(const struct engine *e);
-const struct kv_pool *engine_kv_pool(const struct engine *e);
+/* The engine's KV pool: the scheduler allocates sequences' blocks from it. */
+struct kv_pool *engine_kv_pool(const struct engine *e);
 const char *engine_backend_name(const struct engine *e);
 
 #endif

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "model.h"
 #include "quant.h"
+#include "testseq.h"
 #include "testutil.h"
 #include "tokenizer.h"
 
@@ -27,7 +28,6 @@ static struct engine *new_engine(const struct model *m, int32_t n_tokens)
 	engine_params_default(&ep);
 	ep.kv_type = QT_F32;
 	ep.kv_tokens = n_tokens;
-	ep.max_seqs = 2;
 	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
 		fprintf(stderr, "engine_new: %s\n", err);
 		return NULL;
@@ -47,24 +47,16 @@ static int32_t argmax(const float *v, int32_t n)
 /* Greedy: prompt in one step, then one token per step; returns tokens made. */
 static int greedy(struct engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out)
 {
-	int32_t seq, n_vocab = engine_n_vocab(e);
+	int32_t n_vocab = engine_n_vocab(e);
 	float *logits = malloc((size_t)n_vocab * sizeof(float));
+	struct tseq sq = { .n_blocks = 0 };
 	int n = 0;
 
-	if (!logits || engine_seq_new(e, &seq) < 0) {
-		free(logits);
-		return -1;
-	}
-	int32_t *seqs = calloc((size_t)n_prompt, sizeof *seqs);
-	for (int i = 0; i < n_prompt; i++)
-		seqs[i] = seq;
-	struct engine_batch b = { n_prompt, prompt, seqs, NULL };
-	if (engine_step(e, &b, logits) == 1) {
+	if (logits && tseq_feed(e, &sq, prompt, n_prompt, n_prompt, logits) == 1) {
 		while (n < n_gen) {
 			out[n] = argmax(logits, n_vocab);
-			struct engine_batch d = { 1, &out[n], &seq, NULL };
 			n++;
-			if (n < n_gen && engine_step(e, &d, logits) != 1) {
+			if (n < n_gen && tseq_feed(e, &sq, &out[n - 1], 1, 1, logits) != 1) {
 				n = -1;
 				break;
 			}
@@ -72,8 +64,7 @@ static int greedy(struct engine *e, const int32_t *prompt, int n_prompt, int n_g
 	} else {
 		n = -1;
 	}
-	engine_seq_free(e, seq);
-	free(seqs);
+	tseq_free(e, &sq);
 	free(logits);
 	return n;
 }
@@ -122,8 +113,7 @@ static void check_case(json_object *c, const char *models_dir)
 				break;
 			}
 		}
-		printf("%-36s %-34.34s %-10s %d/%d tokens match\n", rel, prompt, quant_isa_name(used),
-		       n, horizon);
+		printf("%-36s %-34.34s %-10s %d tokens compared\n", rel, prompt, quant_isa_name(used), n);
 		engine_free(e);
 	}
 	model_free(m);
@@ -135,7 +125,8 @@ static void check_logits(const char *models_dir, const char *rel, const char *re
 	char path[4096], err[512];
 	struct model *m = NULL;
 	struct engine *e;
-	int32_t ids[64], seq;
+	struct tseq sq = { .n_blocks = 0 };
+	int32_t ids[64];
 	double worst = 0;
 	FILE *f;
 
@@ -147,11 +138,9 @@ static void check_logits(const char *models_dir, const char *rel, const char *re
 	}
 	int n = tokenizer_encode(m->tok, "Once upon a time", 16, 1, 0, ids, 64);
 	float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-	int32_t seqs[64] = { 0 };
 	e = new_engine(m, 64);
-	CHECK(e && engine_seq_new(e, &seq) == 0);
-	struct engine_batch b = { n, ids, seqs, NULL };
-	CHECK_INT_EQ(engine_step(e, &b, logits), 1);
+	CHECK(e != NULL);
+	CHECK_INT_EQ(tseq_feed(e, &sq, ids, n, n, logits), 1);
 	snprintf(path, sizeof path, "%s/golden/%s", models_dir, ref);
 	f = fopen(path, "r");
 	CHECK(f != NULL);

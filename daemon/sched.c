@@ -1,0 +1,697 @@
+/* sched.c - the continuous-batching scheduler over the engine and its KV pool.
+ *
+ * It owns the requests (their tokens, block tables, samplers, detokenizer
+ * and stop-string state), plans each step's batch under the token budget,
+ * admits, preempts and cancels, feeds the prefix cache, samples and emits
+ * events.  It does not compute (engine.c) nor talk to clients (the daemon).
+ * Engine thread only.  Live requests sit in one array scanned per step:
+ * there are at most max_seqs + max_queue of them.
+ */
+#include "sched.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "kv_pool.h"
+#include "model.h"
+#include "stopstr.h"
+#include "tokenizer.h"
+
+#define PIECE_MAX 512 /* bytes one token's text can release, with held-back bytes */
+
+enum seq_state {
+	SEQ_WAITING = 0,  /* queued, never admitted or preempted */
+	SEQ_RUNNING = 1,  /* holds blocks; prefilling or decoding */
+};
+
+struct seq {
+	uint64_t id;            /* caller's id */
+	uint32_t client;        /* fairness key */
+	int32_t priority;
+	uint64_t order;         /* submission order (FIFO tie-break) */
+	uint64_t admit_order;   /* admission order; the newest is preempted first */
+	enum seq_state state;
+	int cancelled;          /* finish at the next step */
+	int ignore_eos, logprobs;
+	int32_t *tokens;        /* (cap) prompt then generated ids; owned */
+	int32_t n_tokens;
+	int32_t n_prompt;
+	int32_t max_tokens;
+	int32_t n_gen;
+	int32_t n_computed;     /* leading tokens whose KV is in the blocks */
+	int32_t *table;         /* (max_blocks) block ids; owned */
+	int32_t n_blocks;       /* blocks held (one reference each) */
+	uint64_t *hashes;       /* (max_blocks) content hash of each published block */
+	int32_t n_hashed;       /* leading blocks with a hash (published or found) */
+	int32_t step_rows;      /* rows this step (planning only) */
+	int preempted_now;      /* preempted while planning this step: not readmitted in it */
+	struct sampler *smp;    /* owned */
+	struct stopstr *stop;   /* owned */
+	struct detok dt;        /* incremental UTF-8 state */
+	struct sched_usage usage;
+	double t_submit, t_admit, t_first; /* monotonic seconds; 0 = not yet */
+	int admitted_once;
+};
+
+struct sched {
+	struct engine *e;            /* borrowed */
+	const struct model *m;       /* borrowed */
+	struct kv_pool *kv;          /* the engine's */
+	struct sched_params p;
+	sched_event_fn fn;
+	void *ctx;
+	int32_t bt;                  /* tokens per block */
+	int32_t n_ctx;               /* positions per sequence */
+	int32_t max_blocks;          /* table entries per sequence */
+	struct seq **live;           /* (cap_live) every unfinished request */
+	struct seq **run;            /* (cap_live) running ones, in run order (planning) */
+	int32_t n_live, cap_live;
+	uint64_t next_order, next_admit;
+	struct sched_counters c;
+	/* step scratch, (max_batched_tokens) each */
+	int32_t *row_token, *row_pos;
+	const int32_t **row_table;
+	uint8_t *row_logits;
+	struct seq **row_seq;
+	float *logits;               /* (max_seqs, n_vocab) */
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void sched_params_default(struct sched_params *p)
+{
+	p->max_seqs = 32;
+	p->max_batched_tokens = 512;
+	p->max_queue = 1024;
+	p->prefix_cache = 1;
+}
+
+int sched_new(struct engine *e, const struct model *m, const struct sched_params *p,
+	      sched_event_fn fn, void *ctx, struct sched **ret, char *err, size_t errlen)
+{
+	struct sched *s;
+	size_t T;
+
+	if (p->max_seqs < 1 || p->max_batched_tokens < 1 || p->max_queue < 0 || !fn ||
+	    p->max_batched_tokens > engine_max_batch(e)) {
+		snprintf(err, errlen, "invalid scheduler parameters (max_batched_tokens must be 1..%d)",
+			 engine_max_batch(e));
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof *s);
+	if (!s)
+		goto nomem;
+	s->e = e;
+	s->m = m;
+	s->kv = engine_kv_pool(e);
+	s->p = *p;
+	s->fn = fn;
+	s->ctx = ctx;
+	s->bt = s->kv->view.block_tokens;
+	s->n_ctx = engine_n_ctx(e);
+	s->max_blocks = (s->n_ctx + s->bt - 1) / s->bt;
+	s->cap_live = p->max_seqs + p->max_queue;
+	s->live = calloc((size_t)s->cap_live, sizeof *s->live);
+	s->run = calloc((size_t)s->cap_live, sizeof *s->run);
+	T = (size_t)p->max_batched_tokens;
+	s->row_token = malloc(T * sizeof *s->row_token);
+	s->row_pos = malloc(T * sizeof *s->row_pos);
+	s->row_table = malloc(T * sizeof *s->row_table);
+	s->row_logits = malloc(T);
+	s->row_seq = malloc(T * sizeof *s->row_seq);
+	s->logits = malloc((size_t)p->max_seqs * m->hp.n_vocab * sizeof(float));
+	if (!s->live || !s->run || !s->row_token || !s->row_pos || !s->row_table || !s->row_logits ||
+	    !s->row_seq || !s->logits)
+		goto nomem;
+	*ret = s;
+	return 0;
+nomem:
+	sched_free(s);
+	snprintf(err, errlen, "out of memory");
+	return -ENOMEM;
+}
+
+/* ---- requests ---- */
+
+static void seq_release_blocks(struct sched *s, struct seq *q)
+{
+	while (q->n_blocks > 0)
+		kv_pool_unref(s->kv, q->table[--q->n_blocks]);
+	q->n_computed = 0;
+	q->n_hashed = 0;
+}
+
+static void seq_free(struct sched *s, struct seq *q)
+{
+	if (!q)
+		return;
+	seq_release_blocks(s, q);
+	sampler_free(q->smp);
+	stopstr_free(q->stop);
+	free(q->tokens);
+	free(q->table);
+	free(q->hashes);
+	free(q);
+}
+
+void sched_free(struct sched *s)
+{
+	if (!s)
+		return;
+	for (int32_t i = 0; i < s->n_live; i++)
+		seq_free(s, s->live[i]);
+	free(s->live);
+	free(s->run);
+	free(s->row_token);
+	free(s->row_pos);
+	free(s->row_table);
+	free(s->row_logits);
+	free(s->row_seq);
+	free(s->logits);
+	free(s);
+}
+
+static struct seq *find_live(const struct sched *s, uint64_t id)
+{
+	for (int32_t i = 0; i < s->n_live; i++)
+		if (s->live[i]->id == id)
+			return s->live[i];
+	return NULL;
+}
+
+int sched_submit(struct sched *s, const struct sched_request *r)
+{
+	struct seq *q;
+	int32_t waiting = 0, cap;
+	int rc;
+
+	if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || r->n_stops < 0)
+		return -EINVAL;
+	for (int32_t i = 0; i < r->n_prompt; i++)
+		if (r->prompt[i] < 0 || r->prompt[i] >= s->m->hp.n_vocab)
+			return -EINVAL;
+	/* The prompt plus one generated token must fit a sequence and the
+	 * whole pool, or it could wait forever. */
+	if (r->n_prompt + 1 > s->n_ctx ||
+	    (r->n_prompt + s->bt) / s->bt > s->kv->view.n_blocks)
+		return -E2BIG;
+	if (find_live(s, r->id))
+		return -EEXIST;
+	for (int32_t i = 0; i < s->n_live; i++)
+		waiting += s->live[i]->state == SEQ_WAITING;
+	if (waiting >= s->p.max_queue || s->n_live >= s->cap_live)
+		return -EBUSY;
+
+	q = calloc(1, sizeof *q);
+	if (!q)
+		return -ENOMEM;
+	cap = r->n_prompt + r->max_tokens;
+	if (cap > s->n_ctx)
+		cap = s->n_ctx;
+	q->tokens = malloc((size_t)cap * sizeof *q->tokens);
+	q->table = malloc((size_t)s->max_blocks * sizeof *q->table);
+	q->hashes = malloc((size_t)s->max_blocks * sizeof *q->hashes);
+	if (!q->tokens || !q->table || !q->hashes) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if ((rc = sampler_new(&r->sampling, s->m->hp.n_vocab, &q->smp)) < 0 ||
+	    (rc = stopstr_new(r->stops, r->n_stops, &q->stop)) < 0)
+		goto fail;
+	memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
+	q->n_tokens = q->n_prompt = r->n_prompt;
+	q->max_tokens = cap - r->n_prompt < r->max_tokens ? cap - r->n_prompt : r->max_tokens;
+	q->id = r->id;
+	q->client = r->client;
+	q->priority = r->priority;
+	q->ignore_eos = r->ignore_eos;
+	q->logprobs = r->logprobs;
+	q->order = s->next_order++;
+	q->state = SEQ_WAITING;
+	q->t_submit = now_s();
+	q->usage.prompt_tokens = r->n_prompt;
+	for (int32_t i = 0; i < r->n_prompt; i++)
+		sampler_accept(q->smp, r->prompt[i]);
+	s->live[s->n_live++] = q;
+	return 0;
+fail:
+	seq_free(s, q);
+	return rc;
+}
+
+int sched_cancel(struct sched *s, uint64_t id)
+{
+	struct seq *q = find_live(s, id);
+	if (!q)
+		return -ENOENT;
+	q->cancelled = 1;
+	return 0;
+}
+
+int32_t sched_live(const struct sched *s)
+{
+	return s->n_live;
+}
+
+/* Removes Q from the live array, sends its FINISH event and frees it. */
+static void seq_finish(struct sched *s, struct seq *q, enum sched_finish why, int error,
+		       const char *message)
+{
+	struct sched_event ev = { .kind = SCHED_EV_FINISH, .id = q->id, .finish = why,
+				  .error = error, .message = message };
+	char tail[PIECE_MAX + STOPSTR_MAX_LEN];
+	double t = now_s();
+
+	if (why == SCHED_FIN_LENGTH || why == SCHED_FIN_STOP) {
+		/* Release what the stop matcher and the detokenizer held back. */
+		size_t n = stopstr_flush(q->stop, tail, sizeof tail);
+		n += (size_t)detok_flush(&q->dt, tail + n, sizeof tail - n);
+		if (n) {
+			struct sched_event te = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = -1,
+						  .text = tail, .text_len = n };
+			s->fn(s->ctx, &te);
+		}
+	}
+	q->usage.generated_tokens = q->n_gen;
+	if (!q->admitted_once)
+		q->usage.queue_s = t - q->t_submit;
+	else if (!q->t_first)
+		q->usage.prefill_s = t - q->t_admit;
+	else
+		q->usage.decode_s = t - q->t_first;
+	ev.usage = q->usage;
+	for (int32_t i = 0; i < s->n_live; i++)
+		if (s->live[i] == q) {
+			s->live[i] = s->live[--s->n_live];
+			break;
+		}
+	s->c.finished++;
+	s->fn(s->ctx, &ev);
+	seq_free(s, q);
+}
+
+/* ---- blocks and the prefix cache ---- */
+
+/* Blocks Q needs so that positions up to N_TOTAL - 1 have a block. */
+static int32_t blocks_needed(const struct sched *s, const struct seq *q, int32_t n_total)
+{
+	int32_t want = (n_total + s->bt - 1) / s->bt;
+	return want > q->n_blocks ? want - q->n_blocks : 0;
+}
+
+static int grow(struct sched *s, struct seq *q, int32_t n_total)
+{
+	int32_t need = blocks_needed(s, q, n_total);
+	if (need > kv_pool_n_available(s->kv))
+		return -ENOSPC;
+	while (need-- > 0)
+		q->table[q->n_blocks++] = kv_pool_alloc(s->kv);
+	return 0;
+}
+
+/* Publishes the blocks Q has filled completely, extending its hash chain. */
+static void publish_full(struct sched *s, struct seq *q)
+{
+	if (!s->p.prefix_cache)
+		return;
+	while (q->n_hashed < q->n_blocks && (q->n_hashed + 1) * s->bt <= q->n_computed) {
+		int32_t i = q->n_hashed;
+		uint64_t parent = i ? q->hashes[i - 1] : KV_HASH_ROOT;
+		const int32_t *toks = q->tokens + (size_t)i * s->bt;
+		kv_pool_publish(s->kv, q->table[i], parent, toks);
+		q->hashes[i] = kv_pool_hash(s->kv, parent, toks);
+		q->n_hashed++;
+	}
+}
+
+/* Takes the longest chain of cached blocks matching Q's tokens, keeping at
+ * least one token to compute (its logits are needed).  Returns tokens hit. */
+static int32_t attach_prefix(struct sched *s, struct seq *q)
+{
+	int32_t hit = 0;
+
+	if (!s->p.prefix_cache)
+		return 0;
+	while ((q->n_blocks + 1) * s->bt <= q->n_tokens - 1) {
+		int32_t i = q->n_blocks;
+		uint64_t parent = i ? q->hashes[i - 1] : KV_HASH_ROOT;
+		const int32_t *toks = q->tokens + (size_t)i * s->bt;
+		int32_t b = kv_pool_lookup(s->kv, parent, toks);
+		if (b < 0)
+			break;
+		q->table[q->n_blocks++] = b;
+		q->hashes[i] = kv_pool_hash(s->kv, parent, toks);
+		q->n_hashed = q->n_blocks;
+		hit += s->bt;
+	}
+	s->c.prefix_lookups = s->kv->lookups;
+	q->n_computed = hit;
+	return hit;
+}
+
+/* ---- planning ---- */
+
+/* Run order: higher priority first, then earlier submission. */
+static int before(const struct seq *a, const struct seq *b)
+{
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	return a->order < b->order;
+}
+
+static int cmp_run_order(const void *pa, const void *pb)
+{
+	const struct seq *a = *(struct seq *const *)pa, *b = *(struct seq *const *)pb;
+	return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+/* The running sequence to preempt: lowest priority, most recently admitted,
+ * among those with no rows in this step yet. */
+static struct seq *pick_victim(struct sched *s)
+{
+	struct seq *v = NULL;
+	for (int32_t i = 0; i < s->n_live; i++) {
+		struct seq *q = s->live[i];
+		if (q->state != SEQ_RUNNING || q->step_rows || q->cancelled)
+			continue;
+		if (!v || q->priority < v->priority ||
+		    (q->priority == v->priority && q->admit_order > v->admit_order))
+			v = q;
+	}
+	return v;
+}
+
+static void preempt(struct sched *s, struct seq *q)
+{
+	seq_release_blocks(s, q);
+	q->preempted_now = 1;
+	q->state = SEQ_WAITING;
+	q->usage.preemptions++;
+	s->c.preemptions++;
+}
+
+static void add_rows(struct sched *s, struct seq *q, int32_t n, int32_t *T)
+{
+	for (int32_t k = 0; k < n; k++) {
+		int32_t pos = q->n_computed + q->step_rows + k;
+		s->row_token[*T] = q->tokens[pos];
+		s->row_pos[*T] = pos;
+		s->row_table[*T] = q->table;
+		s->row_seq[*T] = q;
+		s->row_logits[*T] = pos == q->n_tokens - 1;
+		(*T)++;
+	}
+	q->step_rows += n;
+}
+
+/* Among waiting requests: the highest priority; within it the client with
+ * the fewest running sequences; within that the earliest submitted. */
+static struct seq *pick_admission(struct sched *s)
+{
+	struct seq *best = NULL;
+	int32_t best_running = 0;
+
+	for (int32_t i = 0; i < s->n_live; i++) {
+		struct seq *q = s->live[i];
+		int32_t running = 0;
+		if (q->state != SEQ_WAITING || q->cancelled || q->preempted_now)
+			continue;
+		for (int32_t j = 0; j < s->n_live; j++)
+			running += s->live[j]->state == SEQ_RUNNING && s->live[j]->client == q->client;
+		if (!best || q->priority > best->priority ||
+		    (q->priority == best->priority &&
+		     (running < best_running || (running == best_running && q->order < best->order)))) {
+			best = q;
+			best_running = running;
+		}
+	}
+	return best;
+}
+
+/* Rows Q may take this step: at most N, as far as free blocks reach. */
+static int32_t fit_blocks(struct sched *s, struct seq *q, int32_t n)
+{
+	int32_t reach = (q->n_blocks + kv_pool_n_available(s->kv)) * s->bt - q->n_computed;
+	if (n > reach)
+		n = reach;
+	if (n > 0)
+		grow(s, q, q->n_computed + n); /* cannot fail now */
+	return n;
+}
+
+/* Fills the step's rows; returns T. */
+static int32_t plan(struct sched *s)
+{
+	int32_t T = 0, budget = s->p.max_batched_tokens, running = 0, n_run = 0;
+	struct seq **run = s->run;
+
+	for (int32_t i = 0; i < s->n_live; i++) {
+		s->live[i]->step_rows = 0;
+		s->live[i]->preempted_now = 0;
+		if (s->live[i]->state == SEQ_RUNNING)
+			run[n_run++] = s->live[i];
+	}
+	qsort(run, (size_t)n_run, sizeof *run, cmp_run_order);
+
+	/* 1. one decode token per running sequence, preempting when blocks run out */
+	for (int32_t i = 0; i < n_run && budget > 0; i++) {
+		struct seq *q = run[i];
+		if (q->state != SEQ_RUNNING || q->n_tokens - q->n_computed != 1)
+			continue;
+		while (grow(s, q, q->n_tokens) < 0) {
+			struct seq *v = pick_victim(s);
+			preempt(s, v && v != q ? v : q);
+			if (!v || v == q)
+				break;
+		}
+		if (q->state != SEQ_RUNNING)
+			continue;
+		add_rows(s, q, 1, &T);
+		s->c.decode_rows++;
+		budget--;
+	}
+	/* 2. prompts already being prefilled continue, as far as blocks allow */
+	for (int32_t i = 0; i < n_run && budget > 0; i++) {
+		struct seq *q = run[i];
+		int32_t n;
+		if (q->state != SEQ_RUNNING || q->step_rows || q->n_tokens - q->n_computed <= 1)
+			continue;
+		n = fit_blocks(s, q, q->n_tokens - q->n_computed < budget ? q->n_tokens - q->n_computed : budget);
+		if (n <= 0)
+			continue;
+		add_rows(s, q, n, &T);
+		s->c.prefill_rows += (uint64_t)n;
+		budget -= n;
+	}
+	for (int32_t i = 0; i < s->n_live; i++)
+		running += s->live[i]->state == SEQ_RUNNING;
+	/* 3. admit waiting requests while budget, sequence slots and blocks last */
+	while (budget > 0 && running < s->p.max_seqs) {
+		struct seq *q = pick_admission(s);
+		int32_t n, hit;
+		if (!q)
+			break;
+		hit = attach_prefix(s, q);
+		n = q->n_tokens - q->n_computed;
+		n = fit_blocks(s, q, n < budget ? n : budget);
+		if (n <= 0) {
+			seq_release_blocks(s, q); /* wait for blocks to come back */
+			break;
+		}
+		q->state = SEQ_RUNNING;
+		q->admit_order = s->next_admit++;
+		if (!q->admitted_once) {
+			q->admitted_once = 1;
+			q->t_admit = now_s();
+			q->usage.queue_s = q->t_admit - q->t_submit;
+			q->usage.cached_tokens = hit;
+		}
+		s->c.prefix_hit_tokens += (uint64_t)hit;
+		running++;
+		add_rows(s, q, n, &T);
+		s->c.prefill_rows += (uint64_t)n;
+		budget -= n;
+	}
+	return T;
+}
+
+/* ---- the step ---- */
+
+static void emit_token(struct sched *s, struct seq *q, int32_t tok, float logprob, int *ret_stop)
+{
+	char piece[PIECE_MAX], safe[PIECE_MAX + STOPSTR_MAX_LEN];
+	size_t n_safe = 0;
+	int n;
+
+	n = detok_push(s->m->tok, &q->dt, tok, 0, piece, sizeof piece);
+	*ret_stop = stopstr_feed(q->stop, piece, n > 0 ? (size_t)n : 0, safe, sizeof safe, &n_safe) == 1;
+	struct sched_event ev = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = tok,
+				  .logprob = logprob, .text = safe, .text_len = n_safe };
+	s->fn(s->ctx, &ev);
+}
+
+static void fail_all(struct sched *s, int err)
+{
+	while (s->n_live > 0)
+		seq_finish(s, s->live[0], SCHED_FIN_ERROR, err, "the forward pass failed");
+}
+
+int sched_step(struct sched *s)
+{
+	int32_t T, n_vocab = s->m->hp.n_vocab, li = 0, seqs = 0;
+	int r;
+
+	for (int32_t i = 0; i < s->n_live;) {
+		struct seq *q = s->live[i];
+		if (q->cancelled)
+			seq_finish(s, q, SCHED_FIN_CANCELLED, 0, NULL);
+		else
+			i++;
+	}
+	T = plan(s);
+	/* Running prefills can hold every block between them and all stall:
+	 * free the newest lowest-priority one's blocks and plan again. */
+	for (int32_t tries = 0; T == 0 && tries < s->n_live; tries++) {
+		struct seq *v = pick_victim(s);
+		if (!v)
+			break;
+		preempt(s, v);
+		T = plan(s);
+	}
+	if (T == 0)
+		return 0;
+
+	struct engine_batch b = { T, s->row_token, s->row_pos, s->row_table, s->row_logits };
+	r = engine_step(s->e, &b, s->logits);
+	if (r < 0) {
+		fail_all(s, r);
+		return r;
+	}
+	s->c.steps++;
+	s->c.step_rows += (uint64_t)T;
+	s->c.last_step_rows = T;
+
+	/* Commit the computed positions, publish full blocks, then sample for
+	 * every row that produced logits (in row order). */
+	for (int32_t t = 0; t < T; t++) {
+		struct seq *q = s->row_seq[t];
+		if (t > 0 && s->row_seq[t - 1] == q)
+			continue;
+		seqs++;
+		q->n_computed += q->step_rows;
+		publish_full(s, q);
+	}
+	s->c.last_step_seqs = seqs;
+	for (int32_t t = 0; t < T; t++) {
+		struct seq *q = s->row_seq[t];
+		float lp = 0;
+		int stop = 0;
+		int32_t tok;
+
+		if (!s->row_logits[t])
+			continue;
+		const float *lg = s->logits + (size_t)li++ * n_vocab;
+		tok = sampler_sample(q->smp, lg, q->logprobs ? &lp : NULL);
+		sampler_accept(q->smp, tok);
+		q->tokens[q->n_tokens++] = tok;
+		q->n_gen++;
+		s->c.generated_tokens++;
+		if (!q->t_first) {
+			q->t_first = now_s();
+			q->usage.prefill_s = q->t_first - q->t_admit;
+		}
+		if (!q->ignore_eos && tokenizer_is_eog(s->m->tok, tok)) {
+			struct sched_event ev = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = tok,
+						  .logprob = lp, .text = "", .text_len = 0 };
+			s->fn(s->ctx, &ev);
+			seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
+			continue;
+		}
+		emit_token(s, q, tok, lp, &stop);
+		if (stop)
+			seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
+		else if (q->n_gen >= q->max_tokens || q->n_tokens >= s->n_ctx ||
+			 (q->n_tokens + s->bt - 1) / s->bt > s->kv->view.n_blocks)
+			seq_finish(s, q, SCHED_FIN_LENGTH, 0, NULL);
+	}
+	return T;
+}
+
+/* ---- introspection ---- */
+
+void sched_counters(const struct sched *s, struct sched_counters *ret)
+{
+	*ret = s->c;
+	ret->pool_blocks = s->kv->view.n_blocks;
+	ret->block_tokens = s->bt;
+	ret->used_blocks = s->kv->n_used;
+	ret->cached_blocks = s->kv->n_cached;
+	ret->prefix_lookups = s->kv->lookups;
+	ret->evictions = s->kv->evictions;
+	ret->waiting = ret->running = 0;
+	ret->wasted_slots = 0;
+	for (int32_t i = 0; i < s->n_live; i++) {
+		const struct seq *q = s->live[i];
+		if (q->state == SEQ_RUNNING) {
+			ret->running++;
+			ret->wasted_slots += q->n_blocks * s->bt - q->n_computed;
+		} else {
+			ret->waiting++;
+		}
+	}
+}
+
+int sched_check(const struct sched *s, char *err, size_t errlen)
+{
+	int32_t n = s->kv->view.n_blocks;
+	uint32_t *owners = calloc((size_t)n, sizeof *owners);
+	int r = 0;
+
+	if (!owners) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < s->n_live && r == 0; i++) {
+		const struct seq *q = s->live[i];
+		if (q->state == SEQ_WAITING && (q->n_blocks || q->n_computed)) {
+			snprintf(err, errlen, "waiting request %llu holds %d blocks", (unsigned long long)q->id,
+				 q->n_blocks);
+			r = -EUCLEAN;
+		}
+		if (q->n_computed > q->n_tokens || q->n_computed > q->n_blocks * s->bt ||
+		    q->n_tokens > q->n_prompt + q->max_tokens) {
+			snprintf(err, errlen, "request %llu: computed %d of %d tokens with %d blocks",
+				 (unsigned long long)q->id, q->n_computed, q->n_tokens, q->n_blocks);
+			r = -EUCLEAN;
+		}
+		for (int32_t k = 0; k < q->n_blocks && r == 0; k++) {
+			int32_t b = q->table[k];
+			if (b < 0 || b >= n) {
+				snprintf(err, errlen, "request %llu: block id %d out of range",
+					 (unsigned long long)q->id, b);
+				r = -EUCLEAN;
+			} else {
+				owners[b]++;
+			}
+		}
+	}
+	for (int32_t b = 0; b < n && r == 0; b++)
+		if (owners[b] != kv_pool_refs(s->kv, b)) {
+			snprintf(err, errlen, "block %d: %u references held by requests, pool counts %u", b,
+				 owners[b], kv_pool_refs(s->kv, b));
+			r = -EUCLEAN;
+		}
+	free(owners);
+	if (r == 0)
+		r = kv_pool_check(s->kv, err, errlen);
+	return r;
+}

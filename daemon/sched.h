@@ -1,0 +1,145 @@
+/* sched.h - continuous batching: many requests, one forward step at a time.
+ *
+ * Each step spends a token budget: every running sequence's next decode
+ * token first, then chunks of prompts being prefilled, then newly admitted
+ * requests (highest priority first, the client with the fewest running
+ * sequences first within a priority, FIFO within a client).  Prompts reuse
+ * the longest chain of cached KV blocks (prefix cache).  When a decode needs
+ * a block and none is free, the lowest-priority, most recently admitted
+ * sequence is preempted: its blocks are released and it is recomputed later
+ * from its tokens, resuming exactly where it was.  Results come back as
+ * events through a callback.  Everything here runs on the engine thread.
+ */
+#ifndef LLMD_SCHED_H
+#define LLMD_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sampler.h"
+
+struct engine;
+struct model;
+struct sched;
+
+struct sched_params {
+	int32_t max_seqs;           /* sequences running at once */
+	int32_t max_batched_tokens; /* token rows per step (<= the engine's max_batch) */
+	int32_t max_queue;          /* requests waiting before submit says -EBUSY */
+	int prefix_cache;           /* 1: reuse cached blocks of equal prefixes */
+};
+
+/* Defaults: 32 sequences, 512 tokens, 1024 queued, prefix cache on. */
+void sched_params_default(struct sched_params *p);
+
+/* A request, copied by sched_submit. */
+struct sched_request {
+	uint64_t id;                 /* caller's id, echoed in events; unique while live */
+	uint32_t client;             /* fairness key (the daemon passes the uid) */
+	int32_t priority;            /* higher runs first */
+	const int32_t *prompt;       /* (n_prompt) token ids */
+	int32_t n_prompt;
+	int32_t max_tokens;          /* tokens to generate at most (>= 1) */
+	struct sampler_params sampling;
+	const char *const *stops;    /* (n_stops) stop strings */
+	int n_stops;
+	int ignore_eos;              /* 1: generate past end-of-generation tokens */
+	int logprobs;                /* 1: report each token's log-probability */
+};
+
+enum sched_event_kind {
+	SCHED_EV_TOKEN = 1,  /* a generated token and the text it completes */
+	SCHED_EV_FINISH = 2, /* the request is over; no more events for its id */
+};
+
+enum sched_finish {
+	SCHED_FIN_STOP = 1,      /* end-of-generation token or stop string */
+	SCHED_FIN_LENGTH = 2,    /* max_tokens, or the context is full */
+	SCHED_FIN_CANCELLED = 3, /* sched_cancel */
+	SCHED_FIN_ERROR = 4,     /* see error and message */
+};
+
+struct sched_usage {
+	int32_t prompt_tokens;    /* n_prompt */
+	int32_t cached_tokens;    /* prompt tokens served from the prefix cache (first admission) */
+	int32_t generated_tokens;
+	int32_t preemptions;      /* times this request was preempted */
+	double queue_s;           /* submit to first admission */
+	double prefill_s;         /* first admission to first token */
+	double decode_s;          /* first token to finish */
+};
+
+struct sched_event {
+	enum sched_event_kind kind;
+	uint64_t id;                /* the request's id */
+	/* SCHED_EV_TOKEN */
+	int32_t token;
+	float logprob;              /* 0 unless the request asked for logprobs */
+	const char *text;           /* complete UTF-8 text released by this token
+	                               (may be empty); valid during the callback */
+	size_t text_len;
+	/* SCHED_EV_FINISH */
+	enum sched_finish finish;
+	int error;                  /* negative errno with SCHED_FIN_ERROR */
+	const char *message;        /* with SCHED_FIN_ERROR */
+	struct sched_usage usage;
+};
+
+typedef void (*sched_event_fn)(void *ctx, const struct sched_event *ev);
+
+struct sched_counters {
+	int32_t pool_blocks;        /* KV pool capacity, blocks */
+	int32_t block_tokens;       /* tokens per block */
+	int32_t used_blocks;        /* referenced by sequences */
+	int32_t cached_blocks;      /* unreferenced, kept for the prefix cache */
+	int32_t wasted_slots;       /* allocated but unfilled token slots (block tails) */
+	uint64_t prefix_lookups;    /* block lookups */
+	uint64_t prefix_hit_tokens; /* prompt tokens not recomputed thanks to the cache */
+	uint64_t preemptions;
+	uint64_t evictions;         /* cached blocks reclaimed */
+	int32_t waiting;            /* queue length (preempted ones included) */
+	int32_t running;
+	uint64_t steps;
+	uint64_t step_rows;         /* token rows over all steps */
+	int32_t last_step_rows;
+	int32_t last_step_seqs;
+	uint64_t prefill_rows;      /* prompt rows computed (recomputation included) */
+	uint64_t decode_rows;       /* decode rows computed */
+	uint64_t generated_tokens;
+	uint64_t finished;
+};
+
+/* E and M must outlive the scheduler.  Returns 0 or a negative errno with a
+ * message. */
+int sched_new(struct engine *e, const struct model *m, const struct sched_params *p,
+	      sched_event_fn fn, void *ctx, struct sched **ret, char *err, size_t errlen);
+/* Finishes nothing: pending requests are dropped without events. NULL-safe. */
+void sched_free(struct sched *s);
+
+/* Queues a request.  Returns 0, -EINVAL (bad parameters, empty prompt, bad
+ * token), -E2BIG (the prompt can never fit the context or the KV pool),
+ * -EBUSY (the queue is full), -EEXIST (the id is live), -ENOMEM.  No event
+ * is sent for a refused request. */
+int sched_submit(struct sched *s, const struct sched_request *r);
+
+/* Cancels request ID wherever it is (queued, prefilling, decoding,
+ * preempted); its blocks are freed and its FINISH event sent at the next
+ * step.  0 or -ENOENT. */
+int sched_cancel(struct sched *s, uint64_t id);
+
+/* Runs one step.  Returns the number of token rows run (0 when there was
+ * nothing to do), or a negative errno when the engine failed (every running
+ * request then gets a FINISH with SCHED_FIN_ERROR). */
+int sched_step(struct sched *s);
+
+/* Requests not yet finished. */
+int32_t sched_live(const struct sched *s);
+
+void sched_counters(const struct sched *s, struct sched_counters *ret);
+
+/* Checks the invariants of the scheduler and the pool (block ownership,
+ * refcounts, free list, positions): 0 or -EUCLEAN with a description.  For
+ * tests; O(blocks). */
+int sched_check(const struct sched *s, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,452 @@
+/* test_sched.c - continuous batching keeps its promises:
+ *  - batch invariance: a request's tokens do not depend on who else runs
+ *    (31 others of different lengths, started at different steps), greedy
+ *    and seeded sampling alike;
+ *  - the prefix cache prefills a shared 200-token prefix once for 16
+ *    requests and changes no output;
+ *  - with a pool too small for the load every request still completes with
+ *    its tokens from running alone, and no block leaks;
+ *  - a randomized schedule (arrivals, lengths, priorities, clients,
+ *    cancellations) keeps every invariant after every step;
+ *  - allocated-but-unfilled KV slots stay under 4% in a mixed workload;
+ *  - refused requests get clear errors.
+ */
+#include <errno.h>
+
+#include "engine.h"
+#include "kv_pool.h"
+#include "model.h"
+#include "quant.h"
+#include "sched.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+#define MAX_REQ 128
+#define MAX_GEN 256
+
+struct result {
+	int32_t gen[MAX_GEN];
+	int n_gen;
+	int n_finish;             /* FINISH events seen (must end at 1) */
+	enum sched_finish finish;
+	struct sched_usage usage;
+};
+
+static struct result results[MAX_REQ];
+
+static void on_event(void *ctx, const struct sched_event *ev)
+{
+	struct result *r = &results[ev->id];
+	if (ev->kind == SCHED_EV_FINISH) {
+		r->n_finish++;
+		r->finish = ev->finish;
+		r->usage = ev->usage;
+	} else if (ev->token >= 0 && r->n_gen < MAX_GEN) {
+		r->gen[r->n_gen++] = ev->token;
+	}
+}
+
+struct rig {
+	struct engine *e;
+	struct sched *s;
+};
+
+static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int max_seqs,
+		   int budget, int prefix_cache)
+{
+	struct engine_params ep;
+	struct sched_params sp;
+	char err[256];
+
+	engine_params_default(&ep);
+	ep.kv_type = QT_F32;
+	ep.kv_tokens = kv_tokens;
+	ep.max_batch = budget;
+	ep.n_ctx = 512;
+	sched_params_default(&sp);
+	sp.max_seqs = max_seqs;
+	sp.max_batched_tokens = budget;
+	sp.prefix_cache = prefix_cache;
+	if (engine_new(m, &ep, &g->e, err, sizeof err) < 0 ||
+	    sched_new(g->e, m, &sp, on_event, NULL, &g->s, err, sizeof err) < 0) {
+		fprintf(stderr, "rig: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+static void rig_free(struct rig *g)
+{
+	sched_free(g->s);
+	engine_free(g->e);
+}
+
+/* Steps until idle, checking invariants after every step. */
+static void run_to_idle(struct rig *g)
+{
+	char err[256];
+	for (int guard = 0; sched_live(g->s) > 0 && guard < 100000; guard++) {
+		CHECK(sched_step(g->s) >= 0);
+		if (sched_check(g->s, err, sizeof err) < 0) {
+			fprintf(stderr, "invariant: %s\n", err);
+			test_failures++;
+			return;
+		}
+	}
+	CHECK_INT_EQ(sched_live(g->s), 0);
+}
+
+static struct sched_request req(uint64_t id, const int32_t *prompt, int n, int max_tokens)
+{
+	struct sched_request r = { .id = id, .prompt = prompt, .n_prompt = n, .max_tokens = max_tokens };
+	sampler_params_default(&r.sampling);
+	r.sampling.temperature = 0;
+	return r;
+}
+
+static int tokenize(const struct model *m, const char *text, int32_t *ids, int cap)
+{
+	return tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, ids, cap);
+}
+
+static const char *prompts[] = {
+	"Once upon a time", "", "I believe the meaning of life is", "Hello, world!", "Hello",
+	"The little dog ran to the park and", "Lily and Tom were best friends. One day",
+	"There was a big red ball", "Sam liked to play in the sand with his",
+};
+#define N_PROMPTS (int)(sizeof prompts / sizeof prompts[0])
+
+/* Every prompt alone, then each inside a crowd of 32 started at different
+ * steps, greedy and seeded: the tokens are the same. */
+static void test_batch_invariance(const struct model *m, const char *name)
+{
+	struct rig g;
+	int32_t ids[N_PROMPTS][64];
+	int n_ids[N_PROMPTS];
+	struct result alone[2][N_PROMPTS];
+
+	for (int i = 0; i < N_PROMPTS; i++)
+		n_ids[i] = tokenize(m, prompts[i], ids[i], 64);
+	if (rig_new(&g, m, 32 * 128, 32, 256, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	for (int seeded = 0; seeded < 2; seeded++)
+		for (int i = 0; i < N_PROMPTS; i++) {
+			struct sched_request r = req((uint64_t)i, ids[i], n_ids[i], 48);
+			if (seeded) {
+				r.sampling.temperature = 0.9f;
+				r.sampling.seed = 1000 + (uint64_t)i;
+			}
+			memset(&results[i], 0, sizeof results[i]);
+			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+			run_to_idle(&g);
+			alone[seeded][i] = results[i];
+		}
+	/* 32 requests: prompt i % N_PROMPTS, different max_tokens, a third of
+	 * them submitted only after some steps have run */
+	memset(results, 0, sizeof results);
+	for (int phase = 0; phase < 3; phase++) {
+		for (int k = phase; k < 32; k += 3) {
+			int i = k % N_PROMPTS, seeded = (k / N_PROMPTS) % 2;
+			struct sched_request r = req((uint64_t)k, ids[i], n_ids[i], 48);
+			if (seeded) {
+				r.sampling.temperature = 0.9f;
+				r.sampling.seed = 1000 + (uint64_t)i;
+			}
+			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+		}
+		for (int st = 0; st < 5 + 3 * phase; st++)
+			CHECK(sched_step(g.s) >= 0);
+	}
+	run_to_idle(&g);
+	int same = 0;
+	for (int k = 0; k < 32; k++) {
+		const struct result *a = &alone[(k / N_PROMPTS) % 2][k % N_PROMPTS];
+		CHECK_INT_EQ(results[k].n_finish, 1);
+		if (results[k].n_gen == a->n_gen && !memcmp(results[k].gen, a->gen, sizeof(int32_t) * (size_t)a->n_gen))
+			same++;
+		else
+			fprintf(stderr, "%s: request %d (prompt %d) differs in a crowd\n", name, k, k % N_PROMPTS);
+	}
+	printf("%s: %d/32 requests identical alone and in a crowd of 32\n", name, same);
+	CHECK_INT_EQ(same, 32);
+	struct sched_counters c;
+	sched_counters(g.s, &c);
+	CHECK_INT_EQ(c.used_blocks, 0);
+	rig_free(&g);
+}
+
+/* 16 requests sharing a 200-token prefix: prefilled once, same outputs. */
+static void test_prefix_cache(const struct model *m)
+{
+	int32_t prompt[16][260];
+	int n[16];
+	struct result without[16];
+	char text[4096] = "";
+
+	/* a long shared prefix: the same story sentence repeated */
+	for (int i = 0; i < 4; i++)
+		strcat(text, "Once upon a time, in a small village by the sea, there lived an old "
+			     "fisherman and his cat. Every morning they went out on the boat. ");
+	CHECK(tokenize(m, text, prompt[0], 260) >= 200);
+	for (int i = 0; i < 16; i++) {
+		char tail[64];
+		memcpy(prompt[i], prompt[0], sizeof(int32_t) * 200);
+		snprintf(tail, sizeof tail, " Day %d they saw", i + 1);
+		int32_t t[32];
+		int nt = tokenizer_encode(m->tok, tail, strlen(tail), 0, 0, t, 32);
+		memcpy(prompt[i] + 200, t, sizeof(int32_t) * (size_t)nt);
+		n[i] = 200 + nt;
+	}
+	for (int cache = 0; cache < 2; cache++) {
+		struct rig g;
+		struct sched_counters c;
+		if (rig_new(&g, m, 16 * 300, 16, 512, cache) < 0) {
+			test_failures++;
+			return;
+		}
+		memset(results, 0, sizeof results);
+		/* the first request alone first, then the 15 others together */
+		struct sched_request r0 = req(0, prompt[0], n[0], 16);
+		CHECK_INT_EQ(sched_submit(g.s, &r0), 0);
+		run_to_idle(&g);
+		for (int i = 1; i < 16; i++) {
+			struct sched_request r = req((uint64_t)i, prompt[i], n[i], 16);
+			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+		}
+		run_to_idle(&g);
+		sched_counters(g.s, &c);
+		if (!cache) {
+			memcpy(without, results, sizeof without);
+			CHECK_INT_EQ(c.prefix_hit_tokens, 0);
+		} else {
+			int32_t bt = c.block_tokens, shared = (200 / bt) * bt;
+			printf("prefix cache: %llu prompt tokens served from cache over 16 requests "
+			       "(%d shared per later request), %llu rows prefilled\n",
+			       (unsigned long long)c.prefix_hit_tokens, shared,
+			       (unsigned long long)c.prefill_rows);
+			CHECK(c.prefix_hit_tokens >= (uint64_t)(15 * shared));
+			for (int i = 1; i < 16; i++)
+				CHECK(results[i].usage.cached_tokens >= shared);
+			for (int i = 0; i < 16; i++)
+				CHECK(results[i].n_gen == without[i].n_gen &&
+				      !memcmp(results[i].gen, without[i].gen, sizeof(int32_t) * (size_t)without[i].n_gen));
+		}
+		CHECK_INT_EQ(c.used_blocks, 0);
+		rig_free(&g);
+	}
+}
+
+/* A pool far too small for 16 concurrent requests: preemption, same tokens. */
+static void test_preemption(const struct model *m)
+{
+	struct rig g;
+	struct result alone[16];
+	int32_t ids[16][64];
+	int n[16];
+	struct sched_counters c;
+
+	for (int i = 0; i < 16; i++)
+		n[i] = tokenize(m, prompts[i % N_PROMPTS], ids[i], 64);
+	if (rig_new(&g, m, 16 * 12, 16, 64, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	for (int i = 0; i < 16; i++) {
+		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + i);
+		r.ignore_eos = 1;
+		memset(&results[i], 0, sizeof results[i]);
+		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+		run_to_idle(&g);
+		alone[i] = results[i];
+	}
+	memset(results, 0, sizeof results);
+	for (int i = 0; i < 16; i++) {
+		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + i);
+		r.ignore_eos = 1;
+		r.priority = i % 3;
+		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+	}
+	run_to_idle(&g);
+	sched_counters(g.s, &c);
+	printf("preemption: %llu preemptions, %llu evictions with a %d-block pool\n",
+	       (unsigned long long)c.preemptions, (unsigned long long)c.evictions, c.pool_blocks);
+	CHECK(c.preemptions > 0);
+	for (int i = 0; i < 16; i++) {
+		CHECK_INT_EQ(results[i].n_finish, 1);
+		CHECK_INT_EQ(results[i].finish, SCHED_FIN_LENGTH);
+		CHECK(results[i].n_gen == alone[i].n_gen &&
+		      !memcmp(results[i].gen, alone[i].gen, sizeof(int32_t) * (size_t)alone[i].n_gen));
+	}
+	CHECK_INT_EQ(c.used_blocks, 0);
+	rig_free(&g);
+}
+
+/* Random arrivals, lengths, priorities, clients and cancellations. */
+static void test_random_schedule(const struct model *m)
+{
+	struct rig g;
+	int32_t prompt[MAX_REQ][120];
+	int n[MAX_REQ], cancelled[MAX_REQ] = { 0 }, submitted = 0, waste_samples = 0;
+	unsigned seed = 4242;
+	double waste = 0;
+	char err[256];
+
+	if (rig_new(&g, m, 40 * 16, 12, 96, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	memset(results, 0, sizeof results);
+	for (int i = 0; i < MAX_REQ; i++) {
+		n[i] = 1 + rand_r(&seed) % 110;
+		prompt[i][0] = 1;
+		for (int k = 1; k < n[i]; k++) /* shared beginnings now and then */
+			prompt[i][k] = (i % 4 == 0 && k < 40) ? 300 + k : 3 + rand_r(&seed) % 500;
+	}
+	for (int step = 0; step < 20000 && (submitted < MAX_REQ || sched_live(g.s) > 0); step++) {
+		int arrivals = rand_r(&seed) % 3;
+		for (int a = 0; a < arrivals && submitted < MAX_REQ; a++, submitted++) {
+			struct sched_request r = req((uint64_t)submitted, prompt[submitted], n[submitted],
+						     1 + rand_r(&seed) % 60);
+			r.priority = rand_r(&seed) % 3;
+			r.client = rand_r(&seed) % 4;
+			r.sampling.temperature = (rand_r(&seed) % 2) ? 0.8f : 0;
+			r.sampling.seed = (uint64_t)submitted;
+			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+		}
+		if (submitted > 0 && rand_r(&seed) % 10 == 0) {
+			int victim = rand_r(&seed) % submitted;
+			if (!results[victim].n_finish && sched_cancel(g.s, (uint64_t)victim) == 0)
+				cancelled[victim] = 1;
+		}
+		CHECK(sched_step(g.s) >= 0);
+		if (sched_check(g.s, err, sizeof err) < 0) {
+			fprintf(stderr, "step %d: invariant: %s\n", step, err);
+			test_failures++;
+			break;
+		}
+		struct sched_counters c;
+		sched_counters(g.s, &c);
+		if (c.used_blocks > 0) {
+			waste += (double)c.wasted_slots / (c.used_blocks * c.block_tokens);
+			waste_samples++;
+		}
+	}
+	struct sched_counters c;
+	sched_counters(g.s, &c);
+	int n_cancelled = 0;
+	for (int i = 0; i < MAX_REQ; i++) {
+		CHECK_INT_EQ(results[i].n_finish, 1);
+		if (cancelled[i]) {
+			CHECK_INT_EQ(results[i].finish, SCHED_FIN_CANCELLED);
+			n_cancelled++;
+		} else {
+			CHECK(results[i].finish == SCHED_FIN_STOP || results[i].finish == SCHED_FIN_LENGTH);
+		}
+	}
+	printf("random schedule: %d requests, %d cancelled, %llu preemptions, %llu steps, "
+	       "mean unfilled KV slots %.1f%% of used blocks\n", MAX_REQ, n_cancelled,
+	       (unsigned long long)c.preemptions, (unsigned long long)c.steps,
+	       waste_samples ? 100 * waste / waste_samples : 0.0);
+	CHECK_INT_EQ(c.used_blocks, 0);
+	CHECK_INT_EQ(c.running + c.waiting, 0);
+	rig_free(&g);
+}
+
+/* Long requests of mixed lengths: the unfilled tails of last blocks. */
+static void test_memory_waste(const struct model *m)
+{
+	struct rig g;
+	int32_t prompt[24][400];
+	unsigned seed = 99;
+	double waste = 0;
+	int samples = 0;
+
+	if (rig_new(&g, m, 24 * 512, 24, 256, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	memset(results, 0, sizeof results);
+	for (int i = 0; i < 24; i++) {
+		int len = 100 + rand_r(&seed) % 290;
+		prompt[i][0] = 1;
+		for (int k = 1; k < len; k++)
+			prompt[i][k] = 3 + rand_r(&seed) % 500;
+		struct sched_request r = req((uint64_t)i, prompt[i], len, 20 + rand_r(&seed) % 100);
+		r.ignore_eos = 1;
+		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+	}
+	while (sched_live(g.s) > 0) {
+		struct sched_counters c;
+		CHECK(sched_step(g.s) >= 0);
+		sched_counters(g.s, &c);
+		if (c.used_blocks > 0) {
+			waste += (double)c.wasted_slots / (c.used_blocks * c.block_tokens);
+			samples++;
+		}
+	}
+	printf("memory waste: allocated but unfilled KV slots average %.2f%% of used blocks\n",
+	       100 * waste / samples);
+	CHECK(waste / samples < 0.04);
+	rig_free(&g);
+}
+
+static void test_refusals(const struct model *m)
+{
+	struct rig g;
+	int32_t big[600], ids[8] = { 1, 2, 3 };
+
+	if (rig_new(&g, m, 64, 2, 64, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	for (int i = 0; i < 600; i++)
+		big[i] = 5;
+	struct sched_request r = req(1, big, 100, 4);
+	CHECK_INT_EQ(sched_submit(g.s, &r), -E2BIG); /* more than the 64-token pool */
+	r = req(1, big, 600, 4);
+	CHECK_INT_EQ(sched_submit(g.s, &r), -E2BIG); /* past n_ctx 512 */
+	r = req(1, ids, 0, 4);
+	CHECK_INT_EQ(sched_submit(g.s, &r), -EINVAL);
+	ids[1] = m->hp.n_vocab;
+	r = req(1, ids, 3, 4);
+	CHECK_INT_EQ(sched_submit(g.s, &r), -EINVAL);
+	ids[1] = 2;
+	r = req(1, ids, 3, 4);
+	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+	CHECK_INT_EQ(sched_submit(g.s, &r), -EEXIST);
+	CHECK_INT_EQ(sched_cancel(g.s, 77), -ENOENT);
+	memset(results, 0, sizeof results);
+	CHECK_INT_EQ(sched_cancel(g.s, 1), 0);
+	run_to_idle(&g);
+	CHECK_INT_EQ(results[1].n_finish, 1);
+	CHECK_INT_EQ(results[1].finish, SCHED_FIN_CANCELLED);
+	rig_free(&g);
+}
+
+int main(void)
+{
+	const char *p = test_model_path("stories260K.gguf");
+	struct model *m = NULL;
+	char err[512];
+
+	if (!p) {
+		printf("SKIP: ../shared/models is absent\n");
+		return TEST_SKIP;
+	}
+	CHECK(model_load(p, &m, err, sizeof err) == 0);
+	test_refusals(m);
+	test_batch_invariance(m, "stories260K");
+	test_prefix_cache(m);
+	test_preemption(m);
+	test_random_schedule(m);
+	test_memory_waste(m);
+	model_free(m);
+	const char *q = test_model_path("derived/TinyStories-656K-q8_0.gguf");
+	if (q && model_load(q, &m, err, sizeof err) == 0) {
+		test_batch_invariance(m, "TinyStories-656K-q8_0");
+		model_free(m);
+	}
+	return test_result();
+}
