@@ -64,6 +64,12 @@ static const struct type_info *type_get(uint32_t id)
 	return &type_table[id];
 }
 
+const char *gguf_type_name(uint32_t type)
+{
+	const struct type_info *ti = type_get(type);
+	return ti ? ti->name : "unknown";
+}
+
 /* ---- metadata value types ---- */
 
 static const char *const vtype_names[] = {

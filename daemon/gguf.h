@@ -108,6 +108,9 @@ int gguf_get_arr(const struct gguf_file *f, const char *key, int elem_type,
 /* Tensor by name or NULL. */
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
 
+/* ggml's name of a tensor type id ("Q4_K"), "unknown" for ids it lacks. */
+const char *gguf_type_name(uint32_t type);
+
 /* Name of a value type, "?" when out of range. */
 const char *gguf_vtype_name(uint32_t t);
 

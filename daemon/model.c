@@ -78,8 +78,9 @@ static int bind_weight(struct model *m, const char *name, int64_t n_in, int64_t 
 	qi = qtype_get(t->type);
 	if (!qi || !qi->weight_ok)
 		return fail_msg(err, errlen, -ENOTSUP,
-				"tensor %s: weight type %s (ggml type %u) is not supported", name,
-				qi ? qi->name : "unknown", t->type);
+				"tensor %s: weight type %s (ggml type %u) is not supported "
+				"(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)", name,
+				gguf_type_name(t->type), t->type);
 	if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1)
 		return fail_msg(err, errlen, -EINVAL,
 				"tensor %s: shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]", name,
