@@ -1,0 +1,760 @@
+/* quant_avx2.c - AVX2 (+FMA, F16C) kernels for every weight type, and the
+ * activation quantizers.
+ * They follow the lane-by-lane arithmetic fixed in quant.c, so they give the
+ * same bits as the scalar code; nothing here chooses an ISA (quant.c does).
+ */
+#include <errno.h>
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define TARGET __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+void *quant_scratch(size_t bytes); /* quant.c */
+int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+		    const void *a, size_t lda, int na, float *c, size_t ldc);
+int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n);
+
+/* A 16-lane float vector of quant.c's arithmetic is two ymm: lanes 0..7, 8..15. */
+INLINE TARGET float hsum16(__m256 lo, __m256 hi)
+{
+	__m256 s8 = _mm256_add_ps(lo, hi);
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+INLINE TARGET int hsum_i32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+	return _mm_cvtsi128_si32(s);
+}
+
+INLINE TARGET float h2f(qt_f16 h)
+{
+	return _cvtsh_ss(h);
+}
+
+/* ---- 32-element blocks: Q4_0, Q4_1, Q8_0 ----
+ *
+ * Both operands are repacked into the lanes of quant.c's arithmetic.  A
+ * block's 32 codes are eight 4-byte pieces: its "lo" pieces t = 0..3 hold
+ * elements 4t..4t+3, its "hi" pieces elements 16+4t..16+4t+3 (a Q4 byte's
+ * two nibbles are elements e and 16+e).  A repacked row is, each part 64-byte
+ * aligned:
+ *   codes  g16 x 512 bytes for the whole groups of 16 blocks: eight 64-byte
+ *          vectors, lo piece t then hi piece t, lane l = block l of the
+ *          group; then gt x 128 bytes for the tail's groups of four blocks:
+ *          lo then hi, byte 4*(4t+k)+u = piece t of block k.
+ *          Weights: Q4 as unsigned nibbles, Q8_0 as signed bytes;
+ *          activations: signed bytes.
+ *   d      f32 d of every block in order, zero-padded to nd (multiple of 16).
+ *   init   activations of Q4_0 only: the int32 a lane starts from, -8 times
+ *          the activations it covers: g16 x 16 (a whole block each), then
+ *          gt x 16 (a piece pair each).
+ *   m / s  Q4_1 only: m (weights) or s (activations) of every block, f32,
+ *          zero-padded to nd.
+ * Blocks past the end of the row are zero and add exact zeros.
+ */
+struct q32_shape {
+	uint32_t type;   /* QT_Q4_0, QT_Q4_1 or QT_Q8_0 */
+	int nb;          /* blocks per row */
+	int g16;         /* whole groups of 16 blocks */
+	int gt;          /* groups of four blocks in the tail */
+	int nd;          /* entries in the d, m and s parts (multiple of 16) */
+	size_t tail_off; /* byte offset of the tail's codes */
+	size_t d_off;    /* byte offset of the d part in both row kinds */
+	size_t init_off; /* byte offset of init in an activation row */
+	size_t ms_off;   /* weights: offset of m; see as_off for s */
+	size_t as_off;   /* activations: offset of s */
+	size_t wrow;     /* bytes of one repacked weight row */
+	size_t arow;     /* bytes of one repacked activation row */
+};
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n)
+{
+	s->type = type;
+	s->nb = (int)(n / QK);
+	s->g16 = s->nb / 16;
+	s->gt = (s->nb - 16 * s->g16 + 3) / 4;
+	s->nd = (16 * s->g16 + 4 * s->gt + 15) / 16 * 16;
+	s->tail_off = (size_t)s->g16 * 512;
+	s->d_off = ALIGN64(s->tail_off + (size_t)s->gt * 128);
+	s->ms_off = ALIGN64(s->d_off + (size_t)s->nd * 4);
+	s->wrow = ALIGN64(s->ms_off + (type == QT_Q4_1 ? (size_t)s->nd * 4 : 0));
+	s->init_off = s->ms_off;
+	s->as_off = s->init_off + (type == QT_Q4_0 ? (size_t)(s->g16 + s->gt) * 64 : 0);
+	s->arow = ALIGN64(s->as_off + (type == QT_Q4_1 ? (size_t)s->nd * 4 : 0));
+}
+
+/* Byte offset of piece T (0..7: lo 0..3, hi 4..7) of block B in a row. */
+static size_t q32_piece(const struct q32_shape *s, int b, int t)
+{
+	if (b < 16 * s->g16)
+		return (size_t)(b / 16) * 512 + 64 * t + 4 * (b % 16);
+	int q = (b - 16 * s->g16) / 4;
+	return s->tail_off + (size_t)q * 128 + (t >= 4 ? 64 : 0) + 4 * (4 * (t % 4) + b % 4);
+}
+
+static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, size_t lda, int na,
+				 uint8_t *dst)
+{
+	for (int j = 0; j < na; j++) {
+		const uint8_t *row = a + (size_t)j * lda;
+		uint8_t *out = dst + (size_t)j * s->arow;
+		float *d = (float *)(out + s->d_off), *sp = (float *)(out + s->as_off);
+		int32_t *init = (int32_t *)(out + s->init_off);
+
+		memset(out, 0, s->arow);
+		for (int b = 0; b < s->nb; b++) {
+			const int8_t *qs;
+			if (s->type == QT_Q4_1) {
+				const struct block_q8_1 *y = (const struct block_q8_1 *)row + b;
+				qs = y->qs;
+				d[b] = h2f(y->d);
+				sp[b] = h2f(y->s);
+			} else {
+				const struct block_q8_0 *y = (const struct block_q8_0 *)row + b;
+				qs = y->qs;
+				d[b] = h2f(y->d);
+			}
+			int total = 0;
+			for (int t = 0; t < 4; t++) {
+				int sum = 0;
+				memcpy(out + q32_piece(s, b, t), qs + 4 * t, 4);
+				memcpy(out + q32_piece(s, b, 4 + t), qs + 16 + 4 * t, 4);
+				for (int u = 0; u < 4; u++)
+					sum += qs[4 * t + u] + qs[16 + 4 * t + u];
+				total += sum;
+				if (s->type == QT_Q4_0 && b >= 16 * s->g16)
+					init[16 * s->g16 + 16 * ((b - 16 * s->g16) / 4) + 4 * t + b % 4] = -8 * sum;
+			}
+			if (s->type == QT_Q4_0 && b < 16 * s->g16)
+				init[b] = -8 * total;
+		}
+	}
+}
+
+/* The 4x4 dword transpose that turns four blocks' 16-byte halves (R0..R3)
+ * into pieces: piece t of blocks 0..3 lands at DST + t * STRIDE. */
+INLINE TARGET void q32_store_pieces(uint8_t *dst, size_t stride, __m128i r0, __m128i r1, __m128i r2, __m128i r3)
+{
+	__m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
+	__m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
+	_mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi64(t0, t1));
+	_mm_storeu_si128((__m128i *)(dst + stride), _mm_unpackhi_epi64(t0, t1));
+	_mm_storeu_si128((__m128i *)(dst + 2 * stride), _mm_unpacklo_epi64(t2, t3));
+	_mm_storeu_si128((__m128i *)(dst + 3 * stride), _mm_unpackhi_epi64(t2, t3));
+}
+
+static TARGET void q32_unpack_row(const struct q32_shape *s, const uint8_t *row, uint8_t *out)
+{
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	size_t bb = qtype_get(s->type)->bytes;
+	float *d = (float *)(out + s->d_off), *m = (float *)(out + s->ms_off);
+
+	memset(out + s->d_off, 0, s->wrow - s->d_off);
+	for (int b0 = 0; b0 < 16 * s->g16 + 4 * s->gt; b0 += 4) {
+		__m128i lo[4], hi[4];
+		for (int k = 0; k < 4; k++) {
+			int b = b0 + k;
+			lo[k] = hi[k] = _mm_setzero_si128();
+			if (b >= s->nb)
+				continue;
+			const uint8_t *blk = row + (size_t)b * bb;
+			d[b] = h2f((qt_f16)(blk[0] | blk[1] << 8));
+			if (s->type == QT_Q8_0) {
+				lo[k] = _mm_loadu_si128((const __m128i *)(blk + 2));
+				hi[k] = _mm_loadu_si128((const __m128i *)(blk + 18));
+			} else {
+				const uint8_t *qs = blk + (s->type == QT_Q4_1 ? 4 : 2);
+				__m128i q = _mm_loadu_si128((const __m128i *)qs);
+				lo[k] = _mm_and_si128(q, m4);
+				hi[k] = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+				if (s->type == QT_Q4_1)
+					m[b] = h2f((qt_f16)(blk[2] | blk[3] << 8));
+			}
+		}
+		/* piece t of these four blocks: 16 bytes at q32_piece(b0, t) */
+		size_t stride = b0 < 16 * s->g16 ? 64 : 16;
+		q32_store_pieces(out + q32_piece(s, b0, 0), stride, lo[0], lo[1], lo[2], lo[3]);
+		q32_store_pieces(out + q32_piece(s, b0, 4), stride, hi[0], hi[1], hi[2], hi[3]);
+	}
+}
+
+/* Integer partials of one 8-lane half: weight pieces W0/W1 against
+ * activation pieces A0/A1, added to P. */
+INLINE TARGET __m256i q32_idot(uint32_t type, __m256i p, __m256i w0, __m256i w1, __m256i a0, __m256i a1)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	if (type == QT_Q8_0) {
+		/* |w| * (a with w's sign): exact while a > -128, which quantize_row keeps */
+		__m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(a0, w0));
+		__m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(a1, w1));
+		return _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
+	}
+	/* nibble * a: four products per int16 stay below 2^15 */
+	__m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, a0), _mm256_maddubs_epi16(w1, a1));
+	return _mm256_add_epi32(p, _mm256_madd_epi16(s16, ones));
+}
+
+#define LD(p) _mm256_load_si256((const __m256i *)(p))
+
+/* Four repacked weight rows (WS, rows S->wrow apart) against one activation
+ * row (AS); writes the MR valid results to C[0..MR). */
+INLINE TARGET void q32_tile(const struct q32_shape *s, uint32_t type, const uint8_t *ws,
+			    const uint8_t *as, int mr, float *c)
+{
+	const float *ad = (const float *)(as + s->d_off);
+	const int32_t *init = (const int32_t *)(as + s->init_off);
+	__m256 acc[4][2];
+
+	for (int i = 0; i < 4; i++)
+		acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+	for (int g = 0; g < s->g16; g++) {
+		const uint8_t *ag = as + (size_t)g * 512;
+		for (int i = 0; i < 4; i++) {
+			const uint8_t *wg = ws + i * s->wrow + (size_t)g * 512;
+			const float *wd = (const float *)(ws + i * s->wrow + s->d_off);
+			for (int h = 0; h < 2; h++) {
+				__m256i p = type == QT_Q4_0 ? LD(init + 16 * g + 8 * h) : _mm256_setzero_si256();
+				for (int t = 0; t < 4; t++)
+					p = q32_idot(type, p, LD(wg + 64 * t + 32 * h), LD(wg + 256 + 64 * t + 32 * h),
+						     LD(ag + 64 * t + 32 * h), LD(ag + 256 + 64 * t + 32 * h));
+				__m256 dd = _mm256_mul_ps(_mm256_load_ps(wd + 16 * g + 8 * h), _mm256_load_ps(ad + 16 * g + 8 * h));
+				acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][h]);
+			}
+		}
+	}
+	for (int q = 0; q < s->gt; q++) {
+		const uint8_t *ag = as + s->tail_off + (size_t)q * 128;
+		__m256 bd = _mm256_broadcast_ps((const __m128 *)(ad + 16 * s->g16 + 4 * q));
+		for (int i = 0; i < 4; i++) {
+			const uint8_t *wg = ws + i * s->wrow + s->tail_off + (size_t)q * 128;
+			const float *wd = (const float *)(ws + i * s->wrow + s->d_off);
+			__m256 dd = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(wd + 16 * s->g16 + 4 * q)), bd);
+			for (int h = 0; h < 2; h++) {
+				__m256i p = type == QT_Q4_0 ? LD(init + 16 * (s->g16 + q) + 8 * h) : _mm256_setzero_si256();
+				p = q32_idot(type, p, LD(wg + 32 * h), LD(wg + 64 + 32 * h), LD(ag + 32 * h), LD(ag + 64 + 32 * h));
+				acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][h]);
+			}
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		if (i >= mr)
+			break;
+		if (type == QT_Q4_1) {
+			const float *m = (const float *)(ws + i * s->wrow + s->ms_off);
+			const float *sa = (const float *)(as + s->as_off);
+			__m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+			for (int l = 0; l < s->nd; l += 16) {
+				m0 = _mm256_fmadd_ps(_mm256_load_ps(m + l), _mm256_load_ps(sa + l), m0);
+				m1 = _mm256_fmadd_ps(_mm256_load_ps(m + l + 8), _mm256_load_ps(sa + l + 8), m1);
+			}
+			acc[i][0] = _mm256_add_ps(acc[i][0], m0);
+			acc[i][1] = _mm256_add_ps(acc[i][1], m1);
+		}
+		c[i] = hsum16(acc[i][0], acc[i][1]);
+	}
+}
+
+#undef LD
+
+static TARGET void q32_tile_q4_0(const struct q32_shape *s, const uint8_t *ws, const uint8_t *as, int mr, float *c)
+{
+	q32_tile(s, QT_Q4_0, ws, as, mr, c);
+}
+
+static TARGET void q32_tile_q4_1(const struct q32_shape *s, const uint8_t *ws, const uint8_t *as, int mr, float *c)
+{
+	q32_tile(s, QT_Q4_1, ws, as, mr, c);
+}
+
+static TARGET void q32_tile_q8_0(const struct q32_shape *s, const uint8_t *ws, const uint8_t *as, int mr, float *c)
+{
+	q32_tile(s, QT_Q8_0, ws, as, mr, c);
+}
+
+static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
+			   const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
+{
+	struct q32_shape s;
+	void (*tile)(const struct q32_shape *, const uint8_t *, const uint8_t *, int, float *) =
+		type == QT_Q4_0 ? q32_tile_q4_0 : type == QT_Q4_1 ? q32_tile_q4_1 : q32_tile_q8_0;
+
+	q32_shape_init(&s, type, n);
+	uint8_t *as = quant_scratch((size_t)na * s.arow + 4 * s.wrow);
+	if (!as)
+		return -ENOMEM;
+	uint8_t *ws = as + (size_t)na * s.arow;
+	q32_pack_acts(&s, a, lda, na, as);
+	for (int i0 = 0; i0 < nw; i0 += 4) {
+		int mr = nw - i0 < 4 ? nw - i0 : 4;
+		float out[4];
+		for (int r = 0; r < 4; r++) {
+			if (r < mr)
+				q32_unpack_row(&s, w + (size_t)(i0 + r) * ldw, ws + r * s.wrow);
+			else
+				memset(ws + r * s.wrow, 0, s.wrow);
+		}
+		for (int j = 0; j < na; j++) {
+			tile(&s, ws, as + (size_t)j * s.arow, mr, out);
+			for (int r = 0; r < mr; r++)
+				c[(size_t)j * ldc + i0 + r] = out[r];
+		}
+	}
+	return 0;
+}
+
+/* ---- F32, F16, BF16 ---- */
+
+/* Elements E..E+15 of a row of N as two ymm of floats; zeros past N. */
+INLINE TARGET void load16(uint32_t type, const void *row, int64_t e, int64_t n, __m256 *v)
+{
+	uint16_t tmp16[16];
+	float tmp32[16];
+	const void *p;
+
+	if (e + 16 <= n) {
+		p = type == QT_F32 ? (const void *)((const float *)row + e) : (const void *)((const uint16_t *)row + e);
+	} else if (type == QT_F32) {
+		memset(tmp32, 0, sizeof tmp32);
+		memcpy(tmp32, (const float *)row + e, (size_t)(n - e) * 4);
+		p = tmp32;
+	} else {
+		memset(tmp16, 0, sizeof tmp16);
+		memcpy(tmp16, (const uint16_t *)row + e, (size_t)(n - e) * 2);
+		p = tmp16;
+	}
+	if (type == QT_F32) {
+		v[0] = _mm256_loadu_ps(p);
+		v[1] = _mm256_loadu_ps((const float *)p + 8);
+	} else if (type == QT_F16) {
+		v[0] = _mm256_cvtph_ps(_mm_loadu_si128(p));
+		v[1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + 1));
+	} else {
+		v[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16));
+		v[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + 1)), 16));
+	}
+}
+
+INLINE TARGET void float_tile(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, const uint8_t *arow,
+			      const int mr, float *c)
+{
+	__m256 acc[4][2];
+
+	for (int i = 0; i < mr; i++)
+		acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+	for (int64_t e = 0; e < n; e += 16) {
+		__m256 av[2];
+		load16(type, arow, e, n, av);
+#pragma GCC unroll 4
+		for (int i = 0; i < mr; i++) {
+			__m256 wv[2];
+			load16(type, w + i * ldw, e, n, wv);
+			acc[i][0] = _mm256_fmadd_ps(wv[0], av[0], acc[i][0]);
+			acc[i][1] = _mm256_fmadd_ps(wv[1], av[1], acc[i][1]);
+		}
+	}
+	for (int i = 0; i < mr; i++)
+		c[i] = hsum16(acc[i][0], acc[i][1]);
+}
+
+static TARGET void float_tile4(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, const uint8_t *arow, float *c)
+{
+	float_tile(type, n, w, ldw, arow, 4, c);
+}
+
+static TARGET void float_tile1(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, const uint8_t *arow, float *c)
+{
+	float_tile(type, n, w, ldw, arow, 1, c);
+}
+
+/* Row ROW of N elements of TYPE as f32 at DST, zero-padded to N16. */
+static TARGET void float_row(uint32_t type, const void *row, int64_t n, int64_t n16, float *dst)
+{
+	for (int64_t e = 0; e < n16; e += 16) {
+		__m256 v[2];
+		load16(type, row, e, n, v);
+		_mm256_store_ps(dst + e, v[0]);
+		_mm256_store_ps(dst + e + 8, v[1]);
+	}
+}
+
+/* Four f32 rows (W, N16 apart) against one f32 row A: the same lanes and
+ * order as float_tile. */
+static TARGET void float_tile_f32(const float *w, const float *a, int64_t n16, float *c)
+{
+	__m256 acc[4][2];
+
+	for (int i = 0; i < 4; i++)
+		acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+	for (int64_t e = 0; e < n16; e += 16) {
+		__m256 a0 = _mm256_load_ps(a + e), a1 = _mm256_load_ps(a + e + 8);
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++) {
+			acc[i][0] = _mm256_fmadd_ps(_mm256_load_ps(w + i * n16 + e), a0, acc[i][0]);
+			acc[i][1] = _mm256_fmadd_ps(_mm256_load_ps(w + i * n16 + e + 8), a1, acc[i][1]);
+		}
+	}
+	for (int i = 0; i < 4; i++)
+		c[i] = hsum16(acc[i][0], acc[i][1]);
+}
+
+static TARGET int gemm_float(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
+			     const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
+{
+	int64_t n16 = (n + 15) / 16 * 16;
+	float *as = NULL, *ws = NULL;
+
+	/* several activation rows: convert both sides to f32 once, so the inner
+	 * loop is loads and FMAs only */
+	if (na > 2) {
+		as = quant_scratch(((size_t)na + 4) * (size_t)n16 * sizeof(float));
+		if (!as)
+			return -ENOMEM;
+		ws = as + (size_t)na * n16;
+		for (int j = 0; j < na; j++)
+			float_row(type, a + (size_t)j * lda, n, n16, as + (size_t)j * n16);
+	}
+	/* weight rows outer: four of them stay in L1 while every activation passes */
+	for (int i0 = 0; i0 < nw; i0 += 4) {
+		int mr = nw - i0 < 4 ? nw - i0 : 4;
+		if (as) {
+			for (int r = 0; r < 4; r++) {
+				if (r < mr)
+					float_row(type, w + (size_t)(i0 + r) * ldw, n, n16, ws + (size_t)r * n16);
+				else
+					memset(ws + (size_t)r * n16, 0, (size_t)n16 * sizeof(float));
+			}
+		}
+		for (int j = 0; j < na; j++) {
+			float out[4];
+			if (as) {
+				float_tile_f32(ws, as + (size_t)j * n16, n16, out);
+			} else if (mr == 4) {
+				float_tile4(type, n, w + (size_t)i0 * ldw, ldw, a + (size_t)j * lda, out);
+			} else {
+				for (int r = 0; r < mr; r++)
+					float_tile1(type, n, w + (size_t)(i0 + r) * ldw, ldw, a + (size_t)j * lda, out + r);
+			}
+			for (int r = 0; r < mr; r++)
+				c[(size_t)j * ldc + i0 + r] = out[r];
+		}
+	}
+	return 0;
+}
+
+/* ---- K-quants ----
+ *
+ * A weight super-block is unpacked once into 256 unsigned codes and, per
+ * 32-element chunk, an int16 vector of its 16-element groups' scales; then
+ * every activation row takes it in maddubs/madd steps, exactly.
+ */
+
+struct kq_unpacked {
+	uint8_t q[QK_K] __attribute__((aligned(32))); /* codes, 0..15 / 0..31 / 0..63 */
+	__m256i scv[8];         /* chunk c: scale of group 2c in int16 lanes 0..7, of 2c+1 in 8..15 */
+	int16_t off[16] __attribute__((aligned(32))); /* per group: Q4/5_K its min, Q6_K -32 * its scale */
+	float d, dmin;          /* d_w and dmin_w (0 for Q6_K) */
+};
+
+static TARGET void kq_unpack(uint32_t type, const void *blk, struct kq_unpacked *u)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	__m256i s32; /* dword c: the scales of chunk c's two groups of 16 as int16 */
+
+	if (type == QT_Q6_K) {
+		const struct block_q6_k *x = blk;
+		const __m256i m2 = _mm256_set1_epi8(3);
+		for (int h = 0; h < 2; h++) {
+			__m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+			__m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+			__m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+			__m256i lows[4] = {
+				_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+				_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+				_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+			};
+			for (int qtr = 0; qtr < 4; qtr++) {
+				__m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * qtr), m2);
+				_mm256_store_si256((__m256i *)(u->q + 128 * h + 32 * qtr),
+						   _mm256_or_si256(lows[qtr], _mm256_slli_epi16(hb, 4)));
+			}
+		}
+		s32 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+		/* -32 * scale, the offset of the 6-bit codes, against bsums */
+		_mm256_store_si256((__m256i *)u->off, _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s32, 5)));
+		u->d = h2f(x->d);
+		u->dmin = 0;
+	} else {
+		const struct block_q4_k *x4 = blk;
+		const struct block_q5_k *x5 = blk;
+		int five = type == QT_Q5_K;
+		const uint8_t *qs = five ? x5->qs : x4->qs, *scales = five ? x5->scales : x4->scales;
+		__m256i qh = five ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
+		const __m256i one = _mm256_set1_epi8(1);
+		for (int c4 = 0; c4 < 4; c4++) {
+			__m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c4));
+			__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+			if (five) {
+				__m256i bl = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c4), one);
+				__m256i bh = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c4 + 1), one);
+				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
+				hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
+			}
+			_mm256_store_si256((__m256i *)(u->q + 64 * c4), lo);
+			_mm256_store_si256((__m256i *)(u->q + 64 * c4 + 32), hi);
+		}
+		/* the eight 6-bit scales and mins, unpacked 32 bits at a time */
+		uint32_t t[3], sc[2], mn[2];
+		memcpy(t, scales, 12);
+		sc[0] = t[0] & 0x3f3f3f3f;
+		sc[1] = (t[2] & 0x0f0f0f0f) | ((t[0] >> 6) & 0x03030303) << 4;
+		mn[0] = t[1] & 0x3f3f3f3f;
+		mn[1] = ((t[2] >> 4) & 0x0f0f0f0f) | ((t[1] >> 6) & 0x03030303) << 4;
+		__m128i scb = _mm_set_epi32(0, 0, (int)sc[1], (int)sc[0]), mnb = _mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]);
+		__m256i d32 = _mm256_cvtepu8_epi32(scb);
+		s32 = _mm256_or_si256(d32, _mm256_slli_epi32(d32, 16)); /* a sub-block covers both groups */
+		_mm256_store_si256((__m256i *)u->off, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb)));
+		u->d = h2f(five ? x5->d : x4->d);
+		u->dmin = h2f(five ? x5->dmin : x4->dmin);
+	}
+	/* chunk c: dword c's low scale in int16 lanes 0..7, its high one in 8..15 */
+	const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+						2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+	for (int c8 = 0; c8 < 8; c8++)
+		u->scv[c8] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s32, _mm256_set1_epi32(c8)), spread);
+}
+
+INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const struct block_q8_k *y, float acc)
+{
+	__m256i sum = _mm256_setzero_si256();
+	for (int c8 = 0; c8 < 8; c8++) {
+		__m256i q = _mm256_load_si256((const __m256i *)(u->q + 32 * c8));
+		__m256i a = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c8));
+		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), u->scv[c8]));
+	}
+	__m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums),
+					_mm256_load_si256((const __m256i *)u->off));
+	if (type == QT_Q6_K)
+		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(_mm256_add_epi32(sum, off))),
+						  _mm_set_ss(u->d * y->d), _mm_set_ss(acc)));
+	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(sum)), _mm_set_ss(u->d * y->d), _mm_set_ss(acc)));
+	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)hsum_i32(off)), _mm_set_ss(u->dmin * y->d), _mm_set_ss(acc)));
+}
+
+#define KQ_JCHUNK 64
+
+static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
+			  const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
+{
+	struct kq_unpacked u __attribute__((aligned(32)));
+	float acc[KQ_JCHUNK];
+	int nsb = (int)(n / QK_K);
+	size_t bbytes = qtype_get(type)->bytes;
+
+	for (int j0 = 0; j0 < na; j0 += KQ_JCHUNK) {
+		int nj = na - j0 < KQ_JCHUNK ? na - j0 : KQ_JCHUNK;
+		for (int i = 0; i < nw; i++) {
+			const uint8_t *row = w + (size_t)i * ldw;
+			for (int j = 0; j < nj; j++)
+				acc[j] = 0;
+			for (int b = 0; b < nsb; b++) {
+				kq_unpack(type, row + b * bbytes, &u);
+				for (int j = 0; j < nj; j++) {
+					const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)(j0 + j) * lda) + b;
+					acc[j] = type == QT_Q6_K ? kq_step(QT_Q6_K, &u, y, acc[j]) : kq_step(QT_Q4_K, &u, y, acc[j]);
+				}
+			}
+			for (int j = 0; j < nj; j++)
+				c[(size_t)(j0 + j) * ldc + i] = acc[j];
+		}
+	}
+	return 0;
+}
+
+/* ---- activation quantization ----
+ *
+ * The same operations as quant.c's ggml reference, eight lanes at a time:
+ * the same divisions, products and fp16 rounding (F16C's is the
+ * reference's), roundf's half-away-from-zero rebuilt from a truncation.
+ */
+
+/* Keeps V from being fused into a following add (GCC contracts mul+sub). */
+INLINE TARGET __m256 opaque(__m256 v)
+{
+	__asm__("" : "+x"(v));
+	return v;
+}
+
+INLINE TARGET float hmax8(__m256 v)
+{
+	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+/* x * id rounded to nearest, ties to even, as int32: what ggml's x86
+ * quantize_row_q8_0/q8_1 compute (_mm256_round_ps(_MM_ROUND_NEAREST)). */
+INLINE TARGET __m256i round_even(__m256 x, __m256 id)
+{
+	return _mm256_cvtps_epi32(opaque(_mm256_mul_ps(x, id)));
+}
+
+INLINE TARGET __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+	__m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+	__m256i v = _mm256_packs_epi16(ab, cd);
+	return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static TARGET void quantize_q8_01(const float *x, uint8_t *y, int64_t nb, int with_s)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	size_t bsize = with_s ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
+
+	for (int64_t b = 0; b < nb; b++, x += QK, y += bsize) {
+		__m256 v[4], amax;
+		for (int k = 0; k < 4; k++)
+			v[k] = _mm256_loadu_ps(x + 8 * k);
+		amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+				     _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+		float m = hmax8(amax), d = m / 127;
+		float id = m != 0 ? 127.0f / m : 0.0f;
+		__m256 idv = _mm256_set1_ps(id);
+		__m256i q[4];
+		for (int k = 0; k < 4; k++)
+			q[k] = round_even(v[k], idv);
+		qt_f16 dh = (qt_f16)_cvtss_sh(d, 0);
+		int8_t *qs = (int8_t *)(y + (with_s ? 4 : 2));
+		memcpy(y, &dh, 2);
+		_mm256_storeu_si256((__m256i *)qs, pack32(q[0], q[1], q[2], q[3]));
+		if (with_s) {
+			__m256i s4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+			int sum = hsum_i32(s4);
+			qt_f16 sh = (qt_f16)_cvtss_sh((float)sum * d, 0);
+			memcpy(y + 2, &sh, 2);
+		}
+	}
+}
+
+static TARGET void quantize_q8_k(const float *x, struct block_q8_k *y, int64_t nb)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+
+	for (int64_t b = 0; b < nb; b++, x += QK_K) {
+		__m256 amax = _mm256_setzero_ps();
+		for (int k = 0; k < QK_K / 8; k++)
+			amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+		float am = hmax8(amax);
+		if (!am) {
+			memset(&y[b], 0, sizeof y[b]);
+			continue;
+		}
+		/* the first element of that magnitude gives the sign, as in ggml */
+		int first = 0;
+		for (int k = 0; k < QK_K / 8; k++) {
+			__m256 eq = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), _mm256_set1_ps(am), _CMP_EQ_OQ);
+			int mask = _mm256_movemask_ps(eq);
+			if (mask) {
+				first = 8 * k + __builtin_ctz((unsigned)mask);
+				break;
+			}
+		}
+		float iscale = -127.f / x[first];
+		__m256 is = _mm256_set1_ps(iscale);
+		for (int k = 0; k < QK_K / 32; k++) {
+			__m256i q[4];
+			for (int u = 0; u < 4; u++) /* nearest, ties to even: the reference's nearest_int */
+				q[u] = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * k + 8 * u)));
+			__m256i p = pack32(q[0], q[1], q[2], q[3]); /* saturation is MIN(127, v) */
+			_mm256_storeu_si256((__m256i *)(y[b].qs + 32 * k), p);
+			__m256i s16 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p), _mm256_set1_epi16(1));
+			/* s16: int32 sums of 4; lanes 0..3 are elements 0..15, 4..7 are 16..31 */
+			__m128i h = _mm_add_epi32(_mm256_castsi256_si128(s16), _mm_srli_si128(_mm256_castsi256_si128(s16), 8));
+			__m128i hh = _mm_add_epi32(_mm256_extracti128_si256(s16, 1), _mm_srli_si128(_mm256_extracti128_si256(s16, 1), 8));
+			y[b].bsums[2 * k] = (int16_t)(_mm_cvtsi128_si32(h) + _mm_extract_epi32(h, 1));
+			y[b].bsums[2 * k + 1] = (int16_t)(_mm_cvtsi128_si32(hh) + _mm_extract_epi32(hh, 1));
+		}
+		y[b].d = 1 / iscale;
+	}
+}
+
+static TARGET void quantize_f16(const float *x, qt_f16 *y, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0));
+	for (; i < n; i++)
+		y[i] = (qt_f16)_cvtss_sh(x[i], 0);
+}
+
+static TARGET void quantize_bf16(const float *x, qt_bf16 *y, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+		__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+						 _mm256_set1_epi32(0x7f800000));
+		__m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+		__m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+		__m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64));
+		r = _mm256_blendv_epi8(r, qn, nan);
+		__m128i p = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+		_mm_storeu_si128((__m128i *)(y + i), p);
+	}
+	for (; i < n; i++)
+		y[i] = qt_f32_to_bf16(x[i]);
+}
+
+int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n)
+{
+	switch (vec_type) {
+	case QT_Q8_0:
+		quantize_q8_01(src, dst, n / QK, 0);
+		return 0;
+	case QT_Q8_1:
+		quantize_q8_01(src, dst, n / QK, 1);
+		return 0;
+	case QT_Q8_K:
+		quantize_q8_k(src, dst, n / QK_K);
+		return 0;
+	case QT_F16:
+		quantize_f16(src, dst, n);
+		return 0;
+	case QT_BF16:
+		quantize_bf16(src, dst, n);
+		return 0;
+	default:
+		return -ENOTSUP;
+	}
+}
+
+int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+		    const void *a, size_t lda, int na, float *c, size_t ldc)
+{
+	switch (type) {
+	case QT_Q4_0:
+	case QT_Q4_1:
+	case QT_Q8_0:
+		return gemm_q32(type, n, w, ldw, nw, a, lda, na, c, ldc);
+	case QT_F32:
+	case QT_F16:
+	case QT_BF16:
+		return gemm_float(type, n, w, ldw, nw, a, lda, na, c, ldc);
+	case QT_Q4_K:
+	case QT_Q5_K:
+	case QT_Q6_K:
+		return gemm_kq(type, n, w, ldw, nw, a, lda, na, c, ldc);
+	default:
+		return -ENOTSUP;
+	}
+}
