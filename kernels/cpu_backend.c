@@ -302,21 +302,40 @@ struct attn_job {
 	float *out;
 };
 
+/* Positions handled at once: converted K/V rows and their scores stay in L1. */
+#define ATTN_CHUNK 32
+
+/* Rows [p, p + n) of K or V (WHICH) for kv head HK as floats: a pointer into
+ * the pool for f32, else converted into BUF. */
+static const float *kv_rows(const struct bk_kv *kv, const int32_t *table, int32_t layer, int which,
+			    int32_t p, int32_t n, int32_t hk, int32_t hd, float *buf)
+{
+	const char *row0 = (const char *)kv_slot(kv, table, layer, which, p) + (size_t)hk * hd * kv_esize(kv);
+	size_t stride = (size_t)kv->kv_dim * kv_esize(kv);
+
+	if (kv->type == QT_F32 && n == 1)
+		return (const float *)row0;
+	for (int32_t t = 0; t < n; t++)
+		quant_dequantize_row(kv->type, row0 + t * stride, buf + (size_t)t * hd, hd);
+	return buf;
+}
+
 /* One (row, kv head) pair: every query head of the group streams over the
- * row's positions block by block, with a running max and sum (online
- * softmax), so nothing is gathered into a contiguous copy. */
+ * row's positions a chunk at a time (never across a block boundary), with a
+ * running max and sum (online softmax), so nothing is gathered into a
+ * contiguous copy of the sequence. */
 static void attn_task(void *ctx, int task, int worker)
 {
 	const struct attn_job *j = ctx;
 	const struct bk_kv *kv = j->kv;
 	const struct bk_attn *a = j->a;
 	int32_t t = task / a->n_head_kv, hk = task % a->n_head_kv;
-	int32_t group = a->n_head / a->n_head_kv, hd = a->head_dim;
+	int32_t group = a->n_head / a->n_head_kv, hd = a->head_dim, bt = kv->block_tokens;
 	int32_t n_pos = j->rows->pos[t] + 1;
 	const int32_t *table = j->rows->block_table[t];
-	float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP];
+	float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP], sc[ATTN_CHUNK];
 	float acc[ATTN_MAX_GROUP][ATTN_MAX_HEAD_DIM];
-	float kbuf[ATTN_MAX_HEAD_DIM], vbuf[ATTN_MAX_HEAD_DIM];
+	float kbuf[ATTN_CHUNK * ATTN_MAX_HEAD_DIM], vbuf[ATTN_CHUNK * ATTN_MAX_HEAD_DIM];
 	const float *qh[ATTN_MAX_GROUP];
 
 	for (int g = 0; g < group; g++) {
@@ -325,30 +344,36 @@ static void attn_task(void *ctx, int task, int worker)
 		memset(acc[g], 0, (size_t)hd * sizeof(float));
 		qh[g] = j->q + ((size_t)t * a->n_head + hk * group + g) * hd;
 	}
-	for (int32_t p = 0; p < n_pos; p++) {
-		const void *ks = (const char *)kv_slot(kv, table, j->layer, 0, p) + (size_t)hk * hd * kv_esize(kv);
-		const void *vs = (const char *)kv_slot(kv, table, j->layer, 1, p) + (size_t)hk * hd * kv_esize(kv);
-		const float *kp = ks, *vp = vs;
-		if (kv->type == QT_F16) {
-			for (int32_t c = 0; c < hd; c++) {
-				kbuf[c] = qt_f16_to_f32(((const qt_f16 *)ks)[c]);
-				vbuf[c] = qt_f16_to_f32(((const qt_f16 *)vs)[c]);
-			}
-			kp = kbuf;
-			vp = vbuf;
-		}
+	for (int32_t p = 0; p < n_pos;) {
+		int32_t n = n_pos - p, to_edge = bt - p % bt;
+		if (n > to_edge)
+			n = to_edge;
+		if (n > ATTN_CHUNK)
+			n = ATTN_CHUNK;
+		const float *kr = kv->type == QT_F32 ? NULL : kv_rows(kv, table, j->layer, 0, p, n, hk, hd, kbuf);
+		const float *vr = kv->type == QT_F32 ? NULL : kv_rows(kv, table, j->layer, 1, p, n, hk, hd, vbuf);
 		for (int g = 0; g < group; g++) {
-			float s = vec_dot_f32(qh[g], kp, hd) * a->scale;
-			if (s > m[g]) {
-				float corr = expf(m[g] - s); /* 0 on the first position */
+			float mx = m[g];
+			for (int32_t i = 0; i < n; i++) {
+				const float *k = kr ? kr + (size_t)i * hd : kv_rows(kv, table, j->layer, 0, p + i, 1, hk, hd, NULL);
+				sc[i] = vec_dot_f32(qh[g], k, hd) * a->scale;
+				if (sc[i] > mx)
+					mx = sc[i];
+			}
+			if (mx > m[g]) {
+				float corr = expf(m[g] - mx); /* 0 on the first chunk */
 				l[g] *= corr;
 				vec_scale(acc[g], corr, hd);
-				m[g] = s;
+				m[g] = mx;
 			}
-			float e = expf(s - m[g]);
-			l[g] += e;
-			vec_scale_add(acc[g], vp, e, hd);
+			for (int32_t i = 0; i < n; i++) {
+				const float *v = vr ? vr + (size_t)i * hd : kv_rows(kv, table, j->layer, 1, p + i, 1, hk, hd, NULL);
+				float e = expf(sc[i] - mx);
+				l[g] += e;
+				vec_scale_add(acc[g], v, e, hd);
+			}
 		}
+		p += n;
 	}
 	for (int g = 0; g < group; g++) {
 		float *o = j->out + ((size_t)t * a->n_head + hk * group + g) * hd;

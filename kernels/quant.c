@@ -12,18 +12,8 @@
 #include <string.h>
 
 #include "quant.h"
+#include "quant_impl.h"
 
-/* The SIMD back ends (no private header: these four are their whole
- * interface).  Each returns 0 when it did the work, -ENOTSUP for a type it
- * has no kernel for and -ENOMEM when it could not get scratch memory; the
- * caller then falls back to the next slower path, which gives the same bits
- * (see "arithmetic" below). */
-int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
-		    const void *a, size_t lda, int na, float *c, size_t ldc);
-int quant_avx512_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
-		      const void *a, size_t lda, int na, float *c, size_t ldc, int vnni);
-int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n);
-void *quant_scratch(size_t bytes);
 
 /* ---- the type table ---- */
 
@@ -174,10 +164,14 @@ void quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 		memcpy(dst, src, (size_t)n * sizeof(float));
 		break;
 	case QT_F16:
+		if (quant_get_isa() >= QUANT_ISA_AVX2 && quant_avx2_dequantize_row(type, src, dst, n) == 0)
+			break;
 		for (int64_t i = 0; i < n; i++)
 			dst[i] = F16(((const qt_f16 *)src)[i]);
 		break;
 	case QT_BF16:
+		if (quant_get_isa() >= QUANT_ISA_AVX2 && quant_avx2_dequantize_row(type, src, dst, n) == 0)
+			break;
 		for (int64_t i = 0; i < n; i++)
 			dst[i] = qt_bf16_to_f32(((const qt_bf16 *)src)[i]);
 		break;

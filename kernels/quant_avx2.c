@@ -8,14 +8,11 @@
 #include <string.h>
 
 #include "quant.h"
+#include "quant_impl.h"
 
 #define TARGET __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-void *quant_scratch(size_t bytes); /* quant.c */
-int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
-		    const void *a, size_t lda, int na, float *c, size_t ldc);
-int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n);
 
 /* A 16-lane float vector of quant.c's arithmetic is two ymm: lanes 0..7, 8..15. */
 INLINE TARGET float hsum16(__m256 lo, __m256 hi)
@@ -713,6 +710,31 @@ static TARGET void quantize_bf16(const float *x, qt_bf16 *y, int64_t n)
 	}
 	for (; i < n; i++)
 		y[i] = qt_f32_to_bf16(x[i]);
+}
+
+TARGET int quant_avx2_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+{
+	int64_t i = 0;
+
+	if (type == QT_F16) {
+		const qt_f16 *x = src;
+		for (; i + 8 <= n; i += 8)
+			_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+		for (; i < n; i++)
+			dst[i] = qt_f16_to_f32(x[i]);
+		return 0;
+	}
+	if (type == QT_BF16) {
+		const qt_bf16 *x = src;
+		for (; i + 8 <= n; i += 8) {
+			__m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
+			_mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+		}
+		for (; i < n; i++)
+			dst[i] = qt_bf16_to_f32(x[i]);
+		return 0;
+	}
+	return -ENOTSUP;
 }
 
 int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n)

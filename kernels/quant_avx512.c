@@ -8,14 +8,12 @@
 #include <string.h>
 
 #include "quant.h"
+#include "quant_impl.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define T512V __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-void *quant_scratch(size_t bytes); /* quant.c */
-int quant_avx512_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
-		      const void *a, size_t lda, int na, float *c, size_t ldc, int vnni);
 
 /* Up to this many activation rows, weights go from their blocks straight
  * into registers; above it they are repacked once per four rows and reused

@@ -1,0 +1,25 @@
+/* quant_impl.h - what quant.c and its SIMD back ends (quant_avx2.c,
+ * quant_avx512.c) share; not part of the kernels' interface (quant.h).
+ *
+ * Each back end returns 0 when it did the work, -ENOTSUP for a type it has
+ * no kernel for and -ENOMEM when it could not get scratch memory; the caller
+ * then falls back to the next slower path, which gives the same bits.
+ */
+#ifndef LLMD_QUANT_IMPL_H
+#define LLMD_QUANT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+		    const void *a, size_t lda, int na, float *c, size_t ldc);
+int quant_avx512_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+		      const void *a, size_t lda, int na, float *c, size_t ldc, int vnni);
+int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n);
+/* F16 and BF16 rows to float with F16C / AVX2. */
+int quant_avx2_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Per-thread scratch of at least BYTES (quant.c), or NULL. */
+void *quant_scratch(size_t bytes);
+
+#endif
