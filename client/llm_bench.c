@@ -469,6 +469,10 @@ int main(int argc, char **argv)
 	ep.kv_type = o.kv_type;
 	ep.max_batch = o.batch;
 	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : kv_tokens;
+	sched_params_default(&sp);
+	sp.max_seqs = o.parallel;
+	sp.max_batched_tokens = o.batch;
+	sp.prefix_cache = !o.no_prefix_cache;
 	r = engine_new(m, &ep, &e, err, sizeof err);
 	if (r < 0) {
 		fprintf(stderr, "llm-bench: cannot start the engine: %s\n", err);
@@ -481,14 +485,6 @@ int main(int argc, char **argv)
 		rc = r < 0;
 		goto out;
 	}
-	sched_params_default(&sp);
-	sp.max_seqs = o.parallel;
-	sp.max_batched_tokens = o.batch;
-	sp.prefix_cache = !o.no_prefix_cache;
-	if (sched_new(e, m, &sp, on_event, &br, &sc, err, sizeof err) < 0) {
-		fprintf(stderr, "llm-bench: cannot start the scheduler: %s\n", err);
-		goto out;
-	}
 
 	pf = calloc((size_t)o.repeat, sizeof *pf);
 	dc = calloc((size_t)o.repeat, sizeof *dc);
@@ -498,6 +494,22 @@ int main(int argc, char **argv)
 		goto out;
 	double ttft_p50 = 0, ttft_p95 = 0;
 	for (int i = 0; i < o.repeat; i++) {
+		/* A fresh engine and scheduler per repetition: a repetition must
+		 * not find the previous one's prompt in the prefix cache. */
+		if (i > 0) {
+			sched_free(sc);
+			sc = NULL;
+			engine_free(e);
+			e = NULL;
+			if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
+				fprintf(stderr, "llm-bench: cannot restart the engine: %s\n", err);
+				goto out;
+			}
+		}
+		if (sched_new(e, m, &sp, on_event, &br, &sc, err, sizeof err) < 0) {
+			fprintf(stderr, "llm-bench: cannot start the scheduler: %s\n", err);
+			goto out;
+		}
 		double wall = run_all(sc, &o, &br, &cnt);
 		int64_t total = 0, dsteps = 0;
 		double dtime = 0;

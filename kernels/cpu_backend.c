@@ -34,17 +34,19 @@ static struct cpu_backend *cpu(struct backend *be)
 
 #define VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
-/* Dot product with 16 partial sums, so the compiler can keep them in
- * vector lanes; the summation order is fixed, whatever T is. */
-VEC_CLONES
-static float vec_dot_f32(const float *a, const float *b, int n)
+/* GCC vector types: 16 floats, unaligned.  Inlined into a VEC_CLONES
+ * function they become one zmm, two ymm or four xmm per operation, whatever
+ * the optimization level; the summation order is the same on every ISA. */
+typedef float v16f __attribute__((vector_size(64), aligned(4)));
+
+/* Dot product with 16 partial sums and a fixed final order. */
+static inline float vec_dot_f32(const float *a, const float *b, int n)
 {
-	float acc[16] = {0};
+	v16f acc = { 0 };
+	float s = 0;
 	int i = 0;
 	for (; i + 16 <= n; i += 16)
-		for (int k = 0; k < 16; k++)
-			acc[k] += a[i + k] * b[i + k];
-	float s = 0;
+		acc += *(const v16f *)(a + i) * *(const v16f *)(b + i);
 	for (; i < n; i++)
 		s += a[i] * b[i];
 	for (int k = 0; k < 16; k++)
@@ -52,17 +54,21 @@ static float vec_dot_f32(const float *a, const float *b, int n)
 	return s;
 }
 
-VEC_CLONES
-static void vec_scale_add(float *y, const float *x, float a, int n)
+static inline void vec_scale_add(float *y, const float *x, float a, int n)
 {
-	for (int i = 0; i < n; i++)
+	int i = 0;
+	for (; i + 16 <= n; i += 16)
+		*(v16f *)(y + i) += a * *(const v16f *)(x + i);
+	for (; i < n; i++)
 		y[i] += a * x[i];
 }
 
-VEC_CLONES
-static void vec_scale(float *y, float a, int n)
+static inline void vec_scale(float *y, float a, int n)
 {
-	for (int i = 0; i < n; i++)
+	int i = 0;
+	for (; i + 16 <= n; i += 16)
+		*(v16f *)(y + i) *= a;
+	for (; i < n; i++)
 		y[i] *= a;
 }
 
@@ -195,13 +201,19 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 		for (int t = 0; t < T; t++)
 			quant_task(&qj, t, 0);
 
-	/* About 32 KiB of weights per task (enough tasks to balance threads,
-	 * few enough that claiming one costs nothing), in multiples of 16 rows. */
+	/* Decode: about 32 KiB of weights per task, enough tasks to balance
+	 * the threads and few enough that claiming one costs nothing.  Many
+	 * rows: each task repacks all T activation rows, so about four tasks
+	 * per thread.  Multiples of 16 rows either way. */
 	int64_t chunk = (int64_t)(32768 / w[0]->row_bytes) & ~(int64_t)15;
+	if (T >= 16) {
+		int64_t rows = 0;
+		for (int k = 0; k < nw; k++)
+			rows += w[k]->n_out;
+		chunk = (rows / (4 * cpu_pool_threads(c->pool)) + 15) & ~(int64_t)15;
+	}
 	if (chunk < 16)
 		chunk = 16;
-	if (T >= 32 && chunk > 64)
-		chunk = 64;
 	memset(&j, 0, sizeof j);
 	j.w = w;
 	j.out = out;
@@ -324,6 +336,7 @@ static const float *kv_rows(const struct bk_kv *kv, const int32_t *table, int32_
  * row's positions a chunk at a time (never across a block boundary), with a
  * running max and sum (online softmax), so nothing is gathered into a
  * contiguous copy of the sequence. */
+VEC_CLONES
 static void attn_task(void *ctx, int task, int worker)
 {
 	const struct attn_job *j = ctx;
@@ -398,18 +411,55 @@ static int cpu_attention(struct backend *be, const struct bk_kv *kv, int32_t lay
 
 /* ---- element-wise ---- */
 
+#define EW_CHUNK 16384 /* elements per task of a parallel element-wise op */
+
+struct ew_job {
+	const float *a, *b;
+	float *out;
+	int64_t n;
+};
+
+static void swiglu_task(void *ctx, int i, int worker)
+{
+	const struct ew_job *j = ctx;
+	int64_t lo = (int64_t)i * EW_CHUNK, hi = lo + EW_CHUNK < j->n ? lo + EW_CHUNK : j->n;
+	for (int64_t k = lo; k < hi; k++)
+		j->out[k] = j->a[k] / (1.0f + expf(-j->a[k])) * j->b[k];
+}
+
+static void add_task(void *ctx, int i, int worker)
+{
+	const struct ew_job *j = ctx;
+	int64_t lo = (int64_t)i * EW_CHUNK, hi = lo + EW_CHUNK < j->n ? lo + EW_CHUNK : j->n;
+	int k = 0;
+	for (; lo + k + 16 <= hi; k += 16)
+		*(v16f *)(j->out + lo + k) += *(const v16f *)(j->a + lo + k);
+	for (; lo + k < hi; k++)
+		j->out[lo + k] += j->a[lo + k];
+}
+
+/* Runs FN over N elements in EW_CHUNK pieces: inline when small. */
+static void ew_run(struct backend *be, cpu_task_fn fn, struct ew_job *j)
+{
+	int tasks = (int)((j->n + EW_CHUNK - 1) / EW_CHUNK);
+	if (j->n < PAR_MIN_ELEMS)
+		for (int i = 0; i < tasks; i++)
+			fn(j, i, 0);
+	else
+		cpu_pool_run(cpu(be)->pool, fn, j, tasks);
+}
+
 static int cpu_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out)
 {
-	for (int64_t i = 0; i < n; i++)
-		out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	struct ew_job j = { g, u, out, n };
+	ew_run(be, swiglu_task, &j);
 	return 0;
 }
 
-VEC_CLONES
 static int cpu_add(struct backend *be, float *x, const float *y, int64_t n)
 {
-	for (int64_t i = 0; i < n; i++)
-		x[i] += y[i];
+	struct ew_job j = { y, NULL, x, n };
+	ew_run(be, add_task, &j);
 	return 0;
 }
 
