@@ -37,6 +37,7 @@ struct bench_opts {
 	int parallel;               /* sequences run at once through the scheduler */
 	int64_t kv_tokens;          /* KV pool size; 0 = enough for every sequence */
 	int no_prefix_cache;
+	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	uint32_t kv_type;
 	int32_t batch;
 	struct sampler_params sp;
@@ -74,6 +75,7 @@ static void usage(FILE *f)
 		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
 		"      --kv-tokens N       KV pool size in tokens (default: enough for all sequences)\n"
 		"      --no-prefix-cache   do not reuse cached KV blocks\n"
+		"      --shared-prefix     vary --parallel prompts at their end, so they share the start\n"
 		"      --logits            print the logits after the prompt and exit\n"
 		"      --json              one JSON object on stdout\n");
 }
@@ -109,7 +111,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC };
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -124,7 +126,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "chat", no_argument, 0, O_CHAT }, { "kv-type", required_argument, 0, O_KV },
 		{ "batch", required_argument, 0, O_BATCH }, { "ignore-eos", no_argument, 0, O_IGN },
 		{ "parallel", required_argument, 0, O_PAR }, { "kv-tokens", required_argument, 0, O_KVT },
-		{ "no-prefix-cache", no_argument, 0, O_NOPC },
+		{ "no-prefix-cache", no_argument, 0, O_NOPC }, { "shared-prefix", no_argument, 0, O_SHP },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -176,6 +178,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_PAR: o->parallel = atoi(optarg); break;
 		case O_KVT: o->kv_tokens = atoll(optarg); break;
 		case O_NOPC: o->no_prefix_cache = 1; break;
+		case O_SHP: o->shared_prefix = 1; break;
 		case O_KV:
 			if (!strcmp(optarg, "f16"))
 				o->kv_type = QT_F16;
@@ -236,6 +239,7 @@ struct bench_seq {
 	enum sched_finish finish;
 	int error;
 	int done;
+	struct sched_usage usage;  /* from the FINISH event */
 };
 
 struct bench_run {
@@ -254,6 +258,7 @@ static void on_event(void *ctx, const struct sched_event *ev)
 	if (ev->kind == SCHED_EV_FINISH) {
 		q->finish = ev->finish;
 		q->error = ev->error;
+		q->usage = ev->usage;
 		q->done = 1;
 		br->finished++;
 		return;
@@ -394,7 +399,8 @@ out:
 }
 
 /* Tokenizes the prompt for sequence I: with --parallel each sequence's prompt
- * starts differently so they are not all one cached prefix. */
+ * starts differently so they are not all one cached prefix, or, with
+ * --shared-prefix, ends differently so they share it (a system prompt). */
 static int tokenize_seq(const struct model *m, const struct bench_opts *o, const char *text, int i,
 			struct bench_seq *q)
 {
@@ -403,7 +409,9 @@ static int tokenize_seq(const struct model *m, const struct bench_opts *o, const
 	int n;
 
 	if (o->parallel > 1) {
-		if (asprintf(&varied, "Request %d of %d. %s", i + 1, o->parallel, text) < 0)
+		int r = o->shared_prefix ? asprintf(&varied, "%s (Request %d of %d.)", text, i + 1, o->parallel)
+					 : asprintf(&varied, "Request %d of %d. %s", i + 1, o->parallel, text);
+		if (r < 0)
 			return -ENOMEM;
 		t = varied;
 	}
@@ -562,6 +570,9 @@ int main(int argc, char **argv)
 				json_object *one = json_object_new_object();
 				json_object_object_add(one, "prompt_ids", ids_json(br.seqs[k].ids, br.seqs[k].n_ids));
 				json_object_object_add(one, "generated_ids", ids_json(br.seqs[k].gen, br.seqs[k].n_gen));
+				json_object_object_add(one, "cached_tokens", json_object_new_int(br.seqs[k].usage.cached_tokens));
+				json_object_object_add(one, "queue_ms", json_object_new_double(br.seqs[k].usage.queue_s * 1e3));
+				json_object_object_add(one, "prefill_ms", json_object_new_double(br.seqs[k].usage.prefill_s * 1e3));
 				json_object_array_add(res, one);
 			}
 			json_object_object_add(root, "results", res);
