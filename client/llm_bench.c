@@ -36,6 +36,7 @@ struct bench_opts {
 	int ignore_eos;
 	int parallel;               /* sequences run at once through the scheduler */
 	int64_t kv_tokens;          /* KV pool size; 0 = enough for every sequence */
+	int64_t kv_mib;             /* or in MiB */
 	int no_prefix_cache;
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	uint32_t kv_type;
@@ -74,6 +75,7 @@ static void usage(FILE *f)
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
 		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
 		"      --kv-tokens N       KV pool size in tokens (default: enough for all sequences)\n"
+		"      --kv-mib N          KV pool size in MiB instead\n"
 		"      --no-prefix-cache   do not reuse cached KV blocks\n"
 		"      --shared-prefix     vary --parallel prompts at their end, so they share the start\n"
 		"      --logits            print the logits after the prompt and exit\n"
@@ -111,7 +113,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP };
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -127,6 +129,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "batch", required_argument, 0, O_BATCH }, { "ignore-eos", no_argument, 0, O_IGN },
 		{ "parallel", required_argument, 0, O_PAR }, { "kv-tokens", required_argument, 0, O_KVT },
 		{ "no-prefix-cache", no_argument, 0, O_NOPC }, { "shared-prefix", no_argument, 0, O_SHP },
+		{ "kv-mib", required_argument, 0, O_KVM },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -179,6 +182,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_KVT: o->kv_tokens = atoll(optarg); break;
 		case O_NOPC: o->no_prefix_cache = 1; break;
 		case O_SHP: o->shared_prefix = 1; break;
+		case O_KVM: o->kv_mib = atoll(optarg); break;
 		case O_KV:
 			if (!strcmp(optarg, "f16"))
 				o->kv_type = QT_F16;
@@ -198,7 +202,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return -1;
 	}
 	if (o->n_predict < 1 || o->threads < 1 || o->repeat < 1 || o->batch < 1 || o->parallel < 1 ||
-	    o->parallel > 1024 || o->kv_tokens < 0) {
+	    o->parallel > 1024 || o->kv_tokens < 0 || o->kv_mib < 0) {
 		fprintf(stderr, "llm-bench: --n-predict, --threads, --repeat, --batch and --parallel "
 			"must be positive\n");
 		return -1;
@@ -476,7 +480,8 @@ int main(int argc, char **argv)
 	ep.n_threads = o.threads;
 	ep.kv_type = o.kv_type;
 	ep.max_batch = o.batch;
-	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : kv_tokens;
+	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : o.kv_mib ? 0 : kv_tokens;
+	ep.kv_mib = o.kv_mib;
 	sched_params_default(&sp);
 	sp.max_seqs = o.parallel;
 	sp.max_batched_tokens = o.batch;

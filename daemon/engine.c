@@ -85,7 +85,8 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	int r;
 
 	if (p->n_threads < 1 || p->n_threads > 256 || p->max_batch < 1 ||
-	    p->kv_block_tokens < 1 || p->kv_tokens < 1 || p->n_ctx < 0 ||
+	    p->kv_block_tokens < 1 || p->kv_tokens < 0 || p->kv_mib < 0 ||
+	    (p->kv_tokens == 0 && p->kv_mib == 0) || p->n_ctx < 0 ||
 	    (p->kv_type != QT_F16 && p->kv_type != QT_F32)) {
 		snprintf(err, errlen, "invalid engine parameters");
 		return -EINVAL;
@@ -96,9 +97,16 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	e->m = m;
 	e->p = *p;
 	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
-	n_blocks = (p->kv_tokens + p->kv_block_tokens - 1) / p->kv_block_tokens;
-	if (n_blocks > INT32_MAX / 2) {
-		snprintf(err, errlen, "KV pool of %lld tokens is too large", (long long)p->kv_tokens);
+	if (p->kv_tokens) {
+		n_blocks = (p->kv_tokens + p->kv_block_tokens - 1) / p->kv_block_tokens;
+	} else {
+		size_t bb = kv_pool_block_bytes(p->kv_type, p->kv_block_tokens, hp->n_layer,
+						hp->n_head_kv * hp->head_dim);
+		n_blocks = (int64_t)(((uint64_t)p->kv_mib << 20) / bb);
+	}
+	if (n_blocks < 1 || n_blocks > (1 << 28)) {
+		snprintf(err, errlen, "a KV pool of %lld blocks is out of range (1..%d)",
+			 (long long)n_blocks, 1 << 28);
 		free(e);
 		return -EINVAL;
 	}
@@ -227,6 +235,11 @@ int32_t engine_n_ctx(const struct engine *e)
 int32_t engine_max_batch(const struct engine *e)
 {
 	return e->p.max_batch;
+}
+
+int64_t engine_kv_capacity(const struct engine *e)
+{
+	return (int64_t)e->kv->view.n_blocks * e->kv->view.block_tokens;
 }
 
 struct kv_pool *engine_kv_pool(const struct engine *e)

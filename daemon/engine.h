@@ -23,6 +23,7 @@ struct engine_params {
 	uint32_t kv_type;        /* QT_F16 (default) or QT_F32 */
 	int32_t kv_block_tokens; /* tokens per KV block (16) */
 	int64_t kv_tokens;       /* pool capacity in tokens (rounded up to blocks) */
+	int64_t kv_mib;          /* or, when kv_tokens is 0, in MiB (rounded down to blocks) */
 	int32_t n_ctx;           /* longest sequence, tokens; 0 = the model's */
 	int32_t max_batch;       /* token rows per step */
 };
@@ -56,6 +57,8 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits);
 int32_t engine_n_vocab(const struct engine *e);
 int32_t engine_n_ctx(const struct engine *e);
 int32_t engine_max_batch(const struct engine *e);
+/* KV pool capacity in tokens (blocks * tokens per block). */
+int64_t engine_kv_capacity(const struct engine *e);
 /* The engine's KV pool: the scheduler allocates sequences' blocks from it. */
 struct kv_pool *engine_kv_pool(const struct engine *e);
 const char *engine_backend_name(const struct engine *e);

@@ -101,6 +101,29 @@ static void test_f16_kv_close_to_f32(const struct model *m)
 	free(b);
 }
 
+/* The pool can be sized in MiB; the engine reports its capacity in tokens. */
+static void test_kv_sizing(const struct model *m)
+{
+	struct engine_params ep;
+	struct engine *e = NULL;
+	char err[256];
+	size_t bb = kv_pool_block_bytes(QT_F16, 16, m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim);
+
+	engine_params_default(&ep);
+	ep.kv_tokens = 0;
+	ep.kv_mib = 1;
+	CHECK(engine_new(m, &ep, &e, err, sizeof err) == 0);
+	CHECK_INT_EQ(engine_kv_capacity(e), (int64_t)((1u << 20) / bb) * 16);
+	engine_free(e);
+	e = NULL;
+	ep.kv_mib = 0;
+	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), -EINVAL);
+	ep.kv_tokens = 100;
+	CHECK(engine_new(m, &ep, &e, err, sizeof err) == 0);
+	CHECK_INT_EQ(engine_kv_capacity(e), 112); /* rounded up to whole blocks */
+	engine_free(e);
+}
+
 /* Bad rows are refused before anything is written. */
 static void test_bad_batches(const struct model *m)
 {
@@ -253,6 +276,7 @@ int main(void)
 	test_chunked_prefill_and_batch_invariance(m);
 	test_f16_kv_close_to_f32(m);
 	test_bad_batches(m);
+	test_kv_sizing(m);
 	model_free(m);
 	/* quantized weights: the same promises */
 	CHECK(model_load(q, &m, err, sizeof err) == 0);
