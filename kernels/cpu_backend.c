@@ -201,17 +201,20 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 		for (int t = 0; t < T; t++)
 			quant_task(&qj, t, 0);
 
-	/* Decode: about 32 KiB of weights per task, enough tasks to balance
-	 * the threads and few enough that claiming one costs nothing.  Many
-	 * rows: each task repacks all T activation rows, so about four tasks
-	 * per thread.  Multiples of 16 rows either way. */
-	int64_t chunk = (int64_t)(32768 / w[0]->row_bytes) & ~(int64_t)15;
-	if (T >= 16) {
-		int64_t rows = 0;
-		for (int k = 0; k < nw; k++)
-			rows += w[k]->n_out;
+	/* Decode: about 64 KiB of weights per task (a task's software prefetch
+	 * stops at its end, so longer runs stream faster), but at least two
+	 * tasks per thread to balance them.  Many rows: each task repacks all
+	 * T activation rows, so about four tasks per thread.  Multiples of 16
+	 * rows either way. */
+	int64_t rows = 0;
+	for (int k = 0; k < nw; k++)
+		rows += w[k]->n_out;
+	int64_t chunk = (int64_t)(65536 / w[0]->row_bytes) & ~(int64_t)15;
+	int64_t even = (rows / (2 * cpu_pool_threads(c->pool)) + 15) & ~(int64_t)15;
+	if (chunk > even)
+		chunk = even;
+	if (T >= 16)
 		chunk = (rows / (4 * cpu_pool_threads(c->pool)) + 15) & ~(int64_t)15;
-	}
 	if (chunk < 16)
 		chunk = 16;
 	memset(&j, 0, sizeof j);

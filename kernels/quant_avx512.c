@@ -22,8 +22,11 @@
 #define DIRECT_MAX 4
 #define NR 4
 
-/* Bytes ahead of the current weight row the direct kernel prefetches. */
+/* Bytes ahead of the current weight row the direct kernel prefetches into
+ * L1, and further ahead into L2 (more lines in flight than L1's fill
+ * buffers allow: more bandwidth from one core). */
 #define PREFETCH 4096
+#define PREFETCH_L2 12288
 
 /* ---- the repacked layout ----
  *
@@ -207,6 +210,16 @@ INLINE T512 void q32_transpose(const __m512i *x, __m512i *v)
 	v[3] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
 }
 
+/* Block sums of four tail-order partial vectors (X_q lane 4t+k = piece t of
+ * block 4q+k) into lane 4q+k: the integer adds of q32_transpose's columns,
+ * in fewer shuffles (exact in any order). */
+INLINE T512 __m512i q32_block_sums(__m512i x0, __m512i x1, __m512i x2, __m512i x3)
+{
+	__m512i s01 = _mm512_add_epi32(_mm512_shuffle_i32x4(x0, x1, 0x44), _mm512_shuffle_i32x4(x0, x1, 0xee));
+	__m512i s23 = _mm512_add_epi32(_mm512_shuffle_i32x4(x2, x3, 0x44), _mm512_shuffle_i32x4(x2, x3, 0xee));
+	return _mm512_add_epi32(_mm512_shuffle_i32x4(s01, s23, 0x88), _mm512_shuffle_i32x4(s01, s23, 0xdd));
+}
+
 /* A whole group of 16 blocks at P: its eight piece vectors and its d (words
  * 0..15) and Q4_1 m (words 16..31) as fp16. */
 INLINE T512 void q32_weight_group16(const uint32_t type, const int vnni, const uint8_t *p,
@@ -307,12 +320,12 @@ static T512 void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, size
 }
 
 /* Repacks MR weight rows (four slots; unused ones zeroed) into WS. */
-static T512 void q32_unpack_rows(const struct q32_shape *s, const uint8_t *w, size_t ldw, int mr, uint8_t *ws)
+static T512 void q32_unpack_rows(const struct q32_shape *s, const struct q32_idx *pix, const uint8_t *w,
+			       size_t ldw, int mr, uint8_t *ws)
 {
 	const int bytes = (int)qtype_get(s->type)->bytes;
-	struct q32_idx ix;
+	const struct q32_idx ix = *pix;
 
-	q32_idx_init(&ix, s->type);
 	for (int r = 0; r < 4; r++) {
 		uint8_t *out = ws + r * s->wrow;
 		if (r >= mr) {
@@ -330,6 +343,11 @@ static T512 void q32_unpack_rows(const struct q32_shape *s, const uint8_t *w, si
 			if (s->type == QT_Q4_1)
 				_mm512_store_ps(m + 16 * g, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)));
 		}
+		if (s->gt) { /* padding past the tail's blocks: zero, then the tail's fours */
+			_mm512_store_ps(d + 16 * s->g16, _mm512_setzero_ps());
+			if (s->type == QT_Q4_1)
+				_mm512_store_ps(m + 16 * s->g16, _mm512_setzero_ps());
+		}
 		for (int q = 0; q < s->gt; q++) {
 			int b0 = 16 * s->g16 + 4 * q, valid = (s->nb - b0) * bytes;
 			const uint8_t *p = row + (size_t)b0 * bytes;
@@ -343,11 +361,6 @@ static T512 void q32_unpack_rows(const struct q32_shape *s, const uint8_t *w, si
 			_mm_store_ps(d + b0, _mm512_castps512_ps128(_mm512_cvtph_ps(_mm512_castsi512_si256(dm))));
 			if (s->type == QT_Q4_1)
 				_mm_store_ps(m + b0, _mm_cvtph_ps(_mm512_extracti32x4_epi32(dm, 2)));
-		}
-		for (int l = 16 * s->g16 + 4 * s->gt; l < s->nd; l++) {
-			d[l] = 0;
-			if (s->type == QT_Q4_1)
-				m[l] = 0;
 		}
 	}
 }
@@ -475,14 +488,23 @@ INLINE TGT void NAME##_rows_body(const struct q32_shape *s, const uint32_t type,
 	struct q32_idx ix;                                                                          \
 	q32_idx_init(&ix, type);                                                                    \
 	const uint8_t *end = w + (size_t)nw * ldw;                                                  \
+	/* hsum16x16 puts the sum of row k in lane 4(k%4)+k/4 */                                    \
+	const __m512i hperm = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0); \
+	__m512 vb[DIRECT_MAX][16];                                                                  \
+	const __m512i dmi = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 31, 26, 21, 16, 15, 10, 5, 0); \
+	const __m512i dmw = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, \
+					     30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0); \
 	for (int i = 0; i < nw; i++) {                                                              \
 		const uint8_t *row = w + (size_t)i * ldw;                                           \
 		__m512 acc[DIRECT_MAX], macc[DIRECT_MAX];                                           \
 		/* decoding streams the weights once from DRAM: the hardware prefetcher \
 		 * alone leaves a third of the bandwidth unused */                                  \
-		for (size_t o = 0; o < (size_t)s->nb * bytes; o += 64)                              \
+		for (size_t o = 0; o < (size_t)s->nb * bytes; o += 64) {                            \
 			if (row + PREFETCH + o < end)                                               \
 				_mm_prefetch((const char *)row + PREFETCH + o, _MM_HINT_T0);        \
+			if (row + PREFETCH_L2 + o < end)                                            \
+				_mm_prefetch((const char *)row + PREFETCH_L2 + o, _MM_HINT_T1);     \
+		}                                                                                   \
 		_Pragma("GCC unroll 4")                                                             \
 		for (int j = 0; j < na; j++)                                                        \
 			acc[j] = macc[j] = _mm512_setzero_ps();                                     \
@@ -497,18 +519,27 @@ INLINE TGT void NAME##_rows_body(const struct q32_shape *s, const uint32_t type,
 						 ix.q, ix.dm16[q], &lo, &hi, &dmq[q]);              \
 				NAME##_quad(s, type, lo, hi, as, 4 * g + q, na, p4[q]);             \
 			}                                                                           \
-			dm16 = dmq[0];                                                              \
-			_Pragma("GCC unroll 4")                                                     \
-			for (int q = 1; q < 4; q++)                                                 \
-				dm16 = _mm512_mask_blend_epi16((__mmask32)(0xfu << 4 * q | 0xfu << (16 + 4 * q)), dm16, dmq[q]); \
+			if (type == QT_Q4_1) {                                                      \
+				/* block k's d and m are dword 5k of the group: two dword    \
+				 * gathers, then d to words 0..15, m to 16..31 */                \
+				const uint8_t *pg = row + (size_t)(16 * g) * bytes;                 \
+				__m512i z01 = _mm512_permutex2var_epi32(_mm512_loadu_si512(pg), dmi, \
+									 _mm512_loadu_si512(pg + 80)); \
+				__m512i z23 = _mm512_permutex2var_epi32(_mm512_loadu_si512(pg + 160), dmi, \
+									 _mm512_loadu_si512(pg + 240)); \
+				dm16 = _mm512_permutexvar_epi16(dmw, _mm512_shuffle_i64x2(z01, z23, 0x44)); \
+			} else {                                                                    \
+				dm16 = dmq[0];                                                      \
+				_Pragma("GCC unroll 4")                                             \
+				for (int q = 1; q < 4; q++)                                         \
+					dm16 = _mm512_mask_blend_epi16((__mmask32)(0xfu << 4 * q | 0xfu << (16 + 4 * q)), dm16, dmq[q]); \
+			}                                                                           \
 			__m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));                  \
 			__m512 mw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));            \
 			_Pragma("GCC unroll 4")                                                     \
 			for (int j = 0; j < na; j++) {                                              \
 				const uint8_t *ar = AROW(s, as, j);                                 \
-				__m512i x[4] = { p4[0][j], p4[1][j], p4[2][j], p4[3][j] }, t[4];   \
-				q32_transpose(x, t);                                                \
-				__m512i p = _mm512_add_epi32(_mm512_add_epi32(t[0], t[1]), _mm512_add_epi32(t[2], t[3])); \
+				__m512i p = q32_block_sums(p4[0][j], p4[1][j], p4[2][j], p4[3][j]); \
 				__m512 dd = _mm512_mul_ps(dw, _mm512_load_ps((const float *)(ar + s->d_off) + 16 * g)); \
 				acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dd, acc[j]);        \
 				if (type == QT_Q4_1)                                                \
@@ -535,9 +566,20 @@ INLINE TGT void NAME##_rows_body(const struct q32_shape *s, const uint32_t type,
 						macc[j], k);                                        \
 			}                                                                           \
 		}                                                                                   \
+		/* the lanes' sums, sixteen rows at a time (hsum16x16, hsum16's adds) */           \
 		_Pragma("GCC unroll 4")                                                             \
 		for (int j = 0; j < na; j++)                                                        \
-			c[(size_t)j * ldc + i] = hsum16(type == QT_Q4_1 ? _mm512_add_ps(acc[j], macc[j]) : acc[j]); \
+			vb[j][i & 15] = type == QT_Q4_1 ? _mm512_add_ps(acc[j], macc[j]) : acc[j];  \
+		if ((i & 15) == 15 || i == nw - 1) {                                                \
+			int cnt = (i & 15) + 1;                                                     \
+			_Pragma("GCC unroll 4")                                                     \
+			for (int j = 0; j < na; j++) {                                              \
+				for (int k = cnt; k < 16; k++)                                      \
+					vb[j][k] = _mm512_setzero_ps();                             \
+				_mm512_mask_storeu_ps(c + (size_t)j * ldc + (i & ~15), (__mmask16)((1u << cnt) - 1), \
+						      _mm512_permutexvar_ps(hperm, hsum16x16(vb[j]))); \
+			}                                                                           \
+		}                                                                                   \
 	}                                                                                           \
 }                                                                                                   \
                                                                                                     \
@@ -625,9 +667,11 @@ INLINE TGT void NAME##_typed(const struct q32_shape *s, const uint32_t type, con
 		}                                                                                   \
 		return;                                                                             \
 	}                                                                                           \
+	struct q32_idx ix;                                                                          \
+	q32_idx_init(&ix, type);                                                                    \
 	for (int i0 = 0; i0 < nw; i0 += 4) {                                                        \
 		int mr = nw - i0 < 4 ? nw - i0 : 4;                                                 \
-		q32_unpack_rows(s, w + (size_t)i0 * ldw, ldw, mr, ws);                              \
+		q32_unpack_rows(s, &ix, w + (size_t)i0 * ldw, ldw, mr, ws);                         \
 		for (int j0 = 0; j0 < na; j0 += NR) {                                               \
 			const uint8_t *at = AROW(s, as, j0);                                        \
 			float *ct = c + (size_t)j0 * ldc + i0;                                      \
