@@ -38,7 +38,7 @@ void engine_params_default(struct engine_params *p)
 	memset(p, 0, sizeof *p);
 	p->n_threads = 2;
 	p->kv_type = QT_F16;
-	p->kv_block_tokens = 16;
+	p->kv_block_tokens = KV_BLOCK_TOKENS;
 	p->kv_tokens = 8192;
 	p->n_ctx = 0;
 	p->max_batch = 512;

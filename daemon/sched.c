@@ -353,7 +353,6 @@ static int32_t attach_prefix(struct sched *s, struct seq *q)
 		q->n_hashed = q->n_blocks;
 		hit += s->bt;
 	}
-	s->c.prefix_lookups = s->kv->lookups;
 	q->n_computed = hit;
 	return hit;
 }
