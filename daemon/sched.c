@@ -36,6 +36,7 @@ struct seq {
 	uint64_t admit_order;   /* admission order; the newest is preempted first */
 	enum seq_state state;
 	int cancelled;          /* finish at the next step */
+	int held;               /* sched_hold: no rows until released */
 	int ignore_eos, logprobs;
 	int32_t *tokens;        /* (cap) prompt then generated ids; owned */
 	int32_t n_tokens;
@@ -257,6 +258,15 @@ int sched_cancel(struct sched *s, uint64_t id)
 	return 0;
 }
 
+int sched_hold(struct sched *s, uint64_t id, int hold)
+{
+	struct seq *q = find_live(s, id);
+	if (!q)
+		return -ENOENT;
+	q->held = hold != 0;
+	return 0;
+}
+
 int32_t sched_live(const struct sched *s)
 {
 	return s->n_live;
@@ -422,7 +432,7 @@ static struct seq *pick_admission(struct sched *s)
 	for (int32_t i = 0; i < s->n_live; i++) {
 		struct seq *q = s->live[i];
 		int32_t running = 0;
-		if (q->state != SEQ_WAITING || q->cancelled || q->preempted_now)
+		if (q->state != SEQ_WAITING || q->cancelled || q->held || q->preempted_now)
 			continue;
 		for (int32_t j = 0; j < s->n_live; j++)
 			running += s->live[j]->state == SEQ_RUNNING && s->live[j]->client == q->client;
@@ -464,7 +474,7 @@ static int32_t plan(struct sched *s)
 	/* 1. one decode token per running sequence, preempting when blocks run out */
 	for (int32_t i = 0; i < n_run && budget > 0; i++) {
 		struct seq *q = run[i];
-		if (q->state != SEQ_RUNNING || q->n_tokens - q->n_computed != 1)
+		if (q->state != SEQ_RUNNING || q->held || q->n_tokens - q->n_computed != 1)
 			continue;
 		while (grow(s, q, q->n_tokens) < 0) {
 			struct seq *v = pick_victim(s);
@@ -482,7 +492,7 @@ static int32_t plan(struct sched *s)
 	for (int32_t i = 0; i < n_run && budget > 0; i++) {
 		struct seq *q = run[i];
 		int32_t n;
-		if (q->state != SEQ_RUNNING || q->step_rows || q->n_tokens - q->n_computed <= 1)
+		if (q->state != SEQ_RUNNING || q->held || q->step_rows || q->n_tokens - q->n_computed <= 1)
 			continue;
 		n = fit_blocks(s, q, q->n_tokens - q->n_computed < budget ? q->n_tokens - q->n_computed : budget);
 		if (n <= 0)
@@ -558,8 +568,12 @@ int sched_step(struct sched *s)
 	}
 	T = plan(s);
 	/* Running prefills can hold every block between them and all stall:
-	 * free the newest lowest-priority one's blocks and plan again. */
-	for (int32_t tries = 0; T == 0 && tries < s->n_live; tries++) {
+	 * free the newest lowest-priority one's blocks and plan again.  Held
+	 * requests alone are no stall: they wait for their client. */
+	int32_t unheld = 0;
+	for (int32_t i = 0; i < s->n_live; i++)
+		unheld += !s->live[i]->held;
+	for (int32_t tries = 0; T == 0 && unheld && tries < s->n_live; tries++) {
 		struct seq *v = pick_victim(s);
 		if (!v)
 			break;
@@ -647,6 +661,33 @@ void sched_counters(const struct sched *s, struct sched_counters *ret)
 			ret->waiting++;
 		}
 	}
+}
+
+int sched_info(const struct sched *s, uint64_t id, struct sched_info *ret)
+{
+	const struct seq *q = find_live(s, id);
+	struct sched_info in = { 0 };
+
+	if (!q)
+		return -ENOENT;
+	if (q->state == SEQ_RUNNING) {
+		in.state = q->n_computed < q->n_prompt ? SCHED_ST_PREFILL : SCHED_ST_DECODE;
+	} else {
+		in.state = q->admitted_once ? SCHED_ST_PREEMPTED : SCHED_ST_QUEUED;
+		in.queue_pos = 1;
+		for (int32_t i = 0; i < s->n_live; i++) {
+			const struct seq *o = s->live[i];
+			in.queue_pos += o != q && o->state == SEQ_WAITING && !o->cancelled && before(o, q);
+		}
+	}
+	in.held = q->held;
+	in.priority = q->priority;
+	in.prompt_tokens = q->n_prompt;
+	in.computed_tokens = q->n_computed;
+	in.generated_tokens = q->n_gen;
+	in.blocks = q->n_blocks;
+	*ret = in;
+	return 0;
 }
 
 int sched_check(const struct sched *s, char *err, size_t errlen)

@@ -127,6 +127,33 @@ int sched_submit(struct sched *s, const struct sched_request *r);
  * step.  0 or -ENOENT. */
 int sched_cancel(struct sched *s, uint64_t id);
 
+/* Holds (HOLD = 1) or releases (0) request ID: a held request gets no rows
+ * (no prefill, no decode, no admission) but keeps its blocks, unless the
+ * pool runs short and it is preempted like any other.  The daemon holds the
+ * requests of a client whose ring is full until it reads.  0 or -ENOENT. */
+int sched_hold(struct sched *s, uint64_t id, int hold);
+
+enum sched_state {
+	SCHED_ST_QUEUED = 1,     /* waiting for admission (never admitted) */
+	SCHED_ST_PREEMPTED = 2,  /* waiting to be recomputed */
+	SCHED_ST_PREFILL = 3,    /* admitted, prompt being computed */
+	SCHED_ST_DECODE = 4,     /* generating */
+};
+
+struct sched_info {
+	enum sched_state state;
+	int held;                /* sched_hold */
+	int32_t queue_pos;       /* 1-based admission rank among waiting ones; 0 when running */
+	int32_t priority;
+	int32_t prompt_tokens;
+	int32_t computed_tokens; /* tokens whose KV is in blocks */
+	int32_t generated_tokens;
+	int32_t blocks;          /* KV blocks held */
+};
+
+/* What request ID is doing, for `llmctl ps`.  0 or -ENOENT.  O(live). */
+int sched_info(const struct sched *s, uint64_t id, struct sched_info *ret);
+
 /* Runs one step.  Returns the number of token rows run (0 when there was
  * nothing to do), or a negative errno when the engine failed (every running
  * request then gets a FINISH with SCHED_FIN_ERROR). */

@@ -9,7 +9,9 @@
  *  - a randomized schedule (arrivals, lengths, priorities, clients,
  *    cancellations) keeps every invariant after every step;
  *  - allocated-but-unfilled KV slots stay under 4% in a mixed workload;
- *  - refused requests get clear errors.
+ *  - refused requests get clear errors;
+ *  - a held request makes no progress, reports its state, and resumes with
+ *    the tokens it would have had.
  */
 #include <errno.h>
 
@@ -425,6 +427,61 @@ static void test_refusals(const struct model *m)
 	rig_free(&g);
 }
 
+/* A held request (its client's ring is full) gets no rows while the others
+ * run, and once released ends with its tokens from running unheld. */
+static void test_hold(const struct model *m)
+{
+	struct rig g;
+	int32_t ids[2][64];
+	int n[2];
+	struct result alone;
+	struct sched_info in;
+
+	n[0] = tokenize(m, prompts[0], ids[0], 64);
+	n[1] = tokenize(m, prompts[2], ids[1], 64);
+	if (rig_new(&g, m, 512, 4, 64, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	memset(results, 0, sizeof results);
+	struct sched_request r = req(1, ids[0], n[0], 20);
+	r.ignore_eos = 1;
+	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+	run_to_idle(&g);
+	alone = results[1];
+
+	memset(results, 0, sizeof results);
+	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+	struct sched_request o = req(2, ids[1], n[1], 30);
+	o.ignore_eos = 1;
+	CHECK_INT_EQ(sched_submit(g.s, &o), 0);
+	CHECK_INT_EQ(sched_info(g.s, 1, &in), 0);
+	CHECK_INT_EQ(in.state, SCHED_ST_QUEUED);
+	CHECK_INT_EQ(in.queue_pos, 1);
+	CHECK_INT_EQ(sched_info(g.s, 2, &in), 0);
+	CHECK_INT_EQ(in.queue_pos, 2);
+	for (int i = 0; i < 3; i++)
+		CHECK(sched_step(g.s) > 0);
+	int got = results[1].n_gen;
+	CHECK(got >= 2);
+	CHECK_INT_EQ(sched_hold(g.s, 1, 1), 0);
+	CHECK_INT_EQ(sched_hold(g.s, 9, 1), -ENOENT);
+	for (int i = 0; i < 40 && sched_live(g.s) > 1; i++)
+		CHECK(sched_step(g.s) >= 0);
+	CHECK_INT_EQ(results[1].n_gen, got);      /* no progress while held */
+	CHECK_INT_EQ(results[2].n_finish, 1);     /* the other one ran to the end */
+	CHECK_INT_EQ(sched_info(g.s, 1, &in), 0);
+	CHECK(in.held && in.state == SCHED_ST_DECODE && in.generated_tokens == got);
+	CHECK_INT_EQ(sched_step(g.s), 0);         /* only held work: an idle step */
+	CHECK_INT_EQ(sched_hold(g.s, 1, 0), 0);
+	run_to_idle(&g);
+	CHECK_INT_EQ(results[1].n_finish, 1);
+	CHECK(results[1].n_gen == alone.n_gen &&
+	      !memcmp(results[1].gen, alone.gen, sizeof(int32_t) * (size_t)alone.n_gen));
+	CHECK_INT_EQ(sched_info(g.s, 1, &in), -ENOENT);
+	rig_free(&g);
+}
+
 int main(void)
 {
 	const char *p = test_model_path("stories260K.gguf");
@@ -437,6 +494,7 @@ int main(void)
 	}
 	CHECK(model_load(p, &m, err, sizeof err) == 0);
 	test_refusals(m);
+	test_hold(m);
 	test_batch_invariance(m, "stories260K");
 	test_prefix_cache(m);
 	test_preemption(m);
