@@ -1,7 +1,8 @@
 /* fuzz_replay_main.c - runs a libFuzzer target (LLVMFuzzerTestOneInput) over
  * files without libFuzzer: the seed corpus in `make check`, or crash inputs
  * when debugging.  Arguments are files or directories (not recursed); with
- * none it reads $LLMD_SRCDIR/tests/corpus/gguf (default ./tests/corpus/gguf).
+ * none it reads $LLMD_SRCDIR/tests/corpus/FUZZ_CORPUS (LLMD_SRCDIR defaults
+ * to ".", FUZZ_CORPUS to gguf; a target's build sets it, e.g. -DFUZZ_CORPUS='"frame"').
  */
 #include <dirent.h>
 #include <errno.h>
@@ -12,6 +13,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#ifndef FUZZ_CORPUS
+#define FUZZ_CORPUS "gguf"     /* the seed directory under tests/corpus */
+#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -96,7 +101,7 @@ int main(int argc, char **argv)
 
 	if (argc < 2) {
 		const char *src = getenv("LLMD_SRCDIR");
-		snprintf(def, sizeof def, "%s/tests/corpus/gguf", src ? src : ".");
+		snprintf(def, sizeof def, "%s/tests/corpus/" FUZZ_CORPUS, src ? src : ".");
 		n = run_path(def);
 		if (n <= 0) {
 			fprintf(stderr, "fuzz_replay: no inputs in %s\n", def);
