@@ -1,0 +1,159 @@
+/* llm.h - libllm, the client library of llmd, the local LLM inference daemon.
+ *
+ * Connect to the daemon's Unix socket, submit completions or chats, and read
+ * their tokens as they are generated: they arrive through a shared-memory
+ * ring, so streaming costs no system call per token.  One handle is one
+ * connection; every function may be called from any thread (a handle has
+ * its own lock), but events are delivered to whichever thread reads them.
+ *
+ * Errors are negative errno values; llm_errmsg() says more about the last
+ * one on the handle.  Documented in libllm(3).
+ */
+#ifndef LLM_H
+#define LLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct llm;
+
+/* Default socket: $LLMD_SOCKET, else this. */
+#define LLM_DEFAULT_SOCKET "/run/llmd/llmd.sock"
+
+/* Connects to the daemon at PATH (NULL: $LLMD_SOCKET, then
+ * LLM_DEFAULT_SOCKET) and does the handshake.  RING_BYTES is the ring
+ * capacity to ask for (0: the daemon's default).  Returns 0 and a handle,
+ * or a negative errno; then, when ERR is not NULL, a message goes there. */
+int llm_connect(const char *path, uint32_t ring_bytes, struct llm **ret, char *err, size_t errlen);
+
+/* Cancels nothing, closes the connection (the daemon cancels what is still
+ * running) and frees the handle.  NULL-safe. */
+void llm_close(struct llm *h);
+
+/* The message for the last error on H (never NULL). */
+const char *llm_errmsg(struct llm *h);
+
+struct llm_info {
+	uint32_t protocol;         /* protocol version */
+	uint32_t daemon_pid;
+	uint32_t client_id;        /* the daemon's id for this connection */
+	uint32_t ring_bytes;
+	uint32_t max_inflight;     /* requests live at once on this connection */
+	uint32_t max_prompt_bytes;
+	uint32_t max_prompt_tokens;
+	uint32_t max_tokens;
+	uint32_t n_ctx;
+	uint32_t n_vocab;
+	char model[257];
+	char backend[65];
+	char chat_template[65];    /* empty: the model has no known chat template */
+};
+
+/* What the daemon said at the handshake. */
+void llm_get_info(struct llm *h, struct llm_info *ret);
+
+enum llm_role { LLM_ROLE_SYSTEM = 1, LLM_ROLE_USER = 2, LLM_ROLE_ASSISTANT = 3 };
+
+struct llm_message {
+	enum llm_role role;
+	const char *content;       /* NUL-terminated UTF-8 */
+};
+
+enum llm_flags {
+	LLM_LOGPROBS = 1u << 1,    /* report each token's log-probability */
+	LLM_IGNORE_EOS = 1u << 2,  /* keep going past end-of-generation */
+};
+
+struct llm_request {
+	const char *prompt;                 /* completion: NUL-terminated UTF-8 */
+	const struct llm_message *messages; /* or chat: N_MESSAGES messages (prompt NULL) */
+	int n_messages;
+	int32_t max_tokens;        /* >= 1 */
+	int32_t priority;          /* higher first */
+	float temperature;         /* 0: greedy */
+	int32_t top_k;             /* <= 0: off */
+	float top_p;               /* 1: off */
+	float min_p;               /* 0: off */
+	float repeat_penalty;      /* 1: off */
+	int32_t repeat_last_n;
+	float presence_penalty;
+	float frequency_penalty;
+	int has_seed;              /* 1: use SEED, else the daemon picks one */
+	uint64_t seed;
+	const char *const *stops;  /* N_STOPS stop strings */
+	int n_stops;
+	unsigned flags;            /* enum llm_flags */
+};
+
+/* Fills R with the defaults: 256 tokens, priority 0, temperature 0.8,
+ * top_k 40, top_p 0.95, min_p 0.05, penalties off (1.0, 64, 0, 0), no
+ * seed, no stops, no flags.  Set prompt or messages. */
+void llm_request_init(struct llm_request *r);
+
+/* Submits R.  Returns 0 and the request's id (> 0, unique on this handle),
+ * or a negative errno (-EINVAL for a bad request, -ENOBUFS when the
+ * connection already has max_inflight requests, -EPIPE when the daemon
+ * went away).  Refusals by the daemon arrive later as an LLM_EV_DONE event
+ * with LLM_FINISH_ERROR. */
+int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id);
+
+/* Asks the daemon to cancel request ID; its LLM_EV_DONE event (finish
+ * LLM_FINISH_CANCELLED, unless it ended first) follows.  0, -ENOENT for an
+ * id not live on this handle, or another negative errno. */
+int llm_cancel(struct llm *h, uint64_t id);
+
+enum llm_event_kind {
+	LLM_EV_TOKEN = 1,          /* a generated token and its text */
+	LLM_EV_DONE = 2,           /* the request is over: no more events for its id */
+};
+
+enum llm_finish {
+	LLM_FINISH_STOP = 1,       /* end-of-generation token or a stop string */
+	LLM_FINISH_LENGTH = 2,     /* max_tokens or the context */
+	LLM_FINISH_CANCELLED = 3,
+	LLM_FINISH_ERROR = 4,      /* see error and message */
+};
+
+struct llm_event {
+	enum llm_event_kind kind;
+	uint64_t id;               /* the request */
+	/* LLM_EV_TOKEN */
+	int32_t token;             /* -1: text released at the end, no new token */
+	float logprob;
+	const char *text;          /* complete UTF-8, NUL-terminated; valid until the next
+	                              llm_next_event on this handle */
+	size_t text_len;
+	/* LLM_EV_DONE */
+	enum llm_finish finish;
+	int error_code;            /* the daemon's error code (libllm(3)), 0 unless ERROR */
+	const char *message;       /* with LLM_FINISH_ERROR; same lifetime as text */
+	uint32_t prompt_tokens, cached_tokens, generated_tokens, preemptions;
+	double queue_ms, prefill_ms, decode_ms;
+};
+
+/* Waits up to TIMEOUT_MS (-1: forever, 0: poll) for the next event of any
+ * request on H.  Returns 1 with EV filled, 0 on timeout, or a negative
+ * errno (-EPIPE: the daemon closed the connection; every live request then
+ * gets an LLM_EV_DONE with LLM_FINISH_ERROR first).  -EINTR when a signal
+ * interrupted the wait. */
+int llm_next_event(struct llm *h, struct llm_event *ev, int timeout_ms);
+
+/* A file descriptor that polls readable when llm_next_event(h, ev, 0) may
+ * have something, for the caller's own event loop.  Owned by the handle. */
+int llm_fd(struct llm *h);
+
+/* Sends admin command CMD with ARG (may be NULL) and waits for the reply.
+ * Returns 0 with *RET_BODY a malloc'd NUL-terminated JSON document, or a
+ * negative errno (-EPERM for a non-admin, -ENOENT for an unknown command)
+ * with the daemon's message in llm_errmsg.  Events that arrive meanwhile
+ * are kept for llm_next_event. */
+int llm_admin(struct llm *h, const char *cmd, const char *arg, char **ret_body);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
