@@ -1,7 +1,8 @@
 #!/bin/sh
 # setup.sh - takes a fresh Debian machine to a built llmd with its default model.
 #
-#   ./setup.sh          install what is missing, build, fetch SmolLM2, generate text
+#   ./setup.sh          install what is missing, build, fetch SmolLM2, start llmd
+#                       on a temporary socket and stream an answer with llm-client
 #   ./setup.sh check    the same without the demo, then the whole test suite
 #
 # Packages come from apt-get (as root, or through sudo); the model comes from
@@ -11,7 +12,7 @@ cd "$(dirname "$0")"
 mode=${1:-run}
 
 PKGS="build-essential autoconf automake libtool pkg-config
-libevent-dev libinih-dev libsystemd-dev libpcre2-dev libjson-c-dev"
+libevent-dev libinih-dev libsystemd-dev libpcre2-dev libjson-c-dev systemd"
 
 missing=
 for p in $PKGS; do
@@ -32,9 +33,30 @@ make fetch-model
 
 case "$mode" in
 run)
-	./llm-bench --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \
-		--prompt "Write a haiku about a computer that shares its GPU with friends." \
-		--n-predict 96 --temp 0.7 --seed 42
+	# The daemon in the foreground of this script, as a developer runs it
+	# (systemd runs it from llmd.service/llmd.socket once installed).
+	sock=$(mktemp -u "${TMPDIR:-/tmp}/llmd-demo.XXXXXX").sock
+	./llmd --foreground --socket "$sock" --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
+		--kv-mib 128 2> llmd-demo.log &
+	pid=$!
+	trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; rm -f "$sock"' EXIT INT TERM
+	i=0
+	until [ -S "$sock" ]; do
+		i=$((i + 1))
+		if [ $i -gt 600 ] || ! kill -0 $pid 2>/dev/null; then
+			echo "setup: llmd did not start; its log:" >&2
+			cat llmd-demo.log >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	cat llmd-demo.log
+	./llmctl --socket "$sock" status
+	echo
+	echo "\$ llm-client -s 'You are a helpful assistant.' 'Write a haiku about a computer that shares its GPU with friends.'"
+	./llm-client --socket "$sock" -s "You are a helpful assistant." -n 96 --temp 0.7 --seed 42 \
+		"Write a haiku about a computer that shares its GPU with friends."
+	echo
 	;;
 check)
 	rc=0

@@ -1,0 +1,402 @@
+/* llmctl.c - the admin CLI of llmd: status, ps, cancel, stats (text, JSON,
+ * Prometheus), drain, resume, reload and top.  It sends one ADMIN frame per
+ * command through libllm and renders the daemon's JSON answer; it holds no
+ * state of its own.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <config.h>
+
+#include "llm.h"
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
+
+static int json_out;
+static const char *socket_path;
+static volatile sig_atomic_t interrupted;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: llmctl [--socket PATH] [--json] COMMAND [ARGS]\n"
+		"Commands:\n"
+		"  status              model, backend, uptime, KV pool, prefix cache, queue, tok/s\n"
+		"  ps                  live requests (yours only, unless you are an admin)\n"
+		"  cancel ID           cancel request ID (from ps)\n"
+		"  stats [--prometheus] counters as text, JSON (--json) or Prometheus text\n"
+		"  drain               stop taking new requests; in-flight ones finish (admin)\n"
+		"  resume              take new requests again (admin)\n"
+		"  reload              re-read llmd.conf and apply its limits (admin)\n"
+		"  top [-i SECONDS] [-n COUNT]  status and ps, refreshed\n"
+		"Options:\n"
+		"  -S, --socket PATH   daemon socket (default $LLMD_SOCKET, then " LLM_DEFAULT_SOCKET ")\n"
+		"  -j, --json          print the daemon's JSON answer\n"
+		"  -h, --help, --version\n"
+		"Exit status: 0 ok, 1 the daemon refused or failed the command, 2 usage,\n"
+		"3 cannot reach the daemon.\n");
+}
+
+/* ---- talking to the daemon ---- */
+
+static struct llm *h;
+
+static int connect_daemon(void)
+{
+	char err[256];
+	const char *path = socket_path;
+	int r = llm_connect(path, 4096, &h, err, sizeof err);
+	if (r < 0) {
+		/* libllm's message names the socket already */
+		fprintf(stderr, "llmctl: %s%s\n", err,
+			r == -ENOENT || r == -ECONNREFUSED ? " (is llmd running?)" : "");
+		return EXIT_CONNECT;
+	}
+	return 0;
+}
+
+/* Runs CMD; on success *RET is the parsed answer. */
+static int admin(const char *cmd, const char *arg, json_object **ret)
+{
+	char *body = NULL;
+	int r = llm_admin(h, cmd, arg, &body);
+
+	if (r < 0) {
+		fprintf(stderr, "llmctl: %s: %s\n", cmd, llm_errmsg(h));
+		return r == -EPIPE || r == -ECONNRESET ? EXIT_CONNECT : EXIT_FAILED;
+	}
+	*ret = json_tokener_parse(body);
+	if (!*ret) {
+		fprintf(stderr, "llmctl: %s: the daemon's answer is not JSON\n", cmd);
+		free(body);
+		return EXIT_FAILED;
+	}
+	if (json_out)
+		printf("%s\n", body);
+	free(body);
+	return 0;
+}
+
+static json_object *get(json_object *o, const char *path)
+{
+	char key[64];
+	while (o && *path) {
+		size_t n = strcspn(path, ".");
+		snprintf(key, sizeof key, "%.*s", (int)n, path);
+		if (!json_object_object_get_ex(o, key, &o))
+			return NULL;
+		path += n + (path[n] == '.');
+	}
+	return o;
+}
+
+static int64_t geti(json_object *o, const char *path)
+{
+	return json_object_get_int64(get(o, path));
+}
+
+static double getd(json_object *o, const char *path)
+{
+	return json_object_get_double(get(o, path));
+}
+
+static const char *gets_(json_object *o, const char *path)
+{
+	const char *s = json_object_get_string(get(o, path));
+	return s ? s : "";
+}
+
+static void fmt_age(double s, char *out, size_t len)
+{
+	if (s < 60)
+		snprintf(out, len, "%.1fs", s);
+	else if (s < 3600)
+		snprintf(out, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+	else if (s < 86400)
+		snprintf(out, len, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+	else
+		snprintf(out, len, "%dd%02dh", (int)s / 86400, (int)s % 86400 / 3600);
+}
+
+/* ---- rendering ---- */
+
+static void print_status(json_object *j)
+{
+	char up[32];
+	fmt_age(getd(j, "uptime_s"), up, sizeof up);
+	printf("model        %s (%s)\n", gets_(j, "model"), gets_(j, "model_path"));
+	printf("backend      %s, %lld threads, context %lld tokens, chat template %s\n",
+	       gets_(j, "backend"), (long long)geti(j, "threads"), (long long)geti(j, "n_ctx"),
+	       *gets_(j, "chat_template") ? gets_(j, "chat_template") : "none");
+	printf("state        %s, up %s, llmd %s, pid %lld\n", gets_(j, "state"), up,
+	       gets_(j, "version"), (long long)geti(j, "pid"));
+	printf("kv pool      %.1f%% used: %lld of %lld blocks (%lld tokens each), %lld cached, %s, "
+	       "%lld tokens in all\n",
+	       getd(j, "kv.used_pct"), (long long)geti(j, "kv.used_blocks"),
+	       (long long)geti(j, "kv.blocks"), (long long)geti(j, "kv.block_tokens"),
+	       (long long)geti(j, "kv.cached_blocks"), gets_(j, "kv.type"),
+	       (long long)geti(j, "kv.capacity_tokens"));
+	printf("prefix cache %s, hit rate %.1f%% (%lld prompt tokens from cache)\n",
+	       json_object_get_boolean(get(j, "prefix_cache.enabled")) ? "on" : "off",
+	       100.0 * getd(j, "prefix_cache.hit_rate"), (long long)geti(j, "prefix_cache.hit_tokens"));
+	printf("queue        %lld waiting, %lld running\n", (long long)geti(j, "queue.waiting"),
+	       (long long)geti(j, "queue.running"));
+	printf("throughput   %.1f tok/s (last 10 s), %lld tokens generated, %lld requests\n",
+	       getd(j, "tok_s"), (long long)geti(j, "generated_tokens"),
+	       (long long)geti(j, "requests_total"));
+	printf("clients      %lld connections, %lld requests live\n", (long long)geti(j, "connections"),
+	       (long long)geti(j, "requests_live"));
+}
+
+static void print_ps(json_object *j)
+{
+	json_object *arr = get(j, "requests");
+	size_t n = arr ? json_object_array_length(arr) : 0;
+
+	printf("%8s %7s %6s %-15s %-9s %4s %4s %6s %6s %8s\n", "ID", "PID", "UID", "COMMAND", "STATE",
+	       "QPOS", "PRIO", "PROMPT", "GEN", "AGE");
+	for (size_t i = 0; i < n; i++) {
+		json_object *r = json_object_array_get_idx(arr, i);
+		char age[32], st[16], qpos[16];
+		fmt_age(getd(r, "age_s"), age, sizeof age);
+		snprintf(st, sizeof st, "%s%s", gets_(r, "state"),
+			 json_object_get_boolean(get(r, "ring_full")) ? "*" : "");
+		if (geti(r, "queue_pos"))
+			snprintf(qpos, sizeof qpos, "%lld", (long long)geti(r, "queue_pos"));
+		else
+			snprintf(qpos, sizeof qpos, "-");
+		printf("%8lld %7lld %6lld %-15.15s %-9s %4s %4lld %6lld %6lld %8s\n",
+		       (long long)geti(r, "id"), (long long)geti(r, "pid"), (long long)geti(r, "uid"),
+		       gets_(r, "command"), st, qpos, (long long)geti(r, "priority"),
+		       (long long)geti(r, "prompt_tokens"), (long long)geti(r, "generated_tokens"), age);
+	}
+	if (n == 0)
+		printf("(no requests)\n");
+}
+
+static void print_stats(json_object *j, int prometheus)
+{
+	json_object_object_foreach(j, key, val)
+	{
+		if (json_object_get_type(val) == json_type_object) { /* errors_by_code */
+			if (prometheus)
+				printf("# TYPE llmd_errors_by_code_total counter\n");
+			json_object_object_foreach(val, k2, v2)
+			{
+				if (prometheus)
+					printf("llmd_errors_by_code_total{code=\"%s\"} %lld\n", k2,
+					       (long long)json_object_get_int64(v2));
+				else
+					printf("%-36s %lld\n", k2, (long long)json_object_get_int64(v2));
+			}
+			continue;
+		}
+		if (prometheus) {
+			size_t l = strlen(key);
+			int counter = l > 6 && !strcmp(key + l - 6, "_total");
+			printf("# TYPE %s %s\n", key, counter ? "counter" : "gauge");
+		}
+		if (json_object_get_type(val) == json_type_double)
+			printf(prometheus ? "%s %.6g\n" : "%-36s %.3f\n", key, json_object_get_double(val));
+		else
+			printf(prometheus ? "%s %lld\n" : "%-36s %lld\n", key,
+			       (long long)json_object_get_int64(val));
+	}
+}
+
+/* ---- commands ---- */
+
+static int simple(const char *cmd, const char *arg, void (*render)(json_object *))
+{
+	json_object *j;
+	int r = admin(cmd, arg, &j);
+	if (r)
+		return r;
+	if (!json_out)
+		render(j);
+	json_object_put(j);
+	return 0;
+}
+
+static void render_cancel(json_object *j)
+{
+	printf("cancelled request %lld\n", (long long)geti(j, "cancelled"));
+}
+
+static void render_state(json_object *j)
+{
+	printf("llmd is %s", gets_(j, "state"));
+	if (get(j, "requests_live"))
+		printf(" (%lld requests still in flight)", (long long)geti(j, "requests_live"));
+	printf("\n");
+}
+
+static void render_reload(json_object *j)
+{
+	printf("reloaded %s: %s\n", gets_(j, "reloaded"), gets_(j, "note"));
+}
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static int cmd_top(int argc, char **argv)
+{
+	double interval = 1.0;
+	long count = -1;
+	int opt;
+
+	optind = 1;
+	while ((opt = getopt(argc, argv, "i:n:j")) != -1) {
+		if (opt == 'i')
+			interval = atof(optarg);
+		else if (opt == 'n')
+			count = atol(optarg);
+		else if (opt == 'j')
+			json_out = 1;
+		else
+			return EXIT_USAGE;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "llmctl: top: unexpected argument '%s'\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	if (interval < 0.1)
+		interval = 0.1;
+	signal(SIGINT, on_sigint);
+	for (long i = 0; (count < 0 || i < count) && !interrupted; i++) {
+		json_object *st, *ps;
+		int r = admin("status", NULL, &st);
+		if (r)
+			return r;
+		if ((r = admin("ps", NULL, &ps))) {
+			json_object_put(st);
+			return r;
+		}
+		if (!json_out) {
+			if (isatty(STDOUT_FILENO))
+				printf("\033[H\033[2J");
+			print_status(st);
+			printf("\n");
+			print_ps(ps);
+			fflush(stdout);
+		}
+		json_object_put(st);
+		json_object_put(ps);
+		if (count < 0 || i + 1 < count) {
+			struct timespec ts = { (time_t)interval, (long)((interval - (time_t)interval) * 1e9) };
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "socket", required_argument, NULL, 'S' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 1 },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cmd;
+	int opt, r;
+
+	/* Options before the command; the command's own after it. */
+	while ((opt = getopt_long(argc, argv, "+S:jh", lopts, NULL)) != -1) {
+		switch (opt) {
+		case 'S':
+			socket_path = optarg;
+			break;
+		case 'j':
+			json_out = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_OK;
+		case 1:
+			printf("llmctl %s\n", PACKAGE_VERSION);
+			return EXIT_OK;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	cmd = argv[optind];
+	argc -= optind;
+	argv += optind;
+	/* --json may also follow the command (llmctl stats --json). */
+	int prometheus = 0;
+	const char *arg = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(cmd, "top")) {
+			if (!strcmp(argv[i], "--json"))
+				argv[i] = "-j";
+			continue; /* top parses its own options */
+		}
+		if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "-j"))
+			json_out = 1;
+		else if (!strcmp(argv[i], "--prometheus") && !strcmp(cmd, "stats"))
+			prometheus = 1;
+		else if (!strcmp(cmd, "cancel") && !arg && argv[i][0] != '-')
+			arg = argv[i];
+		else {
+			fprintf(stderr, "llmctl: %s: unexpected argument '%s'\n", cmd, argv[i]);
+			return EXIT_USAGE;
+		}
+	}
+	if (prometheus)
+		json_out = 0;
+	if (!strcmp(cmd, "cancel") && !arg) {
+		fprintf(stderr, "llmctl: cancel needs a request id (see llmctl ps)\n");
+		return EXIT_USAGE;
+	}
+	static const char *const known[] = { "status", "ps", "cancel", "stats", "drain",
+					     "resume", "reload", "top", NULL };
+	int ok = 0;
+	for (int i = 0; known[i]; i++)
+		ok |= !strcmp(known[i], cmd);
+	if (!ok) {
+		fprintf(stderr, "llmctl: unknown command '%s' (try llmctl --help)\n", cmd);
+		return EXIT_USAGE;
+	}
+	if ((r = connect_daemon()))
+		return r;
+
+	if (!strcmp(cmd, "status"))
+		r = simple("status", NULL, print_status);
+	else if (!strcmp(cmd, "ps"))
+		r = simple("ps", NULL, print_ps);
+	else if (!strcmp(cmd, "cancel"))
+		r = simple("cancel", arg, render_cancel);
+	else if (!strcmp(cmd, "drain") || !strcmp(cmd, "resume"))
+		r = simple(cmd, NULL, render_state);
+	else if (!strcmp(cmd, "reload"))
+		r = simple("reload", NULL, render_reload);
+	else if (!strcmp(cmd, "top"))
+		r = cmd_top(argc, argv);
+	else { /* stats */
+		json_object *j;
+		if (!(r = admin("stats", NULL, &j))) {
+			if (!json_out)
+				print_stats(j, prometheus);
+			json_object_put(j);
+		}
+	}
+	llm_close(h);
+	return r;
+}

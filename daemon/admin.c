@@ -1,0 +1,476 @@
+/* admin.c - the commands llmctl sends: status, stats, ps, cancel, drain,
+ * resume, reload.  Each is a row of one table with the permission it needs
+ * and whether it reports the engine's state (then it waits for a worker
+ * snapshot).  Answers are JSON; llmctl renders tables and Prometheus text.
+ */
+#include "admin.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <json-c/json.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <config.h>
+
+#include "engine.h"
+#include "model.h"
+#include "server.h"
+#include "worker.h"
+
+struct admin_cmd;
+
+/* A command waiting for a snapshot. */
+struct admin_wait {
+	uint64_t tag;
+	uint32_t conn_id;
+	const struct admin_cmd *cmd;
+	char arg[PROTO_MAX_ADMIN_ARG + 1];
+	struct admin_wait *next;
+};
+
+/* Fills OUT; returns 0 or an enum proto_err code with a message in ERR. */
+typedef int (*admin_fn)(struct llmd *d, struct conn *c, const char *arg,
+			const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen);
+
+struct admin_cmd {
+	const char *name;
+	int need_admin;      /* root, the daemon's user or admin_group only */
+	int snapshot;        /* reports the engine's state */
+	admin_fn fn;
+};
+
+/* ---- permissions ---- */
+
+int admin_allowed(const struct llmd *d, uid_t uid, gid_t gid)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+	gid_t groups[256];
+	int n = 256;
+
+	if (uid == 0 || uid == geteuid())
+		return 1;
+	if (!d->have_admin_gid)
+		return 0;
+	if (gid == d->admin_gid)
+		return 1;
+	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) != 0 || !res)
+		return 0;
+	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if (groups[i] == d->admin_gid)
+			return 1;
+	return 0;
+}
+
+/* ---- helpers ---- */
+
+static void add_int(json_object *o, const char *k, int64_t v)
+{
+	json_object_object_add(o, k, json_object_new_int64(v));
+}
+
+static void add_dbl(json_object *o, const char *k, double v)
+{
+	json_object_object_add(o, k, json_object_new_double(v));
+}
+
+static void add_str(json_object *o, const char *k, const char *v)
+{
+	json_object_object_add(o, k, json_object_new_string(v));
+}
+
+static const char *state_name(const struct llmd *d)
+{
+	return d->stopping ? "stopping" : d->draining ? "draining" : "serving";
+}
+
+static double hit_rate(const struct sched_counters *c)
+{
+	double all = (double)c->prefix_hit_tokens + (double)c->prefill_rows;
+	return all > 0 ? (double)c->prefix_hit_tokens / all : 0;
+}
+
+/* ---- commands ---- */
+
+static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
+		      const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	const struct engine *e = worker_engine(d->worker);
+	const struct sched_counters *k = &sn->c;
+	json_object *kv = json_object_new_object(), *pc = json_object_new_object(),
+		    *q = json_object_new_object();
+
+	add_str(out, "version", PACKAGE_VERSION);
+	add_int(out, "pid", getpid());
+	add_dbl(out, "uptime_s", llmd_now() - d->t_start);
+	add_str(out, "state", state_name(d));
+	add_str(out, "model", d->model->name);
+	add_str(out, "model_path", d->model->path);
+	add_str(out, "backend", d->backend);
+	add_int(out, "threads", d->n_threads);
+	add_str(out, "chat_template", d->model->chat.kind ? chat_template_name(d->model->chat.kind) : "");
+	add_int(out, "n_ctx", engine_n_ctx(e));
+	add_int(out, "n_vocab", engine_n_vocab(e));
+	add_int(out, "connections", d->n_conns);
+	add_int(out, "requests_live", server_live_requests(d));
+	add_int(out, "requests_total", (int64_t)d->requests_total);
+	add_int(out, "generated_tokens", (int64_t)k->generated_tokens);
+	add_dbl(out, "tok_s", sn->tok_s);
+	add_str(kv, "type", d->cfg.kv_type);
+	add_int(kv, "capacity_tokens", sn->kv_capacity_tokens);
+	add_int(kv, "blocks", k->pool_blocks);
+	add_int(kv, "block_tokens", k->block_tokens);
+	add_int(kv, "used_blocks", k->used_blocks);
+	add_int(kv, "cached_blocks", k->cached_blocks);
+	add_int(kv, "free_blocks", k->pool_blocks - k->used_blocks - k->cached_blocks);
+	add_dbl(kv, "used_pct", k->pool_blocks ? 100.0 * k->used_blocks / k->pool_blocks : 0);
+	json_object_object_add(out, "kv", kv);
+	json_object_object_add(pc, "enabled", json_object_new_boolean(d->cfg.prefix_cache));
+	add_int(pc, "lookups", (int64_t)k->prefix_lookups);
+	add_int(pc, "hit_tokens", (int64_t)k->prefix_hit_tokens);
+	add_dbl(pc, "hit_rate", hit_rate(k));
+	json_object_object_add(out, "prefix_cache", pc);
+	add_int(q, "waiting", k->waiting);
+	add_int(q, "running", k->running);
+	json_object_object_add(out, "queue", q);
+	return 0;
+}
+
+static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
+		     const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	const struct sched_counters *k = &sn->c;
+	uint64_t refused = 0;
+	json_object *by = json_object_new_object();
+
+	/* Names follow Prometheus conventions: _total for counters. */
+	add_dbl(out, "llmd_uptime_seconds", llmd_now() - d->t_start);
+	add_int(out, "llmd_connections", d->n_conns);
+	add_int(out, "llmd_connections_total", (int64_t)d->conns_total);
+	add_int(out, "llmd_requests_live", server_live_requests(d));
+	add_int(out, "llmd_requests_total", (int64_t)d->requests_total);
+	add_int(out, "llmd_requests_finished_total", (int64_t)k->finished);
+	for (int i = 1; i < PROTO_E__MAX; i++) {
+		refused += d->refused[i];
+		if (d->refused[i])
+			add_int(by, proto_err_name((uint32_t)i), (int64_t)d->refused[i]);
+	}
+	add_int(out, "llmd_errors_sent_total", (int64_t)refused);
+	add_int(out, "llmd_bad_frames_total", (int64_t)d->bad_frames);
+	add_int(out, "llmd_generated_tokens_total", (int64_t)k->generated_tokens);
+	add_dbl(out, "llmd_generated_tokens_per_second", sn->tok_s);
+	add_int(out, "llmd_queue_waiting", k->waiting);
+	add_int(out, "llmd_queue_running", k->running);
+	add_int(out, "llmd_kv_capacity_tokens", sn->kv_capacity_tokens);
+	add_int(out, "llmd_kv_blocks", k->pool_blocks);
+	add_int(out, "llmd_kv_block_tokens", k->block_tokens);
+	add_int(out, "llmd_kv_used_blocks", k->used_blocks);
+	add_int(out, "llmd_kv_cached_blocks", k->cached_blocks);
+	add_int(out, "llmd_kv_wasted_slots", k->wasted_slots);
+	add_int(out, "llmd_prefix_lookups_total", (int64_t)k->prefix_lookups);
+	add_int(out, "llmd_prefix_hit_tokens_total", (int64_t)k->prefix_hit_tokens);
+	add_int(out, "llmd_preemptions_total", (int64_t)k->preemptions);
+	add_int(out, "llmd_evictions_total", (int64_t)k->evictions);
+	add_int(out, "llmd_steps_total", (int64_t)k->steps);
+	add_int(out, "llmd_step_rows_total", (int64_t)k->step_rows);
+	add_int(out, "llmd_prefill_rows_total", (int64_t)k->prefill_rows);
+	add_int(out, "llmd_decode_rows_total", (int64_t)k->decode_rows);
+	add_int(out, "llmd_last_step_rows", k->last_step_rows);
+	add_int(out, "llmd_last_step_seqs", k->last_step_seqs);
+	json_object_object_add(out, "errors_by_code", by);
+	return 0;
+}
+
+static const char *req_state(enum sched_state s)
+{
+	switch (s) {
+	case SCHED_ST_QUEUED:
+		return "queued";
+	case SCHED_ST_PREEMPTED:
+		return "preempted";
+	case SCHED_ST_PREFILL:
+		return "prefill";
+	case SCHED_ST_DECODE:
+		return "decode";
+	}
+	return "?";
+}
+
+static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct worker_snapshot *sn,
+		  json_object *out, char *err, size_t errlen)
+{
+	json_object *arr = json_object_new_array();
+
+	for (int32_t i = 0; i < sn->n_reqs; i++) {
+		const struct worker_snap_req *r = &sn->reqs[i];
+		struct conn *o = server_conn(d, r->conn_id);
+		json_object *j;
+		if (!o || (!c->is_admin && o->uid != c->uid))
+			continue; /* gone, or someone else's */
+		j = json_object_new_object();
+		add_int(j, "id", (int64_t)r->gid);
+		add_int(j, "client_request", (int64_t)r->client_id);
+		add_int(j, "conn", r->conn_id);
+		add_int(j, "pid", o->pid);
+		add_int(j, "uid", o->uid);
+		add_str(j, "command", o->comm);
+		add_str(j, "state", req_state(r->info.state));
+		json_object_object_add(j, "ring_full", json_object_new_boolean(r->ring_full));
+		add_int(j, "queue_pos", r->info.queue_pos);
+		add_int(j, "priority", r->info.priority);
+		add_int(j, "prompt_tokens", r->info.prompt_tokens);
+		add_int(j, "computed_tokens", r->info.computed_tokens);
+		add_int(j, "generated_tokens", r->info.generated_tokens);
+		add_int(j, "kv_blocks", r->info.blocks);
+		add_dbl(j, "age_s", r->age_s);
+		json_object_array_add(arr, j);
+	}
+	json_object_object_add(out, "requests", arr);
+	return 0;
+}
+
+static int cmd_cancel(struct llmd *d, struct conn *c, const char *arg,
+		      const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	char *end;
+	unsigned long long id;
+
+	errno = 0;
+	id = strtoull(arg, &end, 10);
+	if (!*arg || *end || errno || id == 0) {
+		snprintf(err, errlen, "cancel needs a request id (see llmctl ps), not '%s'", arg);
+		return PROTO_E_INVAL;
+	}
+	for (uint32_t s = 0; s < d->max_conn_slots; s++) {
+		struct conn *o = d->conns[s];
+		for (int32_t i = 0; o && i < o->n_live; i++) {
+			if (o->live[i].gid != id)
+				continue;
+			if (!c->is_admin && o->uid != c->uid) {
+				snprintf(err, errlen, "request %llu belongs to uid %u", id, (unsigned)o->uid);
+				return PROTO_E_PERM;
+			}
+			worker_cancel(d->worker, id);
+			add_int(out, "cancelled", (int64_t)id);
+			return 0;
+		}
+	}
+	snprintf(err, errlen, "no live request %llu", id);
+	return PROTO_E_NOTFOUND;
+}
+
+static int cmd_drain(struct llmd *d, struct conn *c, const char *arg,
+		     const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	d->draining = 1;
+	add_str(out, "state", state_name(d));
+	add_int(out, "requests_live", server_live_requests(d));
+	return 0;
+}
+
+static int cmd_resume(struct llmd *d, struct conn *c, const char *arg,
+		      const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	if (d->stopping) {
+		snprintf(err, errlen, "llmd is shutting down");
+		return PROTO_E_DRAINING;
+	}
+	d->draining = 0;
+	add_str(out, "state", state_name(d));
+	return 0;
+}
+
+static int cmd_reload(struct llmd *d, struct conn *c, const char *arg,
+		      const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	char msg[512];
+	if (admin_reload(d, msg, sizeof msg) < 0) {
+		snprintf(err, errlen, "%s", msg);
+		return PROTO_E_INVAL;
+	}
+	add_str(out, "reloaded", d->config_path[0] ? d->config_path : "(no config file)");
+	add_str(out, "note", msg);
+	return 0;
+}
+
+static const struct admin_cmd cmds[] = {
+	{ "status", 0, 1, cmd_status },
+	{ "stats", 0, 1, cmd_stats },
+	{ "ps", 0, 1, cmd_ps },           /* non-admins see their own requests */
+	{ "cancel", 0, 0, cmd_cancel },   /* non-admins may cancel their own */
+	{ "drain", 1, 0, cmd_drain },
+	{ "resume", 1, 0, cmd_resume },
+	{ "reload", 1, 0, cmd_reload },
+};
+
+/* ---- dispatch ---- */
+
+static void reply(struct llmd *d, struct conn *c, uint32_t code, const char *body)
+{
+	size_t len = strlen(body), cap = PROTO_HDR_SIZE + 12 + len;
+	uint8_t *buf = malloc(cap);
+	struct proto_admin_reply r = { .code = code, .body = { body, (uint32_t)len } };
+	ssize_t n;
+
+	if (!buf)
+		return;
+	n = proto_encode_admin_reply(buf, cap, &r);
+	if (n > 0)
+		server_send(c, buf, (size_t)n);
+	free(buf);
+}
+
+static void run(struct llmd *d, struct conn *c, const struct admin_cmd *cmd, const char *arg,
+		const struct worker_snapshot *sn)
+{
+	json_object *out = json_object_new_object();
+	char err[512] = "";
+	int code = cmd->fn(d, c, arg, sn, out, err, sizeof err);
+
+	if (code)
+		reply(d, c, (uint32_t)code, err);
+	else
+		reply(d, c, 0, json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN));
+	json_object_put(out);
+}
+
+void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a)
+{
+	const struct admin_cmd *cmd = NULL;
+	char name[PROTO_MAX_ADMIN_CMD + 1], arg[PROTO_MAX_ADMIN_ARG + 1];
+
+	snprintf(name, sizeof name, "%.*s", (int)a->command.len, a->command.p);
+	snprintf(arg, sizeof arg, "%.*s", (int)a->arg.len, a->arg.p);
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+		if (!strcmp(cmds[i].name, name))
+			cmd = &cmds[i];
+	if (!cmd) {
+		char msg[128];
+		snprintf(msg, sizeof msg, "unknown command '%s'", name);
+		reply(d, c, PROTO_E_NOTFOUND, msg);
+		return;
+	}
+	if (cmd->need_admin && !c->is_admin) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "'%s' needs root or membership of group '%s'", name,
+			 d->cfg.admin_group);
+		d->refused[PROTO_E_PERM]++;
+		reply(d, c, PROTO_E_PERM, msg);
+		return;
+	}
+	if (!cmd->snapshot) {
+		run(d, c, cmd, arg, NULL);
+		return;
+	}
+	struct admin_wait *w = calloc(1, sizeof *w);
+	if (!w || worker_query(d->worker, ++d->next_tag) < 0) {
+		free(w);
+		reply(d, c, PROTO_E_INTERNAL, "out of memory");
+		return;
+	}
+	w->tag = d->next_tag;
+	w->conn_id = c->id;
+	w->cmd = cmd;
+	memcpy(w->arg, arg, sizeof w->arg);
+	w->next = d->waits;
+	d->waits = w;
+}
+
+void admin_on_snapshot(struct llmd *d, struct worker_snapshot *sn)
+{
+	for (struct admin_wait **p = &d->waits; *p; p = &(*p)->next) {
+		struct admin_wait *w = *p;
+		struct conn *c;
+		if (w->tag != sn->tag)
+			continue;
+		*p = w->next;
+		if ((c = server_conn(d, w->conn_id)))
+			run(d, c, w->cmd, w->arg, sn);
+		free(w);
+		break;
+	}
+	free(sn);
+}
+
+void admin_forget_conn(struct llmd *d, uint32_t conn_id)
+{
+	for (struct admin_wait **p = &d->waits; *p;) {
+		struct admin_wait *w = *p;
+		if (w->conn_id == conn_id) {
+			*p = w->next;
+			free(w);
+		} else {
+			p = &w->next;
+		}
+	}
+}
+
+/* ---- reload ---- */
+
+int admin_reload(struct llmd *d, char *msg, size_t msglen)
+{
+	struct llmd_conf n;
+	char err[512];
+	int r;
+
+	conf_default(&n);
+	if (d->config_path[0] && (r = conf_load(&n, d->config_path, err, sizeof err)) < 0) {
+		snprintf(msg, msglen, "%s", err);
+		return r;
+	}
+	for (int i = 0; i < d->n_overrides; i++)
+		if ((r = conf_set(&n, d->overrides[i], err, sizeof err)) < 0) {
+			snprintf(msg, msglen, "%s", err);
+			return r;
+		}
+	if ((r = conf_check(&n, err, sizeof err)) < 0) {
+		snprintf(msg, msglen, "%s", err);
+		return r;
+	}
+	/* What needs a restart keeps its running value; say which. */
+	char restart[256] = "";
+#define KEEP(field, name)                                                                     \
+	do {                                                                                  \
+		if (memcmp(&n.field, &d->cfg.field, sizeof n.field)) {                        \
+			size_t l = strlen(restart);                                           \
+			snprintf(restart + l, sizeof restart - l, "%s%s", l ? ", " : "", name); \
+			memcpy(&n.field, &d->cfg.field, sizeof n.field);                      \
+		}                                                                             \
+	} while (0)
+	KEEP(model_path, "model.path");
+	KEEP(socket_path, "server.socket");
+	KEEP(socket_mode, "server.socket_mode");
+	KEEP(socket_group, "server.socket_group");
+	KEEP(backend, "device.backend");
+	KEEP(device_index, "device.index");
+	KEEP(threads, "device.threads");
+	KEEP(pool_mb, "kv.pool_mb");
+	KEEP(pool_tokens, "kv.pool_tokens");
+	KEEP(block_tokens, "kv.block_tokens");
+	KEEP(kv_type, "kv.type");
+	KEEP(n_ctx, "kv.n_ctx");
+	KEEP(max_seqs, "sched.max_seqs");
+	KEEP(max_batched_tokens, "sched.max_batched_tokens");
+	KEEP(max_queue, "sched.max_queue");
+	KEEP(prefix_cache, "sched.prefix_cache");
+	KEEP(max_connections, "limits.max_connections");
+#undef KEEP
+	d->cfg = n;
+	struct group gr, *res = NULL;
+	char buf[4096];
+	d->have_admin_gid = d->cfg.admin_group[0] &&
+			    getgrnam_r(d->cfg.admin_group, &gr, buf, sizeof buf, &res) == 0 && res;
+	if (d->have_admin_gid)
+		d->admin_gid = gr.gr_gid;
+	if (restart[0])
+		snprintf(msg, msglen, "limits applied; these changes need a restart: %s", restart);
+	else
+		snprintf(msg, msglen, "limits applied");
+	return 0;
+}

@@ -1,0 +1,37 @@
+/* admin.h - admin commands (llmctl): a table of { name, handler }, with the
+ * permission each needs, answered as JSON documents.  Commands that report
+ * the engine's state ask the worker for a snapshot and answer when it comes
+ * back.  Event-loop thread.
+ */
+#ifndef LLMD_ADMIN_H
+#define LLMD_ADMIN_H
+
+#include <stddef.h>
+
+#include "llmd.h"
+#include "proto.h"
+
+struct conn;
+struct worker_snapshot;
+
+/* Runs the command in A for C and sends (now or after a snapshot) one
+ * ADMIN_REPLY. */
+void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a);
+
+/* The worker's answer to a query: finishes the commands waiting for it and
+ * frees SN. */
+void admin_on_snapshot(struct llmd *d, struct worker_snapshot *sn);
+
+/* C is closing: forget its waiting commands. */
+void admin_forget_conn(struct llmd *d, uint32_t conn_id);
+
+/* Re-reads the config file (and the command-line overrides) and applies
+ * what can change while running: limits, the admin group, the grace period.
+ * Settings that need a restart are named in MSG.  0 or a negative errno
+ * (the old settings stay) with the reason in MSG. */
+int admin_reload(struct llmd *d, char *msg, size_t msglen);
+
+/* Whether UID/GID (and the user's groups) may run admin commands. */
+int admin_allowed(const struct llmd *d, uid_t uid, gid_t gid);
+
+#endif

@@ -1,0 +1,278 @@
+/* conf.c - llmd.conf and its overrides: one table names every option,
+ * its section, its type, its range and where it lives in struct
+ * llmd_conf.  Parsing only; nothing here acts on a setting.
+ */
+#include "conf.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum opt_type { OPT_STR, OPT_INT, OPT_I64, OPT_MODE, OPT_BOOL };
+
+struct opt {
+	const char *section;
+	const char *key;
+	enum opt_type type;
+	size_t off;              /* offset in struct llmd_conf */
+	size_t size;             /* OPT_STR: buffer size */
+	int64_t min, max;        /* OPT_INT / OPT_I64 range */
+	const char *const *choices; /* OPT_STR: allowed values, or NULL */
+};
+
+static const char *const backends[] = { "auto", "cpu", "cuda", NULL };
+static const char *const kv_types[] = { "f16", "f32", "q8_0", NULL };
+
+#define F(field) offsetof(struct llmd_conf, field), sizeof(((struct llmd_conf *)0)->field)
+static const struct opt opts[] = {
+	{ "model", "path", OPT_STR, F(model_path), 0, 0, NULL },
+	{ "server", "socket", OPT_STR, F(socket_path), 0, 0, NULL },
+	{ "server", "socket_mode", OPT_MODE, F(socket_mode), 0, 07777, NULL },
+	{ "server", "socket_group", OPT_STR, F(socket_group), 0, 0, NULL },
+	{ "server", "admin_group", OPT_STR, F(admin_group), 0, 0, NULL },
+	{ "server", "grace_s", OPT_INT, F(grace_s), 0, 3600, NULL },
+	{ "device", "backend", OPT_STR, F(backend), 0, 0, backends },
+	{ "device", "index", OPT_INT, F(device_index), 0, 255, NULL },
+	{ "device", "threads", OPT_INT, F(threads), 0, 256, NULL },
+	{ "kv", "pool_mb", OPT_I64, F(pool_mb), 1, 1 << 24, NULL },
+	{ "kv", "pool_tokens", OPT_I64, F(pool_tokens), 0, INT32_MAX, NULL },
+	{ "kv", "block_tokens", OPT_INT, F(block_tokens), 1, 1024, NULL },
+	{ "kv", "type", OPT_STR, F(kv_type), 0, 0, kv_types },
+	{ "kv", "n_ctx", OPT_INT, F(n_ctx), 0, 1 << 20, NULL },
+	{ "sched", "max_seqs", OPT_INT, F(max_seqs), 1, 4096, NULL },
+	{ "sched", "max_batched_tokens", OPT_INT, F(max_batched_tokens), 1, 65536, NULL },
+	{ "sched", "max_queue", OPT_INT, F(max_queue), 1, 1 << 20, NULL },
+	{ "sched", "prefix_cache", OPT_BOOL, F(prefix_cache), 0, 1, NULL },
+	{ "limits", "max_connections", OPT_INT, F(max_connections), 1, 65535, NULL },
+	{ "limits", "connections_per_uid", OPT_INT, F(connections_per_uid), 1, 65535, NULL },
+	{ "limits", "requests_per_connection", OPT_INT, F(requests_per_connection), 1, 65536, NULL },
+	{ "limits", "requests_per_uid", OPT_INT, F(requests_per_uid), 1, 1 << 20, NULL },
+	{ "limits", "prompt_bytes", OPT_INT, F(prompt_bytes), 1, 1 << 20, NULL },
+	{ "limits", "prompt_tokens", OPT_INT, F(prompt_tokens), 0, 1 << 20, NULL },
+	{ "limits", "max_tokens", OPT_INT, F(max_tokens), 1, 1 << 20, NULL },
+	{ "limits", "max_priority", OPT_INT, F(max_priority), 0, 1000000, NULL },
+	{ "limits", "ring_kib", OPT_INT, F(ring_kib), 4, 65536, NULL },
+	{ "limits", "ring_max_kib", OPT_INT, F(ring_max_kib), 4, 65536, NULL },
+};
+#undef F
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+void conf_default(struct llmd_conf *c)
+{
+	memset(c, 0, sizeof *c);
+	strcpy(c->socket_path, LLMD_DEFAULT_SOCKET);
+	c->socket_mode = 0660;
+	strcpy(c->admin_group, "llm-admin");
+	c->grace_s = 10;
+	strcpy(c->backend, "auto");
+	c->pool_mb = 256;
+	c->block_tokens = 16;
+	strcpy(c->kv_type, "f16");
+	c->max_seqs = 32;
+	c->max_batched_tokens = 512;
+	c->max_queue = 1024;
+	c->prefix_cache = 1;
+	c->max_connections = 1024;
+	c->connections_per_uid = 256;
+	c->requests_per_connection = 64;
+	c->requests_per_uid = 256;
+	c->prompt_bytes = 256 * 1024;
+	c->max_tokens = 4096;
+	c->max_priority = 10;
+	c->ring_kib = 256;
+	c->ring_max_kib = 4096;
+}
+
+static int parse_int(const char *v, int64_t *ret, int base)
+{
+	char *end;
+	long long x;
+
+	errno = 0;
+	x = strtoll(v, &end, base);
+	if (errno || end == v || *end)
+		return -EINVAL;
+	*ret = x;
+	return 0;
+}
+
+int conf_apply(struct llmd_conf *c, const char *section, const char *key, const char *value,
+		 char *err, size_t errlen)
+{
+	const struct opt *o = NULL;
+	char *field;
+	int64_t x = 0;
+
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (!strcmp(opts[i].section, section) && !strcmp(opts[i].key, key))
+			o = &opts[i];
+	if (!o) {
+		snprintf(err, errlen, "unknown option %s.%s", section, key);
+		return -ENOENT;
+	}
+	field = (char *)c + o->off;
+	switch (o->type) {
+	case OPT_STR:
+		if (strlen(value) >= o->size) {
+			snprintf(err, errlen, "%s.%s: value longer than %zu bytes", section, key, o->size - 1);
+			return -EINVAL;
+		}
+		if (o->choices) {
+			int ok = 0;
+			for (const char *const *ch = o->choices; *ch; ch++)
+				ok |= !strcmp(*ch, value);
+			if (!ok) {
+				snprintf(err, errlen, "%s.%s: '%s' is not one of the allowed values", section,
+					 key, value);
+				return -EINVAL;
+			}
+		}
+		strcpy(field, value);
+		return 0;
+	case OPT_BOOL:
+		if (!strcmp(value, "1") || !strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
+		    !strcasecmp(value, "on"))
+			x = 1;
+		else if (!strcmp(value, "0") || !strcasecmp(value, "no") ||
+			 !strcasecmp(value, "false") || !strcasecmp(value, "off"))
+			x = 0;
+		else {
+			snprintf(err, errlen, "%s.%s: '%s' is not a boolean", section, key, value);
+			return -EINVAL;
+		}
+		*(int32_t *)field = (int32_t)x;
+		return 0;
+	case OPT_MODE:
+	case OPT_INT:
+	case OPT_I64:
+		if (parse_int(value, &x, o->type == OPT_MODE ? 8 : 10) < 0 || x < o->min || x > o->max) {
+			snprintf(err, errlen, "%s.%s: '%s' is not %s in %lld..%lld", section, key, value,
+				 o->type == OPT_MODE ? "an octal mode" : "an integer", (long long)o->min,
+				 (long long)o->max);
+			return -EINVAL;
+		}
+		if (o->type == OPT_I64)
+			*(int64_t *)field = x;
+		else if (o->type == OPT_MODE)
+			*(mode_t *)field = (mode_t)x;
+		else
+			*(int32_t *)field = (int32_t)x;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+struct load_ctx {
+	struct llmd_conf *c;
+	const char *path;
+	char msg[256];           /* the first bad option */
+	int rc;
+};
+
+/* inih reports the line of the first handler failure as its return value. */
+static int on_ini(void *user, const char *section, const char *key, const char *value)
+{
+	struct load_ctx *l = user;
+
+	if (l->rc)
+		return 1;
+	if (conf_apply(l->c, section, key, value, l->msg, sizeof l->msg) < 0) {
+		l->rc = -EINVAL;
+		return 0;
+	}
+	return 1;
+}
+
+int conf_load(struct llmd_conf *c, const char *path, char *err, size_t errlen)
+{
+	struct load_ctx l = { .c = c, .path = path };
+	FILE *f = fopen(path, "re");
+	int r;
+
+	if (!f) {
+		int e = errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	r = ini_parse_file(f, on_ini, &l);
+	fclose(f);
+	if (l.rc) {
+		snprintf(err, errlen, "%s:%d: %s", path, r, l.msg);
+		return l.rc;
+	}
+	if (r != 0) {
+		snprintf(err, errlen, "%s:%d: syntax error", path, r);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int conf_set(struct llmd_conf *c, const char *assignment, char *err, size_t errlen)
+{
+	char section[32], key[64];
+	const char *dot = strchr(assignment, '.'), *eq = strchr(assignment, '=');
+
+	if (!dot || !eq || dot > eq || dot - assignment >= (ptrdiff_t)sizeof section ||
+	    eq - dot - 1 >= (ptrdiff_t)sizeof key || dot == assignment || eq == dot + 1) {
+		snprintf(err, errlen, "'%s' is not SECTION.KEY=VALUE", assignment);
+		return -EINVAL;
+	}
+	memcpy(section, assignment, (size_t)(dot - assignment));
+	section[dot - assignment] = 0;
+	memcpy(key, dot + 1, (size_t)(eq - dot - 1));
+	key[eq - dot - 1] = 0;
+	return conf_apply(c, section, key, eq + 1, err, errlen) < 0 ? -EINVAL : 0;
+}
+
+int conf_check(const struct llmd_conf *c, char *err, size_t errlen)
+{
+	if (!c->model_path[0]) {
+		snprintf(err, errlen, "no model: set model.path in the config or pass --model PATH");
+		return -EINVAL;
+	}
+	if (!c->socket_path[0]) {
+		snprintf(err, errlen, "server.socket is empty");
+		return -EINVAL;
+	}
+	if (c->ring_kib > c->ring_max_kib) {
+		snprintf(err, errlen, "limits.ring_kib (%d) is over limits.ring_max_kib (%d)", c->ring_kib,
+			 c->ring_max_kib);
+		return -EINVAL;
+	}
+	if ((c->ring_kib & (c->ring_kib - 1)) || (c->ring_max_kib & (c->ring_max_kib - 1))) {
+		snprintf(err, errlen, "limits.ring_kib and limits.ring_max_kib must be powers of two");
+		return -EINVAL;
+	}
+	if (c->requests_per_connection > c->requests_per_uid) {
+		snprintf(err, errlen, "limits.requests_per_connection (%d) is over limits.requests_per_uid (%d)",
+			 c->requests_per_connection, c->requests_per_uid);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void conf_print(const struct llmd_conf *c, FILE *out)
+{
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt *o = &opts[i];
+		const char *field = (const char *)c + o->off;
+		fprintf(out, "%s.%s = ", o->section, o->key);
+		switch (o->type) {
+		case OPT_STR:
+			fprintf(out, "%s\n", field);
+			break;
+		case OPT_MODE:
+			fprintf(out, "%04o\n", (unsigned)*(const mode_t *)field);
+			break;
+		case OPT_I64:
+			fprintf(out, "%lld\n", (long long)*(const int64_t *)field);
+			break;
+		case OPT_INT:
+		case OPT_BOOL:
+			fprintf(out, "%d\n", *(const int32_t *)field);
+			break;
+		}
+	}
+}

@@ -1,0 +1,76 @@
+/* conf.h - llmd's settings: defaults, llmd.conf (inih) and command-line
+ * overrides of the form SECTION.KEY=VALUE.  Every option is documented in
+ * etc/llmd.conf and llmd.conf(5); this table is the single source of the
+ * names.  Event-loop thread (and main before it starts).
+ */
+#ifndef LLMD_CONF_H
+#define LLMD_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define LLMD_DEFAULT_CONFIG "/etc/llmd/llmd.conf"
+#define LLMD_DEFAULT_SOCKET "/run/llmd/llmd.sock"
+
+struct llmd_conf {
+	/* [model] */
+	char model_path[1024];         /* the GGUF file */
+	/* [server] */
+	char socket_path[108];         /* Unix socket, when not socket-activated */
+	mode_t socket_mode;            /* file mode of the socket we bind (0660) */
+	char socket_group[64];         /* group of the socket we bind; "" = ours */
+	char admin_group[64];          /* members may run admin commands (root always may) */
+	int32_t grace_s;               /* SIGTERM: seconds in-flight requests may finish */
+	/* [device] */
+	char backend[16];              /* auto | cpu | cuda */
+	int32_t device_index;          /* CUDA device */
+	int32_t threads;               /* CPU threads; 0 = one per online core (at most 256) */
+	/* [kv] */
+	int64_t pool_mb;               /* KV pool size, MiB (used when pool_tokens is 0) */
+	int64_t pool_tokens;           /* or its size in tokens; 0 = use pool_mb */
+	int32_t block_tokens;          /* tokens per KV block */
+	char kv_type[8];               /* f16 | f32 | q8_0 */
+	int32_t n_ctx;                 /* tokens per sequence; 0 = the model's */
+	/* [sched] */
+	int32_t max_seqs;              /* sequences running at once */
+	int32_t max_batched_tokens;    /* token rows per step */
+	int32_t max_queue;             /* requests waiting before "busy" */
+	int32_t prefix_cache;          /* 1 = on */
+	/* [limits] */
+	int32_t max_connections;       /* connections at once, all users */
+	int32_t connections_per_uid;
+	int32_t requests_per_connection; /* live requests per connection */
+	int32_t requests_per_uid;      /* live requests per user, all connections */
+	int32_t prompt_bytes;          /* prompt text (or all chat messages) per request */
+	int32_t prompt_tokens;         /* tokens per prompt; 0 = n_ctx - 1 */
+	int32_t max_tokens;            /* generated tokens per request */
+	int32_t max_priority;          /* non-admins' priorities are clamped to +-this */
+	int32_t ring_kib;              /* default ring per connection, KiB */
+	int32_t ring_max_kib;          /* the most a client may ask for, KiB */
+};
+
+/* Fills C with the documented defaults. */
+void conf_default(struct llmd_conf *c);
+
+/* Reads PATH into C (over what is there).  Returns 0, -ENOENT when the file
+ * does not exist, or a negative errno with "PATH:LINE: message" in ERR for
+ * an unknown section/key or a bad value. */
+int conf_load(struct llmd_conf *c, const char *path, char *err, size_t errlen);
+
+/* Applies one "section.key=value" override.  0 or -EINVAL with a message. */
+int conf_set(struct llmd_conf *c, const char *assignment, char *err, size_t errlen);
+
+/* Applies VALUE to SECTION/KEY.  0, -ENOENT (unknown key) or -EINVAL. */
+int conf_apply(struct llmd_conf *c, const char *section, const char *key, const char *value,
+		 char *err, size_t errlen);
+
+/* Cross-checks the settings (ranges, one of pool_mb/pool_tokens...).  0 or
+ * -EINVAL with a message. */
+int conf_check(const struct llmd_conf *c, char *err, size_t errlen);
+
+/* Writes every setting as "section.key = value" lines (llmd --print-config). */
+void conf_print(const struct llmd_conf *c, FILE *out);
+
+#endif

@@ -1,0 +1,416 @@
+/* main.c - llmd's entry point: options and config, loading the model,
+ * starting the engine thread, the socket (systemd's or our own), sd_notify
+ * (READY, STATUS, WATCHDOG, RELOADING, STOPPING), signals and the orderly
+ * shutdown with a grace period.  The event loop itself is server.c's.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <getopt.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <config.h>
+
+#include "admin.h"
+#include "conf.h"
+#include "engine.h"
+#include "llmd.h"
+#include "model.h"
+#include "quant.h"
+#include "sched.h"
+#include "server.h"
+#include "usock.h"
+#include "worker.h"
+
+static int log_prefixed; /* journald reads stderr: "<N>" priority prefixes */
+
+void llmd_log(int prio, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (log_prefixed)
+		fprintf(stderr, "<%d>%s\n", prio, line);
+	else
+		fprintf(stderr, "llmd: %s\n", line);
+}
+
+double llmd_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: llmd [OPTIONS]\n"
+		"The local LLM inference daemon: one model, a paged KV pool and a\n"
+		"continuous-batching loop shared by every client of its Unix socket.\n\n"
+		"  -c, --config PATH      config file (default " LLMD_DEFAULT_CONFIG " if it exists)\n"
+		"  -m, --model PATH       GGUF model (model.path)\n"
+		"  -S, --socket PATH      socket to bind when not socket-activated (server.socket)\n"
+		"  -t, --threads N        CPU threads (device.threads; 0 = every core)\n"
+		"      --kv-mib N         KV pool size in MiB (kv.pool_mb)\n"
+		"      --kv-type T        f16, f32 or q8_0 (kv.type)\n"
+		"      --set S.K=V        any config option, e.g. --set limits.max_tokens=512\n"
+		"  -f, --foreground       stay in the foreground (llmd never forks; accepted for scripts)\n"
+		"      --print-config     print the settings in force and exit\n"
+		"  -h, --help             this help\n"
+		"      --version          print the version\n\n"
+		"Signals: SIGTERM/SIGINT stop (in-flight requests get server.grace_s seconds),\n"
+		"SIGHUP reloads the config's limits.  See llmd(8) and llmd.conf(5).\n");
+}
+
+/* ---- signals and timers ---- */
+
+static void begin_stop(struct llmd *d, const char *why)
+{
+	if (d->stopping)
+		return;
+	d->stopping = 1;
+	d->draining = 1;
+	d->t_stop = llmd_now();
+	sd_notify(0, "STOPPING=1\nSTATUS=stopping: finishing in-flight requests");
+	llmd_log(LOG_INFO, "%s: stopping, %lld requests in flight, grace %d s", why,
+		 (long long)server_live_requests(d), d->cfg.grace_s);
+	server_stop_listening(d);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct llmd *d = arg;
+	(void)what;
+
+	if (sig == SIGHUP) {
+		char msg[512];
+		char buf[128];
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		snprintf(buf, sizeof buf, "RELOADING=1\nMONOTONIC_USEC=%llu",
+			 (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+		sd_notify(0, buf);
+		if (admin_reload(d, msg, sizeof msg) < 0)
+			llmd_log(LOG_ERR, "reload failed, keeping the old settings: %s", msg);
+		else
+			llmd_log(LOG_INFO, "reloaded: %s", msg);
+		sd_notify(0, "READY=1");
+		return;
+	}
+	begin_stop(d, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* Ten times a second: the watchdog and the shutdown's progress. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	struct llmd *d = arg;
+	double t = llmd_now();
+	(void)fd;
+	(void)what;
+
+	/* Proof of life needs both threads: the engine thread beats at least
+	 * once a second, even when idle. */
+	if (d->watchdog_usec && t - d->t_watchdog >= d->watchdog_usec / 2e6 &&
+	    t - worker_heartbeat(d->worker) < d->watchdog_usec / 1e6) {
+		sd_notify(0, "WATCHDOG=1");
+		d->t_watchdog = t;
+	}
+	if (!d->stopping)
+		return;
+	if (server_live_requests(d) == 0) {
+		event_base_loopbreak(d->base);
+		return;
+	}
+	if (!d->cancelled_all && t - d->t_stop >= d->cfg.grace_s) {
+		llmd_log(LOG_WARNING, "grace period over: cancelling %lld requests",
+			 (long long)server_live_requests(d));
+		worker_cancel_all(d->worker);
+		d->cancelled_all = 1;
+	}
+	if (d->cancelled_all && t - d->t_stop >= d->cfg.grace_s + 5.0) {
+		llmd_log(LOG_WARNING, "requests still live 5 s after cancelling them: leaving anyway");
+		event_base_loopbreak(d->base);
+	}
+}
+
+/* ---- setup ---- */
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* The listening socket: systemd's (socket activation) or one we bind. */
+static int open_socket(struct llmd *d, char *err, size_t errlen)
+{
+	int n = sd_listen_fds(1), fd;
+
+	if (n > 1) {
+		snprintf(err, errlen, "systemd passed %d sockets; llmd wants one", n);
+		return -EINVAL;
+	}
+	if (n == 1) {
+		fd = SD_LISTEN_FDS_START;
+		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {
+			snprintf(err, errlen, "the socket systemd passed is not a listening Unix stream socket");
+			return -EINVAL;
+		}
+		if (evutil_make_socket_nonblocking(fd) < 0 || evutil_make_socket_closeonexec(fd) < 0) {
+			snprintf(err, errlen, "cannot make the activated socket non-blocking");
+			return -EIO;
+		}
+		d->socket_activated = 1;
+		return fd;
+	}
+	fd = usock_listen(d->cfg.socket_path, d->cfg.socket_mode, 512, err, errlen);
+	if (fd < 0)
+		return fd;
+	snprintf(d->socket_path, sizeof d->socket_path, "%s", d->cfg.socket_path);
+	if (d->cfg.socket_group[0]) {
+		struct group gr, *res = NULL;
+		char buf[4096];
+		if (getgrnam_r(d->cfg.socket_group, &gr, buf, sizeof buf, &res) != 0 || !res ||
+		    chown(d->cfg.socket_path, (uid_t)-1, gr.gr_gid) < 0) {
+			snprintf(err, errlen, "cannot give %s to group %s", d->cfg.socket_path,
+				 d->cfg.socket_group);
+			close(fd);
+			unlink(d->cfg.socket_path);
+			return -EPERM;
+		}
+	}
+	return fd;
+}
+
+static int engine_settings(const struct llmd *d, struct engine_params *ep, struct sched_params *sp,
+			   char *err, size_t errlen)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	engine_params_default(ep);
+	ep->n_threads = d->cfg.threads ? d->cfg.threads : (int32_t)(cores > 0 ? cores : 1);
+	if (ep->n_threads > 256)
+		ep->n_threads = 256; /* the worker pool's most */
+	ep->kv_type = !strcmp(d->cfg.kv_type, "f32") ? QT_F32
+		      : !strcmp(d->cfg.kv_type, "q8_0") ? QT_Q8_0 : QT_F16;
+	ep->kv_block_tokens = d->cfg.block_tokens;
+	ep->kv_tokens = d->cfg.pool_tokens;
+	ep->kv_mib = d->cfg.pool_mb;
+	ep->n_ctx = d->cfg.n_ctx;
+	ep->max_batch = d->cfg.max_batched_tokens;
+	sched_params_default(sp);
+	sp->max_seqs = d->cfg.max_seqs;
+	sp->max_batched_tokens = d->cfg.max_batched_tokens;
+	sp->max_queue = d->cfg.max_queue;
+	sp->prefix_cache = d->cfg.prefix_cache;
+	if (!strcmp(d->cfg.backend, "cuda")) {
+		snprintf(err, errlen, "device.backend = cuda: this llmd has no CUDA backend yet");
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "socket", required_argument, NULL, 'S' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "kv-mib", required_argument, NULL, 1 },
+		{ "kv-type", required_argument, NULL, 2 },
+		{ "set", required_argument, NULL, 3 },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "print-config", no_argument, NULL, 4 },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 5 },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct llmd D; /* the daemon's state (see llmd.h) */
+	struct llmd *d = &D;
+	struct engine_params ep;
+	struct sched_params sp;
+	char err[1024], buf[1400];
+	const char *config = NULL;
+	int print_config = 0, opt, fd, rc = 1;
+	int sigs[4] = { SIGTERM, SIGINT, SIGHUP, SIGPIPE };
+
+	log_prefixed = getenv("JOURNAL_STREAM") != NULL;
+	d->listen_fd = -1;
+	d->t_start = llmd_now();
+	d->overrides = calloc((size_t)argc + 1, sizeof *d->overrides);
+	if (!d->overrides)
+		return 1;
+	/* Pass 1: the config file; pass 2 (below): overrides on top of it. */
+	while ((opt = getopt_long(argc, argv, "c:m:S:t:fh", lopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			config = optarg;
+			break;
+		case 'm': case 'S': case 't': case 1: case 2: case 3: case 'f':
+			break;
+		case 4:
+			print_config = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 5:
+			printf("llmd %s (wire protocol %d)\n", PACKAGE_VERSION, PROTO_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "llmd: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	conf_default(&d->cfg);
+	if (!config && access(LLMD_DEFAULT_CONFIG, F_OK) == 0)
+		config = LLMD_DEFAULT_CONFIG;
+	if (config) {
+		if (conf_load(&d->cfg, config, err, sizeof err) < 0) {
+			llmd_log(LOG_ERR, "%s", err);
+			return 2;
+		}
+		snprintf(d->config_path, sizeof d->config_path, "%s", config);
+	}
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "c:m:S:t:fh", lopts, NULL)) != -1) {
+		const char *key = NULL;
+		switch (opt) {
+		case 'm': key = "model.path"; break;
+		case 'S': key = "server.socket"; break;
+		case 't': key = "device.threads"; break;
+		case 1: key = "kv.pool_mb"; break;
+		case 2: key = "kv.type"; break;
+		case 3: key = ""; break;
+		default: break;
+		}
+		if (!key)
+			continue;
+		if (*key)
+			snprintf(buf, sizeof buf, "%s=%s", key, optarg);
+		else
+			snprintf(buf, sizeof buf, "%s", optarg);
+		if (conf_set(&d->cfg, buf, err, sizeof err) < 0) {
+			llmd_log(LOG_ERR, "%s", err);
+			return 2;
+		}
+		d->overrides[d->n_overrides++] = strdup(buf);
+	}
+	if (print_config) {
+		conf_print(&d->cfg, stdout);
+		return 0;
+	}
+	if (conf_check(&d->cfg, err, sizeof err) < 0) {
+		llmd_log(LOG_ERR, "%s", err);
+		return 2;
+	}
+	{
+		struct group gr, *res = NULL;
+		char gbuf[4096];
+		d->have_admin_gid = d->cfg.admin_group[0] &&
+				    getgrnam_r(d->cfg.admin_group, &gr, gbuf, sizeof gbuf, &res) == 0 && res;
+		if (d->have_admin_gid)
+			d->admin_gid = gr.gr_gid;
+	}
+	raise_nofile();
+	signal(SIGPIPE, SIG_IGN);
+
+	/* The model and the engine thread. */
+	sd_notifyf(0, "STATUS=loading model %s", d->cfg.model_path);
+	llmd_log(LOG_INFO, "loading %s", d->cfg.model_path);
+	if (model_load(d->cfg.model_path, &d->model, err, sizeof err) < 0) {
+		llmd_log(LOG_ERR, "cannot load model %s: %s", d->cfg.model_path, err);
+		sd_notifyf(0, "STATUS=cannot load the model: %s", err);
+		goto out;
+	}
+	if (engine_settings(d, &ep, &sp, err, sizeof err) < 0) {
+		llmd_log(LOG_ERR, "%s", err);
+		goto out;
+	}
+	if (worker_new(d->model, &ep, &sp, &d->worker, err, sizeof err) < 0) {
+		llmd_log(LOG_ERR, "cannot start the engine for %s: %s", d->cfg.model_path, err);
+		goto out;
+	}
+	d->backend = engine_backend_name(worker_engine(d->worker));
+	d->n_threads = ep.n_threads;
+
+	/* The event loop and the socket. */
+	if (evthread_use_pthreads() < 0 || !(d->base = event_base_new())) {
+		llmd_log(LOG_ERR, "cannot create the event loop");
+		goto out;
+	}
+	fd = open_socket(d, err, sizeof err);
+	if (fd < 0) {
+		llmd_log(LOG_ERR, "cannot listen on %s: %s", d->cfg.socket_path, err);
+		goto out;
+	}
+	if (server_start(d, fd) < 0 || worker_start(d->worker) < 0) {
+		close(fd);
+		llmd_log(LOG_ERR, "cannot start serving: out of memory");
+		goto out;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (sigs[i] == SIGPIPE)
+			continue;
+		d->ev_sig[i] = evsignal_new(d->base, sigs[i], on_signal, d);
+		if (!d->ev_sig[i] || event_add(d->ev_sig[i], NULL) < 0) {
+			llmd_log(LOG_ERR, "cannot watch signals");
+			goto out;
+		}
+	}
+	if (sd_watchdog_enabled(0, &d->watchdog_usec) <= 0)
+		d->watchdog_usec = 0;
+	d->ev_tick = event_new(d->base, -1, EV_PERSIST, on_tick, d);
+	struct timeval tick = { 0, 100000 };
+	if (!d->ev_tick || event_add(d->ev_tick, &tick) < 0)
+		goto out;
+
+	llmd_log(LOG_INFO, "serving %s (%s, %d threads, KV %lld tokens) on %s%s", d->model->name,
+		 d->backend, d->n_threads, (long long)engine_kv_capacity(worker_engine(d->worker)),
+		 d->socket_activated ? "the socket systemd passed" : d->cfg.socket_path, "");
+	sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model->name,
+		   d->socket_activated ? "the activated socket" : d->cfg.socket_path);
+	event_base_dispatch(d->base);
+	rc = 0;
+	llmd_log(LOG_INFO, "stopped");
+out:
+	server_stop_listening(d);
+	server_close_all(d);
+	worker_free(d->worker);
+	for (int i = 0; i < 4; i++)
+		if (d->ev_sig[i])
+			event_free(d->ev_sig[i]);
+	if (d->ev_tick)
+		event_free(d->ev_tick);
+	if (d->base)
+		event_base_free(d->base);
+	model_free(d->model);
+	for (int i = 0; i < d->n_overrides; i++)
+		free(d->overrides[i]);
+	free(d->overrides);
+	return rc;
+}

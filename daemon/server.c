@@ -1,0 +1,785 @@
+/* server.c - connections on the event-loop thread: accept, HELLO/WELCOME
+ * with the ring, SUBMIT validation and limits, tokenizing, CANCEL, and the
+ * engine thread's notes.  A malformed frame closes only its connection; a
+ * refused request gets an ERROR frame with a code.  It never computes and
+ * never touches the scheduler: that is the worker's.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "chat.h"
+#include "engine.h"
+#include "model.h"
+#include "ring.h"
+#include "tokenizer.h"
+#include "usock.h"
+#include "worker.h"
+
+#define FRAMES_PER_EVENT 64          /* work cap per read event */
+#define MAX_OUTPUT (8u << 20)        /* unread replies before we give up on a client */
+
+static void conn_close(struct llmd *d, struct conn *c);
+
+/* ---- per-uid accounting ---- */
+
+static struct uid_use *uid_use(struct llmd *d, uid_t uid, int create)
+{
+	for (int32_t i = 0; i < d->n_uids; i++)
+		if (d->uids[i].uid == uid)
+			return &d->uids[i];
+	if (!create)
+		return NULL;
+	if (d->n_uids == d->cap_uids) {
+		int32_t cap = d->cap_uids ? d->cap_uids * 2 : 16;
+		struct uid_use *p = realloc(d->uids, (size_t)cap * sizeof *p);
+		if (!p)
+			return NULL;
+		d->uids = p;
+		d->cap_uids = cap;
+	}
+	d->uids[d->n_uids] = (struct uid_use){ .uid = uid };
+	return &d->uids[d->n_uids++];
+}
+
+static void uid_release(struct llmd *d, uid_t uid, int32_t conns, int32_t live)
+{
+	struct uid_use *u = uid_use(d, uid, 0);
+	if (!u)
+		return;
+	u->conns -= conns;
+	u->live -= live;
+	if (u->conns <= 0 && u->live <= 0)
+		*u = d->uids[--d->n_uids];
+}
+
+/* ---- sending ---- */
+
+void server_send(struct conn *c, const void *frame, size_t len)
+{
+	if (c->bev && c->state != CONN_CLOSING)
+		bufferevent_write(c->bev, frame, len);
+}
+
+static void on_write_done(struct bufferevent *bev, void *arg);
+static void on_conn_event(struct bufferevent *bev, short what, void *arg);
+
+void server_send_error(struct llmd *d, struct conn *c, uint64_t id, uint32_t code, int close,
+		       const char *fmt, ...)
+{
+	char msg[PROTO_MAX_ERRMSG + 1];
+	uint8_t buf[PROTO_HDR_SIZE + 16 + PROTO_MAX_ERRMSG];
+	va_list ap;
+	ssize_t n;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	struct proto_error e = { .id = id, .code = code, .message = { msg, (uint32_t)strlen(msg) } };
+	if (code < PROTO_E__MAX)
+		d->refused[code]++;
+	n = proto_encode_error(buf, sizeof buf, &e);
+	if (n > 0)
+		server_send(c, buf, (size_t)n);
+	if (close && c->state != CONN_CLOSING) {
+		c->state = CONN_CLOSING;
+		/* Stop reading; close once the error is written (or at once if it was). */
+		bufferevent_disable(c->bev, EV_READ);
+		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+		bufferevent_setcb(c->bev, NULL, on_write_done, on_conn_event, c);
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+			conn_close(d, c);
+	}
+}
+
+/* ---- connections ---- */
+
+struct conn *server_conn(const struct llmd *d, uint32_t id)
+{
+	uint32_t slot = id & 0xffff;
+	struct conn *c;
+	if (slot >= d->max_conn_slots)
+		return NULL;
+	c = d->conns[slot];
+	return c && c->id == id ? c : NULL;
+}
+
+static struct llmd *g_d; /* the one daemon; libevent callbacks get the conn */
+
+static void conn_close(struct llmd *d, struct conn *c)
+{
+	uint32_t slot = c->id & 0xffff;
+
+	if (c->state == CONN_READY || c->state == CONN_CLOSING)
+		worker_detach(d->worker, c->id); /* harmless if never attached */
+	admin_forget_conn(d, c->id);
+	uid_release(d, c->uid, 1, c->n_live);
+	if (c->bev)
+		bufferevent_free(c->bev); /* closes the fd */
+	d->conns[slot] = NULL;
+	d->n_conns--;
+	free(c->live);
+	free(c);
+}
+
+static void on_write_done(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+		conn_close(g_d, c);
+}
+
+static void read_comm(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	int fd;
+	ssize_t n;
+
+	snprintf(out, len, "?");
+	snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, out, len - 1);
+	close(fd);
+	if (n <= 0) {
+		snprintf(out, len, "?");
+		return;
+	}
+	out[n] = 0;
+	out[strcspn(out, "\n")] = 0;
+}
+
+/* ---- HELLO ---- */
+
+static uint32_t ring_size_for(const struct llmd *d, uint32_t want)
+{
+	uint32_t max = (uint32_t)d->cfg.ring_max_kib * 1024u, size = RING_MIN_CAPACITY;
+	if (want == 0)
+		return (uint32_t)d->cfg.ring_kib * 1024u;
+	if (want > max)
+		return max;
+	while (size < want)
+		size <<= 1;
+	return size;
+}
+
+static void handle_hello(struct llmd *d, struct conn *c, const struct proto_frame *f)
+{
+	struct proto_hello h;
+	struct ring *ring = NULL;
+	char err[256];
+	int efd, fds[2];
+	uint8_t buf[PROTO_HDR_SIZE + 64 + 3 * (4 + PROTO_MAX_NAME)];
+	ssize_t n, sent;
+	const struct model *m = d->model;
+	const struct engine *e = worker_engine(d->worker);
+
+	if (proto_decode_hello(f, &h) < 0) {
+		d->bad_frames++;
+		server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "malformed HELLO");
+		return;
+	}
+	if (h.version != PROTO_VERSION) {
+		server_send_error(d, c, 0, PROTO_E_VERSION, 1,
+				  "protocol version %u is not supported (this llmd speaks %d)", h.version,
+				  PROTO_VERSION);
+		return;
+	}
+	if (ring_create(ring_size_for(d, h.ring_bytes), &ring, err, sizeof err) < 0) {
+		server_send_error(d, c, 0, PROTO_E_INTERNAL, 1, "cannot create the ring: %s", err);
+		return;
+	}
+	efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (efd < 0) {
+		ring_free(ring);
+		server_send_error(d, c, 0, PROTO_E_INTERNAL, 1, "cannot create an eventfd: %s",
+				  strerror(errno));
+		return;
+	}
+	const char *tmpl = m->chat.kind ? chat_template_name(m->chat.kind) : "";
+	struct proto_welcome w = {
+		.version = PROTO_VERSION, .ring_bytes = ring_capacity(ring),
+		.daemon_pid = (uint32_t)getpid(),
+		.max_inflight = (uint32_t)d->cfg.requests_per_connection,
+		.max_prompt_bytes = (uint32_t)d->cfg.prompt_bytes,
+		.max_prompt_tokens = (uint32_t)(d->cfg.prompt_tokens && d->cfg.prompt_tokens < engine_n_ctx(e)
+							? d->cfg.prompt_tokens : engine_n_ctx(e) - 1),
+		.max_tokens = (uint32_t)d->cfg.max_tokens, .n_ctx = (uint32_t)engine_n_ctx(e),
+		.n_vocab = (uint32_t)engine_n_vocab(e), .client_id = c->id,
+		.model = { m->name, (uint32_t)strnlen(m->name, sizeof m->name) },
+		.backend = { d->backend, (uint32_t)strlen(d->backend) },
+		.chat_template = { tmpl, (uint32_t)strlen(tmpl) },
+	};
+	n = proto_encode_welcome(buf, sizeof buf, &w);
+	fds[0] = ring_fd(ring);
+	fds[1] = efd;
+	/* WELCOME is the first thing we send, so the output buffer is empty and
+	 * the fds can go straight out with its first byte. */
+	sent = n > 0 ? usock_send(c->fd, buf, (size_t)n, fds, 2) : -EINVAL;
+	if (sent <= 0) {
+		ring_free(ring);
+		close(efd);
+		if (sent == -EAGAIN || sent == -EINVAL)
+			server_send_error(d, c, 0, PROTO_E_INTERNAL, 1, "cannot send WELCOME");
+		else
+			conn_close(d, c);
+		return;
+	}
+	if (sent < n)
+		bufferevent_write(c->bev, buf + sent, (size_t)(n - sent));
+	c->state = CONN_READY;
+	worker_attach(d->worker, c->id, ring, efd); /* the worker owns both now */
+}
+
+/* ---- SUBMIT ---- */
+
+static int utf8_valid(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s, *end = p + n;
+	while (p < end) {
+		unsigned c = *p;
+		int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+		uint32_t cp;
+		if (!len || end - p < len)
+			return 0;
+		cp = len == 1 ? c : c & (0x7f >> len);
+		for (int i = 1; i < len; i++) {
+			if ((p[i] & 0xc0) != 0x80)
+				return 0;
+			cp = cp << 6 | (p[i] & 0x3f);
+		}
+		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+		    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return 0;
+		p += len;
+	}
+	return 1;
+}
+
+static int conn_find_live(const struct conn *c, uint64_t client_id)
+{
+	for (int32_t i = 0; i < c->n_live; i++)
+		if (c->live[i].client_id == client_id)
+			return i;
+	return -1;
+}
+
+/* The prompt text of S: the raw prompt, or the chat rendered with the
+ * model's template.  Returns its length and a malloc'd string, or -1 after
+ * sending the error. */
+static ssize_t prompt_text(struct llmd *d, struct conn *c, const struct proto_submit *s, char **ret)
+{
+	static const char *const roles[] = { NULL, "system", "user", "assistant" };
+	const struct model *m = d->model;
+	struct chat_msg *msgs;
+	size_t total = 0;
+	int r;
+
+	if (!(s->flags & PROTO_SUBMIT_CHAT)) {
+		/* Empty is fine where the model adds BOS: a story from nothing. */
+		*ret = s->prompt.len ? strndup(s->prompt.p, s->prompt.len) : strdup("");
+		if (!*ret) {
+			server_send_error(d, c, s->id, PROTO_E_INTERNAL, 0, "out of memory");
+			return -1;
+		}
+		return (ssize_t)s->prompt.len;
+	}
+	if (!m->chat.kind) {
+		server_send_error(d, c, s->id, PROTO_E_NOTEMPLATE, 0,
+				  "model %s has no chat template llmd knows; send a plain prompt", m->name);
+		return -1;
+	}
+	for (uint32_t i = 0; i < s->n_messages; i++)
+		total += s->messages[i].content.len;
+	msgs = calloc(s->n_messages, sizeof *msgs);
+	if (!msgs) {
+		server_send_error(d, c, s->id, PROTO_E_INTERNAL, 0, "out of memory");
+		return -1;
+	}
+	for (uint32_t i = 0; i < s->n_messages; i++) {
+		msgs[i].role = roles[s->messages[i].role];
+		msgs[i].content = strndup(s->messages[i].content.p, s->messages[i].content.len);
+		if (!msgs[i].content)
+			total = SIZE_MAX;
+	}
+	r = total == SIZE_MAX ? -ENOMEM : chat_render(&m->chat, msgs, (int)s->n_messages, 1, ret);
+	for (uint32_t i = 0; i < s->n_messages; i++)
+		free((char *)msgs[i].content);
+	free(msgs);
+	if (r < 0) {
+		server_send_error(d, c, s->id, r == -ENOMEM ? PROTO_E_INTERNAL : PROTO_E_INVAL, 0,
+				  r == -ENOMEM ? "out of memory"
+					       : "the %s template cannot render this conversation",
+				  chat_template_name(m->chat.kind));
+		return -1;
+	}
+	return r;
+}
+
+static void handle_submit(struct llmd *d, struct conn *c, const struct proto_frame *f)
+{
+	static struct proto_submit_buf sb; /* event-loop thread only */
+	struct proto_submit s;
+	struct uid_use *u = uid_use(d, c->uid, 0);
+	struct worker_req *r = NULL;
+	size_t bytes = 0;
+	int32_t limit_tok, n;
+	char *text = NULL;
+	ssize_t len;
+	const struct model *m = d->model;
+	const struct engine *e = worker_engine(d->worker);
+
+	if (proto_decode_submit(f, &sb, &s) < 0) {
+		d->bad_frames++;
+		server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "malformed SUBMIT");
+		return;
+	}
+	if (d->draining) {
+		server_send_error(d, c, s.id, PROTO_E_DRAINING, 0,
+				  d->stopping ? "llmd is shutting down" : "llmd is draining: not taking new requests");
+		return;
+	}
+	if (conn_find_live(c, s.id) >= 0) {
+		server_send_error(d, c, s.id, PROTO_E_DUPLICATE, 0, "request id %llu is already live",
+				  (unsigned long long)s.id);
+		return;
+	}
+	if (c->n_live >= d->cfg.requests_per_connection || (u && u->live >= d->cfg.requests_per_uid)) {
+		/* A client may have read a FINAL whose DONE note is still queued:
+		 * take the notes before refusing. */
+		server_take_notes(d);
+		if (c->state == CONN_CLOSING)
+			return;
+		u = uid_use(d, c->uid, 0);
+	}
+	if (c->n_live >= d->cfg.requests_per_connection) {
+		server_send_error(d, c, s.id, PROTO_E_LIMIT, 0,
+				  "%d requests in flight on this connection (limits.requests_per_connection)",
+				  c->n_live);
+		return;
+	}
+	if (u && u->live >= d->cfg.requests_per_uid) {
+		server_send_error(d, c, s.id, PROTO_E_LIMIT, 0,
+				  "%d requests in flight for uid %u (limits.requests_per_uid)", u->live,
+				  (unsigned)c->uid);
+		return;
+	}
+	if (s.max_tokens > d->cfg.max_tokens) {
+		server_send_error(d, c, s.id, PROTO_E_LIMIT, 0,
+				  "max_tokens %d is over the limit of %d (limits.max_tokens)", s.max_tokens,
+				  d->cfg.max_tokens);
+		return;
+	}
+	bytes = s.prompt.len;
+	for (uint32_t i = 0; i < s.n_messages; i++)
+		bytes += s.messages[i].content.len;
+	if (bytes > (size_t)d->cfg.prompt_bytes) {
+		server_send_error(d, c, s.id, PROTO_E_TOOBIG, 0,
+				  "the prompt is %zu bytes, over the limit of %d (limits.prompt_bytes)", bytes,
+				  d->cfg.prompt_bytes);
+		return;
+	}
+	int utf8_ok = utf8_valid(s.prompt.p, s.prompt.len);
+	for (uint32_t i = 0; i < s.n_messages; i++)
+		utf8_ok &= utf8_valid(s.messages[i].content.p, s.messages[i].content.len);
+	for (uint32_t i = 0; i < s.n_stops; i++)
+		utf8_ok &= utf8_valid(s.stops[i].p, s.stops[i].len);
+	if (!utf8_ok) {
+		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "the prompt or a stop string is not valid UTF-8");
+		return;
+	}
+	if ((len = prompt_text(d, c, &s, &text)) < 0)
+		return;
+
+	limit_tok = d->cfg.prompt_tokens ? d->cfg.prompt_tokens : engine_n_ctx(e) - 1;
+	if (limit_tok > engine_n_ctx(e) - 1)
+		limit_tok = engine_n_ctx(e) - 1;
+	r = calloc(1, sizeof *r);
+	if (!r || !(r->prompt = malloc((size_t)(limit_tok + 1) * sizeof *r->prompt)))
+		goto nomem;
+	n = tokenizer_encode(m->tok, text, (size_t)len, tokenizer_add_bos(m->tok), 1, r->prompt,
+			     limit_tok + 1);
+	if (n < 0) {
+		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "cannot tokenize the prompt");
+		goto fail;
+	}
+	if (n > limit_tok) {
+		server_send_error(d, c, s.id, PROTO_E_TOOBIG, 0,
+				  "the prompt is %d tokens, over the limit of %d", n, limit_tok);
+		goto fail;
+	}
+	if (n == 0) {
+		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "the prompt is empty");
+		goto fail;
+	}
+	r->n_prompt = n;
+	r->gid = ++d->next_gid;
+	r->conn_id = c->id;
+	r->client_id = s.id;
+	r->uid = (uint32_t)c->uid;
+	r->priority = s.priority;
+	if (!c->is_admin) {
+		int32_t mp = d->cfg.max_priority;
+		r->priority = r->priority > mp ? mp : r->priority < -mp ? -mp : r->priority;
+	}
+	r->max_tokens = s.max_tokens;
+	r->ignore_eos = !!(s.flags & PROTO_SUBMIT_IGNORE_EOS);
+	r->logprobs = !!(s.flags & PROTO_SUBMIT_LOGPROBS);
+	r->sampling = (struct sampler_params){
+		.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p, .min_p = s.min_p,
+		.repeat_penalty = s.repeat_penalty, .presence_penalty = s.presence_penalty,
+		.frequency_penalty = s.frequency_penalty, .penalty_last_n = s.repeat_last_n,
+		.seed = s.seed,
+	};
+	if (!(s.flags & PROTO_SUBMIT_SEED) &&
+	    getrandom(&r->sampling.seed, sizeof r->sampling.seed, GRND_NONBLOCK) != sizeof r->sampling.seed)
+		r->sampling.seed = (uint64_t)llmd_now() * 1000003u ^ r->gid;
+	if (s.n_stops) {
+		if (!(r->stops = calloc(s.n_stops, sizeof *r->stops)))
+			goto nomem;
+		for (uint32_t i = 0; i < s.n_stops; i++) {
+			if (!(r->stops[i] = strndup(s.stops[i].p, s.stops[i].len)))
+				goto nomem;
+			r->n_stops++;
+		}
+	}
+	if (c->n_live == c->cap_live) {
+		int32_t cap = c->cap_live ? c->cap_live * 2 : 8;
+		struct conn_req *p = realloc(c->live, (size_t)cap * sizeof *p);
+		if (!p)
+			goto nomem;
+		c->live = p;
+		c->cap_live = cap;
+	}
+	c->live[c->n_live++] = (struct conn_req){ .client_id = s.id, .gid = r->gid };
+	if ((u = uid_use(d, c->uid, 1)))
+		u->live++;
+	c->requests++;
+	d->requests_total++;
+	free(text);
+	worker_submit(d->worker, r); /* the worker owns R now */
+	return;
+nomem:
+	server_send_error(d, c, s.id, PROTO_E_INTERNAL, 0, "out of memory");
+fail:
+	worker_req_free(r);
+	free(text);
+}
+
+/* ---- frames ---- */
+
+static void handle_frame(struct llmd *d, struct conn *c, const struct proto_frame *f)
+{
+	uint64_t id;
+	struct proto_admin a;
+	int i;
+
+	if (c->state == CONN_HELLO && f->type != PROTO_HELLO) {
+		server_send_error(d, c, 0, PROTO_E_STATE, 1, "%s before HELLO", proto_type_name(f->type));
+		return;
+	}
+	switch (f->type) {
+	case PROTO_HELLO:
+		if (c->state != CONN_HELLO) {
+			server_send_error(d, c, 0, PROTO_E_STATE, 1, "second HELLO");
+			return;
+		}
+		handle_hello(d, c, f);
+		return;
+	case PROTO_SUBMIT:
+		handle_submit(d, c, f);
+		return;
+	case PROTO_CANCEL:
+		if (proto_decode_cancel(f, &id) < 0)
+			break;
+		/* An id no longer live finished meanwhile: its FINAL is on the way. */
+		if ((i = conn_find_live(c, id)) >= 0)
+			worker_cancel(d->worker, c->live[i].gid);
+		return;
+	case PROTO_RING_WAKE:
+		if (proto_decode_ring_wake(f) < 0)
+			break;
+		worker_ring_wake(d->worker, c->id);
+		return;
+	case PROTO_ADMIN:
+		if (proto_decode_admin(f, &a) < 0)
+			break;
+		admin_handle(d, c, &a);
+		return;
+	default:
+		server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "unexpected %s frame",
+				  proto_type_name(f->type));
+		return;
+	}
+	d->bad_frames++;
+	server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "malformed %s frame", proto_type_name(f->type));
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	struct llmd *d = g_d;
+	struct evbuffer *in = bufferevent_get_input(bev);
+
+	for (int k = 0; k < FRAMES_PER_EVENT && c->state != CONN_CLOSING; k++) {
+		size_t avail = evbuffer_get_length(in);
+		struct proto_frame f;
+		uint8_t *p;
+		ssize_t r;
+		uint32_t len;
+
+		if (avail < PROTO_HDR_SIZE)
+			return;
+		if (evbuffer_get_length(bufferevent_get_output(bev)) > MAX_OUTPUT)
+			return;
+		p = evbuffer_pullup(in, PROTO_HDR_SIZE);
+		len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+		r = proto_frame_parse(p, PROTO_HDR_SIZE, &f);
+		if (r < 0) {
+			d->bad_frames++;
+			server_send_error(d, c, 0, PROTO_E_BADFRAME, 1,
+					  r == -EMSGSIZE ? "frame of %u bytes is over the %u-byte maximum"
+							 : "malformed frame header (length %u, maximum %u)",
+					  len, PROTO_MAX_PAYLOAD);
+			return;
+		}
+		if (avail < PROTO_HDR_SIZE + (size_t)len)
+			return;
+		p = evbuffer_pullup(in, PROTO_HDR_SIZE + (ssize_t)len);
+		r = proto_frame_parse(p, PROTO_HDR_SIZE + (size_t)len, &f);
+		if (r <= 0) {
+			server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "malformed frame");
+			return;
+		}
+		uint32_t id = c->id;
+		handle_frame(d, c, &f);
+		if (server_conn(d, id) != c || c->state == CONN_CLOSING)
+			return; /* closed (C is freed) or closing */
+		evbuffer_drain(in, (size_t)r);
+		if (evbuffer_get_length(bufferevent_get_output(bev)) > MAX_OUTPUT)
+			return; /* the client does not read its replies: on_write resumes */
+	}
+	/* Work cap reached: come back after other connections had their turn. */
+	if (evbuffer_get_length(in) >= PROTO_HDR_SIZE)
+		bufferevent_trigger(bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
+}
+
+/* The output drained below MAX_OUTPUT / 2: frames held back can go on. */
+static void on_write(struct bufferevent *bev, void *arg)
+{
+	(void)arg;
+	if (evbuffer_get_length(bufferevent_get_input(bev)) >= PROTO_HDR_SIZE)
+		bufferevent_trigger(bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
+}
+
+static void on_conn_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct conn *c = arg;
+	(void)bev;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		conn_close(g_d, c); /* its requests are cancelled, its blocks freed */
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+	struct llmd *d = arg;
+	(void)what;
+
+	for (int k = 0; k < FRAMES_PER_EVENT; k++) {
+		struct conn *c;
+		struct uid_use *u;
+		uint32_t slot;
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				llmd_log(LOG_WARNING, "accept: %s (raise LimitNOFILE?)", strerror(errno));
+			return;
+		}
+		c = calloc(1, sizeof *c);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->state = CONN_HELLO;
+		c->t_connect = llmd_now();
+		if (usock_peercred(fd, &c->pid, &c->uid, &c->gid) < 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		read_comm(c->pid, c->comm, sizeof c->comm);
+		c->is_admin = admin_allowed(d, c->uid, c->gid);
+		for (slot = 0; slot < d->max_conn_slots && d->conns[slot]; slot++)
+			;
+		c->bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
+		if (!c->bev) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		bufferevent_setcb(c->bev, on_read, on_write, on_conn_event, c);
+		bufferevent_setwatermark(c->bev, EV_READ, 0, 2 * PROTO_MAX_FRAME);
+		bufferevent_setwatermark(c->bev, EV_WRITE, MAX_OUTPUT / 2, 0);
+		if (slot >= d->max_conn_slots || d->n_conns >= d->cfg.max_connections) {
+			/* Say why, then go; nothing of this connection is kept. */
+			uint8_t buf[256];
+			const char *msg = "too many connections (limits.max_connections)";
+			struct proto_error e = { 0, PROTO_E_LIMIT, { msg, (uint32_t)strlen(msg) } };
+			ssize_t n = proto_encode_error(buf, sizeof buf, &e);
+			if (n > 0)
+				(void)!send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+			d->refused[PROTO_E_LIMIT]++;
+			bufferevent_free(c->bev);
+			free(c);
+			continue;
+		}
+		c->id = slot | (uint32_t)++d->conn_gen[slot] << 16;
+		d->conns[slot] = c;
+		d->n_conns++;
+		d->conns_total++;
+		u = uid_use(d, c->uid, 1);
+		if (u)
+			u->conns++;
+		bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+		if (!u || u->conns > d->cfg.connections_per_uid) {
+			server_send_error(d, c, 0, PROTO_E_LIMIT, 1,
+					  "uid %u has %d connections open (limits.connections_per_uid)",
+					  (unsigned)c->uid, u ? u->conns - 1 : 0);
+			continue;
+		}
+	}
+}
+
+/* ---- notes from the engine thread ---- */
+
+static void on_notes(evutil_socket_t fd, short what, void *arg)
+{
+	struct llmd *d = arg;
+	uint64_t v;
+	(void)what;
+
+	if (read(fd, &v, sizeof v) < 0 && errno != EAGAIN)
+		llmd_log(LOG_ERR, "reading the worker's eventfd: %s", strerror(errno));
+	server_take_notes(d);
+}
+
+void server_take_notes(struct llmd *d)
+{
+	struct worker_note notes[64];
+	int n;
+
+	while ((n = worker_take_notes(d->worker, notes, 64)) > 0) {
+		for (int i = 0; i < n; i++) {
+			struct worker_note *nt = &notes[i];
+			struct conn *c = nt->kind == WORKER_NOTE_SNAPSHOT ? NULL : server_conn(d, nt->conn_id);
+			switch (nt->kind) {
+			case WORKER_NOTE_DONE:
+				if (!c)
+					break;
+				for (int32_t k = 0; k < c->n_live; k++)
+					if (c->live[k].gid == nt->gid) {
+						c->live[k] = c->live[--c->n_live];
+						uid_release(d, c->uid, 0, 1);
+						break;
+					}
+				break;
+			case WORKER_NOTE_RING_BAD:
+				if (c) {
+					llmd_log(LOG_WARNING, "client pid %d uid %u (%s): corrupt ring, closing",
+						 (int)c->pid, (unsigned)c->uid, c->comm);
+					server_send_error(d, c, 0, PROTO_E_RING, 1,
+							  "your ring broke (an impossible consumer index, or a record it cannot hold); closing");
+				}
+				break;
+			case WORKER_NOTE_SNAPSHOT:
+				admin_on_snapshot(d, nt->snap);
+				break;
+			case WORKER_NOTE_FAILED:
+				llmd_log(LOG_ERR, "a forward step failed: %s; its requests ended with an error",
+					 strerror(-nt->error));
+				break;
+			}
+		}
+	}
+}
+
+/* ---- lifecycle ---- */
+
+int server_start(struct llmd *d, int fd)
+{
+	g_d = d;
+	d->max_conn_slots = (uint32_t)d->cfg.max_connections + 64;
+	if (d->max_conn_slots > 65536)
+		d->max_conn_slots = 65536;
+	d->conns = calloc(d->max_conn_slots, sizeof *d->conns);
+	d->conn_gen = calloc(d->max_conn_slots, sizeof *d->conn_gen);
+	if (!d->conns || !d->conn_gen)
+		return -ENOMEM;
+	d->listen_fd = fd;
+	d->ev_listen = event_new(d->base, fd, EV_READ | EV_PERSIST, on_accept, d);
+	d->ev_notes = event_new(d->base, worker_note_fd(d->worker), EV_READ | EV_PERSIST, on_notes, d);
+	if (!d->ev_listen || !d->ev_notes || event_add(d->ev_listen, NULL) < 0 ||
+	    event_add(d->ev_notes, NULL) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+void server_stop_listening(struct llmd *d)
+{
+	if (d->ev_listen) {
+		event_free(d->ev_listen);
+		d->ev_listen = NULL;
+	}
+	if (d->listen_fd >= 0) {
+		close(d->listen_fd);
+		d->listen_fd = -1;
+	}
+	if (d->socket_path[0]) {
+		unlink(d->socket_path);
+		d->socket_path[0] = 0;
+	}
+}
+
+void server_close_all(struct llmd *d)
+{
+	for (uint32_t i = 0; d->conns && i < d->max_conn_slots; i++)
+		if (d->conns[i])
+			conn_close(d, d->conns[i]);
+	if (d->ev_notes) {
+		event_free(d->ev_notes);
+		d->ev_notes = NULL;
+	}
+	free(d->conns);
+	free(d->conn_gen);
+	free(d->uids);
+	d->conns = NULL;
+	d->conn_gen = NULL;
+	d->uids = NULL;
+	d->n_uids = d->cap_uids = 0;
+}
+
+int64_t server_live_requests(const struct llmd *d)
+{
+	int64_t n = 0;
+	for (uint32_t i = 0; d->conns && i < d->max_conn_slots; i++)
+		if (d->conns[i])
+			n += d->conns[i]->n_live;
+	return n;
+}

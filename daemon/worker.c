@@ -1,0 +1,799 @@
+/* worker.c - the engine thread: inbox -> scheduler steps -> rings, notes.
+ *
+ * Everything below the "engine thread" banner runs on that thread only; the
+ * posting functions at the top run on the event loop and touch nothing but
+ * the inbox.  A request's records go into its connection's ring in order;
+ * when the ring is full they wait in that connection's overflow queue and
+ * the connection's requests are held (sched_hold) until the client reads,
+ * so no record is ever dropped and no other client waits.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model.h"
+#include "proto.h"
+#include "ring.h"
+
+#define RATE_SAMPLES 11   /* one a second: tok/s over the last ten seconds */
+
+enum work_kind { WORK_ATTACH = 1, WORK_DETACH, WORK_SUBMIT, WORK_CANCEL, WORK_WAKE, WORK_QUERY,
+		 WORK_CANCEL_ALL };
+
+struct work {
+	enum work_kind kind;
+	uint32_t conn_id;
+	uint64_t gid;                /* WORK_CANCEL */
+	uint64_t tag;                /* WORK_QUERY */
+	struct ring *ring;           /* WORK_ATTACH */
+	int efd;                     /* WORK_ATTACH */
+	struct worker_req *req;      /* WORK_SUBMIT */
+};
+
+/* A queue of items of one type: a growable array swapped out whole by the consumer. */
+struct vec {
+	void *items;
+	size_t n, cap, size;         /* items used, allocated; bytes per item */
+};
+
+struct wconn;
+
+/* A live request, engine thread. */
+struct wreq {
+	struct worker_req *r;        /* owned */
+	uint64_t sid;                /* the scheduler's id: slot | generation << 32 */
+	struct wconn *conn;
+	struct wreq *next, *prev;    /* the connection's live requests */
+	double t_recv;
+};
+
+/* A connection as the engine thread sees it. */
+struct wconn {
+	uint32_t conn_id;
+	struct ring *ring;           /* producer side; owned; NULL once detached or bad */
+	int efd;                     /* the client's eventfd; owned; -1 once detached */
+	int dirty;                   /* records pushed since the last signal */
+	int bad;                     /* the ring is corrupt: drop everything */
+	int full;                    /* records wait in OVERFLOW; requests held */
+	uint8_t *overflow;           /* queued records: u16 type, u32 len, payload */
+	size_t ov_len, ov_cap, ov_head; /* bytes used, allocated; first unsent byte */
+	struct wreq *reqs;           /* live requests (list head) */
+	int32_t n_reqs;
+	struct wconn *next;          /* all connections */
+};
+
+struct worker {
+	const struct model *m;       /* borrowed */
+	struct engine *e;            /* owned */
+	struct sched *s;             /* owned */
+	pthread_t thread;
+	int started;
+	/* inbox: event loop -> engine thread */
+	pthread_mutex_t in_lock;
+	struct vec inbox;            /* struct work */
+	int in_efd;                  /* signalled on every post */
+	int stop;                    /* under in_lock: leave once idle */
+	/* notes: engine thread -> event loop */
+	pthread_mutex_t note_lock;
+	struct vec notes;            /* struct worker_note */
+	int note_efd;
+	/* engine thread only */
+	struct wreq **slots;         /* (n_slots) live requests by scheduler slot */
+	uint32_t *slot_gen;          /* (n_slots) generation of each slot */
+	uint32_t n_slots;
+	struct wconn *conns;
+	int32_t n_conns;
+	int notes_pending;
+	double rate_t[RATE_SAMPLES];
+	uint64_t rate_tok[RATE_SAMPLES];
+	int rate_n;
+	_Atomic double heartbeat;
+	uint8_t rec[PROTO_FINAL_FIXED + PROTO_MAX_ERRMSG + PROTO_TOKEN_FIXED + 1024]; /* record scratch */
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int vec_push(struct vec *v, const void *item)
+{
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 64;
+		void *p = realloc(v->items, cap * v->size);
+		if (!p)
+			return -ENOMEM;
+		v->items = p;
+		v->cap = cap;
+	}
+	memcpy((char *)v->items + v->n * v->size, item, v->size);
+	v->n++;
+	return 0;
+}
+
+static void efd_signal(int fd)
+{
+	uint64_t one = 1;
+	ssize_t r = write(fd, &one, sizeof one);
+	(void)r; /* EAGAIN: the counter is already nonzero, the reader will wake */
+}
+
+static void efd_clear(int fd)
+{
+	uint64_t v;
+	ssize_t r = read(fd, &v, sizeof v);
+	(void)r;
+}
+
+void worker_req_free(struct worker_req *r)
+{
+	if (!r)
+		return;
+	free(r->prompt);
+	for (int i = 0; i < r->n_stops; i++)
+		free(r->stops[i]);
+	free(r->stops);
+	free(r);
+}
+
+/* ---- posting (event-loop thread) ---- */
+
+static int post(struct worker *w, const struct work *wk)
+{
+	int r;
+	pthread_mutex_lock(&w->in_lock);
+	r = vec_push(&w->inbox, wk);
+	pthread_mutex_unlock(&w->in_lock);
+	if (r == 0)
+		efd_signal(w->in_efd);
+	return r;
+}
+
+int worker_attach(struct worker *w, uint32_t conn_id, struct ring *ring, int efd)
+{
+	struct work wk = { .kind = WORK_ATTACH, .conn_id = conn_id, .ring = ring, .efd = efd };
+	int r = post(w, &wk);
+	if (r < 0) {
+		ring_free(ring);
+		close(efd);
+	}
+	return r;
+}
+
+int worker_detach(struct worker *w, uint32_t conn_id)
+{
+	struct work wk = { .kind = WORK_DETACH, .conn_id = conn_id };
+	return post(w, &wk);
+}
+
+int worker_submit(struct worker *w, struct worker_req *req)
+{
+	struct work wk = { .kind = WORK_SUBMIT, .conn_id = req->conn_id, .req = req };
+	int r = post(w, &wk);
+	if (r < 0)
+		worker_req_free(req);
+	return r;
+}
+
+int worker_cancel(struct worker *w, uint64_t gid)
+{
+	struct work wk = { .kind = WORK_CANCEL, .gid = gid };
+	return post(w, &wk);
+}
+
+int worker_ring_wake(struct worker *w, uint32_t conn_id)
+{
+	struct work wk = { .kind = WORK_WAKE, .conn_id = conn_id };
+	return post(w, &wk);
+}
+
+int worker_query(struct worker *w, uint64_t tag)
+{
+	struct work wk = { .kind = WORK_QUERY, .tag = tag };
+	return post(w, &wk);
+}
+
+int worker_cancel_all(struct worker *w)
+{
+	struct work wk = { .kind = WORK_CANCEL_ALL };
+	return post(w, &wk);
+}
+
+int worker_note_fd(const struct worker *w)
+{
+	return w->note_efd;
+}
+
+int worker_take_notes(struct worker *w, struct worker_note *out, int max)
+{
+	int n;
+	pthread_mutex_lock(&w->note_lock);
+	n = w->notes.n < (size_t)max ? (int)w->notes.n : max;
+	memcpy(out, w->notes.items, (size_t)n * sizeof *out);
+	memmove(w->notes.items, (struct worker_note *)w->notes.items + n,
+		(w->notes.n - (size_t)n) * sizeof *out);
+	w->notes.n -= (size_t)n;
+	pthread_mutex_unlock(&w->note_lock);
+	return n;
+}
+
+double worker_heartbeat(const struct worker *w)
+{
+	return atomic_load(&((struct worker *)w)->heartbeat);
+}
+
+const struct engine *worker_engine(const struct worker *w)
+{
+	return w->e;
+}
+
+/* ---- engine thread: notes and connections ---- */
+
+static void note(struct worker *w, const struct worker_note *n)
+{
+	pthread_mutex_lock(&w->note_lock);
+	if (vec_push(&w->notes, n) < 0 && n->snap)
+		free(n->snap); /* out of memory: the admin command times out */
+	pthread_mutex_unlock(&w->note_lock);
+	w->notes_pending = 1;
+}
+
+static struct wconn *find_conn(struct worker *w, uint32_t conn_id)
+{
+	for (struct wconn *c = w->conns; c; c = c->next)
+		if (c->conn_id == conn_id)
+			return c;
+	return NULL;
+}
+
+static void conn_free_if_done(struct worker *w, struct wconn *c)
+{
+	if (c->ring || c->n_reqs > 0)
+		return;
+	for (struct wconn **p = &w->conns; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	free(c->overflow);
+	free(c);
+	w->n_conns--;
+}
+
+/* Drops the ring: nothing more is written for this connection. */
+static void conn_close_ring(struct wconn *c)
+{
+	ring_free(c->ring);
+	c->ring = NULL;
+	if (c->efd >= 0)
+		close(c->efd);
+	c->efd = -1;
+	c->ov_len = c->ov_head = 0;
+	c->full = 0;
+}
+
+static void conn_hold(struct worker *w, struct wconn *c, int hold)
+{
+	for (struct wreq *q = c->reqs; q; q = q->next)
+		sched_hold(w->s, q->sid, hold);
+}
+
+static void conn_cancel_all(struct worker *w, struct wconn *c)
+{
+	for (struct wreq *q = c->reqs; q; q = q->next)
+		sched_cancel(w->s, q->sid);
+}
+
+static void conn_bad(struct worker *w, struct wconn *c)
+{
+	struct worker_note n = { .kind = WORKER_NOTE_RING_BAD, .conn_id = c->conn_id };
+	if (c->bad)
+		return;
+	c->bad = 1;
+	conn_close_ring(c);
+	conn_cancel_all(w, c);
+	note(w, &n);
+}
+
+static int overflow_add(struct wconn *c, uint16_t type, const uint8_t *p, size_t len)
+{
+	size_t need = c->ov_len + 6 + len;
+	if (need > c->ov_cap) {
+		size_t cap = c->ov_cap ? c->ov_cap : 4096;
+		uint8_t *q;
+		while (cap < need)
+			cap *= 2;
+		q = realloc(c->overflow, cap);
+		if (!q)
+			return -ENOMEM;
+		c->overflow = q;
+		c->ov_cap = cap;
+	}
+	memcpy(c->overflow + c->ov_len, &type, 2);
+	memcpy(c->overflow + c->ov_len + 2, &(uint32_t){ (uint32_t)len }, 4);
+	memcpy(c->overflow + c->ov_len + 6, p, len);
+	c->ov_len = need;
+	return 0;
+}
+
+/* Pushes queued records while they fit.  1 when the queue is empty. */
+static int overflow_flush(struct worker *w, struct wconn *c)
+{
+	while (c->ring && c->ov_head < c->ov_len) {
+		uint16_t type;
+		uint32_t len;
+		int r;
+		memcpy(&type, c->overflow + c->ov_head, 2);
+		memcpy(&len, c->overflow + c->ov_head + 2, 4);
+		r = ring_push(c->ring, type, c->overflow + c->ov_head + 6, len, NULL, 0);
+		if (r == -EAGAIN)
+			return 0;
+		if (r < 0) {
+			conn_bad(w, c);
+			return 1;
+		}
+		c->dirty = 1;
+		c->ov_head += 6 + (size_t)len;
+	}
+	c->ov_len = c->ov_head = 0;
+	return 1;
+}
+
+/* Writes one record for C, in order behind anything already queued. */
+static void conn_write(struct worker *w, struct wconn *c, uint16_t type, const uint8_t *p,
+		       size_t len)
+{
+	int r;
+
+	if (!c->ring)
+		return;
+	if (!c->full) {
+		r = ring_push(c->ring, type, p, len, NULL, 0);
+		if (r == 0) {
+			c->dirty = 1;
+			return;
+		}
+		if (r != -EAGAIN) {
+			conn_bad(w, c);
+			return;
+		}
+		c->full = 1;
+		conn_hold(w, c, 1);
+	}
+	if (overflow_add(c, type, p, len) < 0) /* out of memory: the client cannot be served */
+		conn_bad(w, c);
+}
+
+static void write_final(struct worker *w, struct wconn *c, uint64_t client_id, uint32_t finish,
+			uint32_t code, const char *msg, const struct sched_usage *u)
+{
+	struct proto_final f = { .id = client_id, .finish = finish, .code = code };
+	ssize_t n;
+
+	if (u) {
+		f.prompt_tokens = (uint32_t)u->prompt_tokens;
+		f.cached_tokens = (uint32_t)u->cached_tokens;
+		f.generated_tokens = (uint32_t)u->generated_tokens;
+		f.preemptions = (uint32_t)u->preemptions;
+		f.queue_us = (uint64_t)(u->queue_s * 1e6);
+		f.prefill_us = (uint64_t)(u->prefill_s * 1e6);
+		f.decode_us = (uint64_t)(u->decode_s * 1e6);
+	}
+	if (msg) {
+		size_t l = strlen(msg);
+		f.message.p = msg;
+		f.message.len = (uint32_t)(l < PROTO_MAX_ERRMSG ? l : PROTO_MAX_ERRMSG);
+	}
+	n = proto_final_encode(w->rec, sizeof w->rec, &f);
+	if (n > 0)
+		conn_write(w, c, PROTO_REC_FINAL, w->rec, (size_t)n);
+}
+
+/* ---- engine thread: requests ---- */
+
+static struct wreq *find_sid(struct worker *w, uint64_t sid)
+{
+	uint32_t slot = (uint32_t)sid, gen = (uint32_t)(sid >> 32);
+	if (slot >= w->n_slots || !w->slots[slot] || w->slot_gen[slot] != gen)
+		return NULL;
+	return w->slots[slot];
+}
+
+static void wreq_end(struct worker *w, struct wreq *q)
+{
+	struct wconn *c = q->conn;
+	struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = c->conn_id, .gid = q->r->gid };
+
+	w->slots[(uint32_t)q->sid] = NULL;
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		c->reqs = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	c->n_reqs--;
+	note(w, &n);
+	worker_req_free(q->r);
+	free(q);
+	conn_free_if_done(w, c);
+}
+
+static uint32_t finish_code(const struct sched_event *ev)
+{
+	switch (ev->error) {
+	case -E2BIG:
+		return PROTO_E_TOOBIG;
+	case -EBUSY:
+		return PROTO_E_BUSY;
+	case -EINVAL:
+		return PROTO_E_INVAL;
+	default:
+		return PROTO_E_INTERNAL;
+	}
+}
+
+static void on_event(void *ctx, const struct sched_event *ev)
+{
+	struct worker *w = ctx;
+	struct wreq *q = find_sid(w, ev->id);
+	static const uint32_t fin[] = { [SCHED_FIN_STOP] = PROTO_FIN_STOP,
+					[SCHED_FIN_LENGTH] = PROTO_FIN_LENGTH,
+					[SCHED_FIN_CANCELLED] = PROTO_FIN_CANCELLED,
+					[SCHED_FIN_ERROR] = PROTO_FIN_ERROR };
+
+	if (!q)
+		return;
+	if (ev->kind == SCHED_EV_TOKEN) {
+		struct proto_token t = { .id = q->r->client_id, .token = ev->token,
+					 .logprob = ev->logprob,
+					 .text = { ev->text, (uint32_t)ev->text_len } };
+		ssize_t n = proto_token_encode(w->rec, sizeof w->rec, &t);
+		if (n > 0)
+			conn_write(w, q->conn, PROTO_REC_TOKEN, w->rec, (size_t)n);
+		return;
+	}
+	write_final(w, q->conn, q->r->client_id, fin[ev->finish],
+		    ev->finish == SCHED_FIN_ERROR ? finish_code(ev) : 0, ev->message, &ev->usage);
+	wreq_end(w, q);
+}
+
+static const char *submit_error(int r)
+{
+	switch (r) {
+	case -E2BIG:
+		return "the prompt does not fit the context or the KV pool";
+	case -EBUSY:
+		return "the daemon's queue is full; retry later";
+	case -EINVAL:
+		return "invalid request parameters";
+	default:
+		return "cannot queue the request";
+	}
+}
+
+static void do_submit(struct worker *w, struct worker_req *r)
+{
+	struct wconn *c = find_conn(w, r->conn_id);
+	struct wreq *q = NULL;
+	uint32_t slot;
+	int rc = -EBUSY;
+
+	if (!c || !c->ring) { /* the client left (or broke its ring) meanwhile */
+		struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = r->conn_id, .gid = r->gid };
+		note(w, &n);
+		worker_req_free(r);
+		return;
+	}
+	for (slot = 0; slot < w->n_slots && w->slots[slot]; slot++)
+		;
+	if (slot < w->n_slots && (q = calloc(1, sizeof *q))) {
+		const char *const *stops = (const char *const *)r->stops;
+		struct sched_request sr = { .client = r->uid, .priority = r->priority,
+					    .prompt = r->prompt, .n_prompt = r->n_prompt,
+					    .max_tokens = r->max_tokens, .sampling = r->sampling,
+					    .stops = stops, .n_stops = r->n_stops,
+					    .ignore_eos = r->ignore_eos, .logprobs = r->logprobs };
+		q->sid = sr.id = slot | (uint64_t)++w->slot_gen[slot] << 32;
+		rc = sched_submit(w->s, &sr);
+	}
+	if (rc < 0) {
+		struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = r->conn_id, .gid = r->gid };
+		write_final(w, c, r->client_id, PROTO_FIN_ERROR,
+			    rc == -E2BIG ? PROTO_E_TOOBIG : rc == -EINVAL ? PROTO_E_INVAL : PROTO_E_BUSY,
+			    submit_error(rc), NULL);
+		note(w, &n);
+		worker_req_free(r);
+		free(q);
+		return;
+	}
+	q->r = r;
+	q->conn = c;
+	q->t_recv = now_s();
+	q->next = c->reqs;
+	if (c->reqs)
+		c->reqs->prev = q;
+	c->reqs = q;
+	c->n_reqs++;
+	w->slots[slot] = q;
+	if (c->full)
+		sched_hold(w->s, q->sid, 1);
+}
+
+static void do_cancel(struct worker *w, uint64_t gid)
+{
+	for (uint32_t i = 0; i < w->n_slots; i++)
+		if (w->slots[i] && w->slots[i]->r->gid == gid) {
+			sched_cancel(w->s, w->slots[i]->sid); /* held or not, it ends next step */
+			return;
+		}
+}
+
+static void do_query(struct worker *w, uint64_t tag)
+{
+	int32_t n = 0;
+	struct worker_snapshot *sn;
+	double t = now_s();
+
+	for (uint32_t i = 0; i < w->n_slots; i++)
+		n += w->slots[i] != NULL;
+	sn = calloc(1, sizeof *sn + (size_t)n * sizeof sn->reqs[0]);
+	if (!sn)
+		return;
+	sn->tag = tag;
+	sched_counters(w->s, &sn->c);
+	sn->kv_capacity_tokens = engine_kv_capacity(w->e);
+	sn->n_conns = w->n_conns;
+	if (w->rate_n >= 2) {
+		int a = w->rate_n >= RATE_SAMPLES ? w->rate_n % RATE_SAMPLES : 0;
+		int b = (w->rate_n - 1) % RATE_SAMPLES;
+		double dt = w->rate_t[b] - w->rate_t[a];
+		sn->tok_s = dt > 0 ? (double)(w->rate_tok[b] - w->rate_tok[a]) / dt : 0;
+	}
+	for (uint32_t i = 0; i < w->n_slots; i++) {
+		struct wreq *q = w->slots[i];
+		struct worker_snap_req *o;
+		if (!q)
+			continue;
+		o = &sn->reqs[sn->n_reqs++];
+		o->gid = q->r->gid;
+		o->conn_id = q->conn->conn_id;
+		o->client_id = q->r->client_id;
+		sched_info(w->s, q->sid, &o->info);
+		o->age_s = t - q->t_recv;
+		o->ring_full = q->conn->full;
+	}
+	struct worker_note nt = { .kind = WORKER_NOTE_SNAPSHOT, .snap = sn };
+	note(w, &nt);
+}
+
+static void process(struct worker *w, struct work *wk)
+{
+	struct wconn *c;
+
+	switch (wk->kind) {
+	case WORK_ATTACH:
+		c = calloc(1, sizeof *c);
+		if (!c) {
+			struct worker_note n = { .kind = WORKER_NOTE_RING_BAD, .conn_id = wk->conn_id };
+			ring_free(wk->ring);
+			close(wk->efd);
+			note(w, &n);
+			return;
+		}
+		c->conn_id = wk->conn_id;
+		c->ring = wk->ring;
+		c->efd = wk->efd;
+		c->next = w->conns;
+		w->conns = c;
+		w->n_conns++;
+		return;
+	case WORK_DETACH:
+		if ((c = find_conn(w, wk->conn_id))) {
+			conn_close_ring(c);
+			conn_cancel_all(w, c);
+			conn_free_if_done(w, c);
+		}
+		return;
+	case WORK_SUBMIT:
+		do_submit(w, wk->req);
+		return;
+	case WORK_CANCEL:
+		do_cancel(w, wk->gid);
+		return;
+	case WORK_WAKE:
+		if ((c = find_conn(w, wk->conn_id)) && c->full && overflow_flush(w, c) && c->ring) {
+			c->full = 0;
+			conn_hold(w, c, 0);
+		}
+		return;
+	case WORK_QUERY:
+		do_query(w, wk->tag);
+		return;
+	case WORK_CANCEL_ALL:
+		for (c = w->conns; c; c = c->next)
+			conn_cancel_all(w, c);
+		return;
+	}
+}
+
+/* ---- engine thread: the loop ---- */
+
+static void rate_sample(struct worker *w)
+{
+	double t = now_s();
+	int last = (w->rate_n - 1) % RATE_SAMPLES;
+	struct sched_counters c;
+
+	if (w->rate_n > 0 && t - w->rate_t[last] < 1.0)
+		return;
+	sched_counters(w->s, &c);
+	w->rate_t[w->rate_n % RATE_SAMPLES] = t;
+	w->rate_tok[w->rate_n % RATE_SAMPLES] = c.generated_tokens;
+	w->rate_n++;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct vec batch = { .size = sizeof(struct work) };
+
+	for (;;) {
+		int stop, r = 0;
+
+		atomic_store(&w->heartbeat, now_s());
+		pthread_mutex_lock(&w->in_lock);
+		struct vec tmp = w->inbox;
+		w->inbox = batch;
+		batch = tmp;
+		stop = w->stop;
+		pthread_mutex_unlock(&w->in_lock);
+		for (size_t i = 0; i < batch.n; i++)
+			process(w, (struct work *)batch.items + i);
+		batch.n = 0;
+
+		/* Clients that read since we found their ring full may have room now. */
+		for (struct wconn *c = w->conns; c; c = c->next)
+			if (c->full && overflow_flush(w, c) && c->ring) {
+				c->full = 0;
+				conn_hold(w, c, 0);
+			}
+		if (stop && sched_live(w->s) == 0)
+			break;
+		if (sched_live(w->s) > 0) {
+			r = sched_step(w->s);
+			if (r < 0) {
+				struct worker_note n = { .kind = WORKER_NOTE_FAILED, .error = r };
+				note(w, &n);
+			}
+		}
+		for (struct wconn *c = w->conns; c; c = c->next)
+			if (c->dirty && c->efd >= 0) {
+				efd_signal(c->efd);
+				c->dirty = 0;
+			}
+		rate_sample(w);
+		if (w->notes_pending) {
+			w->notes_pending = 0;
+			efd_signal(w->note_efd);
+		}
+		if (r <= 0) {
+			/* Idle (or only held requests): sleep until posted to. */
+			struct pollfd p = { .fd = w->in_efd, .events = POLLIN };
+			if (poll(&p, 1, stop ? 10 : 1000) > 0)
+				efd_clear(w->in_efd);
+		}
+	}
+	free(batch.items);
+	return NULL;
+}
+
+/* ---- lifecycle (main thread) ---- */
+
+int worker_new(const struct model *m, const struct engine_params *ep, const struct sched_params *sp,
+	       struct worker **ret, char *err, size_t errlen)
+{
+	struct worker *w = calloc(1, sizeof *w);
+	int r;
+
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	w->m = m;
+	w->in_efd = w->note_efd = -1;
+	pthread_mutex_init(&w->in_lock, NULL);
+	pthread_mutex_init(&w->note_lock, NULL);
+	w->inbox.size = sizeof(struct work);
+	w->notes.size = sizeof(struct worker_note);
+	if ((r = engine_new(m, ep, &w->e, err, errlen)) < 0 ||
+	    (r = sched_new(w->e, m, sp, on_event, w, &w->s, err, errlen)) < 0)
+		goto fail;
+	w->n_slots = (uint32_t)(sp->max_seqs + sp->max_queue);
+	w->slots = calloc(w->n_slots, sizeof *w->slots);
+	w->slot_gen = calloc(w->n_slots, sizeof *w->slot_gen);
+	w->in_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->note_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!w->slots || !w->slot_gen || w->in_efd < 0 || w->note_efd < 0) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory or file descriptors");
+		goto fail;
+	}
+	atomic_store(&w->heartbeat, now_s());
+	*ret = w;
+	return 0;
+fail:
+	worker_free(w);
+	return r;
+}
+
+int worker_start(struct worker *w)
+{
+	int r = pthread_create(&w->thread, NULL, worker_main, w);
+	if (r)
+		return -r;
+	w->started = 1;
+	return 0;
+}
+
+void worker_free(struct worker *w)
+{
+	if (!w)
+		return;
+	if (w->started) {
+		struct work wk = { .kind = WORK_CANCEL_ALL };
+		pthread_mutex_lock(&w->in_lock);
+		vec_push(&w->inbox, &wk);
+		w->stop = 1;
+		pthread_mutex_unlock(&w->in_lock);
+		efd_signal(w->in_efd);
+		pthread_join(w->thread, NULL);
+	}
+	/* Work never processed (posted after the thread left) still owns things. */
+	for (size_t i = 0; i < w->inbox.n; i++) {
+		struct work *wk = (struct work *)w->inbox.items + i;
+		if (wk->kind == WORK_ATTACH) {
+			ring_free(wk->ring);
+			close(wk->efd);
+		} else if (wk->kind == WORK_SUBMIT) {
+			worker_req_free(wk->req);
+		}
+	}
+	free(w->inbox.items);
+	for (size_t i = 0; i < w->notes.n; i++)
+		free(((struct worker_note *)w->notes.items)[i].snap);
+	free(w->notes.items);
+	sched_free(w->s);
+	for (uint32_t i = 0; w->slots && i < w->n_slots; i++)
+		if (w->slots[i]) {
+			worker_req_free(w->slots[i]->r);
+			free(w->slots[i]);
+		}
+	while (w->conns) {
+		struct wconn *c = w->conns;
+		w->conns = c->next;
+		conn_close_ring(c);
+		free(c->overflow);
+		free(c);
+	}
+	free(w->slots);
+	free(w->slot_gen);
+	engine_free(w->e);
+	if (w->in_efd >= 0)
+		close(w->in_efd);
+	if (w->note_efd >= 0)
+		close(w->note_efd);
+	pthread_mutex_destroy(&w->in_lock);
+	pthread_mutex_destroy(&w->note_lock);
+	free(w);
+}

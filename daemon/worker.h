@@ -1,0 +1,121 @@
+/* worker.h - the engine thread: it owns the engine, the scheduler and the
+ * KV pool, runs steps while there is work, and writes every request's token
+ * and final records into its client's shared-memory ring.
+ *
+ * The event-loop thread talks to it only through the worker_* calls below,
+ * which post to a mutex-guarded inbox and signal an eventfd; the worker
+ * answers with notes (request done, a client's ring is corrupt, a snapshot
+ * for admin commands) on a second queue whose eventfd the event loop
+ * watches.  Connections are named by the event loop's conn ids, requests by
+ * daemon-wide ids (gid) that the event loop assigns.
+ */
+#ifndef LLMD_WORKER_H
+#define LLMD_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "sampler.h"
+#include "sched.h"
+
+struct model;
+struct ring;
+struct worker;
+
+/* A request handed to the engine thread; the worker owns it after
+ * worker_submit (free it with worker_req_free if you never post it). */
+struct worker_req {
+	uint64_t gid;                /* daemon-wide id, unique for the daemon's life */
+	uint32_t conn_id;            /* whose ring gets the records */
+	uint64_t client_id;          /* the client's id, echoed in records */
+	uint32_t uid;                /* the scheduler's fairness key */
+	int32_t priority;
+	int32_t *prompt;             /* (n_prompt) token ids; owned */
+	int32_t n_prompt;
+	int32_t max_tokens;
+	struct sampler_params sampling;
+	char **stops;                /* (n_stops) NUL-terminated; owned */
+	int n_stops;
+	int ignore_eos, logprobs;
+};
+
+void worker_req_free(struct worker_req *r); /* NULL-safe */
+
+enum worker_note_kind {
+	WORKER_NOTE_DONE = 1,     /* request GID of CONN_ID has its final record written (or dropped) */
+	WORKER_NOTE_RING_BAD = 2, /* CONN_ID's client scribbled on its ring: close it */
+	WORKER_NOTE_SNAPSHOT = 3, /* SNAP answers worker_query(TAG); the event loop frees it */
+	WORKER_NOTE_FAILED = 4,   /* a step failed with ERROR; running requests got error records */
+};
+
+struct worker_snap_req {
+	uint64_t gid;
+	uint32_t conn_id;
+	uint64_t client_id;
+	struct sched_info info;
+	double age_s;                /* since the worker received it */
+	int ring_full;               /* held because the client's ring is full */
+};
+
+struct worker_snapshot {
+	uint64_t tag;                /* worker_query's */
+	struct sched_counters c;
+	double tok_s;                /* generated tokens/s over the last ten seconds */
+	int64_t kv_capacity_tokens;
+	int32_t n_conns;             /* connections with a ring attached */
+	int32_t n_reqs;
+	struct worker_snap_req reqs[]; /* (n_reqs) */
+};
+
+struct worker_note {
+	enum worker_note_kind kind;
+	uint32_t conn_id;
+	uint64_t gid;
+	int error;                   /* WORKER_NOTE_FAILED: negative errno */
+	struct worker_snapshot *snap; /* WORKER_NOTE_SNAPSHOT: malloc'd, the receiver frees */
+};
+
+/* Creates the engine and the scheduler for M (which must outlive the
+ * worker) without starting the thread.  0 or a negative errno with a
+ * message.  Main thread. */
+int worker_new(const struct model *m, const struct engine_params *ep, const struct sched_params *sp,
+	       struct worker **ret, char *err, size_t errlen);
+
+/* Starts the engine thread.  0 or a negative errno. */
+int worker_start(struct worker *w);
+
+/* Cancels what is left, stops and joins the thread (if started), frees
+ * everything.  NULL-safe.  Main thread. */
+void worker_free(struct worker *w);
+
+const struct engine *worker_engine(const struct worker *w);
+
+/* Posting, from the event-loop thread.  Each returns 0 or -ENOMEM. */
+
+/* Hands CONN_ID's ring (producer side) and eventfd to the engine thread,
+ * which owns and frees them from now on, even on failure. */
+int worker_attach(struct worker *w, uint32_t conn_id, struct ring *ring, int efd);
+/* The connection is gone: its requests are cancelled, its ring freed. */
+int worker_detach(struct worker *w, uint32_t conn_id);
+/* Takes R (and everything it owns), even on failure. */
+int worker_submit(struct worker *w, struct worker_req *r);
+int worker_cancel(struct worker *w, uint64_t gid);
+/* The client read its ring after the worker found it full. */
+int worker_ring_wake(struct worker *w, uint32_t conn_id);
+/* Asks for a snapshot (WORKER_NOTE_SNAPSHOT with TAG). */
+int worker_query(struct worker *w, uint64_t tag);
+/* Cancels every live request (shutdown after the grace period). */
+int worker_cancel_all(struct worker *w);
+
+/* The eventfd that becomes readable when notes are waiting.  The event loop
+ * reads it (to clear it) and then calls worker_take_notes. */
+int worker_note_fd(const struct worker *w);
+/* Moves up to MAX notes into OUT; returns how many. */
+int worker_take_notes(struct worker *w, struct worker_note *out, int max);
+
+/* Monotonic seconds of the engine thread's last loop iteration (it wakes at
+ * least once a second when idle): the watchdog's proof of life. */
+double worker_heartbeat(const struct worker *w);
+
+#endif

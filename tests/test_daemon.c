@@ -1,0 +1,803 @@
+/* test_daemon.c - the real llmd on a temporary socket, driven by llm-client,
+ * llmctl, libllm and raw hostile frames.  It pins:
+ *  - `llm-client --ids --temp 0` through the daemon gives llama.cpp's golden
+ *    tokens (every case of greedy-llamacpp.json, four models);
+ *  - 32 concurrent clients with different prompts get what they get alone;
+ *  - a client killed mid-stream, CANCEL and `llmctl cancel` remove the
+ *    request from `llmctl ps` and return the pool's used blocks to zero;
+ *  - a client that stops reading with a tiny ring gets every token in order
+ *    later, and another client finishes meanwhile;
+ *  - hostile input (random, truncated and oversize frames, a bad version,
+ *    frames before HELLO, a scribbled ring index, 1000 connections at once,
+ *    prompts and max_tokens over the limits) gets its error or its
+ *    connection closed, and the daemon keeps serving;
+ *  - admin commands are refused for a non-admin uid (when run as root).
+ */
+#include <grp.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "daemonutil.h"
+#include "llm.h"
+#include "proto.h"
+#include "ring.h"
+#include "usock.h"
+
+static const char *models_dir;
+
+/* ---- small clients ---- */
+
+static struct llm *client(const struct tdaemon *d, uint32_t ring)
+{
+	struct llm *h = NULL;
+	char err[256];
+	if (llm_connect(d->sock, ring, &h, err, sizeof err) < 0) {
+		fprintf(stderr, "llm_connect %s: %s\n", d->sock, err);
+		return NULL;
+	}
+	return h;
+}
+
+struct gen {
+	int32_t ids[512];
+	int n;
+	enum llm_finish finish;
+	int error_code;
+	char text[4096];
+	double t_done;
+};
+
+/* Reads events of request ID until its DONE (other ids are ignored). */
+static int wait_done(struct llm *h, uint64_t id, struct gen *g, int timeout_ms)
+{
+	struct llm_event ev;
+	double t0 = tnow();
+	size_t tl = strlen(g->text);
+
+	while ((tnow() - t0) * 1000 < timeout_ms) {
+		int r = llm_next_event(h, &ev, 200);
+		if (r < 0)
+			return r;
+		if (r == 0 || ev.id != id)
+			continue;
+		if (ev.kind == LLM_EV_TOKEN) {
+			if (ev.token >= 0 && g->n < 512)
+				g->ids[g->n++] = ev.token;
+			if (tl + ev.text_len < sizeof g->text) {
+				memcpy(g->text + tl, ev.text, ev.text_len);
+				tl += ev.text_len;
+				g->text[tl] = 0;
+			}
+		} else {
+			g->finish = ev.finish;
+			g->error_code = ev.error_code;
+			g->t_done = tnow();
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int generate(struct llm *h, const char *prompt, int max_tokens, float temp, uint64_t seed,
+		    struct gen *g)
+{
+	struct llm_request r;
+	uint64_t id;
+
+	memset(g, 0, sizeof *g);
+	llm_request_init(&r);
+	r.prompt = prompt;
+	r.max_tokens = max_tokens;
+	r.temperature = temp;
+	r.has_seed = 1;
+	r.seed = seed;
+	if (llm_submit(h, &r, &id) < 0)
+		return -1;
+	return wait_done(h, id, g, 60000) == 1 ? 0 : -1;
+}
+
+static json_object *admin_json(struct llm *h, const char *cmd, const char *arg)
+{
+	char *body = NULL;
+	json_object *j;
+	if (llm_admin(h, cmd, arg, &body) < 0)
+		return NULL;
+	j = json_tokener_parse(body);
+	free(body);
+	return j;
+}
+
+static int64_t jint(json_object *j, const char *a, const char *b)
+{
+	json_object *o = NULL;
+	if (!json_object_object_get_ex(j, a, &o))
+		return -1;
+	if (b && !json_object_object_get_ex(o, b, &o))
+		return -1;
+	return json_object_get_int64(o);
+}
+
+/* Waits until ps is empty and no KV block is in use: the idle level. */
+static int wait_idle(const struct tdaemon *d)
+{
+	struct llm *h = NULL;
+	int ok = 0;
+	for (double t0 = tnow(); tnow() - t0 < 20 && !ok; tsleep_ms(50)) {
+		if (!h && llm_connect(d->sock, 4096, &h, NULL, 0) < 0)
+			continue; /* closed connections may still count against the uid */
+		json_object *st = admin_json(h, "status", NULL), *ps = admin_json(h, "ps", NULL);
+		json_object *arr = NULL;
+		if (st && ps && json_object_object_get_ex(ps, "requests", &arr))
+			ok = json_object_array_length(arr) == 0 && jint(st, "kv", "used_blocks") == 0;
+		json_object_put(st);
+		json_object_put(ps);
+	}
+	llm_close(h);
+	return ok;
+}
+
+/* ---- golden tokens through llm-client ---- */
+
+static void test_golden_via_client(void)
+{
+	char path[4096], bin[1024], nbuf[16], out[8192];
+	json_object *root;
+
+	snprintf(path, sizeof path, "%s/golden/greedy-llamacpp.json", models_dir);
+	root = json_object_from_file(path);
+	if (!root) {
+		printf("golden: %s absent, skipped\n", path);
+		return;
+	}
+	snprintf(bin, sizeof bin, "%s/llm-client", tbuilddir());
+	const char *models[] = { "stories260K.gguf", "derived/TinyStories-656K-f32.gguf",
+				 "derived/TinyStories-656K-q8_0.gguf", "derived/TinyStories-656K-q4_0.gguf" };
+	for (int mi = 0; mi < 4; mi++) {
+		struct tdaemon d;
+		int cases = 0, tokens = 0;
+		snprintf(path, sizeof path, "%s/%s", models_dir, models[mi]);
+		if (access(path, R_OK) != 0)
+			continue;
+		if (tdaemon_start(&d, path, NULL) < 0) {
+			test_failures++;
+			continue;
+		}
+		for (size_t i = 0; i < json_object_array_length(root); i++) {
+			json_object *c = json_object_array_get_idx(root, i);
+			json_object *want = json_object_object_get(c, "generated_ids");
+			int horizon = json_object_get_int(json_object_object_get(c, "safe_horizon"));
+			const char *prompt = json_object_get_string(json_object_object_get(c, "prompt"));
+			char *p = out;
+			int k = 0, bad = 0;
+
+			if (strcmp(json_object_get_string(json_object_object_get(c, "model")), models[mi]))
+				continue;
+			if (horizon > (int)json_object_array_length(want))
+				horizon = (int)json_object_array_length(want);
+			snprintf(nbuf, sizeof nbuf, "%d", horizon);
+			const char *argv[] = { bin, "--socket", d.sock, "--ids", "--temp", "0", "-n", nbuf,
+					       prompt, NULL };
+			CHECK_INT_EQ(trun(argv, NULL, out, sizeof out), 0);
+			for (; k < horizon; k++) {
+				char *end;
+				long v = strtol(p, &end, 10);
+				if (end == p)
+					break;
+				p = end;
+				if (v != json_object_get_int(json_object_array_get_idx(want, (size_t)k)) && !bad) {
+					fprintf(stderr, "%s \"%s\": token %d is %ld, llama.cpp %d\n", models[mi],
+						prompt, k, v,
+						json_object_get_int(json_object_array_get_idx(want, (size_t)k)));
+					bad = 1;
+				}
+			}
+			if (k != horizon)
+				fprintf(stderr, "%s \"%s\": %d ids, wanted %d: '%s'\n", models[mi], prompt, k,
+					horizon, out);
+			CHECK(!bad && k == horizon);
+			cases++;
+			tokens += k;
+		}
+		printf("golden via llm-client: %-36s %d cases, %d tokens identical\n", models[mi], cases,
+		       tokens);
+		CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	}
+	json_object_put(root);
+}
+
+/* ---- 32 concurrent clients ---- */
+
+#define N_CONC 32
+static const char *const names[] = { "Lily", "Tom", "Sam", "Sue", "Ben", "Max", "Mia", "Tim" };
+static const char *const starts[] = { "Once upon a time there was a girl named",
+				      "One day a boy named", "The little dog saw",
+				      "There was a big red ball and" };
+
+struct conc {
+	const struct tdaemon *d;
+	int i;
+	struct gen alone, crowd;
+	int ok;
+};
+
+static void conc_prompt(int i, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s %s", starts[i % 4], names[(i / 4) % 8]);
+}
+
+static void *conc_thread(void *arg)
+{
+	struct conc *c = arg;
+	char prompt[128];
+	struct llm *h = client(c->d, 0);
+	conc_prompt(c->i, prompt, sizeof prompt);
+	/* Odd ones sample with a seed: seeded sampling must not depend on the crowd either. */
+	c->ok = h && generate(h, prompt, 40 + c->i % 7, c->i % 2 ? 0.8f : 0.0f, 1000 + (uint64_t)c->i,
+			      &c->crowd) == 0;
+	llm_close(h);
+	return NULL;
+}
+
+static void test_concurrent(const struct tdaemon *d)
+{
+	static struct conc cs[N_CONC];
+	pthread_t th[N_CONC];
+	struct llm *h = client(d, 0);
+	char prompt[128];
+	int same = 0;
+
+	for (int i = 0; i < N_CONC && h; i++) {
+		cs[i].d = d;
+		cs[i].i = i;
+		conc_prompt(i, prompt, sizeof prompt);
+		CHECK(generate(h, prompt, 40 + i % 7, i % 2 ? 0.8f : 0.0f, 1000 + (uint64_t)i,
+			       &cs[i].alone) == 0);
+	}
+	llm_close(h);
+	for (int i = 0; i < N_CONC; i++)
+		pthread_create(&th[i], NULL, conc_thread, &cs[i]);
+	for (int i = 0; i < N_CONC; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < N_CONC; i++) {
+		CHECK(cs[i].ok);
+		if (cs[i].alone.n == cs[i].crowd.n && cs[i].alone.n > 0 &&
+		    !memcmp(cs[i].alone.ids, cs[i].crowd.ids, sizeof(int32_t) * (size_t)cs[i].alone.n) &&
+		    !strcmp(cs[i].alone.text, cs[i].crowd.text))
+			same++;
+		else
+			fprintf(stderr, "client %d: %d tokens alone, %d in the crowd, different\n", i,
+				cs[i].alone.n, cs[i].crowd.n);
+	}
+	printf("concurrency: %d/%d clients got exactly their tokens from running alone\n", same, N_CONC);
+	CHECK_INT_EQ(same, N_CONC);
+	CHECK(wait_idle(d));
+}
+
+/* ---- a client killed mid-stream, CANCEL, llmctl cancel ---- */
+
+static void test_vanishing_client(const struct tdaemon *d)
+{
+	int pfd[2];
+	pid_t pid;
+	char c;
+
+	CHECK(pipe(pfd) == 0);
+	pid = fork();
+	if (pid == 0) {
+		struct llm *h = client(d, 0);
+		struct llm_request r;
+		struct llm_event ev;
+		uint64_t id;
+		int got = 0;
+		llm_request_init(&r);
+		r.prompt = "Once upon a time";
+		r.max_tokens = 4000;
+		r.flags = LLM_IGNORE_EOS;
+		if (!h || llm_submit(h, &r, &id) < 0)
+			_exit(1);
+		while (got < 5 && llm_next_event(h, &ev, 5000) == 1)
+			got += ev.kind == LLM_EV_TOKEN;
+		(void)!write(pfd[1], "x", 1);
+		for (;;)
+			pause(); /* killed here, mid-stream */
+	}
+	close(pfd[1]);
+	CHECK(read(pfd[0], &c, 1) == 1);
+	close(pfd[0]);
+	{
+		struct llm *h = client(d, 0);
+		json_object *ps = h ? admin_json(h, "ps", NULL) : NULL, *arr = NULL;
+		CHECK(ps && json_object_object_get_ex(ps, "requests", &arr) &&
+		      json_object_array_length(arr) == 1);
+		json_object_put(ps);
+		llm_close(h);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	CHECK(wait_idle(d));
+	printf("vanishing client: its request left ps and its blocks returned\n");
+
+	/* CANCEL from the client itself */
+	struct llm *h = client(d, 0);
+	struct llm_request r;
+	struct gen g = { .n = 0 };
+	uint64_t id;
+	struct llm_event ev;
+	llm_request_init(&r);
+	r.prompt = "Once upon a time";
+	r.max_tokens = 4000;
+	r.flags = LLM_IGNORE_EOS;
+	CHECK(h && llm_submit(h, &r, &id) == 0);
+	for (int got = 0; h && got < 3 && llm_next_event(h, &ev, 5000) == 1;)
+		got += ev.kind == LLM_EV_TOKEN;
+	CHECK_INT_EQ(llm_cancel(h, id), 0);
+	CHECK_INT_EQ(wait_done(h, id, &g, 10000), 1);
+	CHECK_INT_EQ(g.finish, LLM_FINISH_CANCELLED);
+	CHECK(wait_idle(d));
+
+	/* llmctl cancel ID, from another process */
+	char bin[1024], idbuf[32], out[1024];
+	json_object *ps, *arr = NULL;
+	CHECK(llm_submit(h, &r, &id) == 0);
+	for (int got = 0; got < 3 && llm_next_event(h, &ev, 5000) == 1;)
+		got += ev.kind == LLM_EV_TOKEN;
+	ps = admin_json(h, "ps", NULL);
+	CHECK(ps && json_object_object_get_ex(ps, "requests", &arr) && json_object_array_length(arr) == 1);
+	snprintf(idbuf, sizeof idbuf, "%lld",
+		 arr ? (long long)jint(json_object_array_get_idx(arr, 0), "id", NULL) : 0LL);
+	json_object_put(ps);
+	snprintf(bin, sizeof bin, "%s/llmctl", tbuilddir());
+	const char *argv[] = { bin, "--socket", d->sock, "cancel", idbuf, NULL };
+	CHECK_INT_EQ(trun(argv, NULL, out, sizeof out), 0);
+	memset(&g, 0, sizeof g);
+	CHECK_INT_EQ(wait_done(h, id, &g, 10000), 1);
+	CHECK_INT_EQ(g.finish, LLM_FINISH_CANCELLED);
+	const char *argv2[] = { bin, "--socket", d->sock, "cancel", "999999", NULL };
+	CHECK_INT_EQ(trun(argv2, NULL, out, sizeof out), 1); /* no such request */
+	llm_close(h);
+	CHECK(wait_idle(d));
+	printf("cancel: CANCEL and llmctl cancel end the request; blocks returned\n");
+}
+
+/* ---- a slow reader with a tiny ring ---- */
+
+static void test_slow_reader(const struct tdaemon *d)
+{
+	struct llm *slow = client(d, 4096), *fast = client(d, 0);
+	struct llm_request r;
+	struct gen ref, g, other;
+	uint64_t id, oid;
+	json_object *ps, *arr = NULL;
+	int saw_full = 0;
+
+	CHECK(slow && fast);
+	if (!slow || !fast)
+		return;
+	/* What it gets when it reads promptly. */
+	llm_request_init(&r);
+	r.prompt = "The little dog saw";
+	r.max_tokens = 300;
+	r.temperature = 0;
+	r.flags = LLM_IGNORE_EOS;
+	CHECK(llm_submit(fast, &r, &id) == 0);
+	memset(&ref, 0, sizeof ref);
+	CHECK_INT_EQ(wait_done(fast, id, &ref, 60000), 1);
+
+	CHECK(llm_submit(slow, &r, &id) == 0);
+	/* Meanwhile another client runs a whole request. */
+	struct llm_request o;
+	llm_request_init(&o);
+	o.prompt = "Once upon a time";
+	o.max_tokens = 100;
+	o.temperature = 0;
+	o.flags = LLM_IGNORE_EOS;
+	double t0 = tnow();
+	CHECK(llm_submit(fast, &o, &oid) == 0);
+	memset(&other, 0, sizeof other);
+	CHECK_INT_EQ(wait_done(fast, oid, &other, 60000), 1);
+	double t_other = tnow() - t0;
+	CHECK_INT_EQ(other.n, 100);
+	/* The slow one, unread, must be waiting on its full ring by now. */
+	for (double t1 = tnow(); tnow() - t1 < 10 && !saw_full; tsleep_ms(50)) {
+		ps = admin_json(fast, "ps", NULL);
+		if (ps && json_object_object_get_ex(ps, "requests", &arr))
+			for (size_t i = 0; i < json_object_array_length(arr); i++) {
+				json_object *q = json_object_array_get_idx(arr, i), *f = NULL;
+				if (json_object_object_get_ex(q, "ring_full", &f) && json_object_get_boolean(f))
+					saw_full = 1;
+			}
+		json_object_put(ps);
+	}
+	CHECK(saw_full);
+	tsleep_ms(1000);
+	memset(&g, 0, sizeof g);
+	CHECK_INT_EQ(wait_done(slow, id, &g, 60000), 1);
+	CHECK_INT_EQ(g.n, ref.n);
+	CHECK(g.n == ref.n && !memcmp(g.ids, ref.ids, sizeof(int32_t) * (size_t)g.n) &&
+	      !strcmp(g.text, ref.text));
+	printf("slow reader: a 4 KiB ring left unread; 100 tokens of another client took %.2f s "
+	       "meanwhile; all %d tokens arrived in order afterwards\n", t_other, g.n);
+	llm_close(slow);
+	llm_close(fast);
+	CHECK(wait_idle(d));
+}
+
+/* ---- hostile input ---- */
+
+static int raw_connect(const struct tdaemon *d)
+{
+	char err[128];
+	return usock_connect(d->sock, err, sizeof err);
+}
+
+/* Reads frames until EOF or 3 s; returns the code of the first ERROR frame
+ * seen (0 if none) and sets *CLOSED when the daemon closed the stream. */
+static int read_error(int fd, int *closed)
+{
+	static uint8_t buf[PROTO_MAX_FRAME];
+	size_t have = 0;
+	int code = 0;
+	*closed = 0;
+	for (double t0 = tnow(); tnow() - t0 < 3;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		struct proto_frame f;
+		ssize_t n;
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		n = read(fd, buf + have, sizeof buf - have);
+		if (n <= 0) {
+			*closed = 1;
+			break;
+		}
+		have += (size_t)n;
+		while ((n = proto_frame_parse(buf, have, &f)) > 0) {
+			struct proto_error e;
+			if (f.type == PROTO_ERROR && !code && proto_decode_error(&f, &e) == 0)
+				code = (int)e.code;
+			memmove(buf, buf + n, have - (size_t)n);
+			have -= (size_t)n;
+		}
+	}
+	return code;
+}
+
+static void send_all(int fd, const void *p, size_t n)
+{
+	(void)!send(fd, p, n, MSG_NOSIGNAL);
+}
+
+static int hello(int fd, uint32_t version, uint32_t ring)
+{
+	uint8_t buf[64];
+	struct proto_hello h = { .version = version, .ring_bytes = ring };
+	ssize_t n = proto_encode_hello(buf, sizeof buf, &h);
+	send_all(fd, buf, (size_t)n);
+	return 0;
+}
+
+static void still_serving(const struct tdaemon *d, const char *after)
+{
+	struct llm *h = client(d, 0);
+	struct gen g;
+	int ok = h && generate(h, "Hello", 8, 0, 1, &g) == 0 && g.n > 0;
+	if (!ok)
+		fprintf(stderr, "after %s the daemon no longer serves\n", after);
+	CHECK(ok);
+	llm_close(h);
+}
+
+static void test_hostile(const struct tdaemon *d)
+{
+	int fd, closed, code;
+	uint8_t buf[4096];
+	uint32_t seed = 12345;
+
+	/* random bytes */
+	for (int round = 0; round < 20; round++) {
+		size_t n = 8 + (size_t)(seed % 4000);
+		fd = raw_connect(d);
+		for (size_t i = 0; i < n; i++) {
+			seed = seed * 1103515245u + 12345u;
+			buf[i] = (uint8_t)(seed >> 16);
+		}
+		send_all(fd, buf, n);
+		read_error(fd, &closed);
+		CHECK(closed);
+		close(fd);
+	}
+	still_serving(d, "random frames");
+
+	/* a truncated frame, then the client goes */
+	fd = raw_connect(d);
+	hello(fd, PROTO_VERSION, 4096);
+	memset(buf, 0, sizeof buf);
+	buf[0] = 100; /* 100-byte payload */
+	buf[4] = PROTO_SUBMIT;
+	send_all(fd, buf, 18);
+	close(fd);
+	still_serving(d, "a truncated frame");
+
+	/* an oversize length */
+	fd = raw_connect(d);
+	hello(fd, PROTO_VERSION, 4096);
+	memset(buf, 0, 8);
+	buf[2] = 0x20; /* 2 MiB */
+	buf[4] = PROTO_SUBMIT;
+	send_all(fd, buf, 8);
+	code = read_error(fd, &closed);
+	CHECK_INT_EQ(code, PROTO_E_BADFRAME);
+	CHECK(closed);
+	close(fd);
+
+	/* a bad version */
+	fd = raw_connect(d);
+	hello(fd, 99, 0);
+	code = read_error(fd, &closed);
+	CHECK_INT_EQ(code, PROTO_E_VERSION);
+	CHECK(closed);
+	close(fd);
+
+	/* SUBMIT before HELLO */
+	{
+		uint8_t f[256];
+		struct proto_submit s = { .id = 1, .max_tokens = 4, .top_p = 1, .repeat_penalty = 1,
+					  .prompt = { "Hi", 2 } };
+		ssize_t n = proto_encode_submit(f, sizeof f, &s);
+		fd = raw_connect(d);
+		send_all(fd, f, (size_t)n);
+		code = read_error(fd, &closed);
+		CHECK_INT_EQ(code, PROTO_E_STATE);
+		CHECK(closed);
+		close(fd);
+	}
+	still_serving(d, "bad headers, versions and states");
+
+	/* a scribbled consumer index */
+	{
+		int fds[USOCK_MAX_FDS], nfds = 0;
+		uint8_t f[512];
+		ssize_t n;
+		fd = raw_connect(d);
+		hello(fd, PROTO_VERSION, 4096);
+		n = usock_recv(fd, f, sizeof f, fds, USOCK_MAX_FDS, &nfds);
+		CHECK(n > 0 && nfds == 2);
+		if (nfds == 2) {
+			uint8_t *map = mmap(NULL, RING_HDR_SIZE + 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
+					    fds[0], 0);
+			CHECK(map != MAP_FAILED);
+			struct proto_submit s = { .id = 7, .max_tokens = 200, .top_p = 1, .repeat_penalty = 1,
+						  .flags = PROTO_SUBMIT_IGNORE_EOS, .prompt = { "Hello", 5 } };
+			n = proto_encode_submit(f, sizeof f, &s);
+			if (map != MAP_FAILED) {
+				/* cons ahead of anything the producer wrote */
+				__atomic_store_n((uint32_t *)(map + 128), 0x7fff0000u, __ATOMIC_RELEASE);
+				send_all(fd, f, (size_t)n);
+				code = read_error(fd, &closed);
+				CHECK_INT_EQ(code, PROTO_E_RING);
+				CHECK(closed);
+				munmap(map, RING_HDR_SIZE + 4096);
+			}
+			close(fds[0]);
+			close(fds[1]);
+		}
+		close(fd);
+		CHECK(wait_idle(d));
+	}
+	still_serving(d, "a scribbled ring index");
+
+	/* 1000 connections at once, each saying HELLO */
+	{
+		static int cfds[1000];
+		struct rlimit rl;
+		int welcomed = 0, refused = 0, n_open = 0;
+		getrlimit(RLIMIT_NOFILE, &rl);
+		if (rl.rlim_cur < 4000 && rl.rlim_max >= 4000) {
+			rl.rlim_cur = 4000;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+		for (int i = 0; i < 1000; i++) {
+			cfds[i] = raw_connect(d);
+			if (cfds[i] >= 0) {
+				hello(cfds[i], PROTO_VERSION, 4096);
+				n_open++;
+			}
+		}
+		for (int i = 0; i < 1000; i++) {
+			uint8_t f[512];
+			int fds[USOCK_MAX_FDS], nfds = 0;
+			ssize_t n;
+			struct pollfd p = { cfds[i], POLLIN, 0 };
+			if (cfds[i] < 0)
+				continue;
+			if (poll(&p, 1, 5000) <= 0)
+				continue;
+			n = usock_recv(cfds[i], f, sizeof f, fds, USOCK_MAX_FDS, &nfds);
+			for (int k = 0; k < nfds; k++)
+				close(fds[k]);
+			if (n > 0 && nfds == 2)
+				welcomed++;
+			else if (n > 4 && f[4] == PROTO_ERROR)
+				refused++;
+		}
+		printf("1000 connections: %d opened, %d welcomed, %d refused with an error\n", n_open,
+		       welcomed, refused);
+		CHECK_INT_EQ(n_open, 1000);
+		CHECK_INT_EQ(welcomed, 1000); /* limits.connections_per_uid=2000 here */
+		still_serving(d, "1000 connections");
+		for (int i = 0; i < 1000; i++)
+			if (cfds[i] >= 0)
+				close(cfds[i]);
+	}
+	still_serving(d, "1000 connections closed");
+	printf("hostile input: every bad frame got its error or its connection closed\n");
+}
+
+/* Limits, on a daemon started with small ones. */
+static void test_limits(const char *model)
+{
+	const char *extra[] = { "--set", "limits.prompt_bytes=1000", "--set", "limits.prompt_tokens=64",
+				"--set", "limits.max_tokens=50", "--set",
+				"limits.requests_per_connection=2", "--set",
+				"limits.connections_per_uid=3", NULL };
+	struct tdaemon d;
+	struct llm *h;
+	struct llm_request r;
+	struct gen g;
+	uint64_t id[4];
+	char big[2048];
+
+	if (tdaemon_start(&d, model, extra) < 0) {
+		test_failures++;
+		return;
+	}
+	h = client(&d, 0);
+	llm_request_init(&r);
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = 0;
+	r.prompt = big; /* 2047 bytes > 1000 */
+	r.max_tokens = 4;
+	int s = llm_submit(h, &r, &id[0]);
+	if (s == 0) { /* refused by the daemon, not by libllm */
+		memset(&g, 0, sizeof g);
+		CHECK_INT_EQ(wait_done(h, id[0], &g, 5000), 1);
+		CHECK_INT_EQ(g.finish, LLM_FINISH_ERROR);
+		CHECK_INT_EQ(g.error_code, PROTO_E_TOOBIG);
+	} else {
+		CHECK_INT_EQ(s, -EINVAL); /* libllm knows the limit from WELCOME */
+	}
+	big[600] = 0; /* 600 bytes of "aaaa": more than 64 tokens */
+	for (int i = 0; i < 600; i += 2)
+		big[i] = ' ';
+	CHECK_INT_EQ(llm_submit(h, &r, &id[0]), 0);
+	memset(&g, 0, sizeof g);
+	CHECK_INT_EQ(wait_done(h, id[0], &g, 5000), 1);
+	CHECK_INT_EQ(g.finish, LLM_FINISH_ERROR);
+	CHECK_INT_EQ(g.error_code, PROTO_E_TOOBIG);
+	r.prompt = "Hello";
+	r.max_tokens = 51;
+	s = llm_submit(h, &r, &id[0]);
+	if (s == 0) {
+		memset(&g, 0, sizeof g);
+		CHECK_INT_EQ(wait_done(h, id[0], &g, 5000), 1);
+		CHECK_INT_EQ(g.error_code, PROTO_E_LIMIT);
+	} else {
+		CHECK_INT_EQ(s, -EINVAL);
+	}
+	llm_close(h);
+	/* Requests in flight per connection: the third is refused (by libllm
+	 * or the daemon); a raw client gets the daemon's LIMIT error. */
+	{
+		int fd = raw_connect(&d), closed, fds[USOCK_MAX_FDS], nfds = 0;
+		uint8_t f[512];
+		hello(fd, PROTO_VERSION, 4096);
+		CHECK(usock_recv(fd, f, sizeof f, fds, USOCK_MAX_FDS, &nfds) > 0 && nfds == 2);
+		for (int k = 0; k < nfds; k++)
+			close(fds[k]);
+		for (uint64_t i = 1; i <= 3; i++) {
+			struct proto_submit sub = { .id = i, .max_tokens = 50, .top_p = 1, .repeat_penalty = 1,
+						    .flags = PROTO_SUBMIT_IGNORE_EOS, .prompt = { "Hello", 5 } };
+			ssize_t n = proto_encode_submit(f, sizeof f, &sub);
+			send_all(fd, f, (size_t)n);
+		}
+		CHECK_INT_EQ(read_error(fd, &closed), PROTO_E_LIMIT);
+		CHECK(!closed);
+		close(fd);
+	}
+	/* Connections per uid: three open, the fourth is told why and closed. */
+	{
+		int fds[4], closed;
+		for (int i = 0; i < 3; i++) {
+			fds[i] = raw_connect(&d);
+			hello(fds[i], PROTO_VERSION, 4096);
+		}
+		tsleep_ms(200);
+		fds[3] = raw_connect(&d);
+		CHECK_INT_EQ(read_error(fds[3], &closed), PROTO_E_LIMIT);
+		CHECK(closed);
+		for (int i = 0; i < 4; i++)
+			close(fds[i]);
+	}
+	CHECK(wait_idle(&d));
+	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	printf("limits: connections per uid, prompt bytes, prompt tokens, max_tokens and requests in flight refused with codes\n");
+}
+
+/* Admin commands from an unprivileged uid. */
+static void test_non_admin(const char *model)
+{
+	const char *extra[] = { "--set", "server.socket_mode=0666", NULL };
+	struct tdaemon d;
+	pid_t pid;
+	int st;
+
+	if (geteuid() != 0) {
+		printf("non-admin: not root, skipped\n");
+		return;
+	}
+	if (tdaemon_start(&d, model, extra) < 0) {
+		test_failures++;
+		return;
+	}
+	pid = fork();
+	if (pid == 0) {
+		struct llm *h;
+		char *body = NULL;
+		int bad = 0;
+		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(10);
+		if (!(h = client(&d, 4096)))
+			_exit(11);
+		bad |= llm_admin(h, "drain", NULL, &body) != -EPERM;
+		bad |= (llm_admin(h, "reload", NULL, &body) != -EPERM) << 1;
+		if (llm_admin(h, "status", NULL, &body) == 0)
+			free(body);
+		else
+			bad |= 4;
+		llm_close(h);
+		_exit(bad);
+	}
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st));
+	CHECK_INT_EQ(WEXITSTATUS(st), 0);
+	/* root may */
+	struct llm *h = client(&d, 4096);
+	char *body = NULL;
+	CHECK_INT_EQ(llm_admin(h, "drain", NULL, &body), 0);
+	free(body);
+	body = NULL;
+	CHECK_INT_EQ(llm_admin(h, "resume", NULL, &body), 0);
+	free(body);
+	llm_close(h);
+	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	printf("admin: drain and reload refused for uid 65534, allowed for root\n");
+}
+
+int main(void)
+{
+	char model[4096];
+	struct tdaemon d;
+
+	models_dir = getenv("LLMD_MODELS_DIR") ? getenv("LLMD_MODELS_DIR") : "../shared/models";
+	snprintf(model, sizeof model, "%s/stories260K.gguf", models_dir);
+	if (access(model, R_OK) != 0) {
+		printf("SKIP: %s is absent\n", model);
+		return TEST_SKIP;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	test_golden_via_client();
+	const char *extra[] = { "--set", "kv.n_ctx=512", "--set", "kv.pool_tokens=16384", "--set",
+				"limits.connections_per_uid=2000", "--set", "limits.max_connections=2000",
+				NULL };
+	if (tdaemon_start(&d, model, extra) < 0)
+		return 1;
+	test_concurrent(&d);
+	test_vanishing_client(&d);
+	test_slow_reader(&d);
+	test_hostile(&d);
+	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	test_limits(model);
+	test_non_admin(model);
+	return test_result();
+}

@@ -1,0 +1,201 @@
+/* test_systemd.c - llmd as systemd runs it:
+ *  - with NOTIFY_SOCKET set, it sends STATUS= while loading, READY=1 once
+ *    the model is loaded and the socket listens, RELOADING=1 then READY=1 on
+ *    SIGHUP, STOPPING=1 on SIGTERM, in that order;
+ *  - under systemd-socket-activate it serves on the socket it is passed
+ *    (sd_listen_fds) instead of binding one;
+ *  - the unit files pass `systemd-analyze verify` where it is available.
+ */
+#include "daemonutil.h"
+#include "llm.h"
+
+static int notify_socket(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (strlen(path) >= sizeof a.sun_path)
+		return -1;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0)
+		return -1;
+	return fd;
+}
+
+/* Appends every datagram that arrives within MS to LOG. */
+static void drain_notify(int fd, char *log, size_t cap, int ms)
+{
+	for (double t0 = tnow(); (tnow() - t0) * 1000 < ms;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		char buf[1024];
+		ssize_t n;
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		n = recv(fd, buf, sizeof buf - 1, 0);
+		if (n <= 0)
+			continue;
+		buf[n] = 0;
+		for (char *s = buf; *s; s++)
+			if (*s == '\n')
+				*s = '|';
+		snprintf(log + strlen(log), cap - strlen(log), "%s;", buf);
+	}
+}
+
+static int generate_ok(const char *sock)
+{
+	struct llm *h = NULL;
+	struct llm_request r;
+	struct llm_event ev;
+	uint64_t id;
+	int tokens = 0, done = 0;
+
+	if (llm_connect(sock, 0, &h, NULL, 0) < 0)
+		return 0;
+	llm_request_init(&r);
+	r.prompt = "Once upon a time";
+	r.max_tokens = 8;
+	r.temperature = 0;
+	if (llm_submit(h, &r, &id) == 0)
+		while (!done && llm_next_event(h, &ev, 10000) == 1) {
+			tokens += ev.kind == LLM_EV_TOKEN;
+			done = ev.kind == LLM_EV_DONE && ev.finish != LLM_FINISH_ERROR;
+		}
+	llm_close(h);
+	return done && tokens > 0;
+}
+
+static void test_notify(const char *model)
+{
+	struct tdaemon d;
+	char npath[128], env_notify[160], log[4096] = "";
+	char *envp[] = { env_notify, "PATH=/usr/bin:/bin", NULL };
+	int nfd;
+
+	char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/llmd-notify.XXXXXX");
+	if (!mkdtemp(dir)) {
+		test_failures++;
+		return;
+	}
+	snprintf(npath, sizeof npath, "%s/notify", dir);
+	snprintf(env_notify, sizeof env_notify, "NOTIFY_SOCKET=%s", npath);
+	nfd = notify_socket(npath);
+	CHECK(nfd >= 0);
+	if (tdaemon_start_with(&d, NULL, model, NULL, envp, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	drain_notify(nfd, log, sizeof log, 300);
+	CHECK(generate_ok(d.sock));
+	kill(d.pid, SIGHUP);
+	drain_notify(nfd, log, sizeof log, 500);
+	CHECK(generate_ok(d.sock));
+	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	drain_notify(nfd, log, sizeof log, 200);
+	printf("notify: %s\n", log);
+	{
+		const char *st = strstr(log, "STATUS=loading"), *ready = strstr(log, "READY=1");
+		const char *reload = strstr(log, "RELOADING=1");
+		const char *ready2 = reload ? strstr(reload, "READY=1") : NULL;
+		const char *stop = strstr(log, "STOPPING=1");
+		CHECK(st && ready && st < ready);
+		CHECK(reload && ready < reload && ready2);
+		CHECK(stop && ready2 && ready2 < stop);
+	}
+	close(nfd);
+	unlink(npath);
+	rmdir(dir);
+}
+
+static int have(const char *prog)
+{
+	char path[256];
+	const char *dirs[] = { "/usr/bin", "/bin", "/usr/sbin", "/sbin", NULL };
+	for (int i = 0; dirs[i]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dirs[i], prog);
+		if (access(path, X_OK) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+static void test_socket_activation(const char *model)
+{
+	struct tdaemon d;
+	char listen[160];
+	const char *prefix[] = { "systemd-socket-activate", listen, NULL };
+
+	if (!have("systemd-socket-activate")) {
+		printf("socket activation: systemd-socket-activate is absent, skipped\n");
+		return;
+	}
+	/* The socket path must be known before the daemon starts: use the
+	 * temp dir tdaemon_start_with makes (it makes it before forking). */
+	memset(&d, 0, sizeof d);
+	snprintf(d.dir, sizeof d.dir, "/tmp/llmd-act.XXXXXX");
+	if (!mkdtemp(d.dir)) {
+		test_failures++;
+		return;
+	}
+	char sock[128];
+	snprintf(sock, sizeof sock, "%s/act.sock", d.dir);
+	snprintf(listen, sizeof listen, "--listen=%s", sock);
+	rmdir(d.dir);
+	/* llmd also gets --socket (its own dir's path): with a passed socket it
+	 * must not bind that one. */
+	if (tdaemon_start_with(&d, prefix, model, NULL, NULL, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	/* systemd-socket-activate listens first and starts llmd on the first
+	 * connection; the connection waits in the backlog meanwhile. */
+	for (double t0 = tnow(); tnow() - t0 < 20 && !tconnect_ok(sock); tsleep_ms(20))
+		;
+	CHECK(generate_ok(sock));
+	CHECK(access(d.sock, F_OK) != 0); /* it did not bind its own */
+	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	unlink(sock);
+	printf("socket activation: llmd served on the socket systemd-socket-activate passed\n");
+}
+
+static void test_units(void)
+{
+	char cmd[4096], out[8192];
+	const char *b = tbuilddir();
+
+	if (!have("systemd-analyze")) {
+		printf("units: systemd-analyze is absent, skipped\n");
+		return;
+	}
+	/* Verify copies whose ExecStart points at the built binary. */
+	snprintf(cmd, sizeof cmd,
+		 "set -e; d=$(mktemp -d); cp '%s/etc/llmd.socket' \"$d/\"; "
+		 "sed 's|^ExecStart=[^ ]*|ExecStart=%s/llmd|' '%s/etc/llmd.service' > \"$d/llmd.service\"; "
+		 "cd \"$d\"; systemd-analyze verify --man=no ./llmd.socket ./llmd.service 2>&1 | "
+		 "grep -v -e 'Failed to create /init.scope' -e 'not supported in this environment' "
+		 "-e 'Failed to setup working directory' -e 'DBus' -e 'bus' || true; rm -rf \"$d\"",
+		 b, b, b);
+	const char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+	CHECK_INT_EQ(trun(argv, NULL, out, sizeof out), 0);
+	if (out[0])
+		fprintf(stderr, "systemd-analyze verify:\n%s", out);
+	CHECK(out[0] == 0);
+	printf("units: systemd-analyze verify passes for llmd.socket and llmd.service\n");
+}
+
+int main(void)
+{
+	const char *dir = getenv("LLMD_MODELS_DIR") ? getenv("LLMD_MODELS_DIR") : "../shared/models";
+	char model[4096];
+
+	snprintf(model, sizeof model, "%s/stories260K.gguf", dir);
+	signal(SIGPIPE, SIG_IGN);
+	test_units();
+	if (access(model, R_OK) != 0) {
+		printf("SKIP: %s is absent\n", model);
+		return test_failures ? 1 : TEST_SKIP;
+	}
+	test_notify(model);
+	test_socket_activation(model);
+	return test_result();
+}
