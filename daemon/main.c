@@ -339,16 +339,17 @@ int main(int argc, char **argv)
 	raise_nofile();
 	signal(SIGPIPE, SIG_IGN);
 
+	/* Settings first: a bad one should not cost a model load. */
+	if (engine_settings(d, &ep, &sp, err, sizeof err) < 0) {
+		llmd_log(LOG_ERR, "%s", err);
+		goto out;
+	}
 	/* The model and the engine thread. */
 	sd_notifyf(0, "STATUS=loading model %s", d->cfg.model_path);
 	llmd_log(LOG_INFO, "loading %s", d->cfg.model_path);
 	if (model_load(d->cfg.model_path, &d->model, err, sizeof err) < 0) {
 		llmd_log(LOG_ERR, "cannot load model %s: %s", d->cfg.model_path, err);
 		sd_notifyf(0, "STATUS=cannot load the model: %s", err);
-		goto out;
-	}
-	if (engine_settings(d, &ep, &sp, err, sizeof err) < 0) {
-		llmd_log(LOG_ERR, "%s", err);
 		goto out;
 	}
 	if (worker_new(d->model, &ep, &sp, &d->worker, err, sizeof err) < 0) {
