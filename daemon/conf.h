@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define LLMD_DEFAULT_CONFIG "/etc/llmd/llmd.conf"
+#ifndef LLMD_SYSCONFDIR
+#define LLMD_SYSCONFDIR "/etc"          /* configure's sysconfdir, set by the Makefile */
+#endif
+#define LLMD_DEFAULT_CONFIG LLMD_SYSCONFDIR "/llmd/llmd.conf"
 #define LLMD_DEFAULT_SOCKET "/run/llmd/llmd.sock"
 
 struct llmd_conf {
