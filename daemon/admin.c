@@ -45,6 +45,17 @@ struct admin_cmd {
 
 /* ---- permissions ---- */
 
+void admin_resolve_group(struct llmd *d)
+{
+	struct group gr, *res = NULL;
+	char buf[4096];
+
+	d->have_admin_gid = d->cfg.admin_group[0] &&
+			    getgrnam_r(d->cfg.admin_group, &gr, buf, sizeof buf, &res) == 0 && res;
+	if (d->have_admin_gid)
+		d->admin_gid = gr.gr_gid;
+}
+
 int admin_allowed(const struct llmd *d, uid_t uid, gid_t gid)
 {
 	struct passwd pw, *res = NULL;
@@ -462,12 +473,7 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 	KEEP(max_connections, "limits.max_connections");
 #undef KEEP
 	d->cfg = n;
-	struct group gr, *res = NULL;
-	char buf[4096];
-	d->have_admin_gid = d->cfg.admin_group[0] &&
-			    getgrnam_r(d->cfg.admin_group, &gr, buf, sizeof buf, &res) == 0 && res;
-	if (d->have_admin_gid)
-		d->admin_gid = gr.gr_gid;
+	admin_resolve_group(d);
 	if (restart[0])
 		snprintf(msg, msglen, "limits applied; these changes need a restart: %s", restart);
 	else

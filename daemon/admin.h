@@ -31,6 +31,10 @@ void admin_forget_conn(struct llmd *d, uint32_t conn_id);
  * (the old settings stay) with the reason in MSG. */
 int admin_reload(struct llmd *d, char *msg, size_t msglen);
 
+/* Looks up cfg.admin_group's gid (no such group: only root and llmd's own
+ * user are admins). */
+void admin_resolve_group(struct llmd *d);
+
 /* Whether UID/GID (and the user's groups) may run admin commands. */
 int admin_allowed(const struct llmd *d, uid_t uid, gid_t gid);
 

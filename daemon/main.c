@@ -328,14 +328,7 @@ int main(int argc, char **argv)
 		llmd_log(LOG_ERR, "%s", err);
 		return 2;
 	}
-	{
-		struct group gr, *res = NULL;
-		char gbuf[4096];
-		d->have_admin_gid = d->cfg.admin_group[0] &&
-				    getgrnam_r(d->cfg.admin_group, &gr, gbuf, sizeof gbuf, &res) == 0 && res;
-		if (d->have_admin_gid)
-			d->admin_gid = gr.gr_gid;
-	}
+	admin_resolve_group(d);
 	raise_nofile();
 	signal(SIGPIPE, SIG_IGN);
 

@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errbuf.h"
+
 /* The header page, as ring.h draws it.  Indices are accessed only through
  * __atomic builtins; the cache-line gaps keep the producer's and the
  * consumer's stores from sharing a line. */
@@ -60,20 +62,6 @@ struct ring {
 	uint32_t peeked;         /* aligned bytes of the record ring_peek returned, 0 if none */
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static uint64_t align8(uint64_t n)
 {
 	return (n + 7) & ~(uint64_t)7;
@@ -111,30 +99,30 @@ int ring_create(uint32_t capacity, struct ring **ret, char *err, size_t errlen)
 	int rc;
 
 	if (!capacity_ok(capacity)) {
-		set_err(err, errlen, "ring capacity %u is not a power of two in %u..%u", capacity,
+		errbuf_set(err, errlen, "ring capacity %u is not a power of two in %u..%u", capacity,
 			RING_MIN_CAPACITY, RING_MAX_CAPACITY);
 		return -EINVAL;
 	}
 	r = calloc(1, sizeof *r);
 	if (!r) {
-		set_err(err, errlen, "out of memory");
+		errbuf_set(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	r->producer = true;
 	r->fd = memfd_create("llmd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (r->fd < 0) {
 		rc = -errno;
-		set_err(err, errlen, "ring memfd: %s", strerror(-rc));
+		errbuf_set(err, errlen, "ring memfd: %s", strerror(-rc));
 		goto fail;
 	}
 	if (ftruncate(r->fd, (off_t)RING_HDR_SIZE + capacity) < 0) {
 		rc = -errno;
-		set_err(err, errlen, "ring of %u bytes: ftruncate: %s", capacity, strerror(-rc));
+		errbuf_set(err, errlen, "ring of %u bytes: ftruncate: %s", capacity, strerror(-rc));
 		goto fail;
 	}
 	rc = map_ring(r, r->fd, capacity);
 	if (rc < 0) {
-		set_err(err, errlen, "ring of %u bytes: mmap: %s", capacity, strerror(-rc));
+		errbuf_set(err, errlen, "ring of %u bytes: mmap: %s", capacity, strerror(-rc));
 		goto fail;
 	}
 	/* A fresh memfd reads as zeros: prod, need_wake and cons start at 0. */
@@ -144,7 +132,7 @@ int ring_create(uint32_t capacity, struct ring **ret, char *err, size_t errlen)
 	r->hdr->reserved = 0;
 	if (fcntl(r->fd, F_ADD_SEALS, seals) < 0) {
 		rc = -errno;
-		set_err(err, errlen, "ring memfd: sealing: %s", strerror(-rc));
+		errbuf_set(err, errlen, "ring memfd: sealing: %s", strerror(-rc));
 		goto fail;
 	}
 	*ret = r;
@@ -314,48 +302,48 @@ int ring_attach(int fd, struct ring **ret, char *err, size_t errlen)
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 && errno != EINVAL) {
 		rc = -errno;
-		set_err(err, errlen, "ring fd: cannot read its seals: %s", strerror(-rc));
+		errbuf_set(err, errlen, "ring fd: cannot read its seals: %s", strerror(-rc));
 		return rc;
 	}
 	if (seals < 0 || (seals & need_seals) != need_seals) {
-		set_err(err, errlen, "ring fd is not sealed against shrinking and growing");
+		errbuf_set(err, errlen, "ring fd is not sealed against shrinking and growing");
 		return -EPERM;
 	}
 	if (fstat(fd, &st) < 0) {
 		rc = -errno;
-		set_err(err, errlen, "ring fd: fstat: %s", strerror(-rc));
+		errbuf_set(err, errlen, "ring fd: fstat: %s", strerror(-rc));
 		return rc;
 	}
 	capacity = st.st_size > RING_HDR_SIZE && st.st_size - RING_HDR_SIZE <= RING_MAX_CAPACITY
 			   ? (uint32_t)(st.st_size - RING_HDR_SIZE) : 0;
 	if (!S_ISREG(st.st_mode) || !capacity_ok(capacity)) {
-		set_err(err, errlen, "ring fd: %lld bytes is no ring's size", (long long)st.st_size);
+		errbuf_set(err, errlen, "ring fd: %lld bytes is no ring's size", (long long)st.st_size);
 		return -EINVAL;
 	}
 	r = calloc(1, sizeof *r);
 	if (!r) {
-		set_err(err, errlen, "out of memory");
+		errbuf_set(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	r->fd = -1;
 	rc = map_ring(r, fd, capacity);
 	if (rc < 0) {
-		set_err(err, errlen, "ring of %u bytes: mmap: %s", capacity, strerror(-rc));
+		errbuf_set(err, errlen, "ring of %u bytes: mmap: %s", capacity, strerror(-rc));
 		goto fail;
 	}
 	h = r->hdr;
 	rc = -EINVAL;
 	if (h->magic != RING_MAGIC) {
-		set_err(err, errlen, "ring fd: bad magic 0x%08x", h->magic);
+		errbuf_set(err, errlen, "ring fd: bad magic 0x%08x", h->magic);
 		goto fail;
 	}
 	if (h->version != RING_VERSION) {
-		set_err(err, errlen, "ring version %u, expected %u", h->version, RING_VERSION);
+		errbuf_set(err, errlen, "ring version %u, expected %u", h->version, RING_VERSION);
 		rc = -EPROTONOSUPPORT;
 		goto fail;
 	}
 	if (h->capacity != capacity) {
-		set_err(err, errlen, "ring capacity %u does not match its %lld-byte file",
+		errbuf_set(err, errlen, "ring capacity %u does not match its %lld-byte file",
 			h->capacity, (long long)st.st_size);
 		goto fail;
 	}
@@ -363,7 +351,7 @@ int ring_attach(int fd, struct ring **ret, char *err, size_t errlen)
 	r->cons = __atomic_load_n(&r->hdr->cons, __ATOMIC_ACQUIRE);
 	r->prod_seen = r->cons;
 	if ((r->cons & 7) || load_prod(r) < 0) {
-		set_err(err, errlen, "ring indices are inconsistent");
+		errbuf_set(err, errlen, "ring indices are inconsistent");
 		rc = -EBADMSG;
 		goto fail;
 	}

@@ -14,19 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
+#include "errbuf.h"
 
 /* Fills SA with PATH: 0, -EINVAL (empty) or -ENAMETOOLONG. */
 static int make_addr(struct sockaddr_un *sa, const char *path)
@@ -71,56 +59,56 @@ int usock_listen(const char *path, mode_t mode, int backlog, char *err, size_t e
 
 	rc = make_addr(&sa, path);
 	if (rc < 0) {
-		set_err(err, errlen, "%s: %s", path,
+		errbuf_set(err, errlen, "%s: %s", path,
 			rc == -ENAMETOOLONG ? "socket path too long" : "empty socket path");
 		return rc;
 	}
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
-			set_err(err, errlen, "%s exists and is not a socket", path);
+			errbuf_set(err, errlen, "%s exists and is not a socket", path);
 			return -EEXIST;
 		}
 		rc = probe_stale(&sa);
 		if (rc == -EADDRINUSE) {
-			set_err(err, errlen, "%s: another process is listening on it", path);
+			errbuf_set(err, errlen, "%s: another process is listening on it", path);
 			return rc;
 		}
 		if (rc < 0) {
-			set_err(err, errlen, "%s: cannot probe the old socket: %s", path, strerror(-rc));
+			errbuf_set(err, errlen, "%s: cannot probe the old socket: %s", path, strerror(-rc));
 			return rc;
 		}
 		if (unlink(path) < 0 && errno != ENOENT) {
 			rc = -errno;
-			set_err(err, errlen, "%s: cannot remove the stale socket: %s", path,
+			errbuf_set(err, errlen, "%s: cannot remove the stale socket: %s", path,
 				strerror(-rc));
 			return rc;
 		}
 	} else if (errno != ENOENT) {
 		rc = -errno;
-		set_err(err, errlen, "%s: %s", path, strerror(-rc));
+		errbuf_set(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		rc = -errno;
-		set_err(err, errlen, "socket: %s", strerror(-rc));
+		errbuf_set(err, errlen, "socket: %s", strerror(-rc));
 		return rc;
 	}
 	if (bind(fd, (const struct sockaddr *)&sa, sizeof sa) < 0) {
 		rc = -errno;
-		set_err(err, errlen, "%s: bind: %s", path, strerror(-rc));
+		errbuf_set(err, errlen, "%s: bind: %s", path, strerror(-rc));
 		close(fd);
 		return rc;
 	}
 	/* Before listen(): until then a connect is refused whatever the mode. */
 	if (mode && chmod(path, mode) < 0) {
 		rc = -errno;
-		set_err(err, errlen, "%s: chmod %04o: %s", path, (unsigned)mode, strerror(-rc));
+		errbuf_set(err, errlen, "%s: chmod %04o: %s", path, (unsigned)mode, strerror(-rc));
 		goto fail;
 	}
 	if (listen(fd, backlog) < 0) {
 		rc = -errno;
-		set_err(err, errlen, "%s: listen: %s", path, strerror(-rc));
+		errbuf_set(err, errlen, "%s: listen: %s", path, strerror(-rc));
 		goto fail;
 	}
 	return fd;
@@ -137,14 +125,14 @@ int usock_connect(const char *path, char *err, size_t errlen)
 
 	rc = make_addr(&sa, path);
 	if (rc < 0) {
-		set_err(err, errlen, "%s: %s", path,
+		errbuf_set(err, errlen, "%s: %s", path,
 			rc == -ENAMETOOLONG ? "socket path too long" : "empty socket path");
 		return rc;
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		rc = -errno;
-		set_err(err, errlen, "socket: %s", strerror(-rc));
+		errbuf_set(err, errlen, "socket: %s", strerror(-rc));
 		return rc;
 	}
 	/* An interrupted AF_UNIX connect leaves the socket unconnected: retry. */
@@ -152,7 +140,7 @@ int usock_connect(const char *path, char *err, size_t errlen)
 		if (errno == EINTR)
 			continue;
 		rc = -errno;
-		set_err(err, errlen, "%s: connect: %s", path, strerror(-rc));
+		errbuf_set(err, errlen, "%s: connect: %s", path, strerror(-rc));
 		close(fd);
 		return rc;
 	}
