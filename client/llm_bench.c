@@ -39,6 +39,7 @@ struct bench_opts {
 	int64_t kv_mib;             /* or in MiB */
 	int no_prefix_cache;
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
+	int sequential;             /* submit the --parallel requests one after another */
 	uint32_t kv_type;
 	int32_t batch;
 	struct sampler_params sp;
@@ -70,7 +71,7 @@ static void usage(FILE *f)
 		"      --seed N            sampling seed (default 0)\n"
 		"      --stop TEXT         stop string (repeatable)\n"
 		"      --ignore-eos        keep generating past end-of-generation tokens\n"
-		"      --kv-type f16|f32   KV cache element type (default f16)\n"
+		"      --kv-type TYPE      KV cache element type: f16 (default), f32 or q8_0\n"
 		"      --batch N           prompt rows per step (default 512)\n"
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
 		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
@@ -78,6 +79,9 @@ static void usage(FILE *f)
 		"      --kv-mib N          KV pool size in MiB instead\n"
 		"      --no-prefix-cache   do not reuse cached KV blocks\n"
 		"      --shared-prefix     vary --parallel prompts at their end, so they share the start\n"
+		"                          (with --chat: the user message, after a shared system one)\n"
+		"      --sequential        submit the --parallel requests one after another, each when\n"
+		"                          the previous one has finished (the prefix cache carries over)\n"
 		"      --logits            print the logits after the prompt and exit\n"
 		"      --json              one JSON object on stdout\n");
 }
@@ -113,7 +117,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM };
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -129,7 +133,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "batch", required_argument, 0, O_BATCH }, { "ignore-eos", no_argument, 0, O_IGN },
 		{ "parallel", required_argument, 0, O_PAR }, { "kv-tokens", required_argument, 0, O_KVT },
 		{ "no-prefix-cache", no_argument, 0, O_NOPC }, { "shared-prefix", no_argument, 0, O_SHP },
-		{ "kv-mib", required_argument, 0, O_KVM },
+		{ "kv-mib", required_argument, 0, O_KVM }, { "sequential", no_argument, 0, O_SEQ },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -183,13 +187,16 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_NOPC: o->no_prefix_cache = 1; break;
 		case O_SHP: o->shared_prefix = 1; break;
 		case O_KVM: o->kv_mib = atoll(optarg); break;
+		case O_SEQ: o->sequential = 1; break;
 		case O_KV:
 			if (!strcmp(optarg, "f16"))
 				o->kv_type = QT_F16;
 			else if (!strcmp(optarg, "f32"))
 				o->kv_type = QT_F32;
+			else if (!strcmp(optarg, "q8_0"))
+				o->kv_type = QT_Q8_0;
 			else {
-				fprintf(stderr, "llm-bench: --kv-type must be f16 or f32\n");
+				fprintf(stderr, "llm-bench: --kv-type must be f16, f32 or q8_0\n");
 				return -1;
 			}
 			break;
@@ -210,14 +217,16 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	return 0;
 }
 
-/* The prompt as the model sees it: raw, or rendered through the chat template. */
-static int build_prompt(const struct model *m, const struct bench_opts *o, char **ret)
+/* The prompt USER as the model sees it: raw, or rendered through the chat
+ * template as the user message (after --system). */
+static int build_prompt(const struct model *m, const struct bench_opts *o, const char *user,
+			char **ret)
 {
 	struct chat_msg msgs[2];
 	int n = 0;
 
 	if (!o->chat) {
-		*ret = strdup(o->prompt);
+		*ret = strdup(user);
 		return *ret ? 0 : -ENOMEM;
 	}
 	if (!m->chat.kind) {
@@ -227,7 +236,7 @@ static int build_prompt(const struct model *m, const struct bench_opts *o, char 
 	}
 	if (o->system)
 		msgs[n++] = (struct chat_msg){ "system", o->system };
-	msgs[n++] = (struct chat_msg){ "user", o->prompt };
+	msgs[n++] = (struct chat_msg){ "user", user };
 	return chat_render(&m->chat, msgs, n, 1, ret) < 0 ? -EINVAL : 0;
 }
 
@@ -298,7 +307,42 @@ static const char *finish_name(enum sched_finish f)
 	}
 }
 
-/* Submits every sequence at once and steps the scheduler until all are done.
+static int submit_one(struct sched *sc, const struct bench_opts *o, struct bench_run *br, int i)
+{
+	struct bench_seq *q = &br->seqs[i];
+	struct sched_request req = {
+		.id = (uint64_t)i, .client = 0, .priority = 0, .prompt = q->ids,
+		.n_prompt = q->n_ids, .max_tokens = o->n_predict, .sampling = o->sp,
+		.stops = o->stops, .n_stops = o->n_stops, .ignore_eos = o->ignore_eos,
+	};
+	int r;
+
+	q->n_gen = 0;
+	q->text_len = 0;
+	q->t_first = q->t_last = 0;
+	q->done = 0;
+	q->t_submit = now_s();
+	if ((r = sched_submit(sc, &req)) < 0)
+		fprintf(stderr, "llm-bench: request %d refused: %s\n", i,
+			r == -E2BIG ? "the prompt does not fit the context or the KV pool" : strerror(-r));
+	return r;
+}
+
+/* Steps the scheduler until UNTIL requests have finished. */
+static int step_until(struct sched *sc, struct bench_run *br, int until)
+{
+	while (br->finished < until) {
+		int r = sched_step(sc);
+		if (r < 0) {
+			fprintf(stderr, "llm-bench: step failed: %s\n", strerror(-r));
+			return r;
+		}
+	}
+	return 0;
+}
+
+/* Submits every sequence at once (or, with --sequential, each after the
+ * previous one finished) and steps the scheduler until all are done.
  * Returns the wall time in seconds, or a negative errno. */
 static double run_all(struct sched *sc, const struct bench_opts *o, struct bench_run *br,
 		      struct sched_counters *ret_counters)
@@ -306,32 +350,14 @@ static double run_all(struct sched *sc, const struct bench_opts *o, struct bench
 	double t0 = now_s();
 	int r;
 
-	for (int i = 0; i < br->n; i++) {
-		struct bench_seq *q = &br->seqs[i];
-		struct sched_request req = {
-			.id = (uint64_t)i, .client = 0, .priority = 0, .prompt = q->ids,
-			.n_prompt = q->n_ids, .max_tokens = o->n_predict, .sampling = o->sp,
-			.stops = o->stops, .n_stops = o->n_stops, .ignore_eos = o->ignore_eos,
-		};
-		q->n_gen = 0;
-		q->text_len = 0;
-		q->t_first = q->t_last = 0;
-		q->done = 0;
-		q->t_submit = t0;
-		if ((r = sched_submit(sc, &req)) < 0) {
-			fprintf(stderr, "llm-bench: request %d refused: %s\n", i,
-				r == -E2BIG ? "the prompt does not fit the context or the KV pool" : strerror(-r));
-			return r;
-		}
-	}
 	br->finished = 0;
-	while (br->finished < br->n) {
-		r = sched_step(sc);
-		if (r < 0) {
-			fprintf(stderr, "llm-bench: step failed: %s\n", strerror(-r));
+	for (int i = 0; i < br->n; i++) {
+		if ((r = submit_one(sc, o, br, i)) < 0 ||
+		    (o->sequential && (r = step_until(sc, br, i + 1)) < 0))
 			return r;
-		}
 	}
+	if ((r = step_until(sc, br, br->n)) < 0)
+		return r;
 	sched_counters(sc, ret_counters);
 	return br->oom ? -ENOMEM : now_s() - t0;
 }
@@ -412,7 +438,17 @@ static int tokenize_seq(const struct model *m, const struct bench_opts *o, const
 	const char *t = text;
 	int n;
 
-	if (o->parallel > 1) {
+	if (o->parallel > 1 && o->chat && o->shared_prefix) {
+		/* the system message is the shared part; the user message varies */
+		char *user = NULL;
+		if (asprintf(&user, "%s (Request %d of %d.)", o->prompt, i + 1, o->parallel) < 0)
+			return -ENOMEM;
+		int r = build_prompt(m, o, user, &varied);
+		free(user);
+		if (r < 0)
+			return r;
+		t = varied;
+	} else if (o->parallel > 1) {
 		int r = o->shared_prefix ? asprintf(&varied, "%s (Request %d of %d.)", text, i + 1, o->parallel)
 					 : asprintf(&varied, "Request %d of %d. %s", i + 1, o->parallel, text);
 		if (r < 0)
@@ -429,6 +465,12 @@ static int tokenize_seq(const struct model *m, const struct bench_opts *o, const
 	q->n_ids = tokenizer_encode(m->tok, t, strlen(t), tokenizer_add_bos(m->tok), 1, q->ids, n);
 	free(varied);
 	return q->n_ids;
+}
+
+/* Submission to first token, seconds (of the last repetition). */
+static double seq_ttft(const struct bench_seq *q)
+{
+	return (q->t_first ? q->t_first : q->t_last) - q->t_submit;
 }
 
 static double percentile(double *v, int n, double p)
@@ -449,7 +491,8 @@ int main(int argc, char **argv)
 	struct sched_counters cnt;
 	struct bench_run br = { 0 };
 	char err[512], *text = NULL;
-	double *pf = NULL, *dc = NULL, *agg = NULL, *ttft = NULL;
+	double *pf = NULL, *dc = NULL, *agg = NULL, *ttft = NULL, *later = NULL;
+	double *first_ms = NULL, *later_p50 = NULL, *later_max = NULL;
 	int64_t kv_tokens = 0;
 	int rc = 1, r;
 
@@ -460,7 +503,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "llm-bench: cannot load model %s: %s\n", o.model, err);
 		return 1;
 	}
-	if (build_prompt(m, &o, &text) < 0)
+	if (build_prompt(m, &o, o.prompt, &text) < 0)
 		goto out;
 	br.n = o.parallel;
 	br.seqs = calloc((size_t)br.n, sizeof *br.seqs);
@@ -503,7 +546,11 @@ int main(int argc, char **argv)
 	dc = calloc((size_t)o.repeat, sizeof *dc);
 	agg = calloc((size_t)o.repeat, sizeof *agg);
 	ttft = calloc((size_t)br.n, sizeof *ttft);
-	if (!pf || !dc || !agg || !ttft)
+	later = calloc((size_t)br.n, sizeof *later);
+	first_ms = calloc((size_t)o.repeat, sizeof *first_ms);
+	later_p50 = calloc((size_t)o.repeat, sizeof *later_p50);
+	later_max = calloc((size_t)o.repeat, sizeof *later_max);
+	if (!pf || !dc || !agg || !ttft || !later || !first_ms || !later_p50 || !later_max)
 		goto out;
 	double ttft_p50 = 0, ttft_p95 = 0;
 	for (int i = 0; i < o.repeat; i++) {
@@ -531,7 +578,7 @@ int main(int argc, char **argv)
 		for (int k = 0; k < br.n; k++) {
 			struct bench_seq *q = &br.seqs[k];
 			total += q->n_gen;
-			ttft[k] = (q->t_first ? q->t_first : q->t_last) - q->t_submit;
+			ttft[k] = seq_ttft(q);
 			if (q->n_gen > 1) {
 				dsteps += q->n_gen - 1;
 				dtime += q->t_last - q->t_first;
@@ -540,6 +587,15 @@ int main(int argc, char **argv)
 		pf[i] = br.seqs[0].n_ids / ttft[0];
 		dc[i] = dtime > 0 ? dsteps / dtime : 0;
 		agg[i] = total / wall;
+		/* what a shared prefix saves: the first request's time to first
+		 * token against the later ones' */
+		first_ms[i] = ttft[0] * 1e3;
+		for (int k = 1; k < br.n; k++)
+			later[k - 1] = ttft[k] * 1e3;
+		if (br.n > 1) {
+			later_max[i] = percentile(later, br.n - 1, 1.0);
+			later_p50[i] = percentile(later, br.n - 1, 0.5);
+		}
 		ttft_p50 = percentile(ttft, br.n, 0.5) * 1e3;
 		ttft_p95 = percentile(ttft, br.n, 0.95) * 1e3;
 	}
@@ -561,7 +617,7 @@ int main(int argc, char **argv)
 		json_object_object_add(root, "repeat", json_object_new_int(o.repeat));
 		json_object_object_add(root, "prefill_tok_s", json_object_new_double(pf_med));
 		json_object_object_add(root, "decode_tok_s", json_object_new_double(dc_med));
-		json_object_object_add(root, "ttft_ms", json_object_new_double(ttft[0] * 1e3));
+		json_object_object_add(root, "ttft_ms", json_object_new_double(seq_ttft(q0) * 1e3));
 		if (o.parallel > 1) {
 			json_object *res = json_object_new_array_ext(br.n);
 			json_object_object_add(root, "parallel", json_object_new_int(o.parallel));
@@ -571,6 +627,12 @@ int main(int argc, char **argv)
 			json_object_object_add(root, "preemptions", json_object_new_int64((int64_t)cnt.preemptions));
 			json_object_object_add(root, "prefix_hit_tokens", json_object_new_int64((int64_t)cnt.prefix_hit_tokens));
 			json_object_object_add(root, "steps", json_object_new_int64((int64_t)cnt.steps));
+			json_object_object_add(root, "prefill_rows", json_object_new_int64((int64_t)cnt.prefill_rows));
+			json_object_object_add(root, "prefix_waits", json_object_new_int64((int64_t)cnt.prefix_waits));
+			json_object_object_add(root, "sequential", json_object_new_boolean(o.sequential));
+			json_object_object_add(root, "ttft_ms_first", json_object_new_double(median(first_ms, o.repeat)));
+			json_object_object_add(root, "ttft_ms_later_p50", json_object_new_double(median(later_p50, o.repeat)));
+			json_object_object_add(root, "ttft_ms_later_max", json_object_new_double(median(later_max, o.repeat)));
 			for (int k = 0; k < br.n; k++) {
 				json_object *one = json_object_new_object();
 				json_object_object_add(one, "prompt_ids", ids_json(br.seqs[k].ids, br.seqs[k].n_ids));
@@ -578,6 +640,7 @@ int main(int argc, char **argv)
 				json_object_object_add(one, "cached_tokens", json_object_new_int(br.seqs[k].usage.cached_tokens));
 				json_object_object_add(one, "queue_ms", json_object_new_double(br.seqs[k].usage.queue_s * 1e3));
 				json_object_object_add(one, "prefill_ms", json_object_new_double(br.seqs[k].usage.prefill_s * 1e3));
+				json_object_object_add(one, "ttft_ms", json_object_new_double(seq_ttft(&br.seqs[k]) * 1e3));
 				json_object_array_add(res, one);
 			}
 			json_object_object_add(root, "results", res);
@@ -590,10 +653,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "\nllm-bench: %s, %d threads (%s): prompt %d tokens at %.1f tok/s, "
 			"generated %d tokens at %.1f tok/s (median of %d)\n", m->name, o.threads,
 			quant_isa_name(quant_get_isa()), q0->n_ids, pf_med, q0->n_gen, dc_med, o.repeat);
-		if (o.parallel > 1)
-			fprintf(stderr, "llm-bench: %d sequences: %.1f generated tok/s in aggregate, "
-				"time to first token p50 %.0f ms, p95 %.0f ms\n", o.parallel, agg_med,
-				ttft_p50, ttft_p95);
+		if (o.parallel > 1) {
+			fprintf(stderr, "llm-bench: %d sequences%s: %.1f generated tok/s in aggregate, "
+				"time to first token p50 %.0f ms, p95 %.0f ms\n", o.parallel,
+				o.sequential ? " one after another" : "", agg_med, ttft_p50, ttft_p95);
+			double f = median(first_ms, o.repeat), lp = median(later_p50, o.repeat);
+			double lm = median(later_max, o.repeat);
+			fprintf(stderr, "llm-bench: time to first token: first request %.1f ms, later ones "
+				"p50 %.1f ms (%.1f%%), max %.1f ms (%.1f%%); %lld prompt tokens from the "
+				"prefix cache, %lld prompt rows computed\n", f, lp, 100 * lp / f, lm,
+				100 * lm / f, (long long)cnt.prefix_hit_tokens, (long long)cnt.prefill_rows);
+		}
 	}
 	rc = 0;
 out:
@@ -607,6 +677,10 @@ out:
 	free(dc);
 	free(agg);
 	free(ttft);
+	free(later);
+	free(first_ms);
+	free(later_p50);
+	free(later_max);
 	free(text);
 	free(o.prompt);
 	sched_free(sc);

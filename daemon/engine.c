@@ -87,8 +87,18 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	if (p->n_threads < 1 || p->n_threads > 256 || p->max_batch < 1 ||
 	    p->kv_block_tokens < 1 || p->kv_tokens < 0 || p->kv_mib < 0 ||
 	    (p->kv_tokens == 0 && p->kv_mib == 0) || p->n_ctx < 0 ||
-	    (p->kv_type != QT_F16 && p->kv_type != QT_F32)) {
+	    (p->kv_type != QT_F16 && p->kv_type != QT_F32 && p->kv_type != QT_Q8_0)) {
 		snprintf(err, errlen, "invalid engine parameters");
+		return -EINVAL;
+	}
+	/* Q8_0 rows are 32-element blocks, and attention takes a head's scale
+	 * from the one block holding it: a head may fill whole blocks or share
+	 * one, never straddle two. */
+	if (p->kv_type == QT_Q8_0 &&
+	    ((hp->n_head_kv * hp->head_dim) % QK || (hp->head_dim % QK && QK % hp->head_dim))) {
+		snprintf(err, errlen, "a q8_0 KV cache needs head_dim a multiple of %d (or a divisor "
+			 "of it, with n_head_kv * head_dim a multiple of %d); this model has head_dim %d "
+			 "and %d KV heads: use f16", QK, QK, hp->head_dim, hp->n_head_kv);
 		return -EINVAL;
 	}
 	e = calloc(1, sizeof *e);

@@ -20,7 +20,8 @@ struct kv_pool;
 
 struct engine_params {
 	int32_t n_threads;       /* CPU threads (the engine thread counts) */
-	uint32_t kv_type;        /* QT_F16 (default) or QT_F32 */
+	uint32_t kv_type;        /* QT_F16 (default), QT_F32 or QT_Q8_0 (head_dim a
+	                            multiple of 32, or dividing 32) */
 	int32_t kv_block_tokens; /* tokens per KV block (16) */
 	int64_t kv_tokens;       /* pool capacity in tokens (rounded up to blocks) */
 	int64_t kv_mib;          /* or, when kv_tokens is 0, in MiB (rounded down to blocks) */
@@ -32,7 +33,8 @@ struct engine_params {
  * 512 rows. */
 void engine_params_default(struct engine_params *p);
 
-/* M must outlive the engine.  Returns 0, or a negative errno with a message. */
+/* M must outlive the engine.  Returns 0, or a negative errno with a message
+ * (-EINVAL among others for a q8_0 KV cache on heads it cannot hold). */
 int engine_new(const struct model *m, const struct engine_params *p, struct engine **ret,
 	       char *err, size_t errlen);
 void engine_free(struct engine *e); /* NULL-safe */

@@ -26,8 +26,11 @@ struct kv_block_meta {
 
 size_t kv_pool_block_bytes(uint32_t type, int32_t block_tokens, int32_t n_layer, int32_t kv_dim)
 {
-	size_t esize = type == QT_F16 ? 2 : 4;
-	return (size_t)2 * n_layer * block_tokens * kv_dim * esize;
+	if ((type != QT_F32 && type != QT_F16 && type != QT_Q8_0) || block_tokens < 1 ||
+	    n_layer < 1 || kv_dim < 1)
+		return 0;
+	/* 0 when a Q8_0 row is not whole 32-element blocks */
+	return (size_t)2 * n_layer * block_tokens * qtype_row_bytes(type, kv_dim);
 }
 
 int kv_pool_new(uint32_t type, int32_t block_tokens, int32_t n_layer, int32_t kv_dim,
@@ -36,12 +39,15 @@ int kv_pool_new(uint32_t type, int32_t block_tokens, int32_t n_layer, int32_t kv
 	struct kv_pool *p;
 	size_t bb;
 
-	if ((type != QT_F32 && type != QT_F16) || block_tokens < 1 || block_tokens > 1024 ||
-	    n_layer < 1 || kv_dim < 1 || n_blocks < 1 || n_blocks > (1 << 28)) {
-		snprintf(err, errlen, "invalid KV pool geometry");
+	bb = kv_pool_block_bytes(type, block_tokens, n_layer, kv_dim);
+	if (bb == 0 || block_tokens > 1024 || n_blocks < 1 || n_blocks > (1 << 28)) {
+		if (type == QT_Q8_0 && kv_dim % QK)
+			snprintf(err, errlen, "a q8_0 KV pool needs rows of whole %d-element blocks "
+				 "(K/V rows here have %d elements)", QK, kv_dim);
+		else
+			snprintf(err, errlen, "invalid KV pool geometry");
 		return -EINVAL;
 	}
-	bb = kv_pool_block_bytes(type, block_tokens, n_layer, kv_dim);
 	p = calloc(1, sizeof *p);
 	if (!p)
 		goto nomem;
@@ -67,6 +73,7 @@ int kv_pool_new(uint32_t type, int32_t block_tokens, int32_t n_layer, int32_t kv
 	p->view.block_tokens = block_tokens;
 	p->view.n_layer = n_layer;
 	p->view.kv_dim = kv_dim;
+	p->view.row_bytes = qtype_row_bytes(type, kv_dim);
 	p->view.block_bytes = bb;
 	for (p->table_cap = 16; p->table_cap < 2u * (uint32_t)n_blocks; p->table_cap *= 2)
 		;

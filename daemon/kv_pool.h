@@ -42,12 +42,16 @@ struct kv_pool {
 	uint64_t evictions;  /* cached blocks reclaimed by kv_pool_alloc */
 };
 
-/* Bytes one block takes for this geometry (K and V, all layers). */
+/* Bytes one block takes for this geometry (K and V, all layers): per token
+ * and layer, 2 rows of kv_dim elements, 4 bytes each for QT_F32, 2 for
+ * QT_F16, and 34 per 32 for QT_Q8_0.  0 when TYPE cannot hold the geometry
+ * (an unknown type, or Q8_0 with kv_dim not a multiple of 32). */
 size_t kv_pool_block_bytes(uint32_t type, int32_t block_tokens, int32_t n_layer, int32_t kv_dim);
 
-/* Creates a pool of N_BLOCKS blocks.  TYPE is QT_F32 or QT_F16.  SALT names
- * what makes two pools' contents incomparable (model file, KV type).
- * Returns 0 or -EINVAL / -ENOMEM (with a message in ERR). */
+/* Creates a pool of N_BLOCKS blocks.  TYPE is QT_F32, QT_F16 or QT_Q8_0
+ * (kv_dim a multiple of 32).  SALT names what makes two pools' contents
+ * incomparable (model file, KV type).  Returns 0 or -EINVAL / -ENOMEM (with
+ * a message in ERR). */
 int kv_pool_new(uint32_t type, int32_t block_tokens, int32_t n_layer, int32_t kv_dim,
 		int32_t n_blocks, uint64_t salt, struct kv_pool **ret, char *err, size_t errlen);
 void kv_pool_free(struct kv_pool *p); /* NULL-safe */

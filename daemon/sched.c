@@ -46,10 +46,13 @@ struct seq {
 	int32_t n_computed;     /* leading tokens whose KV is in the blocks */
 	int32_t *table;         /* (max_blocks) block ids; owned */
 	int32_t n_blocks;       /* blocks held (one reference each) */
-	uint64_t *hashes;       /* (max_blocks) content hash of each published block */
-	int32_t n_hashed;       /* leading blocks with a hash (published or found) */
+	uint64_t *hashes;       /* (max_blocks) chain hash of each full block of tokens */
+	int32_t n_chain;        /* leading entries of hashes computed (tokens never change) */
+	int32_t n_hashed;       /* leading blocks published or found (<= n_chain) */
 	int32_t step_rows;      /* rows this step (planning only) */
 	int preempted_now;      /* preempted while planning this step: not readmitted in it */
+	int deferred_now;       /* its prefix is being computed by a running one: not admitted
+	                           in this step */
 	struct sampler *smp;    /* owned */
 	struct stopstr *stop;   /* owned */
 	struct detok dt;        /* incremental UTF-8 state */
@@ -328,17 +331,29 @@ static int grow(struct sched *s, struct seq *q, int32_t n_total)
 	return 0;
 }
 
-/* Publishes the blocks Q has filled completely, extending its hash chain. */
+/* The hash of Q's block I (hash of the block before it and its tokens),
+ * computed once: the block must be full, (I + 1) * bt <= n_tokens. */
+static uint64_t chain_hash(struct sched *s, struct seq *q, int32_t i)
+{
+	while (q->n_chain <= i) {
+		int32_t k = q->n_chain;
+		q->hashes[k] = kv_pool_hash(s->kv, k ? q->hashes[k - 1] : KV_HASH_ROOT,
+					    q->tokens + (size_t)k * s->bt);
+		q->n_chain++;
+	}
+	return q->hashes[i];
+}
+
+/* Publishes the blocks Q has filled completely. */
 static void publish_full(struct sched *s, struct seq *q)
 {
 	if (!s->p.prefix_cache)
 		return;
 	while (q->n_hashed < q->n_blocks && (q->n_hashed + 1) * s->bt <= q->n_computed) {
 		int32_t i = q->n_hashed;
-		uint64_t parent = i ? q->hashes[i - 1] : KV_HASH_ROOT;
-		const int32_t *toks = q->tokens + (size_t)i * s->bt;
-		kv_pool_publish(s->kv, q->table[i], parent, toks);
-		q->hashes[i] = kv_pool_hash(s->kv, parent, toks);
+		chain_hash(s, q, i);
+		kv_pool_publish(s->kv, q->table[i], i ? q->hashes[i - 1] : KV_HASH_ROOT,
+				q->tokens + (size_t)i * s->bt);
 		q->n_hashed++;
 	}
 }
@@ -353,18 +368,41 @@ static int32_t attach_prefix(struct sched *s, struct seq *q)
 		return 0;
 	while ((q->n_blocks + 1) * s->bt <= q->n_tokens - 1) {
 		int32_t i = q->n_blocks;
-		uint64_t parent = i ? q->hashes[i - 1] : KV_HASH_ROOT;
-		const int32_t *toks = q->tokens + (size_t)i * s->bt;
-		int32_t b = kv_pool_lookup(s->kv, parent, toks);
+		chain_hash(s, q, i);
+		int32_t b = kv_pool_lookup(s->kv, i ? q->hashes[i - 1] : KV_HASH_ROOT,
+					   q->tokens + (size_t)i * s->bt);
 		if (b < 0)
 			break;
 		q->table[q->n_blocks++] = b;
-		q->hashes[i] = kv_pool_hash(s->kv, parent, toks);
 		q->n_hashed = q->n_blocks;
 		hit += s->bt;
 	}
 	q->n_computed = hit;
 	return hit;
+}
+
+/* Whether a running sequence is computing (in this step or a later one) a
+ * block the waiting Q could otherwise only compute itself: the first block
+ * that sequence has not published yet, when Q's chain of full prompt blocks
+ * reaches it with the same hash.  Admitting Q now would compute the same
+ * prefix twice; once it is published, Q takes it from the cache.  Held and
+ * cancelled sequences make no progress and keep nobody waiting.  A false
+ * match (a hash collision) only costs Q a step: hits are still checked
+ * token by token. */
+static int prefix_in_flight(struct sched *s, struct seq *q)
+{
+	if (!s->p.prefix_cache)
+		return 0;
+	for (int32_t i = 0; i < s->n_live; i++) {
+		struct seq *r = s->live[i];
+		int32_t j = r->n_hashed;
+		if (r == q || r->state != SEQ_RUNNING || r->held || r->cancelled ||
+		    (j + 1) * s->bt > r->n_tokens || (j + 1) * s->bt > q->n_tokens - 1)
+			continue;
+		if (chain_hash(s, q, j) == chain_hash(s, r, j))
+			return 1;
+	}
+	return 0;
 }
 
 /* ---- planning ---- */
@@ -432,7 +470,8 @@ static struct seq *pick_admission(struct sched *s)
 	for (int32_t i = 0; i < s->n_live; i++) {
 		struct seq *q = s->live[i];
 		int32_t running = 0;
-		if (q->state != SEQ_WAITING || q->cancelled || q->held || q->preempted_now)
+		if (q->state != SEQ_WAITING || q->cancelled || q->held || q->preempted_now ||
+		    q->deferred_now)
 			continue;
 		for (int32_t j = 0; j < s->n_live; j++)
 			running += s->live[j]->state == SEQ_RUNNING && s->live[j]->client == q->client;
@@ -466,6 +505,7 @@ static int32_t plan(struct sched *s)
 	for (int32_t i = 0; i < s->n_live; i++) {
 		s->live[i]->step_rows = 0;
 		s->live[i]->preempted_now = 0;
+		s->live[i]->deferred_now = 0;
 		if (s->live[i]->state == SEQ_RUNNING)
 			run[n_run++] = s->live[i];
 	}
@@ -503,12 +543,19 @@ static int32_t plan(struct sched *s)
 	}
 	for (int32_t i = 0; i < s->n_live; i++)
 		running += s->live[i]->state == SEQ_RUNNING;
-	/* 3. admit waiting requests while budget, sequence slots and blocks last */
+	/* 3. admit waiting requests while budget, sequence slots and blocks last;
+	 * one whose next prompt block a running sequence is computing waits a
+	 * step and then finds it in the prefix cache */
 	while (budget > 0 && running < s->p.max_seqs) {
 		struct seq *q = pick_admission(s);
 		int32_t n, hit;
 		if (!q)
 			break;
+		if (prefix_in_flight(s, q)) {
+			q->deferred_now = 1;
+			s->c.prefix_waits++;
+			continue;
+		}
 		hit = attach_prefix(s, q);
 		n = q->n_tokens - q->n_computed;
 		n = fit_blocks(s, q, n < budget ? n : budget);
@@ -711,6 +758,13 @@ int sched_check(const struct sched *s, char *err, size_t errlen)
 		    q->n_tokens > q->n_prompt + q->max_tokens) {
 			snprintf(err, errlen, "request %llu: computed %d of %d tokens with %d blocks",
 				 (unsigned long long)q->id, q->n_computed, q->n_tokens, q->n_blocks);
+			r = -EUCLEAN;
+		}
+		if (q->n_hashed > q->n_chain || q->n_hashed > q->n_blocks ||
+		    q->n_chain * s->bt > q->n_tokens) {
+			snprintf(err, errlen, "request %llu: %d blocks published of %d held, %d hashed "
+				 "for %d tokens", (unsigned long long)q->id, q->n_hashed, q->n_blocks,
+				 q->n_chain, q->n_tokens);
 			r = -EUCLEAN;
 		}
 		for (int32_t k = 0; k < q->n_blocks && r == 0; k++) {

@@ -107,6 +107,8 @@ struct sched_counters {
 	uint64_t decode_rows;       /* decode rows computed */
 	uint64_t generated_tokens;
 	uint64_t finished;
+	uint64_t prefix_waits;      /* admissions put off a step because a running sequence
+	                               was computing the same prefix blocks */
 };
 
 /* E and M must outlive the scheduler.  Returns 0 or a negative errno with a

@@ -29,16 +29,22 @@ enum bk_rope_style {
 };
 
 /* The paged KV pool as attention sees it.  Block b holds, for every layer l,
- * K then V of BLOCK_TOKENS tokens: element (b, l, kv, t, c) lives at
- *   base + b * block_bytes + (((l * 2 + kv) * block_tokens + t) * kv_dim + c) * esize */
+ * K then V of BLOCK_TOKENS tokens, one row of KV_DIM elements per token: row
+ * (b, l, kv, t) starts at
+ *   base + b * block_bytes + ((l * 2 + kv) * block_tokens + t) * row_bytes
+ * and holds kv_dim values of TYPE.  A Q8_0 row is kv_dim / 32 ggml blocks
+ * (an f16 scale and 32 int8) in element order: with head_dim a multiple of
+ * 32 each block lies inside one head, and with head_dim dividing 32 each
+ * head lies inside one block; no head is ever split across blocks. */
 struct bk_kv {
 	void *base;          /* (n_blocks, block_bytes) */
-	uint32_t type;       /* QT_F32 or QT_F16 */
+	uint32_t type;       /* QT_F32, QT_F16 or QT_Q8_0 */
 	int32_t n_blocks;
 	int32_t block_tokens;
 	int32_t n_layer;
 	int32_t kv_dim;      /* n_head_kv * head_dim */
-	size_t block_bytes;
+	size_t row_bytes;    /* bytes of one token's K (or V) row: qtype_row_bytes(type, kv_dim) */
+	size_t block_bytes;  /* 2 * n_layer * block_tokens * row_bytes */
 };
 
 /* Where each row of a step lives: its position and its sequence's block table. */
@@ -74,7 +80,8 @@ struct backend_ops {
 	/* Rotates the first n_rot dims of every head of x (T, n_head*head_dim) in place. */
 	int (*rope)(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
 		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style);
-	/* Writes k, v (T, kv_dim) of LAYER into the pool at each row's position. */
+	/* Writes k, v (T, kv_dim) of LAYER into the pool at each row's position,
+	 * converted (rounded, quantized) to the pool's type row by row. */
 	int (*kv_store)(struct backend *be, const struct bk_kv *kv, int32_t layer,
 			const struct bk_rows *rows, const float *k, const float *v);
 	/* out (T, n_head*head_dim) = softmax(q·K^T * scale) · V over positions

@@ -266,29 +266,33 @@ static int cpu_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int
 
 /* ---- paged KV ---- */
 
-static size_t kv_esize(const struct bk_kv *kv)
-{
-	return kv->type == QT_F16 ? 2 : 4;
-}
-
-/* Address of token position POS (K when which == 0, V when 1) of LAYER. */
+/* Address of token position POS's row (K when which == 0, V when 1) of LAYER. */
 static void *kv_slot(const struct bk_kv *kv, const int32_t *table, int32_t layer, int which,
 		     int32_t pos)
 {
 	int32_t b = table[pos / kv->block_tokens];
 	int32_t t = pos % kv->block_tokens;
-	size_t off = (((size_t)layer * 2 + which) * kv->block_tokens + t) * kv->kv_dim * kv_esize(kv);
+	size_t off = (((size_t)layer * 2 + which) * kv->block_tokens + t) * kv->row_bytes;
 	return (char *)kv->base + (size_t)b * kv->block_bytes + off;
 }
 
+/* One token's row, converted on its own: the bits stored depend on nothing
+ * but SRC (Q8_0: ggml's activation quantizer, blocks of 32 along the row). */
 static void kv_write(const struct bk_kv *kv, void *dst, const float *src)
 {
-	if (kv->type == QT_F16) {
+	switch (kv->type) {
+	case QT_F16: {
 		qt_f16 *d = dst;
 		for (int32_t c = 0; c < kv->kv_dim; c++)
 			d[c] = qt_f32_to_f16(src[c]);
-	} else {
+		break;
+	}
+	case QT_Q8_0:
+		quant_quantize_row(QT_Q8_0, src, dst, kv->kv_dim);
+		break;
+	default:
 		memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float));
+		break;
 	}
 }
 
@@ -320,18 +324,41 @@ struct attn_job {
 /* Positions handled at once: converted K/V rows and their scores stay in L1. */
 #define ATTN_CHUNK 32
 
+/* Elements [c0, c0 + n) of a Q8_0 row as floats: each int8 times its
+ * block's scale.  They are whole blocks (head_dim a multiple of 32) or lie
+ * inside one block (head_dim dividing 32): a head never straddles an edge. */
+static void q8_0_slice_to_f32(const char *row, int32_t c0, int32_t n, float *dst)
+{
+	const struct block_q8_0 *blk = (const struct block_q8_0 *)row + c0 / QK;
+
+	if (c0 % QK == 0 && n % QK == 0) { /* whole blocks: quant.c's SIMD path */
+		quant_dequantize_row(QT_Q8_0, blk, dst, n);
+		return;
+	}
+	/* a head inside one block (head_dim dividing 32): the same products */
+	float d = qt_f16_to_f32(blk->d);
+	for (int32_t i = 0; i < n; i++)
+		dst[i] = (float)blk->qs[c0 % QK + i] * d;
+}
+
 /* Rows [p, p + n) of K or V (WHICH) for kv head HK as floats: a pointer into
- * the pool for f32, else converted into BUF. */
+ * the pool for f32, else converted into BUF (the positions of one chunk,
+ * never the sequence). */
 static const float *kv_rows(const struct bk_kv *kv, const int32_t *table, int32_t layer, int which,
 			    int32_t p, int32_t n, int32_t hk, int32_t hd, float *buf)
 {
-	const char *row0 = (const char *)kv_slot(kv, table, layer, which, p) + (size_t)hk * hd * kv_esize(kv);
-	size_t stride = (size_t)kv->kv_dim * kv_esize(kv);
+	const char *row0 = kv_slot(kv, table, layer, which, p);
 
 	if (kv->type == QT_F32 && n == 1)
-		return (const float *)row0;
-	for (int32_t t = 0; t < n; t++)
-		quant_dequantize_row(kv->type, row0 + t * stride, buf + (size_t)t * hd, hd);
+		return (const float *)row0 + (size_t)hk * hd;
+	for (int32_t t = 0; t < n; t++) {
+		const char *row = row0 + t * kv->row_bytes;
+		if (kv->type == QT_Q8_0)
+			q8_0_slice_to_f32(row, hk * hd, hd, buf + (size_t)t * hd);
+		else
+			quant_dequantize_row(kv->type, row + (size_t)hk * hd * (kv->type == QT_F16 ? 2 : 4),
+					     buf + (size_t)t * hd, hd);
+	}
 	return buf;
 }
 
@@ -406,7 +433,8 @@ static int cpu_attention(struct backend *be, const struct bk_kv *kv, int32_t lay
 	struct attn_job j = { kv, layer, rows, a, q, out };
 
 	if (a->n_head_kv < 1 || a->n_head % a->n_head_kv || a->n_head / a->n_head_kv > ATTN_MAX_GROUP ||
-	    a->head_dim > ATTN_MAX_HEAD_DIM || a->head_dim * a->n_head_kv != kv->kv_dim)
+	    a->head_dim > ATTN_MAX_HEAD_DIM || a->head_dim * a->n_head_kv != kv->kv_dim ||
+	    (kv->type == QT_Q8_0 && a->head_dim % QK && QK % a->head_dim))
 		return -EINVAL;
 	cpu_pool_run(cpu(be)->pool, attn_task, &j, rows->n * a->n_head_kv);
 	return 0;

@@ -198,6 +198,8 @@ void quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 		}
 		break;
 	case QT_Q8_0:
+		if (quant_get_isa() >= QUANT_ISA_AVX2 && quant_avx2_dequantize_row(type, src, dst, n) == 0)
+			break;
 		for (int64_t b = 0; b < n / QK; b++) {
 			const struct block_q8_0 *x = (const struct block_q8_0 *)src + b;
 			float d = F16(x->d);

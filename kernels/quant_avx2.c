@@ -724,6 +724,17 @@ TARGET int quant_avx2_dequantize_row(uint32_t type, const void *src, float *dst,
 			dst[i] = qt_f16_to_f32(x[i]);
 		return 0;
 	}
+	if (type == QT_Q8_0) { /* each int8 times its block's scale, as the scalar code */
+		const struct block_q8_0 *x = src;
+		for (int64_t b = 0; b < n / QK; b++) {
+			__m256 d = _mm256_set1_ps(h2f(x[b].d));
+			for (int k = 0; k < QK; k += 8) {
+				__m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x[b].qs + k)));
+				_mm256_storeu_ps(dst + b * QK + k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+			}
+		}
+		return 0;
+	}
 	if (type == QT_BF16) {
 		const qt_bf16 *x = src;
 		for (; i + 8 <= n; i += 8) {

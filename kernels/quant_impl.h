@@ -16,7 +16,7 @@ int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 int quant_avx512_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 		      const void *a, size_t lda, int na, float *c, size_t ldc, int vnni);
 int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n);
-/* F16 and BF16 rows to float with F16C / AVX2. */
+/* F16, BF16 and Q8_0 rows to float with F16C / AVX2. */
 int quant_avx2_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Per-thread scratch of at least BYTES (quant.c), or NULL. */

@@ -1,6 +1,6 @@
-/* test_kv_pool.c - the block allocator and prefix cache: references,
- * publishing and exact-content lookups, LRU eviction order, and every
- * invariant after each of thousands of random operations. */
+/* test_kv_pool.c - the block allocator and prefix cache: block sizes per
+ * KV type, references, publishing and exact-content lookups, LRU eviction
+ * order, and every invariant after each of thousands of random operations. */
 #include <errno.h>
 
 #include "kv_pool.h"
@@ -46,6 +46,33 @@ static void test_alloc_and_release(void)
 	CHECK(p->view.block_bytes == 2 * 2 * BT * 8 * 2);
 	kv_pool_free(p);
 	kv_pool_free(NULL);
+}
+
+/* Bytes per block for each KV type: f32 4 and f16 2 bytes a value, q8_0
+ * 34 bytes per 32 values (an f16 scale and 32 int8), rows of whole blocks. */
+static void test_block_bytes(void)
+{
+	struct kv_pool *p = NULL;
+	char err[256] = "";
+
+	/* SmolLM2-135M: 30 layers, 3 KV heads of 64 */
+	CHECK_INT_EQ(kv_pool_block_bytes(QT_F32, 16, 30, 192), 2 * 30 * 16 * 192 * 4);
+	CHECK_INT_EQ(kv_pool_block_bytes(QT_F16, 16, 30, 192), 2 * 30 * 16 * 192 * 2);
+	CHECK_INT_EQ(kv_pool_block_bytes(QT_Q8_0, 16, 30, 192), 2 * 30 * 16 * 6 * 34);
+	CHECK_INT_EQ(kv_pool_block_bytes(QT_Q8_0, 16, 30, 192) * 64, kv_pool_block_bytes(QT_F16, 16, 30, 192) * 34);
+	CHECK_INT_EQ(kv_pool_block_bytes(QT_Q8_0, 16, 30, 48), 0); /* not whole blocks */
+	CHECK_INT_EQ(kv_pool_block_bytes(QT_Q4_0, 16, 30, 192), 0); /* not a KV type */
+	CHECK(kv_pool_new(QT_Q8_0, BT, 2, 64, 5, 1, &p, err, sizeof err) == 0);
+	if (p) {
+		CHECK_INT_EQ(p->view.row_bytes, 2 * 34);
+		CHECK_INT_EQ(p->view.block_bytes, 2 * 2 * BT * 2 * 34);
+		CHECK_INT_EQ(p->bytes, 5 * p->view.block_bytes);
+		kv_pool_free(p);
+	}
+	p = NULL;
+	CHECK_INT_EQ(kv_pool_new(QT_Q8_0, BT, 2, 40, 5, 1, &p, err, sizeof err), -EINVAL);
+	CHECK(p == NULL && strstr(err, "q8_0"));
+	CHECK_INT_EQ(kv_pool_new(QT_Q4_0, BT, 2, 64, 5, 1, &p, err, sizeof err), -EINVAL);
 }
 
 static void test_publish_lookup_exact(void)
@@ -153,6 +180,7 @@ static void test_random_ops(void)
 int main(void)
 {
 	test_alloc_and_release();
+	test_block_bytes();
 	test_publish_lookup_exact();
 	test_lru_eviction();
 	test_random_ops();

@@ -1,9 +1,10 @@
 /* test_sched.c - continuous batching keeps its promises:
  *  - batch invariance: a request's tokens do not depend on who else runs
  *    (31 others of different lengths, started at different steps), greedy
- *    and seeded sampling alike;
+ *    and seeded sampling alike, with an f32 and a q8_0 KV cache;
  *  - the prefix cache prefills a shared 200-token prefix once for 16
- *    requests and changes no output;
+ *    requests, whether the first ran before the others or all 16 arrive
+ *    together, and changes no output;
  *  - with a pool too small for the load every request still completes with
  *    its tokens from running alone, and no block leaks;
  *  - a randomized schedule (arrivals, lengths, priorities, clients,
@@ -53,15 +54,15 @@ struct rig {
 	struct sched *s;
 };
 
-static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int max_seqs,
-		   int budget, int prefix_cache)
+static int rig_new_kv(struct rig *g, const struct model *m, uint32_t kv_type, int64_t kv_tokens,
+		      int max_seqs, int budget, int prefix_cache)
 {
 	struct engine_params ep;
 	struct sched_params sp;
 	char err[256];
 
 	engine_params_default(&ep);
-	ep.kv_type = QT_F32;
+	ep.kv_type = kv_type;
 	ep.kv_tokens = kv_tokens;
 	ep.max_batch = budget;
 	ep.n_ctx = 512;
@@ -75,6 +76,13 @@ static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int 
 		return -1;
 	}
 	return 0;
+}
+
+/* An f32 KV cache unless a test says otherwise. */
+static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int max_seqs,
+		   int budget, int prefix_cache)
+{
+	return rig_new_kv(g, m, QT_F32, kv_tokens, max_seqs, budget, prefix_cache);
 }
 
 static void rig_free(struct rig *g)
@@ -119,8 +127,8 @@ static const char *prompts[] = {
 #define N_PROMPTS (int)(sizeof prompts / sizeof prompts[0])
 
 /* Every prompt alone, then each inside a crowd of 32 started at different
- * steps, greedy and seeded: the tokens are the same. */
-static void test_batch_invariance(const struct model *m, const char *name)
+ * steps, greedy and seeded: the tokens are the same, whatever the KV type. */
+static void test_batch_invariance(const struct model *m, const char *name, uint32_t kv_type)
 {
 	struct rig g;
 	int32_t ids[N_PROMPTS][64];
@@ -129,7 +137,7 @@ static void test_batch_invariance(const struct model *m, const char *name)
 
 	for (int i = 0; i < N_PROMPTS; i++)
 		n_ids[i] = tokenize(m, prompts[i], ids[i], 64);
-	if (rig_new(&g, m, 32 * 128, 32, 256, 0) < 0) {
+	if (rig_new_kv(&g, m, kv_type, 32 * 128, 32, 256, 0) < 0) {
 		test_failures++;
 		return;
 	}
@@ -169,9 +177,11 @@ static void test_batch_invariance(const struct model *m, const char *name)
 		if (results[k].n_gen == a->n_gen && !memcmp(results[k].gen, a->gen, sizeof(int32_t) * (size_t)a->n_gen))
 			same++;
 		else
-			fprintf(stderr, "%s: request %d (prompt %d) differs in a crowd\n", name, k, k % N_PROMPTS);
+			fprintf(stderr, "%s, %s KV: request %d (prompt %d) differs in a crowd\n", name,
+				qtype_get(kv_type)->name, k, k % N_PROMPTS);
 	}
-	printf("%s: %d/32 requests identical alone and in a crowd of 32\n", name, same);
+	printf("%s, %s KV: %d/32 requests identical alone and in a crowd of 32\n", name,
+	       qtype_get(kv_type)->name, same);
 	CHECK_INT_EQ(same, 32);
 	struct sched_counters c;
 	sched_counters(g.s, &c);
@@ -179,15 +189,12 @@ static void test_batch_invariance(const struct model *m, const char *name)
 	rig_free(&g);
 }
 
-/* 16 requests sharing a 200-token prefix: prefilled once, same outputs. */
-static void test_prefix_cache(const struct model *m)
+/* 16 prompts: the same 200 tokens (a story sentence repeated), then a
+ * different short tail each. */
+static void shared_prompts(const struct model *m, int32_t prompt[16][260], int n[16])
 {
-	int32_t prompt[16][260];
-	int n[16];
-	struct result without[16];
 	char text[4096] = "";
 
-	/* a long shared prefix: the same story sentence repeated */
 	for (int i = 0; i < 4; i++)
 		strcat(text, "Once upon a time, in a small village by the sea, there lived an old "
 			     "fisherman and his cat. Every morning they went out on the boat. ");
@@ -201,6 +208,16 @@ static void test_prefix_cache(const struct model *m)
 		memcpy(prompt[i] + 200, t, sizeof(int32_t) * (size_t)nt);
 		n[i] = 200 + nt;
 	}
+}
+
+/* 16 requests sharing a 200-token prefix: prefilled once, same outputs. */
+static void test_prefix_cache(const struct model *m)
+{
+	int32_t prompt[16][260];
+	int n[16];
+	struct result without[16];
+
+	shared_prompts(m, prompt, n);
 	for (int cache = 0; cache < 2; cache++) {
 		struct rig g;
 		struct sched_counters c;
@@ -234,6 +251,64 @@ static void test_prefix_cache(const struct model *m)
 			for (int i = 0; i < 16; i++)
 				CHECK(results[i].n_gen == without[i].n_gen &&
 				      !memcmp(results[i].gen, without[i].gen, sizeof(int32_t) * (size_t)without[i].n_gen));
+		}
+		CHECK_INT_EQ(c.used_blocks, 0);
+		rig_free(&g);
+	}
+}
+
+/* The same 16 requests submitted together before the first step: the first
+ * one admitted computes the shared blocks, the 15 others wait one step for
+ * them instead of computing them too, and take them from the cache.  The
+ * prompt rows computed are 200 + 16 tails, not 16 * 200, and the outputs
+ * are those without the cache. */
+static void test_prefix_cache_same_step(const struct model *m)
+{
+	int32_t prompt[16][260];
+	int n[16];
+	uint64_t all = 0;
+	struct result without[16];
+
+	shared_prompts(m, prompt, n);
+	for (int i = 0; i < 16; i++)
+		all += (uint64_t)n[i];
+	for (int cache = 0; cache < 2; cache++) {
+		struct rig g;
+		struct sched_counters c;
+		if (rig_new(&g, m, 16 * 300, 16, 512, cache) < 0) {
+			test_failures++;
+			return;
+		}
+		memset(results, 0, sizeof results);
+		for (int i = 0; i < 16; i++) {
+			struct sched_request r = req((uint64_t)i, prompt[i], n[i], 16);
+			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+		}
+		run_to_idle(&g);
+		sched_counters(g.s, &c);
+		if (!cache) {
+			memcpy(without, results, sizeof without);
+			CHECK_INT_EQ(c.prefill_rows, all);
+			CHECK_INT_EQ(c.prefix_hit_tokens, 0);
+			CHECK_INT_EQ(c.prefix_waits, 0);
+		} else {
+			int32_t shared = (200 / c.block_tokens) * c.block_tokens;
+			printf("prefix cache, 16 submitted at once: %llu prompt rows computed for %llu "
+			       "prompt tokens (%llu without the cache), %llu served from the cache, "
+			       "%llu admissions put off a step\n", (unsigned long long)c.prefill_rows,
+			       (unsigned long long)all, (unsigned long long)all,
+			       (unsigned long long)c.prefix_hit_tokens, (unsigned long long)c.prefix_waits);
+			CHECK_INT_EQ(c.prefill_rows, all - 15 * (uint64_t)shared);
+			CHECK_INT_EQ(c.prefix_hit_tokens, 15 * (uint64_t)shared);
+			CHECK(c.prefix_waits >= 15);
+			CHECK_INT_EQ(results[0].usage.cached_tokens, 0);
+			for (int i = 1; i < 16; i++)
+				CHECK_INT_EQ(results[i].usage.cached_tokens, shared);
+			for (int i = 0; i < 16; i++) {
+				CHECK_INT_EQ(results[i].n_finish, 1);
+				CHECK(results[i].n_gen == without[i].n_gen &&
+				      !memcmp(results[i].gen, without[i].gen, sizeof(int32_t) * (size_t)without[i].n_gen));
+			}
 		}
 		CHECK_INT_EQ(c.used_blocks, 0);
 		rig_free(&g);
@@ -495,15 +570,18 @@ int main(void)
 	CHECK(model_load(p, &m, err, sizeof err) == 0);
 	test_refusals(m);
 	test_hold(m);
-	test_batch_invariance(m, "stories260K");
+	test_batch_invariance(m, "stories260K", QT_F32);
+	test_batch_invariance(m, "stories260K", QT_Q8_0);
 	test_prefix_cache(m);
+	test_prefix_cache_same_step(m);
 	test_preemption(m);
 	test_random_schedule(m);
 	test_memory_waste(m);
 	model_free(m);
 	const char *q = test_model_path("derived/TinyStories-656K-q8_0.gguf");
 	if (q && model_load(q, &m, err, sizeof err) == 0) {
-		test_batch_invariance(m, "TinyStories-656K-q8_0");
+		test_batch_invariance(m, "TinyStories-656K-q8_0", QT_F32);
+		test_batch_invariance(m, "TinyStories-656K-q8_0", QT_Q8_0);
 		model_free(m);
 	}
 	return test_result();
