@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_socket.h"
 #include "chat.h"
 #include "engine.h"
 #include "model.h"
@@ -40,6 +41,7 @@ struct bench_opts {
 	int no_prefix_cache;
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	int sequential;             /* submit the --parallel requests one after another */
+	const char *socket;         /* through this llmd instead of in-process */
 	uint32_t kv_type;
 	int32_t batch;
 	struct sampler_params sp;
@@ -57,7 +59,7 @@ static double now_s(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: llm-bench --model PATH (--prompt TEXT | --prompt-file PATH) [options]\n"
+		"usage: llm-bench (--model PATH | --socket PATH) (--prompt TEXT | --prompt-file PATH) [options]\n"
 		"  -m, --model PATH        GGUF model file\n"
 		"  -p, --prompt TEXT       prompt text (special tokens such as <|im_start|> are parsed)\n"
 		"  -f, --prompt-file PATH  read the prompt from a file ('-' = stdin)\n"
@@ -83,6 +85,8 @@ static void usage(FILE *f)
 		"      --sequential        submit the --parallel requests one after another, each when\n"
 		"                          the previous one has finished (the prefix cache carries over)\n"
 		"      --logits            print the logits after the prompt and exit\n"
+		"      --socket PATH       run the --parallel workload through a running llmd at PATH,\n"
+		"                          one connection and thread per sequence (no --model needed)\n"
 		"      --json              one JSON object on stdout\n");
 }
 
@@ -117,7 +121,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ };
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -134,6 +138,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "parallel", required_argument, 0, O_PAR }, { "kv-tokens", required_argument, 0, O_KVT },
 		{ "no-prefix-cache", no_argument, 0, O_NOPC }, { "shared-prefix", no_argument, 0, O_SHP },
 		{ "kv-mib", required_argument, 0, O_KVM }, { "sequential", no_argument, 0, O_SEQ },
+		{ "socket", required_argument, 0, O_SOCK },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -188,6 +193,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_SHP: o->shared_prefix = 1; break;
 		case O_KVM: o->kv_mib = atoll(optarg); break;
 		case O_SEQ: o->sequential = 1; break;
+		case O_SOCK: o->socket = optarg; break;
 		case O_KV:
 			if (!strcmp(optarg, "f16"))
 				o->kv_type = QT_F16;
@@ -204,8 +210,12 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		default: usage(stderr); return -1;
 		}
 	}
-	if (!o->model || !o->prompt) {
+	if ((!o->model && !o->socket) || !o->prompt) {
 		usage(stderr);
+		return -1;
+	}
+	if (o->socket && (o->sequential || o->logits || o->n_stops)) {
+		fprintf(stderr, "llm-bench: --socket does not go with --sequential, --logits or --stop\n");
 		return -1;
 	}
 	if (o->n_predict < 1 || o->threads < 1 || o->repeat < 1 || o->batch < 1 || o->parallel < 1 ||
@@ -480,6 +490,105 @@ static double percentile(double *v, int n, double p)
 	return v[k];
 }
 
+/* ---- --socket: the same workload through the daemon ---- */
+
+/* Sequence I's prompt text as in-process runs vary it (the chat template is
+ * the daemon's to apply, so with --chat the user message varies). */
+static char *socket_prompt(const struct bench_opts *o, int i)
+{
+	char *t = NULL;
+	int r;
+	if (o->parallel == 1)
+		return strdup(o->prompt);
+	r = o->shared_prefix ? asprintf(&t, "%s (Request %d of %d.)", o->prompt, i + 1, o->parallel)
+			     : asprintf(&t, "Request %d of %d. %s", i + 1, o->parallel, o->prompt);
+	return r < 0 ? NULL : t;
+}
+
+static int run_socket(const struct bench_opts *o)
+{
+	struct bench_socket_params p = {
+		.socket = o->socket, .n = o->parallel, .system = o->system,
+		.chat = o->chat || o->system, .max_tokens = o->n_predict,
+		.temperature = o->sp.temperature, .top_k = o->sp.top_k, .top_p = o->sp.top_p,
+		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
+	};
+	char **prompts = calloc((size_t)o->parallel, sizeof *prompts);
+	double *agg = calloc((size_t)o->repeat, sizeof *agg), *dc = calloc((size_t)o->repeat, sizeof *dc);
+	double *ttft = calloc((size_t)o->parallel, sizeof *ttft);
+	double p50 = 0, p95 = 0;
+	struct bench_socket_result res = { 0 };
+	char err[512];
+	int rc = 1;
+
+	if (!prompts || !agg || !dc || !ttft)
+		goto out;
+	for (int i = 0; i < o->parallel; i++)
+		if (!(prompts[i] = socket_prompt(o, i)))
+			goto out;
+	p.prompts = (const char *const *)prompts;
+	for (int r = 0; r < o->repeat; r++) {
+		double dtime = 0;
+		int64_t dsteps = 0;
+		bench_socket_result_free(&res);
+		if (bench_socket_run(&p, &res, err, sizeof err) < 0) {
+			fprintf(stderr, "llm-bench: %s\n", err);
+			goto out;
+		}
+		for (int k = 0; k < res.n; k++) {
+			ttft[k] = res.seqs[k].ttft_s;
+			if (res.seqs[k].n_gen > 1) {
+				dsteps += res.seqs[k].n_gen - 1;
+				dtime += res.seqs[k].decode_s;
+			}
+		}
+		agg[r] = res.generated / res.wall_s;
+		dc[r] = dtime > 0 ? dsteps / dtime : 0;
+		p50 = percentile(ttft, res.n, 0.5) * 1e3;
+		p95 = percentile(ttft, res.n, 0.95) * 1e3;
+	}
+	double agg_med = median(agg, o->repeat), dc_med = median(dc, o->repeat);
+	if (o->json) {
+		json_object *root = json_object_new_object(), *arr = json_object_new_array();
+		json_object_object_add(root, "socket", json_object_new_string(o->socket));
+		json_object_object_add(root, "parallel", json_object_new_int(o->parallel));
+		json_object_object_add(root, "repeat", json_object_new_int(o->repeat));
+		json_object_object_add(root, "aggregate_tok_s", json_object_new_double(agg_med));
+		json_object_object_add(root, "decode_tok_s", json_object_new_double(dc_med));
+		json_object_object_add(root, "ttft_ms_p50", json_object_new_double(p50));
+		json_object_object_add(root, "ttft_ms_p95", json_object_new_double(p95));
+		json_object_object_add(root, "generated_ids", ids_json(res.seqs[0].gen, res.seqs[0].n_gen));
+		for (int k = 0; k < res.n; k++) {
+			json_object *one = json_object_new_object();
+			json_object_object_add(one, "generated_ids", ids_json(res.seqs[k].gen, res.seqs[k].n_gen));
+			json_object_object_add(one, "prompt_tokens", json_object_new_int((int)res.seqs[k].prompt_tokens));
+			json_object_object_add(one, "cached_tokens", json_object_new_int((int)res.seqs[k].cached_tokens));
+			json_object_object_add(one, "queue_ms", json_object_new_double(res.seqs[k].queue_ms));
+			json_object_object_add(one, "prefill_ms", json_object_new_double(res.seqs[k].prefill_ms));
+			json_object_object_add(one, "ttft_ms", json_object_new_double(res.seqs[k].ttft_s * 1e3));
+			json_object_array_add(arr, one);
+		}
+		json_object_object_add(root, "results", arr);
+		puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(root);
+	} else {
+		fprintf(stderr, "llm-bench: through %s, %d clients: %.1f generated tok/s in aggregate, "
+			"%.1f tok/s per sequence while decoding, time to first token p50 %.0f ms, "
+			"p95 %.0f ms (median of %d)\n", o->socket, o->parallel, agg_med, dc_med, p50, p95,
+			o->repeat);
+	}
+	rc = 0;
+out:
+	bench_socket_result_free(&res);
+	for (int i = 0; prompts && i < o->parallel; i++)
+		free(prompts[i]);
+	free(prompts);
+	free(agg);
+	free(dc);
+	free(ttft);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
@@ -498,6 +607,11 @@ int main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &o) < 0)
 		return 2;
+	if (o.socket) {
+		rc = run_socket(&o);
+		free(o.prompt);
+		return rc;
+	}
 	r = model_load(o.model, &m, err, sizeof err);
 	if (r < 0) {
 		fprintf(stderr, "llm-bench: cannot load model %s: %s\n", o.model, err);

@@ -11,7 +11,9 @@
  *    frames before HELLO, a scribbled ring index, 1000 connections at once,
  *    prompts and max_tokens over the limits) gets its error or its
  *    connection closed, and the daemon keeps serving;
- *  - admin commands are refused for a non-admin uid (when run as root).
+ *  - admin commands are refused for a non-admin uid (when run as root);
+ *  - `llm-bench --socket` generates through the daemon exactly what
+ *    `llm-bench --model` generates in-process.
  */
 #include <grp.h>
 #include <json-c/json.h>
@@ -774,6 +776,36 @@ static void test_non_admin(const char *model)
 	printf("admin: drain and reload refused for uid 65534, allowed for root\n");
 }
 
+/* llm-bench's --socket workload gives the in-process tokens. */
+static void test_bench_socket(const struct tdaemon *d, const char *model)
+{
+	static char a[65536], b[65536];
+	char bin[1024];
+	json_object *ja, *jb, *ra = NULL, *rb = NULL;
+
+	snprintf(bin, sizeof bin, "%s/llm-bench", tbuilddir());
+	const char *in[] = { bin, "--model", model, "--kv-type", "f32", "-p", "Once upon a time",
+			     "-n", "24", "--parallel", "6", "--json", NULL };
+	const char *via[] = { bin, "--socket", d->sock, "-p", "Once upon a time", "-n", "24",
+			      "--parallel", "6", "--json", NULL };
+	CHECK_INT_EQ(trun(in, NULL, a, sizeof a), 0);
+	CHECK_INT_EQ(trun(via, NULL, b, sizeof b), 0);
+	ja = json_tokener_parse(a);
+	jb = json_tokener_parse(b);
+	CHECK(ja && jb && json_object_object_get_ex(ja, "results", &ra) &&
+	      json_object_object_get_ex(jb, "results", &rb));
+	CHECK(ra && rb && json_object_array_length(ra) == 6 && json_object_array_length(rb) == 6);
+	for (size_t i = 0; ra && rb && i < 6; i++) {
+		json_object *ga = json_object_object_get(json_object_array_get_idx(ra, i), "generated_ids");
+		json_object *gb = json_object_object_get(json_object_array_get_idx(rb, i), "generated_ids");
+		CHECK_STR_EQ(json_object_to_json_string(gb), json_object_to_json_string(ga));
+	}
+	CHECK(jb && json_object_object_get(jb, "aggregate_tok_s"));
+	json_object_put(ja);
+	json_object_put(jb);
+	printf("llm-bench --socket: 6 sequences through the daemon equal the in-process ones\n");
+}
+
 int main(void)
 {
 	char model[4096];
@@ -793,6 +825,7 @@ int main(void)
 	if (tdaemon_start(&d, model, extra) < 0)
 		return 1;
 	test_concurrent(&d);
+	test_bench_socket(&d, model);
 	test_vanishing_client(&d);
 	test_slow_reader(&d);
 	test_hostile(&d);

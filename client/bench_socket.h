@@ -1,0 +1,49 @@
+/* bench_socket.h - llm-bench's --socket mode: the same parallel workload as
+ * in-process, but through a running llmd, its socket and its rings, one
+ * connection (and one thread) per simulated client.
+ */
+#ifndef LLMD_BENCH_SOCKET_H
+#define LLMD_BENCH_SOCKET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct bench_socket_params {
+	const char *socket;          /* daemon socket (NULL: $LLMD_SOCKET, then the default) */
+	const char *const *prompts;  /* (n) prompt text of each client */
+	int n;                       /* concurrent clients, one request each */
+	const char *system;          /* chat: system message, or NULL */
+	int chat;                    /* 1: each prompt is a user message */
+	int32_t max_tokens;
+	float temperature;
+	int32_t top_k;
+	float top_p, min_p;
+	uint64_t seed;
+	int ignore_eos;
+};
+
+struct bench_socket_seq {
+	int32_t *gen;                /* (n_gen) generated ids; malloc'd */
+	int n_gen;
+	double ttft_s;               /* submit to first token */
+	double decode_s;             /* first to last token */
+	int finish;                  /* enum llm_finish */
+	uint32_t prompt_tokens, cached_tokens;
+	double queue_ms, prefill_ms; /* the daemon's own figures */
+};
+
+struct bench_socket_result {
+	double wall_s;               /* first submit to last DONE */
+	int64_t generated;
+	int n;
+	struct bench_socket_seq *seqs; /* (n); free with bench_socket_result_free */
+};
+
+/* Connects N clients, submits all requests together, reads every event.
+ * Returns 0, or a negative errno with a message in ERR. */
+int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_result *ret,
+		     char *err, size_t errlen);
+
+void bench_socket_result_free(struct bench_socket_result *r);
+
+#endif
