@@ -1,7 +1,8 @@
 /* test_systemd.c - llmd as systemd runs it:
  *  - with NOTIFY_SOCKET set, it sends STATUS= while loading, READY=1 once
  *    the model is loaded and the socket listens, RELOADING=1 then READY=1 on
- *    SIGHUP, STOPPING=1 on SIGTERM, in that order;
+ *    SIGHUP, STOPPING=1 on SIGTERM, in that order, and WATCHDOG=1 beats
+ *    while serving when WATCHDOG_USEC asks for them;
  *  - under systemd-socket-activate it serves on the socket it is passed
  *    (sd_listen_fds) instead of binding one;
  *  - the unit files pass `systemd-analyze verify` where it is available.
@@ -67,8 +68,8 @@ static int generate_ok(const char *sock)
 static void test_notify(const char *model)
 {
 	struct tdaemon d;
-	char npath[128], env_notify[160], log[4096] = "";
-	char *envp[] = { env_notify, "PATH=/usr/bin:/bin", NULL };
+	char npath[128], env_notify[160], log[8192] = "";
+	char *envp[] = { env_notify, "WATCHDOG_USEC=400000", "PATH=/usr/bin:/bin", NULL };
 	int nfd;
 
 	char dir[64];
@@ -101,6 +102,9 @@ static void test_notify(const char *model)
 		CHECK(st && ready && st < ready);
 		CHECK(reload && ready < reload && ready2);
 		CHECK(stop && ready2 && ready2 < stop);
+		/* WATCHDOG_USEC=400000: a beat at least every 200 ms while serving */
+		const char *wd = strstr(log, "WATCHDOG=1");
+		CHECK(wd && ready < wd && wd < stop);
 	}
 	close(nfd);
 	unlink(npath);
