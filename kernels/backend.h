@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A weight matrix: N_OUT rows of N_IN elements of TYPE (ggml type id). */
 struct bk_weight {
 	uint32_t type;     /* enum qtype */
@@ -108,5 +112,9 @@ static inline void backend_free(struct backend *be)
 	if (be)
 		be->ops->free(be);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

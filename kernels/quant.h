@@ -18,6 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum qtype {
 	QT_F32 = 0,
 	QT_F16 = 1,
@@ -102,5 +106,9 @@ enum quant_isa quant_isa_best(void);
 enum quant_isa quant_set_isa(enum quant_isa isa);
 enum quant_isa quant_get_isa(void);
 const char *quant_isa_name(enum quant_isa isa);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,148 @@
+/* emu_testutil.h - helpers the CUDA emulator's tests share (C++): run a
+ * check in every thread order, and run a program in a child process with
+ * its stderr captured.
+ */
+#ifndef LLMD_EMU_TESTUTIL_H
+#define LLMD_EMU_TESTUTIL_H
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "testutil.h"
+
+/* A device buffer of N elements, filled with byte FILL; freed with it. */
+template <typename T>
+struct dbuf {
+	T *d = nullptr;
+	size_t n;
+	explicit dbuf(size_t n_, int fill = 0) : n(n_)
+	{
+		CHECK_INT_EQ(cudaMalloc(&d, n * sizeof(T)), cudaSuccess);
+		CHECK_INT_EQ(cudaMemset(d, fill, n * sizeof(T)), cudaSuccess);
+	}
+	~dbuf() { CHECK_INT_EQ(cudaFree(d), cudaSuccess); }
+	dbuf(const dbuf &) = delete;
+	dbuf &operator=(const dbuf &) = delete;
+	std::vector<T> get() const
+	{
+		std::vector<T> h(n);
+		CHECK_INT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+		return h;
+	}
+	void put(const std::vector<T> &h)
+	{
+		CHECK(h.size() == n);
+		CHECK_INT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+	}
+};
+
+/* The orders every kernel test runs in: forward, reverse and two seeds. */
+static const struct emu_test_order {
+	enum cuda_emu_order order;
+	unsigned long long seed;
+	const char *name;
+} emu_test_orders[] = {
+	{ CUDA_EMU_ORDER_FORWARD, 0, "forward" },
+	{ CUDA_EMU_ORDER_REVERSE, 0, "reverse" },
+	{ CUDA_EMU_ORDER_RANDOM, 1, "random:1" },
+	{ CUDA_EMU_ORDER_RANDOM, 20240611, "random:20240611" },
+};
+
+/* Calls FN(order name) once per order, with that order set; failures name
+ * the order. */
+static inline void for_each_order(const std::function<void(const char *)> &fn)
+{
+	for (const emu_test_order &o : emu_test_orders) {
+		cuda_emu_set_order(o.order, o.seed);
+		int before = test_failures;
+		fn(o.name);
+		if (test_failures != before)
+			fprintf(stderr, "  (in thread order %s)\n", o.name);
+	}
+	cuda_emu_set_order(CUDA_EMU_ORDER_FORWARD, 0);
+}
+
+/* How a child ended and what it wrote on stderr. */
+struct emu_child {
+	bool exited;       /* normal exit: status is the exit code */
+	int status;
+	bool signaled;     /* killed: sig is the signal */
+	int sig;
+	std::string err;   /* its stderr */
+};
+
+/* Runs FN in a forked child (its stderr captured, stdout discarded) and
+ * waits for it; FN's return value is the exit code. */
+static inline emu_child emu_run_child_fn(const std::function<int()> &fn)
+{
+	emu_child r = { false, -1, false, 0, std::string() };
+	int p[2];
+	if (pipe(p) != 0)
+		return r;
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid < 0)
+		return r;
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_WRONLY);
+		dup2(devnull, 1);
+		dup2(p[1], 2);
+		close(p[0]);
+		close(p[1]);
+		exit(fn());
+	}
+	close(p[1]);
+	char buf[4096];
+	ssize_t n;
+	while ((n = read(p[0], buf, sizeof buf)) > 0)
+		r.err.append(buf, (size_t)n);
+	close(p[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	r.exited = WIFEXITED(st);
+	r.status = r.exited ? WEXITSTATUS(st) : -1;
+	r.signaled = WIFSIGNALED(st);
+	r.sig = r.signaled ? WTERMSIG(st) : 0;
+	return r;
+}
+
+/* Path of a program built in tests/ ($LLMD_BUILDDIR/tests/NAME). */
+static inline std::string emu_test_prog(const char *name)
+{
+	const char *b = getenv("LLMD_BUILDDIR");
+	return std::string(b ? b : ".") + "/tests/" + name;
+}
+
+/* Runs PROG MODE in a child with extra environment ENV and ENV2 ("K=V" or NULL). */
+static inline emu_child emu_run_prog(const std::string &prog, const char *mode, const char *env,
+	const char *env2 = NULL)
+{
+	return emu_run_child_fn([&]() {
+		if (env)
+			putenv(strdup(env));
+		if (env2)
+			putenv(strdup(env2));
+		execl(prog.c_str(), prog.c_str(), mode, (char *)NULL);
+		perror(prog.c_str());
+		return 127;
+	});
+}
+
+static inline bool emu_has(const std::string &s, const char *what)
+{
+	return s.find(what) != std::string::npos;
+}
+
+#endif
