@@ -1,0 +1,397 @@
+/* attention.cu - the paged KV pool on CUDA: kv_store writes a step's K/V
+ * rows into the pool (F32, F16, Q8_0 exactly as the CPU backend does) and
+ * attention reads them back through each row's block table.
+ *
+ * Attention is flash decoding: a row's positions 0..pos are cut into splits
+ * of ATTN_SPLIT_TOKENS positions (rounded up to whole KV blocks); one CUDA
+ * block per (row, kv head, split) streams its split a tile of positions at
+ * a time (a tile never crosses a KV block) with online softmax for every
+ * query head of the kv head's group (GQA: the group shares each K/V tile
+ * loaded into shared memory) and writes a partial (max, sum, acc[head_dim])
+ * per query head; attn_reduce_kernel combines a row's partials.  The split
+ * size is a constant, so a row's arithmetic depends on its position alone
+ * (batch invariance).  Prefill rows (several rows of one sequence) take the
+ * same per-row path in this first version; a tiled flash-attention kernel
+ * sharing K/V tiles across a chunk's rows is the later optimisation.
+ */
+#include "cuda_compat.h"
+
+#include <errno.h>
+#include <math.h>
+
+extern "C" {
+#include "quant.h"
+}
+
+#include "cuda_ops.h"
+
+/* Positions per split (rounded up to whole KV blocks); a test may set it. */
+#ifndef ATTN_SPLIT_TOKENS
+#define ATTN_SPLIT_TOKENS 128
+#endif
+#define ATTN_THREADS 128          /* threads of a split block */
+#define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
+#define ATTN_ROW_CHUNK 64         /* rows per launch pair: bounds the scratch */
+#define ATTN_MAX_HEAD_DIM 256
+#define ATTN_MAX_GROUP 64
+#define ATTN_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without opt-in */
+#define KV_STORE_THREADS 128      /* whole warps: the Q8_0 path shuffles */
+
+/* The pool of one layer as a kernel sees it (passed by value). */
+struct kv_view {
+	char *base;
+	uint32_t type;
+	int32_t block_tokens;
+	int32_t layer;
+	int32_t kv_dim;
+	size_t row_bytes;
+	size_t block_bytes;
+};
+
+/* Start of the row (K when which == 0, V when 1) of position P. */
+static __device__ __forceinline__ char *kv_row(const kv_view &kv, const int32_t *table, int which,
+	int32_t p)
+{
+	const int32_t b = table[p / kv.block_tokens];
+	const int32_t t = p % kv.block_tokens;
+	return kv.base + (size_t)b * kv.block_bytes +
+		(((size_t)kv.layer * 2 + which) * kv.block_tokens + t) * kv.row_bytes;
+}
+
+/* Element E of a pool row as a float: the CPU's conversion (Q8_0: the int8
+ * times its block's f16 scale, one float product). */
+static __device__ __forceinline__ float kv_elem(const char *row, uint32_t type, int32_t e)
+{
+	if (type == QT_F32)
+		return reinterpret_cast<const float *>(row)[e];
+	if (type == QT_F16)
+		return __half2float(reinterpret_cast<const __half *>(row)[e]);
+	const char *blk = row + (size_t)(e / QK) * sizeof(struct block_q8_0);
+	const float d = __half2float(*reinterpret_cast<const __half *>(blk));
+	return (float)reinterpret_cast<const int8_t *>(blk + sizeof(qt_f16))[e % QK] * d;
+}
+
+/* ---- kv_store ---- */
+
+/* One block per (row, K or V): F32 copies, F16 rounds to nearest even, Q8_0
+ * gives each 32-element block to one warp: amax by shuffles, then
+ * d = amax / 127, id = 127 / amax, q = round-half-even(x * id) as quant.c's
+ * quantize_q8_0 (IEEE divisions and a lone multiply: nothing to contract). */
+static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ pos,
+	const int32_t *__restrict__ tables, int32_t table_stride, const float *__restrict__ k,
+	const float *__restrict__ v)
+{
+	const int32_t t = blockIdx.x;
+	const int which = blockIdx.y;
+	const float *src = (which ? v : k) + (size_t)t * kv.kv_dim;
+	char *dst = kv_row(kv, tables + (size_t)t * table_stride, which, pos[t]);
+
+	if (kv.type == QT_F32) {
+		for (int c = threadIdx.x; c < kv.kv_dim; c += blockDim.x)
+			reinterpret_cast<float *>(dst)[c] = src[c];
+	} else if (kv.type == QT_F16) {
+		for (int c = threadIdx.x; c < kv.kv_dim; c += blockDim.x)
+			reinterpret_cast<__half *>(dst)[c] = __float2half_rn(src[c]);
+	} else {
+		const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+		for (int b = warp; b < kv.kv_dim / QK; b += n_warps) { /* uniform across the warp */
+			const float x = src[b * QK + lane];
+			float amax = fabsf(x);
+			for (int off = 16; off > 0; off /= 2)
+				amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+			const float d = amax / 127.0f;
+			const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+			char *blk = dst + (size_t)b * sizeof(struct block_q8_0);
+			reinterpret_cast<int8_t *>(blk + sizeof(qt_f16))[lane] = (int8_t)__float2int_rn(x * id);
+			if (lane == 0)
+				*reinterpret_cast<__half *>(blk) = __float2half_rn(d);
+		}
+	}
+}
+
+/* ---- attention ---- */
+
+struct attn_shape {
+	int32_t n_head;
+	int32_t n_head_kv;
+	int32_t head_dim;
+	int32_t group;      /* n_head / n_head_kv */
+	float scale;
+	int32_t split_pos;  /* positions per split: whole KV blocks */
+	int32_t n_splits;   /* splits per row in the grid (and the scratch) */
+	int32_t tile;       /* positions per shared-memory tile */
+};
+
+/* Floats of shared memory a split block uses (see the carve-up below). */
+static size_t attn_smem_floats(int32_t group, int32_t hd, int32_t tile)
+{
+	return (size_t)2 * group * hd            /* q, acc */
+		+ (size_t)2 * tile * (hd + 1)     /* K, V tiles (rows padded by one: no bank conflicts) */
+		+ (size_t)group * tile            /* scores, then weights */
+		+ (size_t)3 * group;              /* running max, sum; correction */
+}
+
+/* grid (n_splits, n_head_kv, rows of this chunk).  Partial of (row, query
+ * head h, split s) at ((row_local * n_head + h) * n_splits + s) * (hd + 2):
+ * max, sum, then acc[hd]; a split past the row's last position writes
+ * nothing (the reduction never reads it). */
+static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__ pos,
+	const int32_t *__restrict__ tables, int32_t table_stride, attn_shape sh, int32_t row0,
+	const float *__restrict__ q, float *__restrict__ partial)
+{
+	const int32_t t = row0 + blockIdx.z, hk = blockIdx.y, s = blockIdx.x;
+	const int32_t n_pos = pos[t] + 1;
+	const int32_t p0 = s * sh.split_pos;
+	if (p0 >= n_pos) /* the whole block leaves, before any barrier */
+		return;
+	const int32_t p1 = min(p0 + sh.split_pos, n_pos);
+	const int32_t G = sh.group, hd = sh.head_dim, ks = hd + 1, tile = sh.tile;
+	const int32_t bt = kv.block_tokens;
+	const int32_t *table = tables + (size_t)t * table_stride;
+	const int tid = threadIdx.x, nt = blockDim.x;
+
+	DYN_SHARED(float, smem);
+	float *qs = smem;                  /* (G, hd) */
+	float *acc = qs + G * hd;          /* (G, hd) */
+	float *kt = acc + G * hd;          /* (tile, hd + 1) */
+	float *vt = kt + tile * ks;        /* (tile, hd + 1) */
+	float *sc = vt + tile * ks;        /* (G, tile) */
+	float *m = sc + G * tile;          /* (G) */
+	float *l = m + G;                  /* (G) */
+	float *corr = l + G;               /* (G) */
+
+	const float *qrow = q + ((size_t)t * sh.n_head + (size_t)hk * G) * hd;
+	for (int i = tid; i < G * hd; i += nt) {
+		qs[i] = qrow[i];
+		acc[i] = 0.0f;
+	}
+	for (int g = tid; g < G; g += nt) {
+		m[g] = -INFINITY;
+		l[g] = 0.0f;
+	}
+	__syncthreads();
+
+	for (int32_t p = p0; p < p1;) {
+		int32_t n = min(p1 - p, bt - p % bt);
+		n = min(n, tile);
+		const char *krow = kv_row(kv, table, 0, p);
+		const char *vrow = kv_row(kv, table, 1, p);
+		for (int i = tid; i < n * hd; i += nt) {
+			const int r = i / hd, c = i % hd;
+			kt[r * ks + c] = kv_elem(krow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
+			vt[r * ks + c] = kv_elem(vrow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
+		}
+		__syncthreads();
+		for (int i = tid; i < G * n; i += nt) {
+			const int g = i / n, r = i % n;
+			const float *qg = qs + g * hd, *kr = kt + r * ks;
+			float dot = 0.0f;
+			for (int c = 0; c < hd; c++)
+				dot = fmaf(qg[c], kr[c], dot);
+			sc[g * tile + r] = dot * sh.scale;
+		}
+		__syncthreads();
+		for (int g = tid; g < G; g += nt) { /* online softmax, one thread per head */
+			float *sg = sc + g * tile;
+			float mx = m[g], cr = 1.0f;
+			for (int r = 0; r < n; r++)
+				mx = fmaxf(mx, sg[r]);
+			if (mx > m[g]) {
+				cr = expf(m[g] - mx); /* 0 on the first tile */
+				m[g] = mx;
+			}
+			float sum = l[g] * cr;
+			for (int r = 0; r < n; r++) {
+				const float e = expf(sg[r] - mx);
+				sg[r] = e;
+				sum += e;
+			}
+			l[g] = sum;
+			corr[g] = cr;
+		}
+		__syncthreads();
+		for (int i = tid; i < G * hd; i += nt) {
+			const int g = i / hd, c = i % hd;
+			const float *wg = sc + g * tile;
+			float a = acc[i] * corr[g];
+			for (int r = 0; r < n; r++)
+				a = fmaf(wg[r], vt[r * ks + c], a);
+			acc[i] = a;
+		}
+		__syncthreads(); /* the next tile overwrites kt, vt, sc */
+		p += n;
+	}
+
+	const size_t stride = (size_t)hd + 2;
+	for (int i = tid; i < G * hd; i += nt) {
+		const int g = i / hd, c = i % hd;
+		const int32_t h = hk * G + g;
+		float *pp = partial + (((size_t)blockIdx.z * sh.n_head + h) * sh.n_splits + s) * stride;
+		pp[2 + c] = acc[i];
+		if (c == 0) {
+			pp[0] = m[g];
+			pp[1] = l[g];
+		}
+	}
+}
+
+/* grid (n_head, rows of this chunk): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M)
+ * over the row's splits that hold positions, M their largest max. */
+static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_shape sh,
+	int32_t row0, const float *__restrict__ partial, float *__restrict__ out)
+{
+	const int32_t t = row0 + blockIdx.y, h = blockIdx.x, hd = sh.head_dim;
+	const size_t stride = (size_t)hd + 2;
+	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
+	const int32_t n_act = min((pos[t] + sh.split_pos) / sh.split_pos, sh.n_splits);
+	float M = -INFINITY;
+	for (int32_t s = 0; s < n_act; s++)
+		M = fmaxf(M, pp[s * stride]);
+	float L = 0.0f;
+	for (int32_t s = 0; s < n_act; s++)
+		L += pp[s * stride + 1] * expf(pp[s * stride] - M);
+	const float inv = 1.0f / L;
+	float *o = out + ((size_t)t * sh.n_head + h) * hd;
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float a = 0.0f;
+		for (int32_t s = 0; s < n_act; s++)
+			a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
+		o[c] = a * inv;
+	}
+}
+
+/* ---- launchers ---- */
+
+static int launched(void)
+{
+	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
+/* 0 when KV describes a pool these kernels read, else a negative errno. */
+static int kv_check(const struct bk_kv *kv, int32_t layer)
+{
+	if (!kv || !kv->base || kv->block_tokens < 1 || kv->n_blocks < 1 || kv->n_layer < 1 ||
+	    kv->kv_dim < 1 || layer < 0 || layer >= kv->n_layer)
+		return -EINVAL;
+	size_t want;
+	switch (kv->type) {
+	case QT_F32: want = (size_t)kv->kv_dim * 4; break;
+	case QT_F16: want = (size_t)kv->kv_dim * 2; break;
+	case QT_Q8_0:
+		if (kv->kv_dim % QK)
+			return -EINVAL;
+		want = (size_t)kv->kv_dim / QK * sizeof(struct block_q8_0);
+		break;
+	default: return -ENOTSUP;
+	}
+	if (kv->row_bytes != want || kv->block_bytes < 2 * (size_t)kv->n_layer * kv->block_tokens * want)
+		return -EINVAL;
+	return 0;
+}
+
+static kv_view kv_view_of(const struct bk_kv *kv, int32_t layer)
+{
+	kv_view v;
+	v.base = (char *)kv->base;
+	v.type = kv->type;
+	v.block_tokens = kv->block_tokens;
+	v.layer = layer;
+	v.kv_dim = kv->kv_dim;
+	v.row_bytes = kv->row_bytes;
+	v.block_bytes = kv->block_bytes;
+	return v;
+}
+
+extern "C" int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+	const int32_t *tables, int32_t table_stride, const float *k, const float *v, void *stream)
+{
+	int err = kv_check(kv, layer);
+	if (err)
+		return err;
+	if (T < 0 || table_stride < 1)
+		return -EINVAL;
+	if (T == 0)
+		return 0;
+	if (!pos || !tables || !k || !v)
+		return -EINVAL;
+	LAUNCH(kv_store_kernel, dim3((unsigned)T, 2), KV_STORE_THREADS, 0, (cudaStream_t)stream,
+		kv_view_of(kv, layer), pos, tables, table_stride, k, v);
+	return launched();
+}
+
+/* The shapes of a call, or a negative errno. */
+static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t table_stride,
+	attn_shape *sh)
+{
+	if (!a || a->n_head_kv < 1 || a->n_head < 1 || a->n_head % a->n_head_kv || a->head_dim < 1 ||
+	    (int64_t)a->head_dim * a->n_head_kv != kv->kv_dim || table_stride < 1)
+		return -EINVAL;
+	if (a->head_dim > ATTN_MAX_HEAD_DIM || a->n_head / a->n_head_kv > ATTN_MAX_GROUP)
+		return -EINVAL;
+	if (kv->type == QT_Q8_0 && a->head_dim % QK && QK % a->head_dim)
+		return -EINVAL;
+	sh->n_head = a->n_head;
+	sh->n_head_kv = a->n_head_kv;
+	sh->head_dim = a->head_dim;
+	sh->group = a->n_head / a->n_head_kv;
+	sh->scale = a->scale;
+	const int32_t bt = kv->block_tokens;
+	const int64_t blocks_per_split = (ATTN_SPLIT_TOKENS + bt - 1) / bt;
+	sh->split_pos = (int32_t)(blocks_per_split * bt);
+	sh->n_splits = (int32_t)(((int64_t)table_stride + blocks_per_split - 1) / blocks_per_split);
+	if (sh->n_splits > 65535 * 32)
+		return -ENOTSUP;
+	int32_t tile = ATTN_MAX_TILE;
+	while (tile > 1 && attn_smem_floats(sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
+		tile /= 2;
+	if (attn_smem_floats(sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
+		return -ENOTSUP;
+	sh->tile = tile;
+	return 0;
+}
+
+extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a,
+	int32_t T, int32_t table_stride)
+{
+	attn_shape sh;
+	if (T < 1 || !kv || kv_check(kv, 0) || attn_plan(kv, a, table_stride, &sh))
+		return 0;
+	const size_t rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
+	return rows * sh.n_head * sh.n_splits * ((size_t)sh.head_dim + 2) * sizeof(float);
+}
+
+extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
+	float *out, void *scratch, void *stream)
+{
+	int err = kv_check(kv, layer);
+	if (err)
+		return err;
+	attn_shape sh;
+	err = attn_plan(kv, a, table_stride, &sh);
+	if (err)
+		return err;
+	if (T < 0)
+		return -EINVAL;
+	if (T == 0)
+		return 0;
+	if (!pos || !tables || !q || !out || !scratch)
+		return -EINVAL;
+	const kv_view view = kv_view_of(kv, layer);
+	const size_t smem = attn_smem_floats(sh.group, sh.head_dim, sh.tile) * sizeof(float);
+	const int red_threads = sh.head_dim < 128 ? (sh.head_dim + 31) / 32 * 32 : 128;
+	cudaStream_t st = (cudaStream_t)stream;
+	float *partial = (float *)scratch;
+	for (int32_t row0 = 0; row0 < T; row0 += ATTN_ROW_CHUNK) {
+		const int32_t rows = T - row0 < ATTN_ROW_CHUNK ? T - row0 : ATTN_ROW_CHUNK;
+		LAUNCH(attn_split_kernel, dim3((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)rows),
+			ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh, row0, q, partial);
+		if ((err = launched()))
+			return err;
+		LAUNCH(attn_reduce_kernel, dim3((unsigned)sh.n_head, (unsigned)rows), red_threads, 0, st,
+			pos, sh, row0, (const float *)partial, out);
+		if ((err = launched()))
+			return err;
+	}
+	return 0;
+}

@@ -1,0 +1,91 @@
+/* cuda_ops.h - the CUDA backend's kernels as C sees them: one extern "C"
+ * launcher per op, each in its own kernels/cuda/<op>.cu next to its
+ * kernels.  A launcher computes the grid, block and shared-memory sizes,
+ * launches through LAUNCH() on STREAM (a cudaStream_t; NULL = the default
+ * stream) and returns 0, or a negative errno when the arguments are out of
+ * the kernel's range (-EINVAL, -ENOTSUP) or the launch failed (-EIO).  Every
+ * pointer is a device pointer.  The same source runs on a GPU (nvcc) and on
+ * the CPU in tests (the emulator in kernels/cuda/emu).
+ *
+ * Layouts are the CPU backend's (kernels/backend.h): activations row-major
+ * (T, n) floats; weights in their ggml block format, N_OUT rows of
+ * ROW_BYTES; the paged KV pool exactly as struct bk_kv describes it, with
+ * BASE a device pointer.  A step's rows name their position and their
+ * sequence's block table: row t's table is TABLES + t * TABLE_STRIDE
+ * (int32 block ids covering positions 0..pos[t]).
+ *
+ * Every op keeps each row's arithmetic independent of T and of the other
+ * rows (batch invariance), like the CPU backend.
+ */
+#ifndef LLMD_CUDA_OPS_H
+#define LLMD_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- element-wise and row ops (kernels/cuda/rows.cu) ---- */
+
+/* out (T, n_in) = rows IDS of W, dequantized (F32, F16, BF16, Q8_0, Q4_0,
+ * Q4_1, Q4_K, Q5_K, Q6_K). */
+int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t T, float *out, void *stream);
+/* out (T, n) = x / rms(x) * g; out may equal x. */
+int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n, float eps, float *out,
+		 void *stream);
+/* Rotates the first n_rot dims of every head of x (T, n_head * head_dim) in place. */
+int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_rot,
+	      const int32_t *pos, float freq_base, enum bk_rope_style style, void *stream);
+/* out (n) = silu(g) * u; out may equal g. */
+int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, void *stream);
+/* x (n) += y. */
+int cuda_add(float *x, const float *y, int64_t n, void *stream);
+
+/* ---- the paged KV pool (kernels/cuda/attention.cu) ---- */
+
+/* Writes k, v (T, kv_dim) of LAYER at each row's position, converted to the
+ * pool's type (F32, F16 round-to-nearest-even, Q8_0 as the CPU quantizes). */
+int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+		  const int32_t *tables, int32_t table_stride, const float *k, const float *v,
+		  void *stream);
+/* out (T, n_head * head_dim) = softmax(q K^T * scale) V over positions
+ * 0..pos[t] of row t's sequence, read through its block table (causal).
+ * Query heads h of a group share kv head h / (n_head / n_head_kv) (GQA).
+ * Flash decoding: each row's positions are cut into splits of whole KV
+ * blocks (a fixed number of positions, so a row's arithmetic depends on its
+ * position alone: batch invariant), one CUDA block per (row, kv head,
+ * split) computes a partial (max, sum, acc) with online softmax, a second
+ * kernel combines a row's partials.  Prefill chunks currently take the same
+ * path (a tiled flash-attention kernel is the later optimisation).  The
+ * grid is sized from TABLE_STRIDE (a table's capacity: positions below
+ * table_stride * block_tokens), never from the device's positions, so a
+ * captured graph replays with new positions and tables.  SCRATCH holds the
+ * partials: at least cuda_attention_scratch_bytes(kv, a, T, table_stride)
+ * bytes of device memory, not shared with a concurrent call; it needs no
+ * initialisation.  Limits: head_dim <= 256, n_head / n_head_kv <= 64,
+ * Q8_0 needs head_dim a multiple or divisor of 32 (-EINVAL otherwise). */
+int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+		   const int32_t *tables, int32_t table_stride, const struct bk_attn *a,
+		   const float *q, float *out, void *scratch, void *stream);
+/* Bytes of SCRATCH cuda_attention needs for these shapes (0 on bad ones). */
+size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a, int32_t T,
+				    int32_t table_stride);
+
+/* ---- matmul (kernels/cuda/matmul.cu) ---- */
+
+/* out (T, w->n_out) = x (T, w->n_in) · W^T, reading W's quantized blocks
+ * directly with integer dot products (activations quantized on the device
+ * first, into SCRATCH of cuda_matmul_scratch_bytes).  For small T (decode). */
+int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out, void *scratch,
+		  void *stream);
+size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,602 @@
+/* matmul.cu - quantized matrix products for small T (decode): out (T, n_out)
+ * = x (T, n_in) · W^T with W in its ggml block format.
+ *
+ * Two launches per call, as the CPU backend does it (kernels/cpu_backend.c,
+ * kernels/quant.c):
+ *   1. the activation rows are quantized on the device into the weight
+ *      type's vec type (Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for the
+ *      K-quants) with the CPU's arithmetic (id = 127 / amax, round half to
+ *      even, f16 scales rounded to nearest even), into SCRATCH;
+ *   2. one warp per weight row takes integer dot products (__dp4a) block by
+ *      block and reproduces the CPU's float steps exactly (quant.c, "the one
+ *      every path reproduces bit for bit"): for 32-element blocks, 16 float
+ *      lanes fed by fma in block order (lane l of the warp and lane l + 16
+ *      each take half of a block's integer dot and add them exactly with one
+ *      shuffle), a ragged tail in groups of four, Q4_1's m*s lanes, then the
+ *      same tree sum as hsum16; for the K-quants, one float accumulator over
+ *      the super-blocks in order, each lane computing one super-block's
+ *      integer sums and the warp broadcasting them in order.
+ * So the result equals the CPU backend's bit for bit, and each output
+ * depends only on its own weight row and activation row: not on T, on the
+ * other rows or on the launch shape (batch invariance).
+ *
+ * The scratch rows are not ggml blocks but a device-friendly layout of the
+ * same values: per activation row, the int8 codes (n_in bytes), then the
+ * block scales as float (already rounded through f16 where the CPU stores
+ * f16), then Q8_1's s (float) or Q8_K's bsums (int32).  Rows are 16-byte
+ * aligned.
+ *
+ * Large T (prefill) would go through dequantized fp16 weight tiles and
+ * cublasGemmEx; not here yet (see cuda_matmul_q).
+ */
+#include "cuda_compat.h"
+
+#include <errno.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend.h"
+#include "quant.h"
+}
+#include "cuda_ops.h"
+
+#define MM_FULL 0xffffffffu
+#define MM_WARPS 4      /* warps (weight rows) per block of the matmul kernels */
+#define MM_TB 4         /* activation rows a warp keeps in registers at once */
+#define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
+#define MMQK_THREADS 256 /* one Q8_K super-block per block of its quantizer */
+
+#ifdef __CUDACC__
+#define MM_UNROLL _Pragma("unroll")
+#else
+#define MM_UNROLL /* g++ (the emulator) knows no unroll pragma */
+#endif
+
+/* ---- scratch layout ---- */
+
+/* Bytes of one quantized activation row of N_IN elements for weight TYPE,
+ * or 0 when the type is not supported here. */
+static size_t mm_xq_stride(uint32_t type, int64_t n_in)
+{
+	size_t b;
+	switch (type) {
+	case QT_Q4_0:
+	case QT_Q8_0:
+		b = (size_t)n_in + (size_t)(n_in / QK) * 4;
+		break;
+	case QT_Q4_1:
+		b = (size_t)n_in + (size_t)(n_in / QK) * 8;
+		break;
+	case QT_Q4_K:
+	case QT_Q5_K:
+	case QT_Q6_K:
+		b = (size_t)n_in + (size_t)(n_in / QK_K) * (4 + 16 * 4);
+		break;
+	default:
+		return 0;
+	}
+	return (b + 15) & ~(size_t)15;
+}
+
+/* ---- device helpers ---- */
+
+/* 4 bytes from a 2-byte aligned address (ggml blocks are only that aligned). */
+static __device__ __forceinline__ int ld_i32(const uint8_t *p)
+{
+	const uint16_t *q = reinterpret_cast<const uint16_t *>(p);
+	return (int)((uint32_t)__ldg(&q[0]) | (uint32_t)__ldg(&q[1]) << 16);
+}
+
+static __device__ __forceinline__ float ld_f16(const uint8_t *p)
+{
+	return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const uint16_t *>(p))));
+}
+
+static __device__ __forceinline__ float f16_round(float f)
+{
+	return __half2float(__float2half_rn(f));
+}
+
+static __device__ __forceinline__ int warp_sum_i(int v)
+{
+	for (int off = 16; off > 0; off /= 2)
+		v += __shfl_xor_sync(MM_FULL, v, off);
+	return v;
+}
+
+/* ---- activation quantization: Q8_0 / Q8_1 ---- */
+
+/* One warp per 32-element block of one row: lane i takes element i. */
+static __global__ void quantize_q8_kernel(const float *__restrict__ x, int n_in, int T,
+	int with_sum, uint8_t *__restrict__ xq, size_t stride)
+{
+	const int nb = n_in / QK;
+	const long long gw = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	const int lane = threadIdx.x % 32;
+	if (gw >= (long long)T * nb) /* whole warps only */
+		return;
+	const int t = (int)(gw / nb), b = (int)(gw % nb);
+	const float v = x[(size_t)t * n_in + (size_t)b * QK + lane];
+	float amax = fabsf(v);
+	for (int off = 16; off > 0; off /= 2)
+		amax = fmaxf(amax, __shfl_xor_sync(MM_FULL, amax, off));
+	const float d = amax / 127;
+	const float id = amax != 0 ? 127.0f / amax : 0.0f;
+	const int q = __float2int_rn(v * id);
+	uint8_t *row = xq + (size_t)t * stride;
+	reinterpret_cast<int8_t *>(row)[(size_t)b * QK + lane] = (int8_t)q;
+	float *ds = reinterpret_cast<float *>(row + n_in);
+	if (lane == 0)
+		ds[b] = f16_round(d);
+	if (with_sum) {
+		const int sum = warp_sum_i(q);
+		if (lane == 0)
+			ds[nb + b] = f16_round((float)sum * d);
+	}
+}
+
+/* ---- activation quantization: Q8_K ---- */
+
+/* One block of 256 threads per super-block: thread i takes element i.  The
+ * scale comes from the first element of largest magnitude, sign included
+ * (quant.c's quantize_q8_k). */
+static __global__ void quantize_q8k_kernel(const float *__restrict__ x, int n_in,
+	uint8_t *__restrict__ xq, size_t stride)
+{
+	__shared__ float s_ax[MMQK_THREADS / 32];
+	__shared__ int s_idx[MMQK_THREADS / 32];
+	const int nsb = n_in / QK_K;
+	const int t = blockIdx.x / nsb, b = blockIdx.x % nsb;
+	const int i = threadIdx.x, lane = i % 32, warp = i / 32;
+	const float *src = x + (size_t)t * n_in + (size_t)b * QK_K;
+	const float v = src[i];
+
+	float ax = fabsf(v);
+	int idx = i;
+	for (int off = 16; off > 0; off /= 2) {
+		const float oax = __shfl_xor_sync(MM_FULL, ax, off);
+		const int oidx = __shfl_xor_sync(MM_FULL, idx, off);
+		if (oax > ax || (oax == ax && oidx < idx)) {
+			ax = oax;
+			idx = oidx;
+		}
+	}
+	if (lane == 0) {
+		s_ax[warp] = ax;
+		s_idx[warp] = idx;
+	}
+	__syncthreads();
+	float amax = s_ax[0];
+	int first = s_idx[0];
+	for (int w = 1; w < MMQK_THREADS / 32; w++)
+		if (s_ax[w] > amax) { /* warps in index order: ties keep the earlier */
+			amax = s_ax[w];
+			first = s_idx[w];
+		}
+
+	uint8_t *row = xq + (size_t)t * stride;
+	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * QK_K;
+	float *ds = reinterpret_cast<float *>(row + n_in);
+	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * (QK_K / 16);
+	if (amax == 0) {
+		qs[i] = 0;
+		if (i < QK_K / 16)
+			bsums[i] = 0;
+		if (i == 0)
+			ds[b] = 0;
+		return;
+	}
+	const float max = src[first];
+	const float iscale = -127.f / max;
+	int q = __float2int_rn(iscale * v);
+	q = q < 127 ? q : 127;
+	qs[i] = (int8_t)q;
+	int s = q; /* sum over the 16-lane group */
+	for (int off = 8; off > 0; off /= 2)
+		s += __shfl_xor_sync(MM_FULL, s, off);
+	if (i % 16 == 0)
+		bsums[i / 16] = s;
+	if (i == 0)
+		ds[b] = 1 / iscale;
+}
+
+/* ---- matmul: 32-element blocks (Q4_0, Q4_1, Q8_0) ---- */
+
+template <int TYPE> struct q32_traits;
+template <> struct q32_traits<QT_Q4_0> { enum { bytes = 18, qs = 2 }; };
+template <> struct q32_traits<QT_Q4_1> { enum { bytes = 20, qs = 4 }; };
+template <> struct q32_traits<QT_Q8_0> { enum { bytes = 34, qs = 2 }; };
+
+/* The 4 weight codes (as dp4a bytes) at element offset 16 * H + 4 * K of
+ * block BLK: Q8_0 stores them in order, Q4_0/Q4_1 hold element j in the low
+ * nibble of qs[j] and element j + 16 in its high nibble. */
+template <int TYPE>
+static __device__ __forceinline__ int w_codes(const uint8_t *blk, int h, int k)
+{
+	const uint8_t *qs = blk + q32_traits<TYPE>::qs;
+	if (TYPE == QT_Q8_0)
+		return ld_i32(qs + 16 * h + 4 * k);
+	return (ld_i32(qs + 4 * k) >> (4 * h)) & 0x0f0f0f0f;
+}
+
+/* The integer dot of those 4 codes with activations A (4 int8 as an int);
+ * Q4_0's -8 offset is taken out exactly through the sum of A. */
+template <int TYPE>
+static __device__ __forceinline__ int dot4(int w, int a)
+{
+	int s = __dp4a(w, a, 0);
+	if (TYPE == QT_Q4_0)
+		s -= 8 * __dp4a(0x01010101, a, 0);
+	return s;
+}
+
+/* One warp per weight row; lane l (< 16) and l + 16 hold quant.c's float
+ * lane l.  Full groups of 16 blocks: block b goes to lane b % 16, lane
+ * l + 16 taking elements 16..31.  Then the ragged blocks, block b feeding
+ * lanes 4t + b % 4 with the partial over elements 4t..4t+3 (half 0) and
+ * 16+4t..16+4t+3 (half 1).  Every loop bound is uniform over the warp, so
+ * the shuffles always see all 32 lanes. */
+template <int TYPE>
+static __global__ void matmul_q32_kernel(const uint8_t *__restrict__ w, size_t row_bytes,
+	int n_out, int nb, const uint8_t *__restrict__ xq, size_t stride, int T,
+	float *__restrict__ out)
+{
+	const int lane = threadIdx.x % 32;
+	const int row = blockIdx.x * MM_WARPS + threadIdx.x / 32;
+	if (row >= n_out) /* whole warps only */
+		return;
+	const int l = lane % 16, h = lane / 16;
+	const uint8_t *wrow = w + (size_t)row * row_bytes;
+	const int b16 = nb - nb % 16;
+	const int n_in = nb * QK;
+	const int bytes = q32_traits<TYPE>::bytes;
+
+	for (int t0 = 0; t0 < T; t0 += MM_TB) {
+		const int nt = T - t0 < MM_TB ? T - t0 : MM_TB;
+		float acc[MM_TB], macc[MM_TB];
+		const uint8_t *xr[MM_TB];
+MM_UNROLL
+		for (int j = 0; j < MM_TB; j++) {
+			acc[j] = 0.0f;
+			macc[j] = 0.0f;
+			xr[j] = xq + (size_t)(t0 + (j < nt ? j : 0)) * stride;
+		}
+
+		for (int b = l; b < b16; b += 16) {
+			const uint8_t *blk = wrow + (size_t)b * bytes;
+			int wc[4];
+MM_UNROLL
+			for (int k = 0; k < 4; k++)
+				wc[k] = w_codes<TYPE>(blk, h, k);
+			const float dw = ld_f16(blk);
+MM_UNROLL
+			for (int j = 0; j < MM_TB; j++) {
+				if (j >= nt) /* uniform: nt is the same in every lane */
+					break;
+				const int *a = reinterpret_cast<const int *>(xr[j] + (size_t)b * QK + 16 * h);
+				int s = 0;
+MM_UNROLL
+				for (int k = 0; k < 4; k++)
+					s += dot4<TYPE>(wc[k], __ldg(&a[k]));
+				s += __shfl_xor_sync(MM_FULL, s, 16);
+				const float *ds = reinterpret_cast<const float *>(xr[j] + n_in);
+				const float dd = dw * __ldg(&ds[b]);
+				acc[j] = fmaf((float)s, dd, acc[j]);
+				if (TYPE == QT_Q4_1)
+					macc[j] = fmaf(ld_f16(blk + 2), __ldg(&ds[nb + b]), macc[j]);
+			}
+		}
+
+		/* The ragged end: blocks b16 + 4k + r feed lane 4t + r. */
+		const int r = l % 4, tq = l / 4;
+		for (int k = 0; b16 + 4 * k < nb; k++) {
+			const int b = b16 + 4 * k + r;
+			const bool ok = b < nb;
+			const uint8_t *blk = wrow + (size_t)(ok ? b : b16) * bytes;
+			int wc;
+			if (TYPE == QT_Q8_0)
+				wc = ld_i32(blk + q32_traits<TYPE>::qs + 16 * h + 4 * tq);
+			else
+				wc = (ld_i32(blk + q32_traits<TYPE>::qs + 4 * tq) >> (4 * h)) & 0x0f0f0f0f;
+			const float dw = ld_f16(blk);
+MM_UNROLL
+			for (int j = 0; j < MM_TB; j++) {
+				if (j >= nt)
+					break;
+				const int *a = reinterpret_cast<const int *>(
+					xr[j] + (size_t)(ok ? b : b16) * QK + 16 * h + 4 * tq);
+				int s = dot4<TYPE>(wc, __ldg(a));
+				s += __shfl_xor_sync(MM_FULL, s, 16);
+				if (ok) {
+					const float *ds = reinterpret_cast<const float *>(xr[j] + n_in);
+					acc[j] = fmaf((float)s, dw * __ldg(&ds[b]), acc[j]);
+				}
+			}
+		}
+
+		/* Q4_1's m*s of the ragged blocks: block b16 + l goes to lane l. */
+		if (TYPE == QT_Q4_1 && b16 + l < nb) {
+			const uint8_t *blk = wrow + (size_t)(b16 + l) * bytes;
+MM_UNROLL
+			for (int j = 0; j < MM_TB; j++) {
+				if (j >= nt)
+					break;
+				const float *ds = reinterpret_cast<const float *>(xr[j] + n_in);
+				macc[j] = fmaf(ld_f16(blk + 2), __ldg(&ds[nb + b16 + l]), macc[j]);
+			}
+		}
+
+		/* hsum16: (a[l] + a[l+8]), then +4, +2, +1; float addition
+		 * commutes, so the xor butterfly gives its bits in lane 0. */
+MM_UNROLL
+		for (int j = 0; j < MM_TB; j++) {
+			if (j >= nt)
+				break;
+			float v = acc[j] + macc[j];
+			for (int off = 8; off > 0; off /= 2)
+				v += __shfl_xor_sync(MM_FULL, v, off);
+			if (lane == 0)
+				out[(size_t)(t0 + j) * n_out + row] = v;
+		}
+	}
+}
+
+/* ---- matmul: K-quants (Q4_K, Q5_K, Q6_K) against Q8_K ---- */
+
+template <int TYPE> struct k_traits;
+template <> struct k_traits<QT_Q4_K> { enum { bytes = 144 }; };
+template <> struct k_traits<QT_Q5_K> { enum { bytes = 176 }; };
+template <> struct k_traits<QT_Q6_K> { enum { bytes = 210 }; };
+
+/* The 6-bit scale and min of sub-block J of a Q4_K/Q5_K super-block. */
+static __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = __ldg(&q[j]) & 63;
+		*m = __ldg(&q[j + 4]) & 63;
+	} else {
+		*sc = (__ldg(&q[j + 4]) & 0xf) | ((__ldg(&q[j - 4]) >> 6) << 4);
+		*m = (__ldg(&q[j + 4]) >> 4) | ((__ldg(&q[j]) >> 6) << 4);
+	}
+}
+
+/* The exact integer sums of super-block BLK against NT activation rows'
+ * super-block B: SUMI (scaled codes) and, for Q4_K/Q5_K, SUMM (mins times
+ * bsums); Q6_K folds its -32 into SUMI through the bsums. */
+template <int TYPE>
+static __device__ __forceinline__ void k_sums(const uint8_t *blk, const uint8_t *const *xr,
+	int nt, int b, int n_in, int nsb, int *sumi, int *summ)
+{
+MM_UNROLL
+	for (int j = 0; j < MM_TB; j++)
+		sumi[j] = summ[j] = 0;
+	if (TYPE == QT_Q6_K) {
+		const uint8_t *ql = blk, *qh = blk + 128;
+		const int8_t *scales = reinterpret_cast<const int8_t *>(blk + 192);
+		for (int g = 0; g < QK_K / 16; g++) {
+			const int hf = g / 8, quarter = (g % 8) / 2, l0 = 16 * (g % 2);
+			int wc[4];
+MM_UNROLL
+			for (int k = 0; k < 4; k++) {
+				const int l = l0 + 4 * k;
+				const int lo = (ld_i32(ql + 64 * hf + (quarter & 1) * 32 + l) >>
+						(4 * (quarter >> 1))) & 0x0f0f0f0f;
+				const int hi = (ld_i32(qh + 32 * hf + l) >> (2 * quarter)) & 0x03030303;
+				wc[k] = lo | hi << 4;
+			}
+			const int sc = __ldg(&scales[g]);
+MM_UNROLL
+			for (int j = 0; j < MM_TB; j++) {
+				if (j >= nt)
+					break;
+				const int *a = reinterpret_cast<const int *>(xr[j] + (size_t)b * QK_K + 16 * g);
+				const int *bs = reinterpret_cast<const int *>(xr[j] + n_in + (size_t)nsb * 4);
+				int t = 0;
+MM_UNROLL
+				for (int k = 0; k < 4; k++)
+					t = __dp4a(wc[k], __ldg(&a[k]), t);
+				sumi[j] += sc * (t - 32 * __ldg(&bs[b * 16 + g]));
+			}
+		}
+		return;
+	}
+	const uint8_t *scales = blk + 4;
+	const uint8_t *qh = blk + 16;                              /* Q5_K only */
+	const uint8_t *qs = blk + (TYPE == QT_Q5_K ? 48 : 16);
+	for (int s = 0; s < 8; s++) {
+		int sc, m;
+		scale_min_k4(s, scales, &sc, &m);
+		int wc[8];
+MM_UNROLL
+		for (int k = 0; k < 8; k++) {
+			wc[k] = (ld_i32(qs + 32 * (s / 2) + 4 * k) >> (4 * (s & 1))) & 0x0f0f0f0f;
+			if (TYPE == QT_Q5_K)
+				wc[k] |= ((ld_i32(qh + 4 * k) >> s) & 0x01010101) << 4;
+		}
+MM_UNROLL
+		for (int j = 0; j < MM_TB; j++) {
+			if (j >= nt)
+				break;
+			const int *a = reinterpret_cast<const int *>(xr[j] + (size_t)b * QK_K + 32 * s);
+			const int *bs = reinterpret_cast<const int *>(xr[j] + n_in + (size_t)nsb * 4);
+			int t = 0;
+MM_UNROLL
+			for (int k = 0; k < 8; k++)
+				t = __dp4a(wc[k], __ldg(&a[k]), t);
+			sumi[j] += sc * t;
+			summ[j] += m * (__ldg(&bs[b * 16 + 2 * s]) + __ldg(&bs[b * 16 + 2 * s + 1]));
+		}
+	}
+}
+
+/* One warp per weight row: lane i computes super-block b0 + i's integer
+ * sums, then the warp walks the 32 in order with one float accumulator, as
+ * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
+template <int TYPE>
+static __global__ void matmul_k_kernel(const uint8_t *__restrict__ w, size_t row_bytes,
+	int n_out, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
+	float *__restrict__ out)
+{
+	const int lane = threadIdx.x % 32;
+	const int row = blockIdx.x * MM_WARPS + threadIdx.x / 32;
+	if (row >= n_out) /* whole warps only */
+		return;
+	const uint8_t *wrow = w + (size_t)row * row_bytes;
+	const int n_in = nsb * QK_K;
+	const int bytes = k_traits<TYPE>::bytes;
+
+	for (int t0 = 0; t0 < T; t0 += MM_TB) {
+		const int nt = T - t0 < MM_TB ? T - t0 : MM_TB;
+		const uint8_t *xr[MM_TB];
+		float acc[MM_TB];
+MM_UNROLL
+		for (int j = 0; j < MM_TB; j++) {
+			acc[j] = 0.0f;
+			xr[j] = xq + (size_t)(t0 + (j < nt ? j : 0)) * stride;
+		}
+		for (int b0 = 0; b0 < nsb; b0 += 32) {
+			const int b = b0 + lane;
+			int sumi[MM_TB], summ[MM_TB];
+			float dw = 0, dminw = 0;
+			if (b < nsb) {
+				const uint8_t *blk = wrow + (size_t)b * bytes;
+				k_sums<TYPE>(blk, xr, nt, b, n_in, nsb, sumi, summ);
+				dw = ld_f16(blk + (TYPE == QT_Q6_K ? 208 : 0));
+				dminw = TYPE == QT_Q6_K ? 0.0f : ld_f16(blk + 2);
+			} else {
+MM_UNROLL
+				for (int j = 0; j < MM_TB; j++)
+					sumi[j] = summ[j] = 0;
+			}
+			const int n = nsb - b0 < 32 ? nsb - b0 : 32;
+			for (int i = 0; i < n; i++) {
+				const float dwi = __shfl_sync(MM_FULL, dw, i);
+				const float dmi = __shfl_sync(MM_FULL, dminw, i);
+MM_UNROLL
+				for (int j = 0; j < MM_TB; j++) {
+					if (j >= nt)
+						break;
+					const int si = __shfl_sync(MM_FULL, sumi[j], i);
+					const int mi = __shfl_sync(MM_FULL, summ[j], i);
+					const float da = __ldg(reinterpret_cast<const float *>(xr[j] + n_in) + b0 + i);
+					acc[j] = fmaf((float)si, dwi * da, acc[j]);
+					if (TYPE != QT_Q6_K)
+						acc[j] = fmaf((float)-mi, dmi * da, acc[j]);
+				}
+			}
+		}
+MM_UNROLL
+		for (int j = 0; j < MM_TB; j++) {
+			if (j >= nt)
+				break;
+			if (lane == 0)
+				out[(size_t)(t0 + j) * n_out + row] = acc[j];
+		}
+	}
+}
+
+/* ---- launchers ---- */
+
+static int mm_launched(void)
+{
+	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
+/* Bytes per block of a supported weight type and its block size, or 0. */
+static size_t mm_block_bytes(uint32_t type, int *ret_blck)
+{
+	switch (type) {
+	case QT_Q4_0: *ret_blck = QK; return 18;
+	case QT_Q4_1: *ret_blck = QK; return 20;
+	case QT_Q8_0: *ret_blck = QK; return 34;
+	case QT_Q4_K: *ret_blck = QK_K; return 144;
+	case QT_Q5_K: *ret_blck = QK_K; return 176;
+	case QT_Q6_K: *ret_blck = QK_K; return 210;
+	default: *ret_blck = 0; return 0;
+	}
+}
+
+extern "C" size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T)
+{
+	if (!w || T < 1 || w->n_in <= 0)
+		return 0;
+	return mm_xq_stride(w->type, w->n_in) * (size_t)T;
+}
+
+extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
+	void *scratch, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	int blck;
+
+	if (!w || !w->data || !x || !out || !scratch || T < 1)
+		return -EINVAL;
+	const size_t bb = mm_block_bytes(w->type, &blck);
+	if (!bb)
+		return -ENOTSUP; /* F32/F16/BF16 weights: not on this path */
+	if (w->n_in <= 0 || w->n_in % blck || w->n_in > (1 << 24) || w->n_out <= 0 ||
+	    w->n_out > (1 << 24) || (int64_t)T * w->n_out > ((int64_t)1 << 31) - 1)
+		return -EINVAL;
+	if (w->row_bytes < (size_t)(w->n_in / blck) * bb || w->row_bytes % 2 ||
+	    (uintptr_t)w->data % 2 || (uintptr_t)x % 4 || (uintptr_t)out % 4 ||
+	    (uintptr_t)scratch % 16)
+		return -EINVAL;
+	/* TODO(prefill): for large T, dequantize weight tiles to fp16 and call
+	 * cublasGemmEx with fp32 accumulation here; this path stays the
+	 * decode path (and the reference for it). */
+
+	const int n_in = (int)w->n_in, n_out = (int)w->n_out;
+	const size_t stride = mm_xq_stride(w->type, w->n_in);
+	uint8_t *xq = (uint8_t *)scratch;
+	const uint8_t *wd = (const uint8_t *)w->data;
+	const int mm_blocks = (n_out + MM_WARPS - 1) / MM_WARPS;
+
+	if (blck == QK) {
+		const int nb = n_in / QK;
+		const long long warps = (long long)T * nb;
+		const long long qblocks = (warps + MMQ_WARPS - 1) / MMQ_WARPS;
+		if (qblocks > 0x7fffffffLL)
+			return -EINVAL;
+		LAUNCH(quantize_q8_kernel, (unsigned)qblocks, MMQ_WARPS * 32, 0, st, x, n_in, (int)T,
+		       w->type == QT_Q4_1 ? 1 : 0, xq, stride);
+		if (mm_launched())
+			return -EIO;
+		switch (w->type) {
+		case QT_Q4_0:
+			LAUNCH(matmul_q32_kernel<QT_Q4_0>, mm_blocks, MM_WARPS * 32, 0, st, wd,
+			       w->row_bytes, n_out, nb, (const uint8_t *)xq, stride, (int)T, out);
+			break;
+		case QT_Q4_1:
+			LAUNCH(matmul_q32_kernel<QT_Q4_1>, mm_blocks, MM_WARPS * 32, 0, st, wd,
+			       w->row_bytes, n_out, nb, (const uint8_t *)xq, stride, (int)T, out);
+			break;
+		default:
+			LAUNCH(matmul_q32_kernel<QT_Q8_0>, mm_blocks, MM_WARPS * 32, 0, st, wd,
+			       w->row_bytes, n_out, nb, (const uint8_t *)xq, stride, (int)T, out);
+			break;
+		}
+		return mm_launched();
+	}
+
+	const int nsb = n_in / QK_K;
+	if ((long long)T * nsb > 0x7fffffffLL)
+		return -EINVAL;
+	LAUNCH(quantize_q8k_kernel, (unsigned)(T * nsb), MMQK_THREADS, 0, st, x, n_in, xq, stride);
+	if (mm_launched())
+		return -EIO;
+	switch (w->type) {
+	case QT_Q4_K:
+		LAUNCH(matmul_k_kernel<QT_Q4_K>, mm_blocks, MM_WARPS * 32, 0, st, wd, w->row_bytes,
+		       n_out, nsb, (const uint8_t *)xq, stride, (int)T, out);
+		break;
+	case QT_Q5_K:
+		LAUNCH(matmul_k_kernel<QT_Q5_K>, mm_blocks, MM_WARPS * 32, 0, st, wd, w->row_bytes,
+		       n_out, nsb, (const uint8_t *)xq, stride, (int)T, out);
+		break;
+	default:
+		LAUNCH(matmul_k_kernel<QT_Q6_K>, mm_blocks, MM_WARPS * 32, 0, st, wd, w->row_bytes,
+		       n_out, nsb, (const uint8_t *)xq, stride, (int)T, out);
+		break;
+	}
+	return mm_launched();
+}

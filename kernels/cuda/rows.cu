@@ -1,0 +1,336 @@
+/* rows.cu - the CUDA backend's element-wise and row ops: embedding gather
+ * (dequantizing every weight type the CPU backend takes), RMSNorm, RoPE,
+ * SwiGLU and the residual add.
+ *
+ * Each op repeats the CPU backend's (kernels/cpu_backend.c, kernels/quant.c)
+ * arithmetic operation for operation, so that on the emulator the results
+ * are bit-identical to it, and on a GPU they differ only where CUDA's libm
+ * does (expf, sinf, cosf: at most 2 ulp, CUDA C Programming Guide, "Mathematical
+ * Functions").  Products that the CPU rounds before an add are written with
+ * __fmul_rn so that nvcc cannot contract them into an FMA.  Every row's
+ * arithmetic is independent of T and of the other rows (batch invariance).
+ */
+#include "cuda_compat.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "quant.h"
+#ifdef __cplusplus
+}
+#endif
+
+#define ROWS_THREADS 256     /* threads per block of every kernel here */
+#define ROWS_WARPS (ROWS_THREADS / 32)
+#define ROPE_MAX_ROT 1024    /* as the CPU backend */
+#define EW_MAX_BLOCKS 65536  /* grid of the element-wise grid-stride loops */
+
+/* ---- shared helpers ---- */
+
+static __device__ __forceinline__ float rows_f16(const uint8_t *p)
+{
+	return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(p)));
+}
+
+static int rows_launched(void)
+{
+	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
+/* ---- embed ---- */
+
+/* Element E (0..255) of a Q4_K (QH == NULL) or Q5_K super-block's codes: quant.c's q45_k_code. */
+static __device__ __forceinline__ int rows_q45_k_code(const uint8_t *qs, const uint8_t *qh, int e)
+{
+	const int chunk = e / 64, l = e % 32, high = (e % 64) >= 32;
+	int q = qs[32 * chunk + l];
+
+	q = high ? q >> 4 : q & 0xf;
+	if (qh && (qh[l] >> (2 * chunk + high)) & 1)
+		q += 16;
+	return q;
+}
+
+/* Element E (0..255) of a Q6_K super-block as its unsigned 6-bit code: quant.c's q6_k_code. */
+static __device__ __forceinline__ int rows_q6_k_code(const struct block_q6_k *x, int e)
+{
+	const int hi = e / 128, l = e % 32, quarter = (e % 128) / 32;
+	const uint8_t *ql = x->ql + 64 * hi, *qh = x->qh + 32 * hi;
+	int low = quarter & 1 ? ql[l + 32] : ql[l];
+
+	low = quarter & 2 ? low >> 4 : low & 0xf;
+	return low | (((qh[l] >> (2 * quarter)) & 3) << 4);
+}
+
+/* Element E of a row of TYPE, exactly as quant_dequantize_row computes it. */
+static __device__ __forceinline__ float rows_dequant(uint32_t type, const uint8_t *row, int64_t e)
+{
+	switch (type) {
+	case QT_F32:
+		return reinterpret_cast<const float *>(row)[e];
+	case QT_F16:
+		return rows_f16(row + 2 * e);
+	case QT_BF16:
+		return __uint_as_float((unsigned)reinterpret_cast<const unsigned short *>(row)[e] << 16);
+	case QT_Q4_0: {
+		const uint8_t *b = row + (e / QK) * sizeof(struct block_q4_0);
+		const int j = (int)(e % QK);
+		const uint8_t q = b[2 + j % (QK / 2)];
+		const int c = j < QK / 2 ? q & 0xf : q >> 4;
+		return (float)(c - 8) * rows_f16(b);
+	}
+	case QT_Q4_1: {
+		const uint8_t *b = row + (e / QK) * sizeof(struct block_q4_1);
+		const int j = (int)(e % QK);
+		const uint8_t q = b[4 + j % (QK / 2)];
+		const int c = j < QK / 2 ? q & 0xf : q >> 4;
+		/* ggml: x0*d + m, two roundings */
+		return __fmul_rn((float)c, rows_f16(b)) + rows_f16(b + 2);
+	}
+	case QT_Q8_0: {
+		const uint8_t *b = row + (e / QK) * sizeof(struct block_q8_0);
+		return (float)(int8_t)b[2 + e % QK] * rows_f16(b);
+	}
+	case QT_Q4_K:
+	case QT_Q5_K: {
+		const int five = type == QT_Q5_K;
+		const uint8_t *b = row + (e / QK_K) * (five ? sizeof(struct block_q5_k) : sizeof(struct block_q4_k));
+		const int el = (int)(e % QK_K), s = el / 32;
+		const uint8_t *scales = b + 4; /* after d, dmin in both layouts */
+		int sc, m;
+		if (s < 4) {
+			sc = scales[s] & 63;
+			m = scales[s + 4] & 63;
+		} else {
+			sc = (scales[s + 4] & 0xf) | ((scales[s - 4] >> 6) << 4);
+			m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
+		}
+		const float d1 = rows_f16(b) * (float)sc, m1 = rows_f16(b + 2) * (float)m;
+		const int q = five ? rows_q45_k_code(b + 16 + QK_K / 8, b + 16, el)
+				   : rows_q45_k_code(b + 16, NULL, el);
+		/* ggml: d1*q - m1, two roundings */
+		return __fmul_rn(d1, (float)q) - m1;
+	}
+	case QT_Q6_K: {
+		const struct block_q6_k *x = reinterpret_cast<const struct block_q6_k *>(
+			row + (e / QK_K) * sizeof(struct block_q6_k));
+		const int el = (int)(e % QK_K);
+		const float ds = rows_f16(reinterpret_cast<const uint8_t *>(&x->d)) * (float)x->scales[el / 16];
+		return ds * (float)(rows_q6_k_code(x, el) - 32);
+	}
+	default:
+		return __uint_as_float(0x7fc00000u);
+	}
+}
+
+/* Grid (T, chunks of ROWS_THREADS elements): one element per thread.  A row
+ * whose id is out of range comes out as NaNs (the CPU backend returns
+ * -EINVAL; the ids live on the device here). */
+static __global__ void embed_kernel(const uint8_t *__restrict__ w, uint32_t type, int64_t n_in,
+	int64_t n_out, size_t row_bytes, const int32_t *__restrict__ ids, float *__restrict__ out)
+{
+	const int64_t t = blockIdx.x;
+	const int64_t e = (int64_t)blockIdx.y * ROWS_THREADS + threadIdx.x;
+	if (e >= n_in)
+		return;
+	const int32_t id = ids[t];
+	float v;
+	if (id < 0 || id >= n_out)
+		v = __uint_as_float(0x7fc00000u);
+	else
+		v = rows_dequant(type, w + (size_t)id * row_bytes, e);
+	out[t * n_in + e] = v;
+}
+
+/* Elements per block and bytes per block of the types embed takes, or 0. */
+static int rows_type_block(uint32_t type, int *ret_bytes)
+{
+	switch (type) {
+	case QT_F32: *ret_bytes = 4; return 1;
+	case QT_F16: *ret_bytes = 2; return 1;
+	case QT_BF16: *ret_bytes = 2; return 1;
+	case QT_Q4_0: *ret_bytes = (int)sizeof(struct block_q4_0); return QK;
+	case QT_Q4_1: *ret_bytes = (int)sizeof(struct block_q4_1); return QK;
+	case QT_Q8_0: *ret_bytes = (int)sizeof(struct block_q8_0); return QK;
+	case QT_Q4_K: *ret_bytes = (int)sizeof(struct block_q4_k); return QK_K;
+	case QT_Q5_K: *ret_bytes = (int)sizeof(struct block_q5_k); return QK_K;
+	case QT_Q6_K: *ret_bytes = (int)sizeof(struct block_q6_k); return QK_K;
+	default: return 0;
+	}
+}
+
+extern "C" int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t T, float *out,
+	void *stream)
+{
+	int bytes = 0, blck;
+
+	if (!w || T < 0 || (T && (!ids || !out || !w->data)) || w->n_in <= 0 || w->n_out <= 0)
+		return -EINVAL;
+	if (!(blck = rows_type_block(w->type, &bytes)))
+		return -ENOTSUP;
+	if (w->n_in % blck || w->row_bytes < (size_t)(w->n_in / blck) * (size_t)bytes ||
+	    w->row_bytes % 2 || (w->type == QT_F32 && w->row_bytes % 4))
+		return -EINVAL;
+	const int64_t chunks = (w->n_in + ROWS_THREADS - 1) / ROWS_THREADS;
+	if (chunks > 65535)
+		return -EINVAL;
+	if (!T)
+		return 0;
+	LAUNCH(embed_kernel, dim3((unsigned)T, (unsigned)chunks), ROWS_THREADS, 0,
+		(cudaStream_t)stream, (const uint8_t *)w->data, w->type, w->n_in, w->n_out,
+		w->row_bytes, ids, out);
+	return rows_launched();
+}
+
+/* ---- rmsnorm ---- */
+
+/* Sum over the block of one double per thread; every thread gets it.  The
+ * order (per thread, then xor butterfly per warp, then warps in order) is
+ * a function of blockDim only, so every row of every T sums alike. */
+static __device__ double rows_block_sum(double v, double *s_warp)
+{
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	for (int off = 16; off > 0; off /= 2)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	if (lane == 0)
+		s_warp[warp] = v;
+	__syncthreads();
+	double sum = 0;
+	for (int i = 0; i < ROWS_WARPS; i++)
+		sum += s_warp[i];
+	return sum;
+}
+
+/* One block per row: sum of squares in double (as ggml and the CPU), then
+ * y = (x * scale) * g.  Each thread reads and writes the same elements, so
+ * OUT may equal X. */
+static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ g, int64_t n,
+	float eps, float *out)
+{
+	__shared__ double s_warp[ROWS_WARPS];
+	const float *xr = x + (int64_t)blockIdx.x * n;
+	float *yr = out + (int64_t)blockIdx.x * n;
+	double part = 0;
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
+		const float v = xr[i];
+		part += (double)__fmul_rn(v, v);
+	}
+	const double sum = rows_block_sum(part, s_warp);
+	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS)
+		yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
+}
+
+extern "C" int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n, float eps,
+	float *out, void *stream)
+{
+	if (T < 0 || n <= 0 || (T && (!x || !g || !out)))
+		return -EINVAL;
+	if (!T)
+		return 0;
+	LAUNCH(rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, g, n, eps,
+		out);
+	return rows_launched();
+}
+
+/* ---- rope ---- */
+
+/* One block per row.  The cos/sin table goes into dynamic shared memory
+ * first: entry i is cos/sin of pos * theta_scale^i, the power taken by i
+ * float multiplications in order, exactly as the CPU's running product
+ * (THETA_SCALE itself comes from the host's powf, the CPU's). */
+static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot,
+	const int32_t *__restrict__ pos, float theta_scale, int neox)
+{
+	DYN_SHARED(float2, cs);
+	const int n_pair = n_rot / 2;
+	const int64_t t = blockIdx.x;
+	for (int i = threadIdx.x; i < n_pair; i += ROWS_THREADS) {
+		float theta = (float)pos[t];
+		for (int k = 0; k < i; k++)
+			theta = __fmul_rn(theta, theta_scale);
+		cs[i] = make_float2(cosf(theta), sinf(theta));
+	}
+	__syncthreads();
+	float *row = x + t * n_head * head_dim;
+	const int pairs = n_head * n_pair;
+	for (int p = threadIdx.x; p < pairs; p += ROWS_THREADS) {
+		const int h = p / n_pair, i = p % n_pair;
+		float *v = row + (int64_t)h * head_dim;
+		const int a = neox ? i : 2 * i, b = neox ? i + n_pair : 2 * i + 1;
+		const float x0 = v[a], x1 = v[b], c = cs[i].x, s = cs[i].y;
+		v[a] = __fmul_rn(x0, c) - __fmul_rn(x1, s);
+		v[b] = __fmul_rn(x0, s) + __fmul_rn(x1, c);
+	}
+}
+
+extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_rot,
+	const int32_t *pos, float freq_base, enum bk_rope_style style, void *stream)
+{
+	if (T < 0 || n_head < 0 || head_dim < 0 || n_rot < 0 || n_rot > head_dim || n_rot % 2 ||
+	    n_rot > ROPE_MAX_ROT || (style != BK_ROPE_NORMAL && style != BK_ROPE_NEOX) ||
+	    (int64_t)n_head * (n_rot / 2) > INT32_MAX)
+		return -EINVAL;
+	if (!T || !n_head || !n_rot)
+		return 0;
+	if (!x || !pos)
+		return -EINVAL;
+	const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* the CPU's, on the host */
+	LAUNCH(rope_kernel, (unsigned)T, ROWS_THREADS, (size_t)(n_rot / 2) * sizeof(float2),
+		(cudaStream_t)stream, x, n_head, head_dim, n_rot, pos, theta_scale,
+		style == BK_ROPE_NEOX);
+	return rows_launched();
+}
+
+/* ---- swiglu, add ---- */
+
+/* Grid-stride over N; OUT may equal G (each element read before written by one thread). */
+static __global__ void swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n,
+	float *out)
+{
+	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
+	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < n; k += stride) {
+		const float a = g[k];
+		out[k] = a / (1.0f + expf(-a)) * u[k];
+	}
+}
+
+static __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t n)
+{
+	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
+	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < n; k += stride)
+		x[k] += y[k];
+}
+
+static unsigned rows_ew_blocks(int64_t n)
+{
+	const int64_t b = (n + ROWS_THREADS - 1) / ROWS_THREADS;
+	return (unsigned)(b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS);
+}
+
+extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, void *stream)
+{
+	if (n < 0 || (n && (!g || !u || !out)))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	LAUNCH(swiglu_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, (cudaStream_t)stream, g, u, n,
+		out);
+	return rows_launched();
+}
+
+extern "C" int cuda_add(float *x, const float *y, int64_t n, void *stream)
+{
+	if (n < 0 || (n && (!x || !y)))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	LAUNCH(add_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, (cudaStream_t)stream, x, y, n);
+	return rows_launched();
+}

@@ -1,0 +1,296 @@
+/* test_cuda_attention.cc - kernels/cuda/attention.cu, compiled here as C++
+ * against the CUDA emulator, against the CPU backend (the reference):
+ * kv_store writes the very bytes the CPU writes (F32, F16, Q8_0), and
+ * attention over a paged pool (shuffled block ids, tables with holes, GQA,
+ * ragged batches mixing decode rows and prefill chunks) matches the CPU's
+ * within the tolerances below, in every thread order.
+ *
+ * Splits are made small here (48 positions: 3 blocks of 16) so that rows of
+ * up to 200 positions cross up to 5 splits and the reduction is exercised;
+ * the kernels are the same at the default split size.
+ */
+extern "C" { /* C headers, before cuda_ops.h includes backend.h as C++ */
+#include "backend.h"
+#include "quant.h"
+}
+
+#define ATTN_SPLIT_TOKENS 48
+#include "attention.cu"
+
+#include <math.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "emu_testutil.h"
+
+static uint64_t rng = 7;
+static uint32_t next_u32()
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(rng >> 32);
+}
+static float next_f(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)(next_u32() >> 8) / 16777216.0f;
+}
+
+#define N_BLOCKS 64
+#define BT 16
+#define N_LAYER 2
+#define TABLE_STRIDE 16 /* capacity 256 positions */
+#define N_SEQ 4
+
+/* Outputs are convex combinations of V values in [-1, 1].  The GPU sums the
+ * dot products, the softmax denominators and the weighted V rows in another
+ * order than the CPU's SIMD loops (fmaf chains, per-split partials
+ * rescaled by exp(m_s - M) in the reduction), and its expf may differ from
+ * libm's by an ulp or two: each output is off by a few float ulps of the
+ * terms summed: measured <= 2e-7 absolute at these lengths (<= 200
+ * positions, |score| < 6).  F16 and Q8_0 dequantize to the very floats the
+ * CPU uses (same products), so the same bound holds.  We allow
+ * 4e-6 + 4e-6 * |ref|: 20x the measured error, far below a wrong weight or
+ * a dropped position (>= 1e-3 here). */
+static const float ATOL = 4e-6f, RTOL = 4e-6f;
+
+struct cfg {
+	uint32_t type;
+	int32_t head_dim, n_head, n_head_kv;
+	bool big_batch; /* also a 70-row prefill chunk (more than one row chunk) */
+};
+
+static const cfg cfgs[] = {
+	{ QT_F32, 8, 4, 2, true },
+	{ QT_F32, 64, 6, 1, false },
+	{ QT_F16, 16, 9, 3, false },
+	{ QT_F16, 64, 8, 2, false },
+	{ QT_Q8_0, 64, 4, 2, false },
+	{ QT_Q8_0, 16, 6, 2, false },  /* heads inside a Q8_0 block */
+	{ QT_Q8_0, 8, 8, 4, false },
+};
+
+static size_t row_bytes_of(uint32_t type, int32_t kv_dim)
+{
+	return type == QT_F32 ? (size_t)kv_dim * 4 : type == QT_F16 ? (size_t)kv_dim * 2
+		: (size_t)kv_dim / 32 * 34;
+}
+
+/* A step: rows (pos, seq). */
+struct step {
+	std::vector<int32_t> pos, seq;
+	void add(int32_t s, int32_t p0, int32_t n)
+	{
+		for (int32_t i = 0; i < n; i++) {
+			pos.push_back(p0 + i);
+			seq.push_back(s);
+		}
+	}
+	int32_t T() const { return (int32_t)pos.size(); }
+};
+
+static struct backend *cpu;
+static double worst_err;
+
+static void run_cfg(const cfg &c)
+{
+	const int32_t kv_dim = c.head_dim * c.n_head_kv, hd = c.head_dim;
+	const size_t rb = row_bytes_of(c.type, kv_dim);
+	const size_t block_bytes = 2 * (size_t)N_LAYER * BT * rb;
+	const size_t pool_bytes = (size_t)N_BLOCKS * block_bytes;
+
+	/* sequences: lengths, tables of shuffled block ids; unused entries are
+	 * -1 holes (never read), unused blocks stay zero */
+	const int32_t len[N_SEQ] = { 200, 150, 37, 5 };
+	std::vector<int32_t> perm(N_BLOCKS);
+	for (int i = 0; i < N_BLOCKS; i++)
+		perm[i] = i;
+	for (int i = N_BLOCKS - 1; i > 0; i--)
+		std::swap(perm[i], perm[next_u32() % (i + 1)]);
+	std::vector<int32_t> seq_table((size_t)N_SEQ * TABLE_STRIDE, -1);
+	int used = 3; /* blocks perm[0..2] belong to nobody */
+	for (int s = 0; s < N_SEQ; s++)
+		for (int b = 0; b < (len[s] + BT - 1) / BT; b++)
+			seq_table[(size_t)s * TABLE_STRIDE + b] = perm[used++];
+
+	std::vector<uint8_t> cpu_pool(pool_bytes, 0);
+	dbuf<uint8_t> dpool(pool_bytes);
+	struct bk_kv hkv = { cpu_pool.data(), c.type, N_BLOCKS, BT, N_LAYER, kv_dim, rb, block_bytes };
+	struct bk_kv dkv = hkv;
+	dkv.base = dpool.d;
+
+	/* per-step device copies of pos and the rows' tables */
+	auto tables_of = [&](const step &st) {
+		std::vector<int32_t> tb((size_t)st.T() * TABLE_STRIDE);
+		for (int32_t t = 0; t < st.T(); t++)
+			std::copy(seq_table.begin() + (size_t)st.seq[t] * TABLE_STRIDE,
+				seq_table.begin() + (size_t)(st.seq[t] + 1) * TABLE_STRIDE,
+				tb.begin() + (size_t)t * TABLE_STRIDE);
+		return tb;
+	};
+	auto rows_of = [&](const step &st, std::vector<const int32_t *> &ptrs) {
+		ptrs.resize(st.T());
+		for (int32_t t = 0; t < st.T(); t++)
+			ptrs[t] = seq_table.data() + (size_t)st.seq[t] * TABLE_STRIDE;
+		struct bk_rows r = { st.T(), st.pos.data(), ptrs.data() };
+		return r;
+	};
+
+	/* ---- kv_store: fill every sequence in ragged steps, both layers ---- */
+	std::vector<step> fills(3);
+	for (int s = 0; s < N_SEQ; s++) { /* each sequence's positions over 3 steps */
+		int32_t a = len[s] / 3, b = 2 * len[s] / 3;
+		fills[0].add(s, 0, a);
+		fills[1].add(s, a, b - a);
+		fills[2].add(s, b, len[s] - b);
+	}
+	for (int layer = 0; layer < N_LAYER; layer++) {
+		for (const step &st : fills) {
+			const int32_t T = st.T();
+			std::vector<float> k((size_t)T * kv_dim), v((size_t)T * kv_dim);
+			for (float &x : k)
+				x = next_f(-1, 1);
+			for (float &x : v)
+				x = next_f(-1, 1);
+			if (T > 2) { /* a zero row (Q8_0 amax == 0) and a tie-rounding one */
+				std::fill(k.begin(), k.begin() + kv_dim, 0.0f);
+				for (int32_t i = 0; i < kv_dim; i++)
+					v[i] = i % 32 == 0 ? 1.0f : (float)((int)(next_u32() % 255) - 127) / 254.0f;
+			}
+			std::vector<const int32_t *> ptrs;
+			struct bk_rows rows = rows_of(st, ptrs);
+			CHECK_INT_EQ(cpu->ops->kv_store(cpu, &hkv, layer, &rows, k.data(), v.data()), 0);
+			dbuf<int32_t> dpos(T), dtab((size_t)T * TABLE_STRIDE);
+			dbuf<float> dk(k.size()), dv(v.size());
+			dpos.put(st.pos);
+			dtab.put(tables_of(st));
+			dk.put(k);
+			dv.put(v);
+			CHECK_INT_EQ(cuda_kv_store(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, dk.d, dv.d, 0), 0);
+		}
+	}
+	std::vector<uint8_t> got = dpool.get();
+	size_t diff = 0;
+	for (size_t i = 0; i < pool_bytes; i++)
+		diff += got[i] != cpu_pool[i];
+	if (diff)
+		fprintf(stderr, "type %u hd %d: kv_store: %zu of %zu pool bytes differ\n", c.type, hd, diff,
+			pool_bytes);
+	CHECK(diff == 0);
+	dpool.put(cpu_pool); /* attention below reads the CPU's bytes either way */
+
+	/* ---- attention: a ragged batch ---- */
+	std::vector<step> steps(1);
+	steps[0].add(0, 199, 1);    /* decode, 5 splits */
+	steps[0].add(1, 140, 10);   /* a prefill chunk */
+	steps[0].add(2, 36, 1);     /* decode */
+	steps[0].add(3, 0, 5);      /* a fresh sequence's prompt */
+	steps[0].add(0, 47, 2);     /* split edge: 48 and 49 positions */
+	if (c.big_batch) {
+		steps.emplace_back();
+		steps[1].add(1, 60, 70); /* more rows than ATTN_ROW_CHUNK */
+		steps[1].add(2, 15, 2);  /* KV block edge: 16, 17 positions */
+	}
+	attn_shape unused;
+	struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f / sqrtf((float)hd) };
+	CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &unused), 0);
+	for (const step &st : steps) {
+		const int32_t T = st.T();
+		const size_t qn = (size_t)T * c.n_head * hd;
+		std::vector<float> q(qn), want(qn);
+		for (float &x : q)
+			x = next_f(-2, 2);
+		std::vector<const int32_t *> ptrs;
+		struct bk_rows rows = rows_of(st, ptrs);
+		const int layer = 1;
+		CHECK_INT_EQ(cpu->ops->attention(cpu, &hkv, layer, &rows, &a, q.data(), want.data()), 0);
+		dbuf<int32_t> dpos(T), dtab((size_t)T * TABLE_STRIDE);
+		dbuf<float> dq(qn), dout(qn, 0xff);
+		const size_t sb = cuda_attention_scratch_bytes(&dkv, &a, T, TABLE_STRIDE);
+		CHECK(sb > 0);
+		dbuf<uint8_t> scratch(sb, 0xff);
+		dpos.put(st.pos);
+		dtab.put(tables_of(st));
+		dq.put(q);
+		std::vector<float> first;
+		for_each_order([&](const char *order) {
+			CHECK_INT_EQ(cuda_attention(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
+					     dout.d, scratch.d, 0), 0);
+			std::vector<float> out = dout.get();
+			int bad = 0;
+			for (size_t i = 0; i < qn; i++) {
+				double e = fabs((double)out[i] - want[i]);
+				if (e > worst_err)
+					worst_err = e;
+				if (!(e <= ATOL + RTOL * fabs(want[i])) && bad++ < 5)
+					fprintf(stderr, "type %u hd %d T %d [%zu] (row %zu head %zu): %.8g, cpu %.8g\n",
+						c.type, hd, T, i, i / (c.n_head * hd), i / hd % c.n_head,
+						out[i], want[i]);
+			}
+			CHECK(bad == 0);
+			/* the thread order changes nothing: each output has one writer
+			 * and a fixed summation order */
+			if (first.empty())
+				first = out;
+			else
+				CHECK(memcmp(first.data(), out.data(), qn * sizeof(float)) == 0);
+		});
+		/* batch invariance: each row alone gives the same bits */
+		for (int32_t t = 0; t < T; t += 7) {
+			CHECK_INT_EQ(cuda_attention(&dkv, layer, 1, dpos.d + t, dtab.d + (size_t)t * TABLE_STRIDE,
+					     TABLE_STRIDE, &a, dq.d + (size_t)t * c.n_head * hd, dout.d,
+					     scratch.d, 0), 0);
+			std::vector<float> one = dout.get();
+			CHECK(memcmp(one.data(), first.data() + (size_t)t * c.n_head * hd,
+				     (size_t)c.n_head * hd * sizeof(float)) == 0);
+		}
+	}
+}
+
+static void test_args()
+{
+	dbuf<uint8_t> pool(2 * 2 * 4 * 16 * 4 * 4);
+	dbuf<int32_t> pos(1), tab(4);
+	dbuf<float> x(64), out(64);
+	dbuf<uint8_t> scratch(1 << 16);
+	struct bk_kv kv = { pool.d, QT_F32, 4, 4, 2, 16, 64, 2 * 2 * 4 * 64 };
+	struct bk_attn a = { 4, 2, 8, 0.35f };
+	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) > 0);
+	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) <= (1 << 16));
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), 0);
+	CHECK_INT_EQ(cuda_kv_store(&kv, 0, 0, pos.d, tab.d, 4, x.d, x.d, 0), 0);
+	CHECK_INT_EQ(cuda_attention(&kv, 2, 1, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_kv_store(&kv, -1, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 0, &a, x.d, out.d, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, -1, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), -EINVAL);
+	struct bk_attn bad = { 5, 2, 8, 0.35f }; /* n_head % n_head_kv */
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, scratch.d, 0), -EINVAL);
+	CHECK(cuda_attention_scratch_bytes(&kv, &bad, 1, 4) == 0);
+	bad = { 4, 2, 16, 0.25f }; /* head_dim * n_head_kv != kv_dim */
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, scratch.d, 0), -EINVAL);
+	struct bk_kv k2 = kv;
+	k2.type = QT_BF16;
+	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -ENOTSUP);
+	CHECK_INT_EQ(cuda_attention(&k2, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), -ENOTSUP);
+	k2 = kv;
+	k2.row_bytes = 32; /* not F32's row of kv_dim */
+	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);
+	k2 = kv;
+	k2.type = QT_Q8_0; /* kv_dim 16 is not whole Q8_0 blocks */
+	k2.row_bytes = 34;
+	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);
+}
+
+int main()
+{
+	CHECK_INT_EQ(cpu_backend_new(2, &cpu), 0);
+	if (!cpu)
+		return test_result();
+	test_args();
+	for (const cfg &c : cfgs)
+		run_cfg(c);
+	backend_free(cpu);
+	fprintf(stderr, "worst |gpu - cpu| = %.3g\n", worst_err);
+	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
+	return test_result();
+}

@@ -1,0 +1,254 @@
+/* test_cuda_matmul.cc - kernels/cuda/matmul.cu, compiled here as C++ against
+ * the CUDA emulator, against the CPU backend's matmul (the reference).
+ *
+ * Random valid weight blocks of every supported type (random codes, random
+ * f16 scales), random activations (with an all-zero block and a tie for the
+ * largest magnitude), several shapes (ragged 32-element tails, K-quant rows
+ * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9.
+ *
+ * Tolerance: none.  The kernels reproduce quant.c's arithmetic (the device
+ * quantizes activations exactly as the CPU, the integer sums are exact and
+ * the float steps are the same fmas in the same order and the same tree
+ * sum), so every output must equal the CPU backend's bit for bit, on its
+ * default SIMD path and on the portable C one.  Also checked: each row's
+ * output is the same bits computed alone (T = 1) or inside a T = 9 batch,
+ * the argument checks, and that nothing leaks.
+ */
+extern "C" {
+#include "backend.h"
+#include "quant.h"
+}
+
+#include "matmul.cu"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include <vector>
+
+#include "emu_testutil.h"
+
+static uint64_t rng = 20240611;
+static uint32_t next_u32()
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(rng >> 32);
+}
+
+static float uniform(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)(next_u32() >> 8) / (float)(1u << 24);
+}
+
+static void put_f16(uint8_t *p, float f)
+{
+	qt_f16 h = qt_f32_to_f16(f);
+	memcpy(p, &h, 2);
+}
+
+/* N_OUT rows of N_IN elements of TYPE: random bytes, scales made sane. */
+static std::vector<uint8_t> random_weights(uint32_t type, int n_in, int n_out, size_t *ret_row_bytes)
+{
+	const qtype_info *ti = qtype_get(type);
+	size_t rb = qtype_row_bytes(type, n_in);
+	std::vector<uint8_t> w(rb * n_out);
+	for (uint8_t &b : w)
+		b = (uint8_t)next_u32();
+	const int nb = n_in / (int)ti->blck;
+	for (int r = 0; r < n_out; r++)
+		for (int b = 0; b < nb; b++) {
+			uint8_t *blk = w.data() + r * rb + (size_t)b * ti->bytes;
+			float d = uniform(0.001f, 0.05f) * (next_u32() & 1 ? -1 : 1);
+			switch (type) {
+			case QT_Q4_0:
+			case QT_Q8_0:
+				put_f16(blk, d);
+				break;
+			case QT_Q4_1:
+			case QT_Q4_K:
+			case QT_Q5_K:
+				put_f16(blk, fabsf(d));
+				put_f16(blk + 2, uniform(-0.1f, 0.1f));
+				break;
+			case QT_Q6_K:
+				put_f16(blk + 208, d);
+				break;
+			}
+		}
+	*ret_row_bytes = rb;
+	return w;
+}
+
+static std::vector<float> random_x(int n_in, int T)
+{
+	std::vector<float> x((size_t)n_in * T);
+	for (float &v : x)
+		v = uniform(-2.0f, 2.0f);
+	if (T > 1) /* an all-zero block (scale 0) */
+		for (int i = 0; i < 32; i++)
+			x[(size_t)n_in + i] = 0;
+	if (T > 2) { /* the largest magnitude twice, signs opposite: Q8_K takes the first */
+		x[2 * (size_t)n_in + 5] = 3.0f;
+		x[2 * (size_t)n_in + 7] = -3.0f;
+	}
+	return x;
+}
+
+static struct backend *cpu_be;
+
+static std::vector<float> cpu_matmul(const bk_weight &w, const std::vector<float> &x, int T)
+{
+	std::vector<float> out((size_t)T * w.n_out, NAN);
+	const bk_weight *wp = &w;
+	float *op = out.data();
+	CHECK_INT_EQ(cpu_be->ops->matmul(cpu_be, &wp, 1, x.data(), T, &op), 0);
+	return out;
+}
+
+static bool same_bits(float a, float b)
+{
+	return memcmp(&a, &b, 4) == 0;
+}
+
+static int n_cases;
+
+/* One shape of one type: the CUDA path equals the CPU (both ISAs) bit for
+ * bit, row by row the same alone as in the batch. */
+static void check_case(uint32_t type, int n_in, int n_out, int T, bool invariance)
+{
+	size_t rb;
+	std::vector<uint8_t> hw = random_weights(type, n_in, n_out, &rb);
+	std::vector<float> hx = random_x(n_in, T);
+
+	dbuf<uint8_t> dw(hw.size());
+	dbuf<float> dx(hx.size()), dout((size_t)T * n_out);
+	dw.put(hw);
+	dx.put(hx);
+	bk_weight w = { type, n_in, n_out, hw.data(), rb };
+	bk_weight dwt = { type, n_in, n_out, dw.d, rb };
+	const size_t sb = cuda_matmul_scratch_bytes(&dwt, T);
+	CHECK(sb > 0);
+	dbuf<uint8_t> scratch(sb);
+
+	std::vector<float> want = cpu_matmul(w, hx, T);
+	enum quant_isa isa = quant_get_isa();
+	quant_set_isa(QUANT_ISA_SCALAR);
+	std::vector<float> want_c = cpu_matmul(w, hx, T);
+	quant_set_isa(isa);
+
+	CHECK_INT_EQ(cuda_matmul_q(&dwt, dx.d, T, dout.d, scratch.d, NULL), 0);
+	std::vector<float> got = dout.get();
+	int bad = 0;
+	double max_rel = 0;
+	for (size_t i = 0; i < got.size(); i++) {
+		if (!same_bits(got[i], want[i]) || !same_bits(got[i], want_c[i])) {
+			if (bad < 3)
+				fprintf(stderr, "%s n_in %d n_out %d T %d: out[%zu] = %.9g, cpu %.9g (c %.9g)\n",
+					qtype_get(type)->name, n_in, n_out, T, i, got[i], want[i], want_c[i]);
+			bad++;
+		}
+		double rel = fabs((double)got[i] - want[i]) / (fabs((double)want[i]) + 1e-30);
+		if (rel > max_rel)
+			max_rel = rel;
+	}
+	CHECK_INT_EQ(bad, 0);
+	if (bad)
+		fprintf(stderr, "  max relative difference %.3g\n", max_rel);
+
+	if (invariance) {
+		/* Each row computed alone (T = 1) gives the bits it had in the batch. */
+		dbuf<float> one(n_out);
+		bk_weight w1 = dwt;
+		dbuf<uint8_t> s1(cuda_matmul_scratch_bytes(&w1, 1));
+		int diff = 0;
+		for (int t = 0; t < T; t++) {
+			CHECK_INT_EQ(cuda_matmul_q(&w1, dx.d + (size_t)t * n_in, 1, one.d, s1.d, NULL), 0);
+			std::vector<float> h = one.get();
+			for (int i = 0; i < n_out; i++)
+				diff += !same_bits(h[i], got[(size_t)t * n_out + i]);
+		}
+		CHECK_INT_EQ(diff, 0);
+	}
+	n_cases++;
+}
+
+static const uint32_t q32_types[] = { QT_Q8_0, QT_Q4_0, QT_Q4_1 };
+static const uint32_t k_types[] = { QT_Q4_K, QT_Q5_K, QT_Q6_K };
+
+/* Every type and shape in forward order. */
+static void test_shapes()
+{
+	const int q32_in[] = { 32, 96, 576, 1536, 1568 }; /* 1, 3, 16+2, 48, 48+1 blocks */
+	const int n_outs[] = { 1, 7, 70 };
+	const int Ts[] = { 1, 2, 5, 9 };
+	for (uint32_t type : q32_types)
+		for (int n_in : q32_in)
+			for (int n_out : n_outs)
+				for (int T : Ts)
+					check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
+	const int k_in[] = { 256, 768 };
+	for (uint32_t type : k_types) {
+		for (int n_in : k_in)
+			for (int n_out : n_outs)
+				for (int T : Ts)
+					check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
+		/* more than 32 super-blocks: a second round of the warp's broadcast */
+		check_case(type, 33 * QK_K, 3, 2, false);
+	}
+}
+
+/* A smaller set in every thread order. */
+static void test_orders()
+{
+	for_each_order([&](const char *) {
+		for (uint32_t type : q32_types)
+			check_case(type, 576, 9, 5, true);
+		for (uint32_t type : k_types)
+			check_case(type, 512, 5, 5, true);
+	});
+}
+
+static void test_args()
+{
+	dbuf<uint8_t> wbuf(34 * 4), scratch(4096);
+	dbuf<float> x(64), out(16);
+	bk_weight w = { QT_Q8_0, 64, 2, wbuf.d, 68 };
+	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, scratch.d, NULL), 0);
+	CHECK_INT_EQ(cuda_matmul_q(NULL, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&w, NULL, 1, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 0, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, NULL, NULL), -EINVAL);
+	bk_weight bad = w;
+	bad.n_in = 48; /* not whole blocks */
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
+	bad = w;
+	bad.row_bytes = 34; /* shorter than a row */
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
+	bad = w;
+	bad.type = QT_F32;
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -ENOTSUP);
+	CHECK_INT_EQ(cuda_matmul_scratch_bytes(&bad, 1), 0);
+	bad.type = QT_Q4_K; /* n_in 64 is not a super-block */
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
+	CHECK(cuda_matmul_scratch_bytes(&w, 3) == 3 * cuda_matmul_scratch_bytes(&w, 1));
+}
+
+int main(void)
+{
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_INT_EQ(cpu_backend_new(2, &cpu_be), 0);
+	if (!cpu_be)
+		return test_result();
+	test_args();
+	test_shapes();
+	test_orders();
+	backend_free(cpu_be);
+	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("test_cuda_matmul: %d cases (cpu isa %s and scalar), all bit-identical: %s, %.1f s\n",
+	       n_cases, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
+	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+	return test_result();
+}

@@ -1,0 +1,335 @@
+/* test_cuda_rows.cc - kernels/cuda/rows.cu (embed, rmsnorm, rope, swiglu,
+ * add), compiled here as C++ against the CUDA emulator, equals the CPU
+ * backend on random inputs of several shapes, in every thread order.
+ *
+ * Tolerances, in ulps of the CPU's value (measured figures are printed):
+ *   embed, add, swiglu, rope: 0 (bit-identical).  The kernels repeat the CPU's
+ *     operations one for one with the same roundings (__fmul_rn keeps nvcc
+ *     from fusing a product into an add, RoPE's theta_scale is the host's
+ *     powf and its theta the same running float product), and the emulator's
+ *     expf/sinf/cosf are the host's.  On a GPU, swiglu and rope may differ
+ *     by CUDA's expf/sinf/cosf error (<= 2 ulp) - not tested here.
+ *   rmsnorm: 2.  Both sum the squares in double, but in a different order
+ *     (per-thread strides, warp butterfly, warps in order, vs sequential),
+ *     so the double sum may differ in its last bits, and then, rarely, the
+ *     float mean and the scale by one ulp, which moves an output by <= 2 ulp.
+ *     Measured: 0 on these inputs.
+ */
+extern "C" {
+#include "backend.h"
+#include "quant.h"
+}
+
+#include "rows.cu"
+
+#include <math.h>
+
+#include <vector>
+
+#include "emu_testutil.h"
+
+static uint64_t rng = 20240611;
+static uint32_t next_u32()
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(rng >> 32);
+}
+/* Uniform in [lo, hi). */
+static float frand(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)(next_u32() >> 8) * 0x1p-24f;
+}
+
+static struct backend *cpu;
+
+/* Distance in ulps between two floats (both finite), as ordered integers. */
+static int64_t ulps(float a, float b)
+{
+	int32_t ia, ib;
+	memcpy(&ia, &a, 4);
+	memcpy(&ib, &b, 4);
+	int64_t la = ia < 0 ? (int64_t)INT32_MIN - ia : ia, lb = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
+	return la > lb ? la - lb : lb - la;
+}
+
+/* Largest ulp distance of GOT from WANT (a NaN anywhere counts as huge). */
+static int64_t max_ulps(const std::vector<float> &got, const std::vector<float> &want)
+{
+	CHECK(got.size() == want.size());
+	int64_t m = 0;
+	for (size_t i = 0; i < got.size() && i < want.size(); i++) {
+		int64_t d = isnan(got[i]) || isnan(want[i]) ? INT32_MAX : ulps(got[i], want[i]);
+		if (d > m)
+			m = d;
+	}
+	return m;
+}
+
+/* The largest distance each op measured, over every shape and order. */
+static int64_t worst_embed, worst_rmsnorm, worst_rope, worst_swiglu, worst_add;
+
+static void expect_close(const char *op, const char *what, const std::vector<float> &got,
+	const std::vector<float> &want, int64_t tol, int64_t *worst)
+{
+	int64_t d = max_ulps(got, want);
+	if (d > *worst)
+		*worst = d;
+	if (d > tol) {
+		fprintf(stderr, "%s %s: %lld ulps from the CPU backend (tolerance %lld)\n", op, what,
+			(long long)d, (long long)tol);
+		test_failures++;
+	}
+}
+
+/* ---- embed ---- */
+
+/* N_OUT random valid rows of TYPE, N elements each. */
+static std::vector<uint8_t> make_weight(uint32_t type, int64_t n, int64_t n_out, size_t *ret_row_bytes)
+{
+	const size_t rb = qtype_row_bytes(type, n);
+	const struct qtype_info *qi = qtype_get(type);
+	std::vector<uint8_t> w(rb * n_out);
+	std::vector<float> f(n);
+	*ret_row_bytes = rb;
+	for (int64_t r = 0; r < n_out; r++) {
+		uint8_t *row = w.data() + r * rb;
+		for (float &v : f)
+			v = frand(-2, 2);
+		switch (type) {
+		case QT_F32: case QT_F16: case QT_BF16: case QT_Q8_0:
+			/* the CPU's own converters and activation quantizer */
+			quant_quantize_row(type, f.data(), row, n);
+			break;
+		default: {
+			/* every code pattern: random bytes, with finite f16 scales */
+			for (size_t i = 0; i < rb; i++)
+				row[i] = (uint8_t)next_u32();
+			for (int64_t b = 0; b < n / qi->blck; b++) {
+				uint8_t *blk = row + b * qi->bytes;
+				qt_f16 d = qt_f32_to_f16(frand(-0.1f, 0.1f)), m = qt_f32_to_f16(frand(0, 0.05f));
+				if (type == QT_Q6_K) {
+					memcpy(blk + offsetof(struct block_q6_k, d), &d, 2);
+				} else {
+					memcpy(blk, &d, 2);
+					if (type != QT_Q4_0)
+						memcpy(blk + 2, &m, 2); /* Q4_1's m, the K-quants' dmin */
+				}
+			}
+		}
+		}
+	}
+	return w;
+}
+
+static void test_embed()
+{
+	static const uint32_t types[] = { QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
+					  QT_Q4_K, QT_Q5_K, QT_Q6_K };
+	static const int32_t Ts[] = { 1, 3, 17 };
+	const int64_t n_out = 37;
+
+	for (uint32_t type : types) {
+		const uint32_t blck = qtype_get(type)->blck;
+		std::vector<int64_t> ns;
+		if (blck == 1)
+			ns = { 64, 100, 576 };
+		else if (blck == QK)
+			ns = { 64, 96, 576 };
+		else
+			ns = { 256, 768 };
+		for (int64_t n : ns) {
+			size_t rb;
+			std::vector<uint8_t> w = make_weight(type, n, n_out, &rb);
+			dbuf<uint8_t> dw(w.size());
+			dw.put(w);
+			for (int32_t T : Ts) {
+				std::vector<int32_t> ids(T);
+				for (int32_t &id : ids)
+					id = (int32_t)(next_u32() % n_out);
+				ids[0] = (int32_t)n_out - 1; /* the last row too */
+				struct bk_weight hw = { type, n, n_out, w.data(), rb };
+				std::vector<float> want((size_t)T * n);
+				CHECK_INT_EQ(cpu->ops->embed(cpu, &hw, ids.data(), T, want.data()), 0);
+				dbuf<int32_t> dids(T);
+				dids.put(ids);
+				dbuf<float> dout((size_t)T * n, 0xff);
+				struct bk_weight dwt = { type, n, n_out, dw.d, rb };
+				char what[96];
+				snprintf(what, sizeof what, "%s n=%lld T=%d", qtype_get(type)->name, (long long)n, T);
+				for_each_order([&](const char *) {
+					CHECK_INT_EQ(cudaMemset(dout.d, 0xff, dout.n * 4), cudaSuccess);
+					CHECK_INT_EQ(cuda_embed(&dwt, dids.d, T, dout.d, NULL), 0);
+					expect_close("embed", what, dout.get(), want, 0, &worst_embed);
+				});
+			}
+		}
+	}
+
+	/* Arguments, and an id out of range: a NaN row, the others intact. */
+	size_t rb;
+	std::vector<uint8_t> w = make_weight(QT_Q4_0, 64, 4, &rb);
+	dbuf<uint8_t> dw(w.size());
+	dw.put(w);
+	dbuf<int32_t> dids(3);
+	dids.put({ 1, 4, -1 });
+	dbuf<float> dout(3 * 64);
+	struct bk_weight dwt = { QT_Q4_0, 64, 4, dw.d, rb };
+	CHECK_INT_EQ(cuda_embed(&dwt, dids.d, 3, dout.d, NULL), 0);
+	std::vector<float> h = dout.get(), want(64);
+	quant_dequantize_row(QT_Q4_0, w.data() + rb, want.data(), 64);
+	CHECK(memcmp(h.data(), want.data(), 64 * 4) == 0);
+	for (int i = 64; i < 3 * 64; i++)
+		CHECK(isnan(h[i]));
+	CHECK_INT_EQ(cuda_embed(&dwt, dids.d, 0, dout.d, NULL), 0);
+	CHECK_INT_EQ(cuda_embed(&dwt, dids.d, -1, dout.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_embed(NULL, dids.d, 3, dout.d, NULL), -EINVAL);
+	struct bk_weight bad = dwt;
+	bad.n_in = 48; /* not a multiple of 32 */
+	CHECK_INT_EQ(cuda_embed(&bad, dids.d, 3, dout.d, NULL), -EINVAL);
+	bad = dwt;
+	bad.row_bytes = 17; /* shorter than a row */
+	CHECK_INT_EQ(cuda_embed(&bad, dids.d, 3, dout.d, NULL), -EINVAL);
+	bad = dwt;
+	bad.type = QT_Q8_1; /* an activation format, not a weight */
+	CHECK_INT_EQ(cuda_embed(&bad, dids.d, 3, dout.d, NULL), -ENOTSUP);
+}
+
+/* ---- rmsnorm ---- */
+
+static void test_rmsnorm()
+{
+	static const int32_t Ts[] = { 1, 3, 17 };
+	static const int64_t ns[] = { 64, 100, 576, 2049 };
+
+	for (int64_t n : ns) {
+		for (int32_t T : Ts) {
+			const float eps = T == 3 ? 1e-6f : 1e-5f;
+			std::vector<float> x((size_t)T * n), g(n);
+			for (size_t i = 0; i < x.size(); i++)
+				x[i] = frand(-3, 3) * (i % 7 == 0 ? 10.0f : 1.0f);
+			for (float &v : g)
+				v = frand(-1.5f, 1.5f);
+			std::vector<float> want(x.size());
+			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, x.data(), g.data(), T, n, eps, want.data()), 0);
+			dbuf<float> dx(x.size()), dg(n), dout(x.size());
+			dg.put(g);
+			char what[64];
+			snprintf(what, sizeof what, "n=%lld T=%d", (long long)n, T);
+			for_each_order([&](const char *) {
+				dx.put(x);
+				CHECK_INT_EQ(cuda_rmsnorm(dx.d, dg.d, T, n, eps, dout.d, NULL), 0);
+				expect_close("rmsnorm", what, dout.get(), want, 2, &worst_rmsnorm);
+				/* in place */
+				CHECK_INT_EQ(cuda_rmsnorm(dx.d, dg.d, T, n, eps, dx.d, NULL), 0);
+				expect_close("rmsnorm in place", what, dx.get(), want, 2, &worst_rmsnorm);
+			});
+		}
+	}
+	dbuf<float> d(64);
+	CHECK_INT_EQ(cuda_rmsnorm(d.d, d.d, 0, 64, 1e-5f, d.d, NULL), 0);
+	CHECK_INT_EQ(cuda_rmsnorm(d.d, d.d, -1, 64, 1e-5f, d.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rmsnorm(d.d, d.d, 1, 0, 1e-5f, d.d, NULL), -EINVAL);
+}
+
+/* ---- rope ---- */
+
+static void test_rope()
+{
+	static const struct { int32_t n_head, head_dim, n_rot; } shapes[] = {
+		{ 3, 64, 64 }, { 2, 64, 32 }, { 5, 80, 80 }, { 1, 128, 128 }, { 9, 64, 64 },
+	};
+	static const int32_t Ts[] = { 1, 3, 17 };
+
+	for (const auto &s : shapes) {
+		for (int32_t T : Ts) {
+			for (int style = 0; style < 2; style++) {
+				const float base = style ? 100000.0f : 10000.0f;
+				const size_t n = (size_t)T * s.n_head * s.head_dim;
+				std::vector<float> x(n);
+				std::vector<int32_t> pos(T);
+				for (float &v : x)
+					v = frand(-2, 2);
+				for (int32_t &p : pos)
+					p = (int32_t)(next_u32() % 8192);
+				pos[0] = 0;
+				if (T > 1)
+					pos[1] = 1;
+				std::vector<float> want = x;
+				CHECK_INT_EQ(cpu->ops->rope(cpu, want.data(), T, s.n_head, s.head_dim, s.n_rot,
+					pos.data(), base, (enum bk_rope_style)style), 0);
+				dbuf<float> dx(n);
+				dbuf<int32_t> dpos(T);
+				dpos.put(pos);
+				char what[96];
+				snprintf(what, sizeof what, "%s heads=%d hd=%d rot=%d T=%d",
+					style ? "neox" : "normal", s.n_head, s.head_dim, s.n_rot, T);
+				for_each_order([&](const char *) {
+					dx.put(x);
+					CHECK_INT_EQ(cuda_rope(dx.d, T, s.n_head, s.head_dim, s.n_rot, dpos.d, base,
+						(enum bk_rope_style)style, NULL), 0);
+					expect_close("rope", what, dx.get(), want, 0, &worst_rope);
+				});
+			}
+		}
+	}
+	dbuf<float> d(64);
+	dbuf<int32_t> p(1);
+	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, 65, p.d, 1e4f, BK_ROPE_NORMAL, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, 63, p.d, 1e4f, BK_ROPE_NORMAL, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, 64, p.d, 1e4f, (enum bk_rope_style)2, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rope(d.d, 0, 1, 64, 64, p.d, 1e4f, BK_ROPE_NORMAL, NULL), 0);
+}
+
+/* ---- swiglu, add ---- */
+
+static void test_elementwise()
+{
+	static const int64_t ns[] = { 1, 100, 576, 17 * 576, 70001 };
+
+	for (int64_t n : ns) {
+		std::vector<float> g(n), u(n);
+		for (float &v : g)
+			v = frand(-12, 12);
+		for (float &v : u)
+			v = frand(-3, 3);
+		std::vector<float> want_sw(n), want_add = g;
+		CHECK_INT_EQ(cpu->ops->swiglu(cpu, g.data(), u.data(), n, want_sw.data()), 0);
+		CHECK_INT_EQ(cpu->ops->add(cpu, want_add.data(), u.data(), n), 0);
+		dbuf<float> dg(n), du(n), dout(n);
+		du.put(u);
+		char what[64];
+		snprintf(what, sizeof what, "n=%lld", (long long)n);
+		for_each_order([&](const char *) {
+			dg.put(g);
+			CHECK_INT_EQ(cuda_swiglu(dg.d, du.d, n, dout.d, NULL), 0);
+			expect_close("swiglu", what, dout.get(), want_sw, 0, &worst_swiglu);
+			CHECK_INT_EQ(cuda_swiglu(dg.d, du.d, n, dg.d, NULL), 0); /* in place */
+			expect_close("swiglu in place", what, dg.get(), want_sw, 0, &worst_swiglu);
+			dg.put(g);
+			CHECK_INT_EQ(cuda_add(dg.d, du.d, n, NULL), 0);
+			expect_close("add", what, dg.get(), want_add, 0, &worst_add);
+		});
+	}
+	dbuf<float> d(4);
+	CHECK_INT_EQ(cuda_swiglu(d.d, d.d, 0, d.d, NULL), 0);
+	CHECK_INT_EQ(cuda_swiglu(d.d, d.d, -1, d.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add(d.d, d.d, 0, NULL), 0);
+	CHECK_INT_EQ(cuda_add(d.d, NULL, 4, NULL), -EINVAL);
+}
+
+int main()
+{
+	CHECK_INT_EQ(cpu_backend_new(1, &cpu), 0);
+	if (!cpu)
+		return test_result();
+	test_embed();
+	test_rmsnorm();
+	test_rope();
+	test_elementwise();
+	backend_free(cpu);
+	printf("largest distance from the CPU backend, in ulps: embed %lld, rmsnorm %lld, rope %lld, "
+	       "swiglu %lld, add %lld\n", (long long)worst_embed, (long long)worst_rmsnorm,
+	       (long long)worst_rope, (long long)worst_swiglu, (long long)worst_add);
+	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
+	return test_result();
+}
