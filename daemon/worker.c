@@ -97,7 +97,8 @@ struct worker {
 	uint64_t rate_tok[RATE_SAMPLES];
 	int rate_n;
 	_Atomic double heartbeat;
-	uint8_t rec[PROTO_FINAL_FIXED + PROTO_MAX_ERRMSG + PROTO_TOKEN_FIXED + 1024]; /* record scratch */
+	uint8_t rec[PROTO_TOKEN_FIXED + PROTO_MAX_TOKEN_TEXT + PROTO_FINAL_FIXED + PROTO_MAX_ERRMSG];
+				     /* record scratch: the largest TOKEN or FINAL fits */
 };
 
 static double now_s(void)
