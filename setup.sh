@@ -27,7 +27,7 @@ if [ -n "$missing" ]; then
 fi
 
 [ -x configure ] || autoreconf -fi
-[ -f Makefile ] || ./configure --enable-werror
+[ -f Makefile ] || ./configure --enable-werror --enable-cuda-emu
 make -j"$(nproc)"
 make fetch-model
 

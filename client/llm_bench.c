@@ -43,6 +43,7 @@ struct bench_opts {
 	int sequential;             /* submit the --parallel requests one after another */
 	const char *socket;         /* through this llmd instead of in-process */
 	uint32_t kv_type;
+	int32_t backend;            /* ENGINE_BACKEND_CPU or ENGINE_BACKEND_CUDA */
 	int32_t batch;
 	struct sampler_params sp;
 	const char *stops[STOPSTR_MAX];
@@ -67,6 +68,7 @@ static void usage(FILE *f)
 		"  -s, --system TEXT       system message (with --chat)\n"
 		"  -n, --n-predict N       tokens to generate (default 64)\n"
 		"  -t, --threads T         CPU threads (default 2)\n"
+		"      --backend B         compute backend: cpu (default) or cuda\n"
 		"      --temp X            temperature (default 0: greedy)\n"
 		"      --top-k N --top-p X --min-p X --repeat-penalty X\n"
 		"      --presence-penalty X --frequency-penalty X\n"
@@ -121,7 +123,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK };
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -138,7 +140,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "parallel", required_argument, 0, O_PAR }, { "kv-tokens", required_argument, 0, O_KVT },
 		{ "no-prefix-cache", no_argument, 0, O_NOPC }, { "shared-prefix", no_argument, 0, O_SHP },
 		{ "kv-mib", required_argument, 0, O_KVM }, { "sequential", no_argument, 0, O_SEQ },
-		{ "socket", required_argument, 0, O_SOCK },
+		{ "socket", required_argument, 0, O_SOCK }, { "backend", required_argument, 0, O_BACKEND },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -194,6 +196,16 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_KVM: o->kv_mib = atoll(optarg); break;
 		case O_SEQ: o->sequential = 1; break;
 		case O_SOCK: o->socket = optarg; break;
+		case O_BACKEND:
+			if (!strcmp(optarg, "cpu"))
+				o->backend = ENGINE_BACKEND_CPU;
+			else if (!strcmp(optarg, "cuda"))
+				o->backend = ENGINE_BACKEND_CUDA;
+			else {
+				fprintf(stderr, "llm-bench: --backend must be cpu or cuda\n");
+				return -1;
+			}
+			break;
 		case O_KV:
 			if (!strcmp(optarg, "f16"))
 				o->kv_type = QT_F16;
@@ -636,6 +648,7 @@ int main(int argc, char **argv)
 	engine_params_default(&ep);
 	ep.n_threads = o.threads;
 	ep.kv_type = o.kv_type;
+	ep.backend = o.backend;
 	ep.max_batch = o.batch;
 	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : o.kv_mib ? 0 : kv_tokens;
 	ep.kv_mib = o.kv_mib;

@@ -24,13 +24,16 @@ struct engine {
 	struct backend *be;          /* owned */
 	struct kv_pool *kv;          /* owned */
 	int32_t n_ctx;               /* positions per sequence */
-	/* Step scratch, (max_batch, width) floats each. */
+	/* Step scratch, (max_batch, width) floats each, in the backend's memory
+	 * (backend_alloc): device memory on CUDA. */
 	float *x;                    /* residual stream (T, n_embd) */
 	float *xn;                   /* normalized (T, n_embd) */
 	float *q;                    /* (T, n_head*head_dim) */
 	float *k, *v;                /* (T, n_head_kv*head_dim) */
 	float *att;                  /* attention output (T, n_head*head_dim) */
 	float *g, *u;                /* FFN gate and up (T, n_ff) */
+	float *logits;               /* (max_batch, n_vocab) when the backend's memory is
+	                                not the host's (ops->download), else NULL */
 };
 
 void engine_params_default(struct engine_params *p)
@@ -42,6 +45,8 @@ void engine_params_default(struct engine_params *p)
 	p->kv_tokens = 8192;
 	p->n_ctx = 0;
 	p->max_batch = 512;
+	p->backend = ENGINE_BACKEND_CPU;
+	p->device = 0;
 }
 
 void engine_free(struct engine *e)
@@ -49,15 +54,12 @@ void engine_free(struct engine *e)
 	if (!e)
 		return;
 	kv_pool_free(e->kv);
+	if (e->be) {
+		float *bufs[] = { e->x, e->xn, e->q, e->k, e->v, e->att, e->g, e->u, e->logits };
+		for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+			backend_release(e->be, bufs[i]);
+	}
 	backend_free(e->be);
-	free(e->x);
-	free(e->xn);
-	free(e->q);
-	free(e->k);
-	free(e->v);
-	free(e->att);
-	free(e->g);
-	free(e->u);
 	free(e);
 }
 
@@ -87,7 +89,8 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	if (p->n_threads < 1 || p->n_threads > 256 || p->max_batch < 1 ||
 	    p->kv_block_tokens < 1 || p->kv_tokens < 0 || p->kv_mib < 0 ||
 	    (p->kv_tokens == 0 && p->kv_mib == 0) || p->n_ctx < 0 ||
-	    (p->kv_type != QT_F16 && p->kv_type != QT_F32 && p->kv_type != QT_Q8_0)) {
+	    (p->kv_type != QT_F16 && p->kv_type != QT_F32 && p->kv_type != QT_Q8_0) ||
+	    (p->backend != ENGINE_BACKEND_CPU && p->backend != ENGINE_BACKEND_CUDA) || p->device < 0) {
 		snprintf(err, errlen, "invalid engine parameters");
 		return -EINVAL;
 	}
@@ -120,11 +123,25 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 		free(e);
 		return -EINVAL;
 	}
-	r = cpu_backend_new(p->n_threads, &e->be);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot start %d CPU threads", p->n_threads);
-		free(e);
-		return r;
+	if (p->backend == ENGINE_BACKEND_CUDA) {
+#ifdef LLMD_CUDA_BACKEND
+		r = cuda_backend_new(p->device, &e->be, err, errlen);
+#else
+		snprintf(err, errlen, "this llmd was built without a CUDA backend "
+			 "(configure --enable-cuda or --enable-cuda-emu)");
+		r = -ENOTSUP;
+#endif
+		if (r < 0) {
+			free(e);
+			return r;
+		}
+	} else {
+		r = cpu_backend_new(p->n_threads, &e->be);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot start %d CPU threads", p->n_threads);
+			free(e);
+			return r;
+		}
 	}
 	r = kv_pool_new(p->kv_type, p->kv_block_tokens, hp->n_layer, hp->n_head_kv * hp->head_dim,
 			(int32_t)n_blocks, kv_salt(m, p), &e->kv, err, errlen);
@@ -133,21 +150,32 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 		return r;
 	}
 	T = (size_t)p->max_batch;
-	e->x = malloc(T * hp->n_embd * sizeof(float));
-	e->xn = malloc(T * hp->n_embd * sizeof(float));
-	e->q = malloc(T * hp->n_head * hp->head_dim * sizeof(float));
-	e->att = malloc(T * hp->n_head * hp->head_dim * sizeof(float));
-	e->k = malloc(T * hp->n_head_kv * hp->head_dim * sizeof(float));
-	e->v = malloc(T * hp->n_head_kv * hp->head_dim * sizeof(float));
-	e->g = malloc(T * hp->n_ff * sizeof(float));
-	e->u = malloc(T * hp->n_ff * sizeof(float));
+	e->x = backend_alloc(e->be, T * hp->n_embd * sizeof(float));
+	e->xn = backend_alloc(e->be, T * hp->n_embd * sizeof(float));
+	e->q = backend_alloc(e->be, T * hp->n_head * hp->head_dim * sizeof(float));
+	e->att = backend_alloc(e->be, T * hp->n_head * hp->head_dim * sizeof(float));
+	e->k = backend_alloc(e->be, T * hp->n_head_kv * hp->head_dim * sizeof(float));
+	e->v = backend_alloc(e->be, T * hp->n_head_kv * hp->head_dim * sizeof(float));
+	e->g = backend_alloc(e->be, T * hp->n_ff * sizeof(float));
+	e->u = backend_alloc(e->be, T * hp->n_ff * sizeof(float));
 	if (!e->x || !e->xn || !e->q || !e->att || !e->k || !e->v || !e->g || !e->u)
+		goto nomem;
+	/* TODO(cuda): size this by the rows that want logits (usually one per
+	 * sequence), not max_batch. */
+	if (e->be->ops->download &&
+	    !(e->logits = backend_alloc(e->be, T * (size_t)hp->n_vocab * sizeof(float))))
 		goto nomem;
 	*ret = e;
 	return 0;
 nomem:
+#ifdef LLMD_CUDA_BACKEND
+	if (e && e->be && p->backend == ENGINE_BACKEND_CUDA)
+		snprintf(err, errlen, "out of device memory for %d-row step buffers: %s", p->max_batch,
+			 cuda_backend_last_error(e->be));
+	else
+#endif
+		snprintf(err, errlen, "out of memory");
 	engine_free(e);
-	snprintf(err, errlen, "out of memory");
 	return -ENOMEM;
 }
 
@@ -186,6 +214,8 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
 	r = check_batch(e, b);
 	if (r < 0)
 		return r;
+	if ((r = backend_begin_step(be, &rows)) < 0)
+		return r;
 
 	if ((r = ops->embed(be, &m->tok_embd, b->token, T, e->x)) < 0)
 		return r;
@@ -218,16 +248,21 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
 	/* Gather the rows that want logits, then norm and project only those. */
 	for (int32_t t = 0; t < T; t++) {
 		if (b->logits ? b->logits[t] : t == T - 1) {
-			if (n_out != t)
-				memcpy(e->x + (size_t)n_out * d, e->x + (size_t)t * d, (size_t)d * sizeof(float));
+			if (n_out != t &&
+			    (r = backend_copy_rows(be, e->x + (size_t)n_out * d, e->x + (size_t)t * d, d)) < 0)
+				return r;
 			n_out++;
 		}
 	}
 	if (n_out == 0)
 		return 0;
 	const struct bk_weight *out_w = &m->output;
+	float *out = e->logits ? e->logits : logits;
 	if ((r = ops->rmsnorm(be, e->x, m->output_norm, n_out, d, hp->rms_eps, e->xn)) < 0 ||
-	    (r = ops->matmul(be, &out_w, 1, e->xn, n_out, &logits)) < 0)
+	    (r = ops->matmul(be, &out_w, 1, e->xn, n_out, &out)) < 0)
+		return r;
+	if (e->logits &&
+	    (r = ops->download(be, logits, e->logits, (size_t)n_out * hp->n_vocab * sizeof(float))) < 0)
 		return r;
 	return n_out;
 }

@@ -27,14 +27,20 @@ struct engine_params {
 	int64_t kv_mib;          /* or, when kv_tokens is 0, in MiB (rounded down to blocks) */
 	int32_t n_ctx;           /* longest sequence, tokens; 0 = the model's */
 	int32_t max_batch;       /* token rows per step */
+	int32_t backend;         /* ENGINE_BACKEND_CPU (default) or ENGINE_BACKEND_CUDA */
+	int32_t device;          /* CUDA device index (0) */
 };
+
+#define ENGINE_BACKEND_CPU 0
+#define ENGINE_BACKEND_CUDA 1 /* built with --enable-cuda-emu (on the CPU emulator) */
 
 /* Defaults: 2 threads, f16 KV, 16-token blocks, 8192 tokens, n_ctx 0,
  * 512 rows. */
 void engine_params_default(struct engine_params *p);
 
 /* M must outlive the engine.  Returns 0, or a negative errno with a message
- * (-EINVAL among others for a q8_0 KV cache on heads it cannot hold). */
+ * (-EINVAL among others for a q8_0 KV cache on heads it cannot hold;
+ * -ENOTSUP for the CUDA backend in a build without one). */
 int engine_new(const struct model *m, const struct engine_params *p, struct engine **ret,
 	       char *err, size_t errlen);
 void engine_free(struct engine *e); /* NULL-safe */
@@ -53,7 +59,8 @@ struct engine_batch {
  * attends over positions 0..pos of its sequence.  Writes the logits of the
  * flagged rows, in row order, to LOGITS (n_flagged, n_vocab).  Returns the
  * number of logit rows, or -EINVAL (bad token, position, block id, or more
- * than max_batch rows); nothing is written then. */
+ * than max_batch rows); nothing is written then; -EIO (among others) when the
+ * backend fails. */
 int engine_step(struct engine *e, const struct engine_batch *b, float *logits);
 
 int32_t engine_n_vocab(const struct engine *e);
@@ -63,6 +70,7 @@ int32_t engine_max_batch(const struct engine *e);
 int64_t engine_kv_capacity(const struct engine *e);
 /* The engine's KV pool: the scheduler allocates sequences' blocks from it. */
 struct kv_pool *engine_kv_pool(const struct engine *e);
+/* "cpu", "cuda", or "cuda-emu" (the CUDA backend on the CPU emulator). */
 const char *engine_backend_name(const struct engine *e);
 
 #endif

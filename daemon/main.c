@@ -222,10 +222,12 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 	sp->max_batched_tokens = d->cfg.max_batched_tokens;
 	sp->max_queue = d->cfg.max_queue;
 	sp->prefix_cache = d->cfg.prefix_cache;
-	if (!strcmp(d->cfg.backend, "cuda")) {
-		snprintf(err, errlen, "device.backend = cuda: this llmd has no CUDA backend yet");
-		return -ENOTSUP;
-	}
+	/* auto means the CPU until the CUDA backend is built for real devices:
+	 * the emulated one (--enable-cuda-emu) is for tests, never a default. */
+	ep->backend = !strcmp(d->cfg.backend, "cuda") ? ENGINE_BACKEND_CUDA : ENGINE_BACKEND_CPU;
+	ep->device = d->cfg.device_index;
+	(void)err;
+	(void)errlen;
 	return 0;
 }
 

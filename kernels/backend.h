@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,6 +99,26 @@ struct backend_ops {
 	int (*swiglu)(struct backend *be, const float *g, const float *u, int64_t n, float *out);
 	/* x (n) += y */
 	int (*add)(struct backend *be, float *x, const float *y, int64_t n);
+
+	/* ---- memory and step hooks: all optional; backend_*() below supply
+	 * the CPU defaults, so a backend whose activations are host memory
+	 * leaves them NULL ---- */
+	/* An activation buffer of BYTES in the backend's memory, or NULL.
+	 * Default: malloc. */
+	void *(*alloc)(struct backend *be, size_t bytes);                        /* optional */
+	/* Frees what alloc returned; NULL-safe.  Default: free. */
+	void (*release)(struct backend *be, void *p);                            /* optional */
+	/* Called once at the start of every step with the step's rows, before
+	 * any op, so a device backend uploads positions and block tables once;
+	 * the ops then get the same ROWS (and ROWS->pos).  Default: nothing. */
+	int (*begin_step)(struct backend *be, const struct bk_rows *rows);       /* optional */
+	/* dst (n) = src (n), both activation buffers (may not overlap).
+	 * Default: memcpy. */
+	int (*copy_rows)(struct backend *be, float *dst, const float *src, int64_t n); /* optional */
+	/* host_dst (BYTES) = src, an activation buffer.  When absent the
+	 * backend's memory is host memory: the engine writes results straight
+	 * into the caller's buffers and never calls it. */
+	int (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes); /* optional */
 };
 
 struct backend {
@@ -112,6 +134,43 @@ static inline void backend_free(struct backend *be)
 	if (be)
 		be->ops->free(be);
 }
+
+/* ---- the optional ops with their defaults (engine thread only) ---- */
+
+static inline void *backend_alloc(struct backend *be, size_t bytes)
+{
+	return be->ops->alloc ? be->ops->alloc(be, bytes) : malloc(bytes);
+}
+
+static inline void backend_release(struct backend *be, void *p)
+{
+	if (be && be->ops->release)
+		be->ops->release(be, p);
+	else
+		free(p);
+}
+
+static inline int backend_begin_step(struct backend *be, const struct bk_rows *rows)
+{
+	return be->ops->begin_step ? be->ops->begin_step(be, rows) : 0;
+}
+
+static inline int backend_copy_rows(struct backend *be, float *dst, const float *src, int64_t n)
+{
+	if (be->ops->copy_rows)
+		return be->ops->copy_rows(be, dst, src, n);
+	memcpy(dst, src, (size_t)n * sizeof(float));
+	return 0;
+}
+
+/* The CUDA backend on device DEVICE (kernels/cuda/cuda_backend.c, linked
+ * only into builds configured with --enable-cuda-emu, where it runs on the
+ * CPU emulator; LLMD_CUDA_BACKEND is defined there).  Returns 0, or a
+ * negative errno with a message in ERR. */
+int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen);
+/* The CUDA backend's last failure, naming the call ("cudaMalloc: out of
+ * memory ..."); "" when none.  Engine thread only. */
+const char *cuda_backend_last_error(const struct backend *be);
 
 #ifdef __cplusplus
 }

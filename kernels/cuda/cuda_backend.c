@@ -1,0 +1,549 @@
+/* cuda_backend.c - the backend ops table on CUDA: device memory, uploads and
+ * the calls of the kernels' extern "C" launchers (cuda_ops.h).
+ *
+ * Plain C against the CUDA runtime API; built today only against the CPU
+ * emulator (--enable-cuda-emu), whose cuda_runtime.h and cublas_v2.h are
+ * callable from C.  It holds no kernels and does not choose what runs.
+ *
+ * Device memory: every weight and norm vector the engine passes is copied
+ * to the device once, at first use, and found again by its host pointer (a
+ * small open-addressing map); the KV pool gets a device mirror of its whole
+ * size at first use, keyed by the host pool's base, so the host memfd pool
+ * is never touched (nor made resident); positions and block tables go up
+ * once per step (begin_step).  Activations are cudaMalloc'd by the engine
+ * through alloc.  Streams: everything runs on the default stream, in order.
+ *
+ * TODO(cuda): capture decode steps in CUDA graphs per batch-size bucket
+ * (the launchers already size their grids from the table stride, not the
+ * positions); cuBLAS with fp16 weight tiles for large T (prefill); a tiled
+ * flash-attention kernel for prefill chunks; the KV pool sized from
+ * cudaMemGetInfo; quantize x once per matmul group.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#include "backend.h"
+#include "cuda_ops.h"
+#include "quant.h"
+
+/* One host buffer's device copy. */
+struct cb_map_entry {
+	const void *host;  /* key: the host pointer the engine passes; NULL = empty */
+	void *dev;         /* (bytes) device copy; owned */
+	size_t bytes;
+};
+
+struct cuda_backend {
+	struct backend be;
+	int device;                  /* CUDA device index */
+	cublasHandle_t blas;         /* for F32 weights; owned */
+	cudaStream_t stream;         /* NULL: the default stream */
+	struct cb_map_entry *map;    /* (map_cap) host -> device copies of weights and norms */
+	size_t map_cap;              /* power of two, 0 before the first copy */
+	size_t map_n;                /* entries in use */
+	/* The KV pool's device mirror. */
+	const void *kv_host;         /* the host pool's base it mirrors */
+	void *kv_dev;                /* (n_blocks, block_bytes); owned */
+	size_t kv_bytes;
+	/* The current step's rows, as begin_step saw them (host pointers, for identity). */
+	int32_t step_n;
+	const int32_t *step_pos;
+	const int32_t *const *step_table;
+	int32_t step_bt;             /* block_tokens the tables were flattened for; 0 = not yet */
+	int32_t table_stride;        /* int32 per flattened table: the longest table needed */
+	int32_t *d_pos;              /* (cap) device positions of the step's rows */
+	size_t d_pos_cap;            /* bytes */
+	int32_t *d_tables;           /* (T, table_stride) device block tables */
+	size_t d_tables_cap;         /* bytes */
+	int32_t *h_tables;           /* (T, table_stride) host staging */
+	size_t h_tables_cap;         /* bytes */
+	int32_t *d_ids;              /* token ids for embed */
+	size_t d_ids_cap;            /* bytes */
+	int32_t *d_pos2;             /* positions rope gets from outside a step */
+	size_t d_pos2_cap;           /* bytes */
+	void *mm_scratch;            /* quantized activations for cuda_matmul_q */
+	size_t mm_scratch_cap;       /* bytes */
+	void *att_scratch;           /* attention partials */
+	size_t att_scratch_cap;      /* bytes */
+	char last_err[256];          /* the last failure, with the call named */
+};
+
+static struct cuda_backend *cbk(struct backend *be)
+{
+	return (struct cuda_backend *)be;
+}
+
+/* ---- errors ---- */
+
+static int cb_fail_cuda(struct cuda_backend *cb, const char *call, cudaError_t e)
+{
+	snprintf(cb->last_err, sizeof cb->last_err, "%s: %s (%s)", call, cudaGetErrorString(e),
+		 cudaGetErrorName(e));
+	return -EIO;
+}
+
+static int cb_fail_blas(struct cuda_backend *cb, const char *call, cublasStatus_t s)
+{
+	snprintf(cb->last_err, sizeof cb->last_err, "%s: %s", call, cublasGetStatusName(s));
+	return -EIO;
+}
+
+/* A launcher's negative errno, named. */
+static int cb_launched(struct cuda_backend *cb, const char *call, int r)
+{
+	if (r < 0)
+		snprintf(cb->last_err, sizeof cb->last_err, "%s: %s", call, strerror(-r));
+	return r;
+}
+
+#define CB_CUDA(cb, call)                                         \
+	do {                                                      \
+		cudaError_t cb_e_ = (call);                       \
+		if (cb_e_ != cudaSuccess)                         \
+			return cb_fail_cuda((cb), #call, cb_e_);  \
+	} while (0)
+
+const char *cuda_backend_last_error(const struct backend *be)
+{
+	return ((const struct cuda_backend *)be)->last_err;
+}
+
+/* ---- device buffers ---- */
+
+/* Makes *P hold at least NEED bytes (contents not kept). */
+static int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	if (*p) {
+		void *old = *p;
+		*p = NULL;
+		*cap = 0;
+		CB_CUDA(cb, cudaFree(old));
+	}
+	need = need < 256 ? 256 : need + need / 2;
+	CB_CUDA(cb, cudaMalloc(p, need));
+	*cap = need;
+	return 0;
+}
+
+static size_t cb_hash(const void *p, size_t cap)
+{
+	uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* The device copy of host buffer HOST (BYTES), uploaded at the first call:
+ * weights live as long as the model, which outlives the engine. */
+static int cb_device_copy(struct cuda_backend *cb, const void *host, size_t bytes, void **ret)
+{
+	struct cb_map_entry *e;
+
+	if (cb->map_cap) {
+		for (size_t i = cb_hash(host, cb->map_cap);; i = (i + 1) & (cb->map_cap - 1)) {
+			e = &cb->map[i];
+			if (!e->host)
+				break;
+			if (e->host == host) {
+				if (e->bytes < bytes) {
+					snprintf(cb->last_err, sizeof cb->last_err,
+						 "a host buffer uploaded with %zu bytes is now used with %zu",
+						 e->bytes, bytes);
+					return -EINVAL;
+				}
+				*ret = e->dev;
+				return 0;
+			}
+		}
+	}
+	if (2 * (cb->map_n + 1) > cb->map_cap) {
+		size_t cap = cb->map_cap ? 2 * cb->map_cap : 64;
+		struct cb_map_entry *m = calloc(cap, sizeof *m);
+		if (!m) {
+			snprintf(cb->last_err, sizeof cb->last_err, "out of memory");
+			return -ENOMEM;
+		}
+		for (size_t j = 0; j < cb->map_cap; j++) {
+			if (!cb->map[j].host)
+				continue;
+			size_t i = cb_hash(cb->map[j].host, cap);
+			while (m[i].host)
+				i = (i + 1) & (cap - 1);
+			m[i] = cb->map[j];
+		}
+		free(cb->map);
+		cb->map = m;
+		cb->map_cap = cap;
+	}
+	size_t i = cb_hash(host, cb->map_cap);
+	while (cb->map[i].host)
+		i = (i + 1) & (cb->map_cap - 1);
+	e = &cb->map[i];
+	void *dev = NULL;
+	CB_CUDA(cb, cudaMalloc(&dev, bytes));
+	cudaError_t ce = cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
+	if (ce != cudaSuccess) {
+		cudaFree(dev);
+		return cb_fail_cuda(cb, "cudaMemcpy(weights)", ce);
+	}
+	e->host = host;
+	e->dev = dev;
+	e->bytes = bytes;
+	cb->map_n++;
+	*ret = dev;
+	return 0;
+}
+
+/* *DW = *W with its data on the device. */
+static int cb_weight(struct cuda_backend *cb, const struct bk_weight *w, struct bk_weight *dw)
+{
+	void *dev;
+	int r = cb_device_copy(cb, w->data, (size_t)w->n_out * w->row_bytes, &dev);
+	if (r < 0)
+		return r;
+	*dw = *w;
+	dw->data = dev;
+	return 0;
+}
+
+/* *DKV = *KV with base on the device mirror, allocated at the first call. */
+static int cb_kv(struct cuda_backend *cb, const struct bk_kv *kv, struct bk_kv *dkv)
+{
+	size_t bytes = (size_t)kv->n_blocks * kv->block_bytes;
+
+	if (cb->kv_dev && (cb->kv_host != kv->base || cb->kv_bytes != bytes)) {
+		snprintf(cb->last_err, sizeof cb->last_err,
+			 "one CUDA backend serves one KV pool (mirror of %zu bytes exists)", cb->kv_bytes);
+		return -EINVAL;
+	}
+	if (!cb->kv_dev) {
+		CB_CUDA(cb, cudaMalloc(&cb->kv_dev, bytes));
+		cb->kv_host = kv->base;
+		cb->kv_bytes = bytes;
+	}
+	*dkv = *kv;
+	dkv->base = cb->kv_dev;
+	return 0;
+}
+
+/* ---- the step's rows ---- */
+
+static int cb_begin_step(struct backend *be, const struct bk_rows *rows)
+{
+	struct cuda_backend *cb = cbk(be);
+	int r;
+
+	cb->step_n = rows->n;
+	cb->step_pos = rows->pos;
+	cb->step_table = rows->block_table;
+	cb->step_bt = 0; /* tables are flattened at the first KV op, which knows block_tokens */
+	if ((r = cb_grow(cb, (void **)&cb->d_pos, &cb->d_pos_cap, (size_t)rows->n * sizeof(int32_t))) < 0)
+		return r;
+	CB_CUDA(cb, cudaMemcpy(cb->d_pos, rows->pos, (size_t)rows->n * sizeof(int32_t),
+			       cudaMemcpyHostToDevice));
+	return 0;
+}
+
+/* Device positions and tables for ROWS (uploaded once per step). */
+static int cb_rows(struct cuda_backend *cb, const struct bk_rows *rows, int32_t bt)
+{
+	int r;
+
+	if (rows->n != cb->step_n || rows->pos != cb->step_pos || rows->block_table != cb->step_table) {
+		/* ops called outside a step the engine began (tests, tools) */
+		if ((r = cb_begin_step(&cb->be, rows)) < 0)
+			return r;
+	}
+	if (cb->step_bt == bt)
+		return 0;
+	int32_t stride = 1;
+	for (int32_t t = 0; t < rows->n; t++)
+		if (rows->pos[t] / bt + 1 > stride)
+			stride = rows->pos[t] / bt + 1;
+	size_t bytes = (size_t)rows->n * (size_t)stride * sizeof(int32_t);
+	if (bytes > cb->h_tables_cap) {
+		int32_t *h = realloc(cb->h_tables, bytes);
+		if (!h) {
+			snprintf(cb->last_err, sizeof cb->last_err, "out of memory");
+			return -ENOMEM;
+		}
+		cb->h_tables = h;
+		cb->h_tables_cap = bytes;
+	}
+	for (int32_t t = 0; t < rows->n; t++) {
+		int32_t need = rows->pos[t] / bt + 1, *dst = cb->h_tables + (size_t)t * stride;
+		memcpy(dst, rows->block_table[t], (size_t)need * sizeof(int32_t));
+		for (int32_t i = need; i < stride; i++)
+			dst[i] = 0; /* never read: past the row's position */
+	}
+	if ((r = cb_grow(cb, (void **)&cb->d_tables, &cb->d_tables_cap, bytes)) < 0)
+		return r;
+	CB_CUDA(cb, cudaMemcpy(cb->d_tables, cb->h_tables, bytes, cudaMemcpyHostToDevice));
+	cb->table_stride = stride;
+	cb->step_bt = bt;
+	return 0;
+}
+
+/* ---- the ops ---- */
+
+static int cb_embed(struct backend *be, const struct bk_weight *w, const int32_t *ids, int32_t T,
+		    float *out)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct bk_weight dw;
+	int r;
+
+	if ((r = cb_weight(cb, w, &dw)) < 0 ||
+	    (r = cb_grow(cb, (void **)&cb->d_ids, &cb->d_ids_cap, (size_t)T * sizeof(int32_t))) < 0)
+		return r;
+	CB_CUDA(cb, cudaMemcpy(cb->d_ids, ids, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice));
+	return cb_launched(cb, "cuda_embed", cuda_embed(&dw, cb->d_ids, T, out, cb->stream));
+}
+
+static int cb_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T, int64_t n,
+		      float eps, float *out)
+{
+	struct cuda_backend *cb = cbk(be);
+	void *dg;
+	int r;
+
+	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0)
+		return r;
+	return cb_launched(cb, "cuda_rmsnorm", cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream));
+}
+
+/* out (T, n_out) = x (T, n_in) · W^T for F32 weights, on cuBLAS: in
+ * column-major terms out^T (n_out, T) = W (n_in, n_out)^T · x^T (n_in, T).
+ * Pedantic fp32 (no TF32).  The reference cuBLAS of the emulator computes
+ * each element alone (batch invariant); a real cuBLAS may pick algorithms
+ * by T.  TODO(cuda): a batch-invariant F32/F16/BF16 kernel in matmul.cu. */
+static int cb_matmul_f32(struct cuda_backend *cb, const struct bk_weight *dw, const float *x,
+			 int32_t T, float *out)
+{
+	const float one = 1.0f, zero = 0.0f;
+	cublasStatus_t s;
+
+	if (dw->row_bytes != (size_t)dw->n_in * sizeof(float) || dw->n_in > INT32_MAX ||
+	    dw->n_out > INT32_MAX) {
+		snprintf(cb->last_err, sizeof cb->last_err, "cublasGemmEx: padded F32 rows");
+		return -ENOTSUP;
+	}
+	s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)dw->n_out, T, (int)dw->n_in, &one,
+			 dw->data, CUDA_R_32F, (int)dw->n_in, x, CUDA_R_32F, (int)dw->n_in, &zero, out,
+			 CUDA_R_32F, (int)dw->n_out, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return cb_fail_blas(cb, "cublasGemmEx", s);
+	return 0;
+}
+
+static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int nw, const float *x,
+		     int32_t T, float *const *out)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct bk_weight dw;
+	int r;
+
+	for (int k = 0; k < nw; k++) {
+		if ((r = cb_weight(cb, w[k], &dw)) < 0)
+			return r;
+		if (dw.type == QT_F32) {
+			r = cb_matmul_f32(cb, &dw, x, T, out[k]);
+		} else if (dw.type == QT_F16 || dw.type == QT_BF16) {
+			snprintf(cb->last_err, sizeof cb->last_err,
+				 "matmul: %s weights are not supported on CUDA yet",
+				 qtype_get(dw.type) ? qtype_get(dw.type)->name : "these");
+			r = -ENOTSUP;
+		} else {
+			/* TODO(cuda): quantize x once for all NW weights */
+			size_t need = cuda_matmul_scratch_bytes(&dw, T);
+			if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) < 0)
+				return r;
+			r = cb_launched(cb, "cuda_matmul_q",
+					cuda_matmul_q(&dw, x, T, out[k], cb->mm_scratch, cb->stream));
+		}
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
+		   int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
+{
+	struct cuda_backend *cb = cbk(be);
+	const int32_t *dpos = cb->d_pos;
+	int r;
+
+	if (pos != cb->step_pos || T > cb->step_n) {
+		if ((r = cb_grow(cb, (void **)&cb->d_pos2, &cb->d_pos2_cap, (size_t)T * sizeof(int32_t))) < 0)
+			return r;
+		CB_CUDA(cb, cudaMemcpy(cb->d_pos2, pos, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice));
+		dpos = cb->d_pos2;
+	}
+	return cb_launched(cb, "cuda_rope", cuda_rope(x, T, n_head, head_dim, n_rot, dpos, freq_base,
+						      style, cb->stream));
+}
+
+static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
+		       const struct bk_rows *rows, const float *k, const float *v)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct bk_kv dkv;
+	int r;
+
+	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
+		return r;
+	return cb_launched(cb, "cuda_kv_store",
+			   cuda_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
+					 cb->table_stride, k, v, cb->stream));
+}
+
+static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
+			const struct bk_rows *rows, const struct bk_attn *a, const float *q, float *out)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct bk_kv dkv;
+	size_t need;
+	int r;
+
+	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
+		return r;
+	need = cuda_attention_scratch_bytes(&dkv, a, rows->n, cb->table_stride);
+	if (!need) {
+		snprintf(cb->last_err, sizeof cb->last_err, "cuda_attention: unsupported shapes");
+		return -EINVAL;
+	}
+	if ((r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need)) < 0)
+		return r;
+	return cb_launched(cb, "cuda_attention",
+			   cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
+					  cb->table_stride, a, q, out, cb->att_scratch, cb->stream));
+}
+
+static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out)
+{
+	return cb_launched(cbk(be), "cuda_swiglu", cuda_swiglu(g, u, n, out, cbk(be)->stream));
+}
+
+static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
+{
+	return cb_launched(cbk(be), "cuda_add", cuda_add(x, y, n, cbk(be)->stream));
+}
+
+/* ---- memory hooks ---- */
+
+static void *cb_alloc(struct backend *be, size_t bytes)
+{
+	struct cuda_backend *cb = cbk(be);
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+
+	if (e != cudaSuccess) {
+		cb_fail_cuda(cb, "cudaMalloc(activations)", e);
+		return NULL;
+	}
+	return p;
+}
+
+static void cb_release(struct backend *be, void *p)
+{
+	if (p)
+		cudaFree(p);
+}
+
+static int cb_copy_rows(struct backend *be, float *dst, const float *src, int64_t n)
+{
+	CB_CUDA(cbk(be), cudaMemcpy(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice));
+	return 0;
+}
+
+static int cb_download(struct backend *be, void *host_dst, const void *src, size_t bytes)
+{
+	CB_CUDA(cbk(be), cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+	return 0;
+}
+
+static void cb_free(struct backend *be)
+{
+	struct cuda_backend *cb = cbk(be);
+
+	if (!cb)
+		return;
+	for (size_t i = 0; i < cb->map_cap; i++)
+		if (cb->map[i].host)
+			cudaFree(cb->map[i].dev);
+	free(cb->map);
+	void *bufs[] = { cb->kv_dev, cb->d_pos, cb->d_tables, cb->d_ids, cb->d_pos2,
+			 cb->mm_scratch, cb->att_scratch };
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		if (bufs[i])
+			cudaFree(bufs[i]);
+	free(cb->h_tables);
+	if (cb->blas)
+		cublasDestroy(cb->blas);
+	free(cb);
+}
+
+static const struct backend_ops cuda_ops = {
+#ifdef LLMD_CUDA_EMU_H
+	.name = "cuda-emu",
+#else
+	.name = "cuda",
+#endif
+	.free = cb_free,
+	.embed = cb_embed,
+	.rmsnorm = cb_rmsnorm,
+	.matmul = cb_matmul,
+	.rope = cb_rope,
+	.kv_store = cb_kv_store,
+	.attention = cb_attention,
+	.swiglu = cb_swiglu,
+	.add = cb_add,
+	.alloc = cb_alloc,
+	.release = cb_release,
+	.begin_step = cb_begin_step,
+	.copy_rows = cb_copy_rows,
+	.download = cb_download,
+};
+
+int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
+{
+	struct cuda_backend *cb;
+	cudaError_t e;
+	cublasStatus_t s;
+	int n = 0;
+
+	if ((e = cudaGetDeviceCount(&n)) != cudaSuccess) {
+		snprintf(err, errlen, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (device < 0 || device >= n) {
+		snprintf(err, errlen, "CUDA device %d does not exist (%d found)", device, n);
+		return -ENODEV;
+	}
+	if ((e = cudaSetDevice(device)) != cudaSuccess) {
+		snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+		return -EIO;
+	}
+	cb = calloc(1, sizeof *cb);
+	if (!cb) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	cb->be.ops = &cuda_ops;
+	cb->device = device;
+	if ((s = cublasCreate(&cb->blas)) != CUBLAS_STATUS_SUCCESS) {
+		snprintf(err, errlen, "cublasCreate: %s", cublasGetStatusName(s));
+		cb->blas = NULL;
+		cb_free(&cb->be);
+		return -EIO;
+	}
+	*ret = &cb->be;
+	return 0;
+}

@@ -1,0 +1,264 @@
+/* test_cuda_engine.c - the whole engine on the CUDA backend (in CI: the real
+ * kernel source on the CPU emulator, --enable-cuda-emu):
+ *  - every golden case of ../shared/models/golden/greedy-llamacpp.json
+ *    (stories260K and TinyStories-656K f32/q4_0/q8_0) gives llama.cpp's ids
+ *    up to its safe horizon, greedy with an f32 KV cache, as test_golden
+ *    checks on the CPU backend;
+ *  - batch invariance: a request's tokens alone equal its tokens beside 3
+ *    other sequences through the scheduler;
+ *  - the backend is named, and a bad device is refused with a message.
+ * Exits 77 (skip) in a build without a CUDA backend, or without a device.
+ */
+#include <errno.h>
+#include <json-c/json.h>
+
+#include "engine.h"
+#include "model.h"
+#include "quant.h"
+#include "sched.h"
+#include "testseq.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+#define MAX_TOKENS 1024
+#define MAX_GEN 64
+
+static struct engine *new_engine(const struct model *m, int64_t n_tokens, int32_t max_batch,
+				 int32_t n_ctx)
+{
+	struct engine_params ep;
+	struct engine *e = NULL;
+	char err[256];
+
+	engine_params_default(&ep);
+	ep.backend = ENGINE_BACKEND_CUDA;
+	ep.kv_type = QT_F32;
+	ep.kv_tokens = n_tokens;
+	if (max_batch)
+		ep.max_batch = max_batch;
+	ep.n_ctx = n_ctx;
+	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
+		fprintf(stderr, "engine_new: %s\n", err);
+		return NULL;
+	}
+	return e;
+}
+
+static int32_t argmax(const float *v, int32_t n)
+{
+	int32_t best = 0;
+	for (int32_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* Greedy: prompt in one step, then one token per step; returns tokens made. */
+static int greedy(struct engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out)
+{
+	int32_t n_vocab = engine_n_vocab(e);
+	float *logits = malloc((size_t)n_vocab * sizeof(float));
+	struct tseq sq = { .n_blocks = 0 };
+	int n = 0;
+
+	if (logits && tseq_feed(e, &sq, prompt, n_prompt, n_prompt, logits) == 1) {
+		while (n < n_gen) {
+			out[n] = argmax(logits, n_vocab);
+			n++;
+			if (n < n_gen && tseq_feed(e, &sq, &out[n - 1], 1, 1, logits) != 1) {
+				n = -1;
+				break;
+			}
+		}
+	} else {
+		n = -1;
+	}
+	tseq_free(e, &sq);
+	free(logits);
+	return n;
+}
+
+static void check_case(json_object *c, const char *models_dir)
+{
+	const char *rel = json_object_get_string(json_object_object_get(c, "model"));
+	const char *prompt = json_object_get_string(json_object_object_get(c, "prompt"));
+	json_object *want_gen = json_object_object_get(c, "generated_ids");
+	int horizon = json_object_get_int(json_object_object_get(c, "safe_horizon"));
+	char path[4096], err[512];
+	struct model *m = NULL;
+	struct engine *e;
+	int32_t ids[MAX_TOKENS], gen[MAX_TOKENS];
+	int n_ids, n, ok = 1;
+
+	snprintf(path, sizeof path, "%s/%s", models_dir, rel);
+	if (model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		test_failures++;
+		return;
+	}
+	n_ids = tokenizer_encode(m->tok, prompt, strlen(prompt), tokenizer_add_bos(m->tok), 1, ids, MAX_TOKENS);
+	if (horizon > (int)json_object_array_length(want_gen))
+		horizon = (int)json_object_array_length(want_gen);
+	e = new_engine(m, n_ids + horizon + 1, 0, 0);
+	CHECK(e != NULL);
+	CHECK_STR_EQ(e ? engine_backend_name(e) : NULL, "cuda-emu");
+	n = e ? greedy(e, ids, n_ids, horizon, gen) : -1;
+	CHECK_INT_EQ(n, horizon);
+	for (int i = 0; i < n; i++) {
+		int want = json_object_get_int(json_object_array_get_idx(want_gen, (size_t)i));
+		if (gen[i] != want) {
+			fprintf(stderr, "%s \"%s\" [cuda]: step %d of %d: got %d, llama.cpp %d\n", rel,
+				prompt, i, horizon, gen[i], want);
+			test_failures++;
+			ok = 0;
+			break;
+		}
+	}
+	printf("%-36s %-34.34s cuda-emu %3d tokens %s\n", rel, prompt, n, ok && n == horizon ? "ok" : "DIFFER");
+	engine_free(e);
+	model_free(m);
+}
+
+/* ---- batch invariance through the scheduler ---- */
+
+struct result {
+	int32_t gen[MAX_GEN];
+	int n_gen;
+	int n_finish;
+};
+
+static struct result results[4];
+
+static void on_event(void *ctx, const struct sched_event *ev)
+{
+	struct result *r = &results[ev->id];
+	if (ev->kind == SCHED_EV_FINISH)
+		r->n_finish++;
+	else if (ev->token >= 0 && r->n_gen < MAX_GEN)
+		r->gen[r->n_gen++] = ev->token;
+}
+
+static void run_to_idle(struct sched *s)
+{
+	for (int guard = 0; sched_live(s) > 0 && guard < 10000; guard++)
+		CHECK(sched_step(s) >= 0);
+	CHECK_INT_EQ(sched_live(s), 0);
+}
+
+static void test_batch_invariance(const char *models_dir, const char *rel)
+{
+	static const char *prompts[4] = { "Once upon a time", "The little dog ran to the park and",
+					  "Hello", "Lily and Tom were best friends. One day" };
+	static const int max_tokens[4] = { 24, 16, 20, 12 };
+	char path[4096], err[512];
+	struct model *m = NULL;
+	struct engine *e = NULL;
+	struct sched *s = NULL;
+	struct sched_params sp;
+	int32_t ids[4][64];
+	int n_ids[4];
+	struct result alone;
+
+	snprintf(path, sizeof path, "%s/%s", models_dir, rel);
+	if (model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		test_failures++;
+		return;
+	}
+	e = new_engine(m, 4 * 128, 64, 256);
+	sched_params_default(&sp);
+	sp.max_seqs = 4;
+	sp.max_batched_tokens = 64;
+	sp.prefix_cache = 0;
+	if (!e || sched_new(e, m, &sp, on_event, NULL, &s, err, sizeof err) < 0) {
+		fprintf(stderr, "rig: %s\n", e ? err : "no engine");
+		test_failures++;
+		goto out;
+	}
+	for (int i = 0; i < 4; i++)
+		n_ids[i] = tokenizer_encode(m->tok, prompts[i], strlen(prompts[i]),
+					    tokenizer_add_bos(m->tok), 1, ids[i], 64);
+	/* request 0 alone */
+	struct sched_request r0 = { .id = 0, .prompt = ids[0], .n_prompt = n_ids[0], .max_tokens = max_tokens[0] };
+	sampler_params_default(&r0.sampling);
+	r0.sampling.temperature = 0;
+	memset(results, 0, sizeof results);
+	CHECK_INT_EQ(sched_submit(s, &r0), 0);
+	run_to_idle(s);
+	alone = results[0];
+	CHECK_INT_EQ(alone.n_gen, max_tokens[0]);
+	/* then with 3 others, two of them started first so that request 0's
+	 * prefill shares steps with their decodes */
+	memset(results, 0, sizeof results);
+	for (int i = 1; i < 4; i++) {
+		struct sched_request r = { .id = (uint64_t)i, .prompt = ids[i], .n_prompt = n_ids[i],
+					   .max_tokens = max_tokens[i] };
+		sampler_params_default(&r.sampling);
+		r.sampling.temperature = 0;
+		CHECK_INT_EQ(sched_submit(s, &r), 0);
+		if (i == 2)
+			for (int st = 0; st < 3; st++)
+				CHECK(sched_step(s) >= 0);
+	}
+	CHECK_INT_EQ(sched_submit(s, &r0), 0);
+	run_to_idle(s);
+	CHECK_INT_EQ(results[0].n_finish, 1);
+	int same = results[0].n_gen == alone.n_gen &&
+		   !memcmp(results[0].gen, alone.gen, sizeof(int32_t) * (size_t)alone.n_gen);
+	CHECK(same);
+	printf("%s: batch invariance on cuda-emu: %d tokens alone, %s beside 3 others\n", rel,
+	       alone.n_gen, same ? "identical" : "DIFFERENT");
+out:
+	sched_free(s);
+	engine_free(e);
+	model_free(m);
+}
+
+int main(void)
+{
+	const char *golden = test_model_path("golden/greedy-llamacpp.json");
+	const char *dir = getenv("LLMD_MODELS_DIR");
+	struct engine_params ep;
+	struct engine *e = NULL;
+	struct model *m = NULL;
+	json_object *root;
+	char err[512], path[4096];
+	int r;
+
+	if (!golden) {
+		printf("SKIP: ../shared/models is absent\n");
+		return TEST_SKIP;
+	}
+	if (!dir)
+		dir = "../shared/models";
+	snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
+	if (model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		return 1;
+	}
+	engine_params_default(&ep);
+	ep.backend = ENGINE_BACKEND_CUDA;
+	ep.kv_tokens = 64;
+	r = engine_new(m, &ep, &e, err, sizeof err);
+	if (r == -ENOTSUP || r == -ENODEV) { /* no backend built in, or no device */
+		printf("SKIP: %s\n", err);
+		model_free(m);
+		return TEST_SKIP;
+	}
+	CHECK_INT_EQ(r, 0);
+	engine_free(e);
+	e = NULL;
+	ep.device = 7; /* the emulator has one device */
+	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), -ENODEV);
+	CHECK(strstr(err, "device 7") != NULL);
+	model_free(m);
+
+	root = json_object_from_file(golden);
+	CHECK(root && json_object_is_type(root, json_type_array));
+	for (size_t i = 0; root && i < json_object_array_length(root); i++)
+		check_case(json_object_array_get_idx(root, i), dir);
+	json_object_put(root);
+	test_batch_invariance(dir, "stories260K.gguf");
+	test_batch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf");
+	return test_result();
+}
