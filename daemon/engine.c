@@ -296,3 +296,18 @@ const char *engine_backend_name(const struct engine *e)
 {
 	return e->be->ops->name;
 }
+
+const char *engine_last_error(const struct engine *e)
+{
+#ifdef LLMD_CUDA_BACKEND
+	if (e->p.backend == ENGINE_BACKEND_CUDA)
+		return cuda_backend_last_error(e->be);
+#endif
+	(void)e;
+	return "";
+}
+
+int engine_failure_is_sticky(const struct engine *e)
+{
+	return e->p.backend == ENGINE_BACKEND_CUDA;
+}

@@ -72,5 +72,11 @@ int64_t engine_kv_capacity(const struct engine *e);
 struct kv_pool *engine_kv_pool(const struct engine *e);
 /* "cpu", "cuda", or "cuda-emu" (the CUDA backend on the CPU emulator). */
 const char *engine_backend_name(const struct engine *e);
+/* What the backend's last failure was, naming the call ("" when it cannot
+ * say).  Engine thread only. */
+const char *engine_last_error(const struct engine *e);
+/* 1 when a failed step leaves the backend unusable (a CUDA device error is
+ * sticky): the daemon must fail what runs and exit so it is restarted. */
+int engine_failure_is_sticky(const struct engine *e);
 
 #endif

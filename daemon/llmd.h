@@ -57,6 +57,7 @@ struct llmd {
 	int draining;                /* new requests refused (llmctl drain, SIGTERM) */
 	int stopping;                /* SIGTERM/SIGINT seen */
 	int cancelled_all;           /* the grace period ran out */
+	int fatal;                   /* the engine failed for good: stop, exit non-zero */
 	double t_start;              /* monotonic seconds at start */
 	double t_stop;               /* when stopping began */
 	uint64_t watchdog_usec;      /* 0: no systemd watchdog */

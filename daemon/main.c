@@ -131,6 +131,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		sd_notify(0, "WATCHDOG=1");
 		d->t_watchdog = t;
 	}
+	if (d->fatal && !d->stopping) {
+		/* Nothing can run any more: what is in flight already has its
+		 * error record; leave as soon as it is written. */
+		begin_stop(d, "engine failure");
+		sd_notify(0, "STATUS=the engine failed; exiting so that llmd is restarted");
+		d->t_stop -= d->cfg.grace_s; /* no grace: nothing would finish */
+	}
 	if (!d->stopping)
 		return;
 	if (server_live_requests(d) == 0) {
@@ -391,7 +398,7 @@ int main(int argc, char **argv)
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model->name,
 		   d->socket_activated ? "the activated socket" : d->cfg.socket_path);
 	event_base_dispatch(d->base);
-	rc = 0;
+	rc = d->fatal ? 1 : 0;
 	llmd_log(LOG_INFO, "stopped");
 out:
 	server_stop_listening(d);

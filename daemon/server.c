@@ -712,8 +712,12 @@ void server_take_notes(struct llmd *d)
 				admin_on_snapshot(d, nt->snap);
 				break;
 			case WORKER_NOTE_FAILED:
-				llmd_log(LOG_ERR, "a forward step failed: %s; its requests ended with an error",
-					 strerror(-nt->error));
+				llmd_log(LOG_ERR, "a forward step on the %s backend failed: %s%s%s; its requests "
+					 "ended with an error%s", d->backend, strerror(-nt->error),
+					 nt->message[0] ? ": " : "", nt->message,
+					 nt->sticky ? "; the device is unusable, exiting so that llmd is restarted" : "");
+				if (nt->sticky)
+					d->fatal = 1;
 				break;
 			}
 		}

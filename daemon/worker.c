@@ -93,6 +93,7 @@ struct worker {
 	struct wconn *conns;
 	int32_t n_conns;
 	int notes_pending;
+	int dead;                    /* a sticky failure: no more steps; requests fail at once */
 	double rate_t[RATE_SAMPLES];
 	uint64_t rate_tok[RATE_SAMPLES];
 	int rate_n;
@@ -490,6 +491,14 @@ static void do_submit(struct worker *w, struct worker_req *r)
 	uint32_t slot;
 	int rc = -EBUSY;
 
+	if (c && c->ring && w->dead) {
+		struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = r->conn_id, .gid = r->gid };
+		write_final(w, c, r->client_id, PROTO_FIN_ERROR, PROTO_E_INTERNAL,
+			    "the engine failed and llmd is restarting", NULL);
+		note(w, &n);
+		worker_req_free(r);
+		return;
+	}
 	if (!c || !c->ring) { /* the client left (or broke its ring) meanwhile */
 		struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = r->conn_id, .gid = r->gid };
 		note(w, &n);
@@ -671,11 +680,15 @@ static void *worker_main(void *arg)
 			}
 		if (stop && sched_live(w->s) == 0)
 			break;
-		if (sched_live(w->s) > 0) {
+		if (sched_live(w->s) > 0 && !w->dead) {
 			r = sched_step(w->s);
 			if (r < 0) {
-				struct worker_note n = { .kind = WORKER_NOTE_FAILED, .error = r };
+				struct worker_note n = { .kind = WORKER_NOTE_FAILED, .error = r,
+							 .sticky = engine_failure_is_sticky(w->e) };
+				snprintf(n.message, sizeof n.message, "%s", engine_last_error(w->e));
 				note(w, &n);
+				if (n.sticky)
+					w->dead = 1;
 			}
 		}
 		for (struct wconn *c = w->conns; c; c = c->next)

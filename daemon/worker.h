@@ -46,7 +46,8 @@ enum worker_note_kind {
 	WORKER_NOTE_DONE = 1,     /* request GID of CONN_ID has its final record written (or dropped) */
 	WORKER_NOTE_RING_BAD = 2, /* CONN_ID's client scribbled on its ring: close it */
 	WORKER_NOTE_SNAPSHOT = 3, /* SNAP answers worker_query(TAG); the event loop frees it */
-	WORKER_NOTE_FAILED = 4,   /* a step failed with ERROR; running requests got error records */
+	WORKER_NOTE_FAILED = 4,   /* a step failed with ERROR; running requests got error records;
+	                             STICKY: the engine thread serves nothing more */
 };
 
 struct worker_snap_req {
@@ -73,6 +74,8 @@ struct worker_note {
 	uint32_t conn_id;
 	uint64_t gid;
 	int error;                   /* WORKER_NOTE_FAILED: negative errno */
+	int sticky;                  /* WORKER_NOTE_FAILED: the backend is unusable now */
+	char message[256];           /* WORKER_NOTE_FAILED: the backend's account of it */
 	struct worker_snapshot *snap; /* WORKER_NOTE_SNAPSHOT: malloc'd, the receiver frees */
 };
 

@@ -13,7 +13,10 @@
  *    connection closed, and the daemon keeps serving;
  *  - admin commands are refused for a non-admin uid (when run as root);
  *  - `llm-bench --socket` generates through the daemon exactly what
- *    `llm-bench --model` generates in-process.
+ *    `llm-bench --model` generates in-process;
+ *  - on the (emulated) CUDA backend, a device failure mid-step ends the
+ *    running request with an error record and llmd exits non-zero, so
+ *    systemd restarts it.
  */
 #include <grp.h>
 #include <json-c/json.h>
@@ -806,6 +809,52 @@ static void test_bench_socket(const struct tdaemon *d, const char *model)
 	printf("llm-bench --socket: 6 sequences through the daemon equal the in-process ones\n");
 }
 
+/* A device that fails mid-step: the emulator's memory limit makes the KV
+ * pool's device mirror (allocated at the first step) fail. */
+static void test_device_failure(const char *model)
+{
+	const char *extra[] = { "--set", "device.backend=cuda", "--set", "kv.pool_tokens=65536", NULL };
+	char *envp[64];
+	int n = 0, st = 0;
+	struct tdaemon d;
+	struct llm *h;
+	struct gen g;
+
+	for (char **e = environ; *e && n < 60; e++)
+		if (strncmp(*e, "CUDA_EMU_MEM_MB=", 16))
+			envp[n++] = *e;
+	envp[n++] = "CUDA_EMU_MEM_MB=8";
+	envp[n++] = "CUDA_EMU_QUIET=1";
+	envp[n] = NULL;
+	if (tdaemon_start_with(&d, NULL, model, extra, envp, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	for (double t0 = tnow(); tnow() - t0 < 30 && !tconnect_ok(d.sock); tsleep_ms(20))
+		if (waitpid(d.pid, &st, WNOHANG) == d.pid) {
+			/* no CUDA backend in this build: llmd refuses backend = cuda */
+			printf("device failure: this build has no CUDA backend, skipped\n");
+			d.pid = 0;
+			tdaemon_stop(&d);
+			return;
+		}
+	h = client(&d, 0);
+	CHECK(h && generate(h, "Hello", 8, 0, 1, &g) == 0);
+	CHECK_INT_EQ(g.finish, LLM_FINISH_ERROR);
+	CHECK_INT_EQ(g.error_code, PROTO_E_INTERNAL);
+	llm_close(h);
+	int exited = 0;
+	for (double t0 = tnow(); tnow() - t0 < 20 && !exited; tsleep_ms(20))
+		exited = waitpid(d.pid, &st, WNOHANG) == d.pid;
+	CHECK(exited && WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	if (exited)
+		d.pid = 0;
+	else
+		tdaemon_print_log(&d);
+	tdaemon_stop(&d);
+	printf("device failure: the request ended with an error, llmd exited with status 1\n");
+}
+
 int main(void)
 {
 	char model[4096];
@@ -832,5 +881,6 @@ int main(void)
 	CHECK_INT_EQ(tdaemon_stop(&d), 0);
 	test_limits(model);
 	test_non_admin(model);
+	test_device_failure(model);
 	return test_result();
 }
