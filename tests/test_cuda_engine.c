@@ -44,40 +44,6 @@ static struct engine *new_engine(const struct model *m, int64_t n_tokens, int32_
 	return e;
 }
 
-static int32_t argmax(const float *v, int32_t n)
-{
-	int32_t best = 0;
-	for (int32_t i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
-}
-
-/* Greedy: prompt in one step, then one token per step; returns tokens made. */
-static int greedy(struct engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out)
-{
-	int32_t n_vocab = engine_n_vocab(e);
-	float *logits = malloc((size_t)n_vocab * sizeof(float));
-	struct tseq sq = { .n_blocks = 0 };
-	int n = 0;
-
-	if (logits && tseq_feed(e, &sq, prompt, n_prompt, n_prompt, logits) == 1) {
-		while (n < n_gen) {
-			out[n] = argmax(logits, n_vocab);
-			n++;
-			if (n < n_gen && tseq_feed(e, &sq, &out[n - 1], 1, 1, logits) != 1) {
-				n = -1;
-				break;
-			}
-		}
-	} else {
-		n = -1;
-	}
-	tseq_free(e, &sq);
-	free(logits);
-	return n;
-}
-
 static void check_case(json_object *c, const char *models_dir)
 {
 	const char *rel = json_object_get_string(json_object_object_get(c, "model"));
@@ -102,7 +68,7 @@ static void check_case(json_object *c, const char *models_dir)
 	e = new_engine(m, n_ids + horizon + 1, 0, 0);
 	CHECK(e != NULL);
 	CHECK_STR_EQ(e ? engine_backend_name(e) : NULL, "cuda-emu");
-	n = e ? greedy(e, ids, n_ids, horizon, gen) : -1;
+	n = e ? tseq_greedy(e, ids, n_ids, horizon, gen) : -1;
 	CHECK_INT_EQ(n, horizon);
 	for (int i = 0; i < n; i++) {
 		int want = json_object_get_int(json_object_array_get_idx(want_gen, (size_t)i));

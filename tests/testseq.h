@@ -65,4 +65,41 @@ static inline void tseq_free(struct engine *e, struct tseq *s)
 	s->len = 0;
 }
 
+/* The index of the largest of V's N values (the lowest on ties). */
+static inline int32_t tseq_argmax(const float *v, int32_t n)
+{
+	int32_t best = 0;
+	for (int32_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* Greedy on the bare engine: the prompt in one step, then one token per
+ * step.  Writes N_GEN ids to OUT; returns how many, or -1. */
+static inline int tseq_greedy(struct engine *e, const int32_t *prompt, int n_prompt, int n_gen,
+			      int32_t *out)
+{
+	int32_t n_vocab = engine_n_vocab(e);
+	float *logits = malloc((size_t)n_vocab * sizeof(float));
+	struct tseq sq = { .n_blocks = 0 };
+	int n = 0;
+
+	if (logits && tseq_feed(e, &sq, prompt, n_prompt, n_prompt, logits) == 1) {
+		while (n < n_gen) {
+			out[n] = tseq_argmax(logits, n_vocab);
+			n++;
+			if (n < n_gen && tseq_feed(e, &sq, &out[n - 1], 1, 1, logits) != 1) {
+				n = -1;
+				break;
+			}
+		}
+	} else {
+		n = -1;
+	}
+	tseq_free(e, &sq);
+	free(logits);
+	return n;
+}
+
 #endif
