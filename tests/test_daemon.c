@@ -596,13 +596,23 @@ static void test_hostile(const struct tdaemon *d)
 	{
 		static int cfds[1000];
 		struct rlimit rl;
-		int welcomed = 0, refused = 0, n_open = 0;
+		int welcomed = 0, refused = 0, n_open = 0, want = 1000;
 		getrlimit(RLIMIT_NOFILE, &rl);
 		if (rl.rlim_cur < 4000 && rl.rlim_max >= 4000) {
 			rl.rlim_cur = 4000;
 			setrlimit(RLIMIT_NOFILE, &rl);
 		}
-		for (int i = 0; i < 1000; i++) {
+		/* The daemon holds three fds per client (socket, ring, eventfd)
+		 * under the same hard limit; a machine that allows fewer gets
+		 * fewer connections, and says so. */
+		if (rl.rlim_max < 3200) {
+			want = (int)(rl.rlim_max - 200) / 3;
+			printf("1000 connections: the open-file limit is %llu: trying %d\n",
+			       (unsigned long long)rl.rlim_max, want);
+		}
+		for (int i = want; i < 1000; i++)
+			cfds[i] = -1;
+		for (int i = 0; i < want; i++) {
 			cfds[i] = raw_connect(d);
 			if (cfds[i] >= 0) {
 				hello(cfds[i], PROTO_VERSION, 4096);
@@ -626,10 +636,10 @@ static void test_hostile(const struct tdaemon *d)
 			else if (n > 4 && f[4] == PROTO_ERROR)
 				refused++;
 		}
-		printf("1000 connections: %d opened, %d welcomed, %d refused with an error\n", n_open,
-		       welcomed, refused);
-		CHECK_INT_EQ(n_open, 1000);
-		CHECK_INT_EQ(welcomed, 1000); /* limits.connections_per_uid=2000 here */
+		printf("%d connections at once: %d opened, %d welcomed, %d refused with an error\n", want,
+		       n_open, welcomed, refused);
+		CHECK_INT_EQ(n_open, want);
+		CHECK_INT_EQ(welcomed, want); /* limits.connections_per_uid=2000 here */
 		still_serving(d, "1000 connections");
 		for (int i = 0; i < 1000; i++)
 			if (cfds[i] >= 0)
