@@ -142,6 +142,12 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	add_int(kv, "free_blocks", k->pool_blocks - k->used_blocks - k->cached_blocks);
 	add_dbl(kv, "used_pct", k->pool_blocks ? 100.0 * k->used_blocks / k->pool_blocks : 0);
 	json_object_object_add(out, "kv", kv);
+	json_object *dev = json_object_new_object();
+	add_str(dev, "name", sn->device.name);
+	add_int(dev, "index", sn->device.index);
+	add_int(dev, "memory_total_bytes", (int64_t)sn->device.total_bytes);
+	add_int(dev, "memory_free_bytes", (int64_t)sn->device.free_bytes);
+	json_object_object_add(out, "device", dev);
 	json_object_object_add(pc, "enabled", json_object_new_boolean(d->cfg.prefix_cache));
 	add_int(pc, "lookups", (int64_t)k->prefix_lookups);
 	add_int(pc, "hit_tokens", (int64_t)k->prefix_hit_tokens);

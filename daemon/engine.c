@@ -297,6 +297,11 @@ const char *engine_backend_name(const struct engine *e)
 	return e->be->ops->name;
 }
 
+void engine_device_info(const struct engine *e, struct bk_device_info *ret)
+{
+	backend_device_info(e->be, ret);
+}
+
 const char *engine_last_error(const struct engine *e)
 {
 #ifdef LLMD_CUDA_BACKEND

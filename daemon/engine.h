@@ -17,6 +17,7 @@
 struct model;
 struct engine;
 struct kv_pool;
+struct bk_device_info;
 
 struct engine_params {
 	int32_t n_threads;       /* CPU threads (the engine thread counts) */
@@ -72,6 +73,10 @@ int64_t engine_kv_capacity(const struct engine *e);
 struct kv_pool *engine_kv_pool(const struct engine *e);
 /* "cpu", "cuda", or "cuda-emu" (the CUDA backend on the CPU emulator). */
 const char *engine_backend_name(const struct engine *e);
+/* The device the backend runs on: its name and memory (total and free now,
+ * 0 when unknown).  Engine thread only (the CUDA query is not thread-safe
+ * with a running step). */
+void engine_device_info(const struct engine *e, struct bk_device_info *ret);
 /* What the backend's last failure was, naming the call ("" when it cannot
  * say).  Engine thread only. */
 const char *engine_last_error(const struct engine *e);

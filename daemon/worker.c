@@ -563,6 +563,7 @@ static void do_query(struct worker *w, uint64_t tag)
 	sn->tag = tag;
 	sched_counters(w->s, &sn->c);
 	sn->kv_capacity_tokens = engine_kv_capacity(w->e);
+	engine_device_info(w->e, &sn->device);
 	sn->n_conns = w->n_conns;
 	if (w->rate_n >= 2) {
 		int a = w->rate_n >= RATE_SAMPLES ? w->rate_n % RATE_SAMPLES : 0;

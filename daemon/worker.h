@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "engine.h"
 #include "sampler.h"
 #include "sched.h"
@@ -64,6 +65,7 @@ struct worker_snapshot {
 	struct sched_counters c;
 	double tok_s;                /* generated tokens/s over the last ten seconds */
 	int64_t kv_capacity_tokens;
+	struct bk_device_info device; /* what the engine runs on */
 	int32_t n_conns;             /* connections with a ring attached */
 	int32_t n_reqs;
 	struct worker_snap_req reqs[]; /* (n_reqs) */

@@ -70,6 +70,14 @@ struct bk_attn {
 
 struct backend;
 
+/* What a backend runs on. */
+struct bk_device_info {
+	char name[128];          /* "NVIDIA H100 80GB HBM3", "cpu" */
+	int32_t index;           /* device index; 0 for the CPU */
+	uint64_t total_bytes;    /* device memory; 0 when not known */
+	uint64_t free_bytes;     /* free device memory now; 0 when not known */
+};
+
 struct backend_ops {
 	const char *name;
 	void (*free)(struct backend *be);
@@ -119,6 +127,9 @@ struct backend_ops {
 	 * backend's memory is host memory: the engine writes results straight
 	 * into the caller's buffers and never calls it. */
 	int (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes); /* optional */
+	/* The device it runs on, for `llmctl status`.  Default: the CPU with
+	 * no memory figures. */
+	int (*device_info)(struct backend *be, struct bk_device_info *ret);       /* optional */
 };
 
 struct backend {
@@ -161,6 +172,15 @@ static inline int backend_copy_rows(struct backend *be, float *dst, const float 
 		return be->ops->copy_rows(be, dst, src, n);
 	memcpy(dst, src, (size_t)n * sizeof(float));
 	return 0;
+}
+
+static inline void backend_device_info(struct backend *be, struct bk_device_info *ret)
+{
+	memset(ret, 0, sizeof *ret);
+	if (!be->ops->device_info || be->ops->device_info(be, ret) < 0) {
+		memset(ret, 0, sizeof *ret);
+		strcpy(ret->name, "cpu");
+	}
 }
 
 /* The CUDA backend on device DEVICE (kernels/cuda/cuda_backend.c, linked

@@ -779,6 +779,11 @@ static void test_non_admin(const char *model)
 	/* root may */
 	struct llm *h = client(&d, 4096);
 	char *body = NULL;
+	json_object *js = admin_json(h, "status", NULL), *dev = NULL, *name = NULL;
+	CHECK(js && json_object_object_get_ex(js, "device", &dev) &&
+	      json_object_object_get_ex(dev, "name", &name));
+	CHECK_STR_EQ(name ? json_object_get_string(name) : NULL, "cpu"); /* status names the device */
+	json_object_put(js);
 	CHECK_INT_EQ(llm_admin(h, "drain", NULL, &body), 0);
 	free(body);
 	body = NULL;

@@ -490,6 +490,22 @@ static void cb_free(struct backend *be)
 	free(cb);
 }
 
+static int cb_device_info(struct backend *be, struct bk_device_info *ret)
+{
+	struct cuda_backend *cb = (struct cuda_backend *)be;
+	struct cudaDeviceProp prop;
+	size_t free_b = 0, total_b = 0;
+
+	if (cudaGetDeviceProperties(&prop, cb->device) != cudaSuccess ||
+	    cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+		return -EIO;
+	snprintf(ret->name, sizeof ret->name, "%.127s", prop.name);
+	ret->index = cb->device;
+	ret->total_bytes = total_b;
+	ret->free_bytes = free_b;
+	return 0;
+}
+
 static const struct backend_ops cuda_ops = {
 #ifdef LLMD_CUDA_EMU_H
 	.name = "cuda-emu",
@@ -497,6 +513,7 @@ static const struct backend_ops cuda_ops = {
 	.name = "cuda",
 #endif
 	.free = cb_free,
+	.device_info = cb_device_info,
 	.embed = cb_embed,
 	.rmsnorm = cb_rmsnorm,
 	.matmul = cb_matmul,
