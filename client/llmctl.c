@@ -44,6 +44,8 @@ static void usage(FILE *f)
 		"3 cannot reach the daemon.\n");
 }
 
+static void on_alarm(int sig);
+
 /* ---- talking to the daemon ---- */
 
 static struct llm *h;
@@ -52,7 +54,12 @@ static int connect_daemon(void)
 {
 	char err[256];
 	const char *path = socket_path;
-	int r = llm_connect(path, 4096, &h, err, sizeof err);
+	int r;
+
+	signal(SIGALRM, on_alarm);
+	alarm(30); /* a daemon that accepts but never answers HELLO */
+	r = llm_connect(path, 4096, &h, err, sizeof err);
+	alarm(0);
 	if (r < 0) {
 		/* libllm's message names the socket already */
 		fprintf(stderr, "llmctl: %s%s\n", err,
@@ -66,7 +73,12 @@ static int connect_daemon(void)
 static int admin(const char *cmd, const char *arg, json_object **ret)
 {
 	char *body = NULL;
-	int r = llm_admin(h, cmd, arg, &body);
+	int r;
+
+	signal(SIGALRM, on_alarm);
+	alarm(30);
+	r = llm_admin(h, cmd, arg, &body);
+	alarm(0);
 
 	if (r < 0) {
 		fprintf(stderr, "llmctl: %s: %s\n", cmd, llm_errmsg(h));
@@ -247,6 +259,15 @@ static void render_state(json_object *j)
 static void render_reload(json_object *j)
 {
 	printf("reloaded %s: %s\n", gets_(j, "reloaded"), gets_(j, "note"));
+}
+
+/* An answer that never comes (a wedged daemon) must not hang a script. */
+static void on_alarm(int sig)
+{
+	static const char msg[] = "llmctl: no answer from llmd within 30 s (is it wedged?)\n";
+	(void)sig;
+	(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+	_exit(EXIT_CONNECT);
 }
 
 static void on_sigint(int sig)

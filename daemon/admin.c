@@ -480,6 +480,11 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 #undef KEEP
 	d->cfg = n;
 	admin_resolve_group(d);
+	/* Who is an admin may have changed with admin_group: ask again for
+	 * every open connection. */
+	for (uint32_t i = 0; d->conns && i < d->max_conn_slots; i++)
+		if (d->conns[i])
+			d->conns[i]->is_admin = admin_allowed(d, d->conns[i]->uid, d->conns[i]->gid);
 	if (restart[0])
 		snprintf(msg, msglen, "limits applied; these changes need a restart: %s", restart);
 	else
