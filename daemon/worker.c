@@ -623,11 +623,7 @@ static void process(struct worker *w, struct work *wk)
 		do_cancel(w, wk->gid);
 		return;
 	case WORK_WAKE:
-		if ((c = find_conn(w, wk->conn_id)) && c->full && overflow_flush(w, c) && c->ring) {
-			c->full = 0;
-			conn_hold(w, c, 0);
-		}
-		return;
+		return; /* posting woke the loop, which retries every full ring next */
 	case WORK_QUERY:
 		do_query(w, wk->tag);
 		return;
