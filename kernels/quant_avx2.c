@@ -38,104 +38,88 @@ INLINE TARGET float h2f(qt_f16 h)
 
 /* ---- 32-element blocks: Q4_0, Q4_1, Q8_0 ----
  *
- * Both operands are repacked into the lanes of quant.c's arithmetic.  A
- * block's 32 codes are eight 4-byte pieces: its "lo" pieces t = 0..3 hold
- * elements 4t..4t+3, its "hi" pieces elements 16+4t..16+4t+3 (a Q4 byte's
- * two nibbles are elements e and 16+e).  A repacked row is, each part 64-byte
- * aligned:
- *   codes  g16 x 512 bytes for the whole groups of 16 blocks: eight 64-byte
- *          vectors, lo piece t then hi piece t, lane l = block l of the
- *          group; then gt x 128 bytes for the tail's groups of four blocks:
- *          lo then hi, byte 4*(4t+k)+u = piece t of block k.
+ * quant.c's 16 float lanes are two ymm here: lanes 0..7 ("half" 0) and
+ * 8..15 (half 1).  A block's 32 codes are eight 4-byte pieces: its "lo"
+ * pieces t = 0..3 hold elements 4t..4t+3, its "hi" pieces elements
+ * 16+4t..16+4t+3 (a Q4 byte's two nibbles are elements e and 16+e).
+ *
+ * Two kernels:
+ *   direct (NA <= DIRECT_MAX rows: decode)  weight blocks go from the file
+ *     straight into registers, two blocks per ymm (one per 128-bit lane,
+ *     where their 16 code bytes already sit in piece order), and the
+ *     integer partials of eight blocks are added up into one vector of
+ *     block sums by hadds.  Activation rows come in the same pairs.
+ *   tile (more rows)  four weight rows at a time are repacked into group
+ *     order (lane l of a piece vector = block l of a group of 16), so a
+ *     lane's integer sum is its block's whole dot product; 2x2 register
+ *     tiles of weight and activation rows keep Q4 sums in int16 over a
+ *     whole block (16 products of at most 15 * 127 stay below 2^15).
+ *
+ * Row layouts (each part 64-byte aligned):
+ *   codes  g16 x 512 bytes for the whole groups of 16 blocks, then gt x 128
+ *          bytes for the tail's groups ("quads") of four blocks.
+ *          Group order (weights, and activations for the tile kernel):
+ *          piece vector t (64 bytes; t = 0..7, lo then hi) holds block l's
+ *          piece at byte 4l; a quad is lo then hi, byte 4*(4t+k)+u = piece
+ *          t of block k, lane 4t+k as in quant.c's tail.
+ *          Pair order (activations for the direct kernel): half h, pair i
+ *          (64 bytes each) holds blocks 8h+i and 8h+i+4, lo codes [16 | 16]
+ *          then hi codes [16 | 16]; a quad holds pairs (k, k+2), k = 0, 1.
  *          Weights: Q4 as unsigned nibbles, Q8_0 as signed bytes;
  *          activations: signed bytes.
  *   d      f32 d of every block in order, zero-padded to nd (multiple of 16).
- *   init   activations of Q4_0 only: the int32 a lane starts from, -8 times
- *          the activations it covers: g16 x 16 (a whole block each), then
- *          gt x 16 (a piece pair each).
- *   m / s  Q4_1 only: m (weights) or s (activations) of every block, f32,
+ *   init   Q4_0 activations: the int32 a lane starts from, -8 times the
+ *          activations it covers (the nibbles' offset), laid out as the
+ *          lanes it starts: group order 16 per group (one per block) or
+ *          per quad (4t+k); pair order 8 per pair (its blocks' pieces).
+ *   m / s  Q4_1 only: m (weights) or s (activations) per block, f32,
  *          zero-padded to nd.
  * Blocks past the end of the row are zero and add exact zeros.
  */
+#define DIRECT_MAX 4
+
+/* Bytes ahead of the current weight row that the direct kernel prefetches:
+ * decoding streams every weight once from DRAM. */
+#define PREFETCH 2048
+
 struct q32_shape {
 	uint32_t type;   /* QT_Q4_0, QT_Q4_1 or QT_Q8_0 */
+	int bytes;       /* bytes per weight block: 18, 20 or 34 */
 	int nb;          /* blocks per row */
 	int g16;         /* whole groups of 16 blocks */
 	int gt;          /* groups of four blocks in the tail */
 	int nd;          /* entries in the d, m and s parts (multiple of 16) */
+	int direct;      /* 1: activation rows in pair order */
 	size_t tail_off; /* byte offset of the tail's codes */
 	size_t d_off;    /* byte offset of the d part in both row kinds */
 	size_t init_off; /* byte offset of init in an activation row */
-	size_t ms_off;   /* weights: offset of m; see as_off for s */
-	size_t as_off;   /* activations: offset of s */
+	size_t tinit;    /* int32 index in init where the tail's quads start */
+	size_t ms_off;   /* weights: byte offset of m */
+	size_t as_off;   /* activations: byte offset of s */
 	size_t wrow;     /* bytes of one repacked weight row */
-	size_t arow;     /* bytes of one repacked activation row */
+	size_t arow;     /* bytes of one packed activation row */
 };
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
-static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n)
+static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n, int direct)
 {
 	s->type = type;
+	s->bytes = (int)qtype_get(type)->bytes;
 	s->nb = (int)(n / QK);
 	s->g16 = s->nb / 16;
 	s->gt = (s->nb - 16 * s->g16 + 3) / 4;
 	s->nd = (16 * s->g16 + 4 * s->gt + 15) / 16 * 16;
+	s->direct = direct;
 	s->tail_off = (size_t)s->g16 * 512;
 	s->d_off = ALIGN64(s->tail_off + (size_t)s->gt * 128);
 	s->ms_off = ALIGN64(s->d_off + (size_t)s->nd * 4);
 	s->wrow = ALIGN64(s->ms_off + (type == QT_Q4_1 ? (size_t)s->nd * 4 : 0));
 	s->init_off = s->ms_off;
-	s->as_off = s->init_off + (type == QT_Q4_0 ? (size_t)(s->g16 + s->gt) * 64 : 0);
+	s->tinit = (size_t)s->g16 * (direct ? 64 : 16);
+	size_t init = type == QT_Q4_0 ? (s->tinit + (size_t)s->gt * 16) * 4 : 0;
+	s->as_off = ALIGN64(s->init_off + init);
 	s->arow = ALIGN64(s->as_off + (type == QT_Q4_1 ? (size_t)s->nd * 4 : 0));
-}
-
-/* Byte offset of piece T (0..7: lo 0..3, hi 4..7) of block B in a row. */
-static size_t q32_piece(const struct q32_shape *s, int b, int t)
-{
-	if (b < 16 * s->g16)
-		return (size_t)(b / 16) * 512 + 64 * t + 4 * (b % 16);
-	int q = (b - 16 * s->g16) / 4;
-	return s->tail_off + (size_t)q * 128 + (t >= 4 ? 64 : 0) + 4 * (4 * (t % 4) + b % 4);
-}
-
-static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, size_t lda, int na,
-				 uint8_t *dst)
-{
-	for (int j = 0; j < na; j++) {
-		const uint8_t *row = a + (size_t)j * lda;
-		uint8_t *out = dst + (size_t)j * s->arow;
-		float *d = (float *)(out + s->d_off), *sp = (float *)(out + s->as_off);
-		int32_t *init = (int32_t *)(out + s->init_off);
-
-		memset(out, 0, s->arow);
-		for (int b = 0; b < s->nb; b++) {
-			const int8_t *qs;
-			if (s->type == QT_Q4_1) {
-				const struct block_q8_1 *y = (const struct block_q8_1 *)row + b;
-				qs = y->qs;
-				d[b] = h2f(y->d);
-				sp[b] = h2f(y->s);
-			} else {
-				const struct block_q8_0 *y = (const struct block_q8_0 *)row + b;
-				qs = y->qs;
-				d[b] = h2f(y->d);
-			}
-			int total = 0;
-			for (int t = 0; t < 4; t++) {
-				int sum = 0;
-				memcpy(out + q32_piece(s, b, t), qs + 4 * t, 4);
-				memcpy(out + q32_piece(s, b, 4 + t), qs + 16 + 4 * t, 4);
-				for (int u = 0; u < 4; u++)
-					sum += qs[4 * t + u] + qs[16 + 4 * t + u];
-				total += sum;
-				if (s->type == QT_Q4_0 && b >= 16 * s->g16)
-					init[16 * s->g16 + 16 * ((b - 16 * s->g16) / 4) + 4 * t + b % 4] = -8 * sum;
-			}
-			if (s->type == QT_Q4_0 && b < 16 * s->g16)
-				init[b] = -8 * total;
-		}
-	}
 }
 
 /* The 4x4 dword transpose that turns four blocks' 16-byte halves (R0..R3)
@@ -150,10 +134,103 @@ INLINE TARGET void q32_store_pieces(uint8_t *dst, size_t stride, __m128i r0, __m
 	_mm_storeu_si128((__m128i *)(dst + 3 * stride), _mm_unpackhi_epi64(t2, t3));
 }
 
+INLINE TARGET uint16_t ld16(const uint8_t *p)
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return v;
+}
+
+INLINE TARGET int32_t ld32(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* Activation rows (Q8_0 or, for Q4_1, Q8_1 blocks) into S's layout. */
+static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, size_t lda, int na, uint8_t *dst)
+{
+	const int q81 = s->type == QT_Q4_1, bytes = q81 ? 36 : 34, qoff = q81 ? 4 : 2;
+	const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
+	const int nq = 4 * s->g16 + s->gt;
+
+	for (int j = 0; j < na; j++) {
+		const uint8_t *row = a + (size_t)j * lda;
+		uint8_t *out = dst + (size_t)j * s->arow;
+		float *d = (float *)(out + s->d_off), *sp = (float *)(out + s->as_off);
+		int32_t *init = (int32_t *)(out + s->init_off);
+
+		for (int q4 = 0; q4 < nq; q4++) {
+			__m128i lo[4], hi[4];
+			int32_t p[4][4]; /* Q4_0: piece sums (lo t + hi t) of each block */
+			for (int k = 0; k < 4; k++) {
+				int b = 4 * q4 + k;
+				if (b >= s->nb) {
+					lo[k] = hi[k] = _mm_setzero_si128();
+					d[b] = 0;
+					if (q81)
+						sp[b] = 0;
+				} else {
+					const uint8_t *blk = row + (size_t)b * bytes;
+					lo[k] = _mm_loadu_si128((const __m128i *)(blk + qoff));
+					hi[k] = _mm_loadu_si128((const __m128i *)(blk + qoff + 16));
+					d[b] = h2f(ld16(blk));
+					if (q81)
+						sp[b] = h2f(ld16(blk + 2));
+				}
+				if (s->type == QT_Q4_0)
+					_mm_storeu_si128((__m128i *)p[k],
+							 _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(ones8, lo[k]),
+										      _mm_maddubs_epi16(ones8, hi[k])), ones16));
+			}
+			int full = q4 < 4 * s->g16, g = q4 / 4, qt = q4 - 4 * s->g16;
+			if (!s->direct) {
+				uint8_t *c = full ? out + (size_t)g * 512 + 16 * (q4 % 4) : out + s->tail_off + (size_t)qt * 128;
+				size_t stride = full ? 64 : 16;
+				q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
+				q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
+			} else {
+				for (int k = 0; k < 4; k++) {
+					/* full: block l = 4(q4%4)+k sits in half l/8, pair l%4,
+					 * slot (l%8)/4; tail: pair k%2, slot k/2 */
+					int l = 4 * (q4 % 4) + k;
+					uint8_t *c = full ? out + (size_t)g * 512 + (l / 8) * 256 + (l % 4) * 64 + ((l % 8) / 4) * 16
+							  : out + s->tail_off + (size_t)qt * 128 + (k % 2) * 64 + (k / 2) * 16;
+					_mm_storeu_si128((__m128i *)c, lo[k]);
+					_mm_storeu_si128((__m128i *)(c + 32), hi[k]);
+				}
+			}
+			if (s->type != QT_Q4_0)
+				continue;
+			for (int k = 0; k < 4; k++) {
+				int l = 4 * (q4 % 4) + k;
+				for (int t = 0; t < 4; t++) {
+					int32_t v = -8 * p[k][t];
+					if (full && s->direct)
+						init[(size_t)g * 64 + (l / 8) * 32 + (l % 4) * 8 + ((l % 8) / 4) * 4 + t] = v;
+					else if (!full && s->direct)
+						init[s->tinit + (size_t)qt * 16 + (k % 2) * 8 + (k / 2) * 4 + t] = v;
+					else if (!full)
+						init[s->tinit + (size_t)qt * 16 + 4 * t + k] = v;
+				}
+				if (full && !s->direct)
+					init[(size_t)g * 16 + l] = -8 * (p[k][0] + p[k][1] + p[k][2] + p[k][3]);
+			}
+		}
+		for (int b = 4 * nq; b < s->nd; b++) {
+			d[b] = 0;
+			if (q81)
+				sp[b] = 0;
+		}
+	}
+}
+
+/* One weight row into group order (see above). */
 static TARGET void q32_unpack_row(const struct q32_shape *s, const uint8_t *row, uint8_t *out)
 {
 	const __m128i m4 = _mm_set1_epi8(0x0f);
-	size_t bb = qtype_get(s->type)->bytes;
+	size_t bb = (size_t)s->bytes;
 	float *d = (float *)(out + s->d_off), *m = (float *)(out + s->ms_off);
 
 	memset(out + s->d_off, 0, s->wrow - s->d_off);
@@ -165,7 +242,7 @@ static TARGET void q32_unpack_row(const struct q32_shape *s, const uint8_t *row,
 			if (b >= s->nb)
 				continue;
 			const uint8_t *blk = row + (size_t)b * bb;
-			d[b] = h2f((qt_f16)(blk[0] | blk[1] << 8));
+			d[b] = h2f(ld16(blk));
 			if (s->type == QT_Q8_0) {
 				lo[k] = _mm_loadu_si128((const __m128i *)(blk + 2));
 				hi[k] = _mm_loadu_si128((const __m128i *)(blk + 18));
@@ -175,137 +252,361 @@ static TARGET void q32_unpack_row(const struct q32_shape *s, const uint8_t *row,
 				lo[k] = _mm_and_si128(q, m4);
 				hi[k] = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
 				if (s->type == QT_Q4_1)
-					m[b] = h2f((qt_f16)(blk[2] | blk[3] << 8));
+					m[b] = h2f(ld16(blk + 2));
 			}
 		}
-		/* piece t of these four blocks: 16 bytes at q32_piece(b0, t) */
-		size_t stride = b0 < 16 * s->g16 ? 64 : 16;
-		q32_store_pieces(out + q32_piece(s, b0, 0), stride, lo[0], lo[1], lo[2], lo[3]);
-		q32_store_pieces(out + q32_piece(s, b0, 4), stride, hi[0], hi[1], hi[2], hi[3]);
+		int full = b0 < 16 * s->g16;
+		uint8_t *c = full ? out + (size_t)(b0 / 16) * 512 + 4 * (b0 % 16)
+				  : out + s->tail_off + (size_t)((b0 - 16 * s->g16) / 4) * 128;
+		size_t stride = full ? 64 : 16;
+		q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
+		q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
 	}
-}
-
-/* Integer partials of one 8-lane half: weight pieces W0/W1 against
- * activation pieces A0/A1, added to P. */
-INLINE TARGET __m256i q32_idot(uint32_t type, __m256i p, __m256i w0, __m256i w1, __m256i a0, __m256i a1)
-{
-	const __m256i ones = _mm256_set1_epi16(1);
-	if (type == QT_Q8_0) {
-		/* |w| * (a with w's sign): exact while a > -128, which quantize_row keeps */
-		__m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(a0, w0));
-		__m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(a1, w1));
-		return _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
-	}
-	/* nibble * a: four products per int16 stay below 2^15 */
-	__m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, a0), _mm256_maddubs_epi16(w1, a1));
-	return _mm256_add_epi32(p, _mm256_madd_epi16(s16, ones));
 }
 
 #define LD(p) _mm256_load_si256((const __m256i *)(p))
+#define LDU(p) _mm256_loadu_si256((const __m256i *)(p))
 
-/* Four repacked weight rows (WS, rows S->wrow apart) against one activation
- * row (AS); writes the MR valid results to C[0..MR). */
-INLINE TARGET void q32_tile(const struct q32_shape *s, uint32_t type, const uint8_t *ws,
-			    const uint8_t *as, int mr, float *c)
+/* Q8_0's signed codes: |w| * (a with w's sign), exact while a > -128
+ * (quantize_row keeps it so); one int16 holds only two such products. */
+INLINE TARGET __m256i q8_idot(__m256i p, __m256i w, __m256i a)
 {
-	const float *ad = (const float *)(as + s->d_off);
-	const int32_t *init = (const int32_t *)(as + s->init_off);
-	__m256 acc[4][2];
+	return _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
+						      _mm256_set1_epi16(1)));
+}
 
-	for (int i = 0; i < 4; i++)
-		acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-	for (int g = 0; g < s->g16; g++) {
-		const uint8_t *ag = as + (size_t)g * 512;
-		for (int i = 0; i < 4; i++) {
-			const uint8_t *wg = ws + i * s->wrow + (size_t)g * 512;
-			const float *wd = (const float *)(ws + i * s->wrow + s->d_off);
+/* Integer partials of weight codes LO/HI against activation codes at AP
+ * (lo at AP, hi at AP + 32), started from INIT: lane d = the partial of
+ * the piece pair in dword d. */
+INLINE TARGET __m256i q32_idot2(const uint32_t type, __m256i init, __m256i lo, __m256i hi, const uint8_t *ap)
+{
+	if (type == QT_Q8_0)
+		return q8_idot(q8_idot(init, lo, LD(ap)), hi, LD(ap + 32));
+	__m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LD(ap)), _mm256_maddubs_epi16(hi, LD(ap + 32)));
+	return _mm256_add_epi32(init, _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+}
+
+/* ---- the direct kernel ---- */
+
+/* The codes of the blocks at P0 and P1 (block starts), one per 128-bit lane. */
+INLINE TARGET void q32_pair_codes(const uint32_t type, const uint8_t *p0, const uint8_t *p1, __m256i *lo, __m256i *hi)
+{
+	if (type == QT_Q8_0) {
+		*lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + 2))),
+					      _mm_loadu_si128((const __m128i *)(p1 + 2)), 1);
+		*hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + 18))),
+					      _mm_loadu_si128((const __m128i *)(p1 + 18)), 1);
+		return;
+	}
+	const int qoff = type == QT_Q4_1 ? 4 : 2;
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	__m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + qoff))),
+					    _mm_loadu_si128((const __m128i *)(p1 + qoff)), 1);
+	*lo = _mm256_and_si256(q, m4);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+}
+
+/* The first dword (d, then m or codes) of the eight blocks at P, block k
+ * in lane k: broadcast loads and blends, which stay in vector registers
+ * (a vector built from scalar loads goes through the stack and stalls). */
+INLINE TARGET __m256i q32_dm8(const uint8_t *p, const int bytes)
+{
+	__m256i v = _mm256_castps_si256(_mm256_broadcast_ss((const float *)p));
+	_Pragma("GCC unroll 8")
+	for (int k = 1; k < 8; k++)
+		v = _mm256_blend_epi32(v, _mm256_castps_si256(_mm256_broadcast_ss((const float *)(p + k * bytes))), 1 << k);
+	return v;
+}
+
+INLINE TARGET __m256i q32_pair_init(const uint32_t type, const uint8_t *as, const struct q32_shape *s, size_t idx)
+{
+	return type == QT_Q4_0 ? LD((const int32_t *)(as + s->init_off) + idx) : _mm256_setzero_si256();
+}
+
+INLINE TARGET void q32_direct_body(const struct q32_shape *s, const uint32_t type, const uint8_t *w, size_t ldw,
+				   int nw, const uint8_t *as, const int na, float *c, size_t ldc, float *mrow)
+{
+	static const uint8_t zblk[40]; /* a block past the row's end: all codes 0 */
+	const int bytes = type == QT_Q4_0 ? 18 : type == QT_Q4_1 ? 20 : 34;
+	const uint8_t *end = w + (size_t)nw * ldw;
+	/* per 128-bit lane: d words of four dwords, then their m words */
+	const __m256i dmsplit = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+						 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+
+	for (int i = 0; i < nw; i++) {
+		const uint8_t *row = w + (size_t)i * ldw;
+		__m256 acc[DIRECT_MAX][2], macc[DIRECT_MAX][2];
+
+		for (size_t o = 0; o < (size_t)s->nb * bytes; o += 64)
+			if (row + PREFETCH + o < end)
+				_mm_prefetch((const char *)row + PREFETCH + o, _MM_HINT_T0);
+		_Pragma("GCC unroll 4")
+		for (int j = 0; j < na; j++)
+			acc[j][0] = acc[j][1] = macc[j][0] = macc[j][1] = _mm256_setzero_ps();
+		for (int g = 0; g < s->g16; g++) {
+			_Pragma("GCC unroll 2")
 			for (int h = 0; h < 2; h++) {
-				__m256i p = type == QT_Q4_0 ? LD(init + 16 * g + 8 * h) : _mm256_setzero_si256();
-				for (int t = 0; t < 4; t++)
-					p = q32_idot(type, p, LD(wg + 64 * t + 32 * h), LD(wg + 256 + 64 * t + 32 * h),
-						     LD(ag + 64 * t + 32 * h), LD(ag + 256 + 64 * t + 32 * h));
-				__m256 dd = _mm256_mul_ps(_mm256_load_ps(wd + 16 * g + 8 * h), _mm256_load_ps(ad + 16 * g + 8 * h));
-				acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][h]);
+				const uint8_t *p = row + (size_t)(16 * g + 8 * h) * bytes;
+				__m256i sum[DIRECT_MAX], h01[DIRECT_MAX];
+				_Pragma("GCC unroll 2")
+				for (int i2 = 0; i2 < 2; i2++) {
+					__m256i lo0, hi0, lo1, hi1;
+					q32_pair_codes(type, p + (2 * i2) * bytes, p + (2 * i2 + 4) * bytes, &lo0, &hi0);
+					q32_pair_codes(type, p + (2 * i2 + 1) * bytes, p + (2 * i2 + 5) * bytes, &lo1, &hi1);
+					_Pragma("GCC unroll 4")
+					for (int j = 0; j < na; j++) {
+						const uint8_t *ar = as + (size_t)j * s->arow;
+						size_t pr = (size_t)g * 8 + 4 * h + 2 * i2; /* pair index */
+						__m256i p0 = q32_idot2(type, q32_pair_init(type, ar, s, pr * 8), lo0, hi0, ar + pr * 64);
+						__m256i p1 = q32_idot2(type, q32_pair_init(type, ar, s, pr * 8 + 8), lo1, hi1,
+								       ar + pr * 64 + 64);
+						__m256i hx = _mm256_hadd_epi32(p0, p1);
+						if (i2 == 0)
+							h01[j] = hx;
+						else
+							sum[j] = _mm256_hadd_epi32(h01[j], hx); /* block 8h+k in lane k */
+					}
+				}
+				__m256i dm = q32_dm8(p, bytes);
+				dm = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(dm, dmsplit), 0xd8);
+				__m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
+				__m256 mw = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
+				_Pragma("GCC unroll 4")
+				for (int j = 0; j < na; j++) {
+					const uint8_t *ar = as + (size_t)j * s->arow;
+					__m256 dd = _mm256_mul_ps(dw, _mm256_load_ps((const float *)(ar + s->d_off) + 16 * g + 8 * h));
+					acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j]), dd, acc[j][h]);
+					if (type == QT_Q4_1)
+						macc[j][h] = _mm256_fmadd_ps(mw, _mm256_load_ps((const float *)(ar + s->as_off) + 16 * g + 8 * h),
+									     macc[j][h]);
+				}
 			}
+		}
+		for (int q = 0; q < s->gt; q++) {
+			int b0 = 16 * s->g16 + 4 * q;
+			const uint8_t *blk[4];
+			__m256i dm = _mm256_setzero_si256();
+			_Pragma("GCC unroll 4")
+			for (int k = 0; k < 4; k++) {
+				blk[k] = b0 + k < s->nb ? row + (size_t)(b0 + k) * bytes : zblk;
+				dm = _mm256_blend_epi32(dm, _mm256_castps_si256(_mm256_broadcast_ss((const float *)blk[k])), 1 << k);
+			}
+			/* d of the four blocks in lanes 0..3, m in 4..7 */
+			__m256 dmf = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_shuffle_epi8(dm, dmsplit)));
+			/* Q4_1: m of block b0+k into lane (b0+k)%16, the other lanes 0 */
+			const int mh = (4 * q) / 8, mo = (4 * q) % 8;
+			__m256 mw = _mm256_permute2f128_ps(dmf, dmf, 0x11);
+			mw = mo ? _mm256_blend_ps(_mm256_setzero_ps(), mw, 0xf0) : _mm256_blend_ps(_mm256_setzero_ps(), mw, 0x0f);
+			__m256i lo0, hi0, lo1, hi1;
+			q32_pair_codes(type, blk[0], blk[2], &lo0, &hi0);
+			q32_pair_codes(type, blk[1], blk[3], &lo1, &hi1);
+			__m256 dw = _mm256_permute2f128_ps(dmf, dmf, 0x00);
+			_Pragma("GCC unroll 4")
+			for (int j = 0; j < na; j++) {
+				const uint8_t *ar = as + (size_t)j * s->arow;
+				const uint8_t *ap = ar + s->tail_off + (size_t)q * 128;
+				size_t ii = s->tinit + (size_t)q * 16;
+				__m256i p0 = q32_idot2(type, q32_pair_init(type, ar, s, ii), lo0, hi0, ap);
+				__m256i p1 = q32_idot2(type, q32_pair_init(type, ar, s, ii + 8), lo1, hi1, ap + 64);
+				/* pairs (0, 2) and (1, 3) to lanes 4t+k: t = 0, 1, then t = 2, 3 */
+				__m256i v0 = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(p0, p1), 0xd8);
+				__m256i v1 = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(p0, p1), 0xd8);
+				const float *ad = (const float *)(ar + s->d_off);
+				__m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ps((const __m128 *)(ad + b0)));
+				acc[j][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), dd, acc[j][0]);
+				acc[j][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), dd, acc[j][1]);
+				if (type == QT_Q4_1) /* fma(0, s, lane) leaves a lane as it was */
+					macc[j][mh] = _mm256_fmadd_ps(mw, _mm256_load_ps((const float *)(ar + s->as_off) + 16 * s->g16 + 8 * mh),
+								      macc[j][mh]);
+			}
+		}
+		_Pragma("GCC unroll 4")
+		for (int j = 0; j < na; j++) {
+			if (type == QT_Q4_1) {
+				acc[j][0] = _mm256_add_ps(acc[j][0], macc[j][0]);
+				acc[j][1] = _mm256_add_ps(acc[j][1], macc[j][1]);
+			}
+			c[(size_t)j * ldc + i] = hsum16(acc[j][0], acc[j][1]);
 		}
 	}
-	for (int q = 0; q < s->gt; q++) {
-		const uint8_t *ag = as + s->tail_off + (size_t)q * 128;
-		__m256 bd = _mm256_broadcast_ps((const __m128 *)(ad + 16 * s->g16 + 4 * q));
-		for (int i = 0; i < 4; i++) {
-			const uint8_t *wg = ws + i * s->wrow + s->tail_off + (size_t)q * 128;
-			const float *wd = (const float *)(ws + i * s->wrow + s->d_off);
-			__m256 dd = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(wd + 16 * s->g16 + 4 * q)), bd);
-			for (int h = 0; h < 2; h++) {
-				__m256i p = type == QT_Q4_0 ? LD(init + 16 * (s->g16 + q) + 8 * h) : _mm256_setzero_si256();
-				p = q32_idot(type, p, LD(wg + 32 * h), LD(wg + 64 + 32 * h), LD(ag + 32 * h), LD(ag + 64 + 32 * h));
-				acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][h]);
+}
+
+/* ---- the tile kernel ---- */
+
+/* Two repacked weight rows (WS, S->wrow apart) against NR (1 or 2)
+ * activation rows (AS, S->arow apart): C[j * LDC + i] for i < MR. */
+INLINE TARGET void q32_tile22(const struct q32_shape *s, const uint32_t type, const uint8_t *ws,
+			      const uint8_t *as, const int nr, int mr, float *c, size_t ldc)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256 fin[2][2][2]; /* [half][weight row][activation row] */
+
+	_Pragma("GCC unroll 2")
+	for (int h = 0; h < 2; h++) {
+		__m256 acc[2][2];
+		for (int i = 0; i < 2; i++)
+			acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+		for (int g = 0; g < s->g16; g++) {
+			__m256i sum[2][2];
+			for (int i = 0; i < 2; i++)
+				sum[i][0] = sum[i][1] = _mm256_setzero_si256();
+			_Pragma("GCC unroll 8")
+			for (int r = 0; r < 8; r++) {
+				size_t off = (size_t)g * 512 + 64 * r + 32 * h;
+				__m256i w0 = LD(ws + off), w1 = LD(ws + s->wrow + off);
+				if (type == QT_Q8_0) {
+					_Pragma("GCC unroll 2")
+					for (int j = 0; j < nr; j++) {
+						__m256i a = LD(as + (size_t)j * s->arow + off);
+						sum[0][j] = q8_idot(sum[0][j], w0, a);
+						sum[1][j] = q8_idot(sum[1][j], w1, a);
+					}
+				} else {
+					_Pragma("GCC unroll 2")
+					for (int j = 0; j < nr; j++) {
+						__m256i a = LD(as + (size_t)j * s->arow + off);
+						sum[0][j] = _mm256_add_epi16(sum[0][j], _mm256_maddubs_epi16(w0, a));
+						sum[1][j] = _mm256_add_epi16(sum[1][j], _mm256_maddubs_epi16(w1, a));
+					}
+				}
+			}
+			_Pragma("GCC unroll 2")
+			for (int j = 0; j < nr; j++) {
+				const uint8_t *ar = as + (size_t)j * s->arow;
+				__m256 da = _mm256_load_ps((const float *)(ar + s->d_off) + 16 * g + 8 * h);
+				__m256i init = type == QT_Q4_0 ? LD((const int32_t *)(ar + s->init_off) + 16 * g + 8 * h)
+							       : _mm256_setzero_si256();
+				for (int i = 0; i < 2; i++) {
+					__m256i p = type == QT_Q8_0 ? sum[i][j] : _mm256_add_epi32(init, _mm256_madd_epi16(sum[i][j], ones));
+					__m256 dd = _mm256_mul_ps(_mm256_load_ps((const float *)(ws + i * s->wrow + s->d_off) + 16 * g + 8 * h), da);
+					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][j]);
+				}
 			}
 		}
+		for (int q = 0; q < s->gt; q++) {
+			size_t off = s->tail_off + (size_t)q * 128 + 32 * h;
+			int b0 = 16 * s->g16 + 4 * q;
+			for (int i = 0; i < 2; i++) {
+				const uint8_t *wr = ws + i * s->wrow;
+				__m256i lo = LD(wr + off), hi = LD(wr + off + 64);
+				__m256 dw = _mm256_broadcast_ps((const __m128 *)((const float *)(wr + s->d_off) + b0));
+				_Pragma("GCC unroll 2")
+				for (int j = 0; j < nr; j++) {
+					const uint8_t *ar = as + (size_t)j * s->arow;
+					__m256i init = type == QT_Q4_0
+						? LD((const int32_t *)(ar + s->init_off) + s->tinit + 16 * (size_t)q + 8 * h)
+						: _mm256_setzero_si256();
+					__m256i p;
+					if (type == QT_Q8_0)
+						p = q8_idot(q8_idot(init, lo, LD(ar + off)), hi, LD(ar + off + 64));
+					else
+						p = _mm256_add_epi32(init, _mm256_madd_epi16(
+							_mm256_add_epi16(_mm256_maddubs_epi16(lo, LD(ar + off)),
+									 _mm256_maddubs_epi16(hi, LD(ar + off + 64))), ones));
+					__m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ps((const __m128 *)((const float *)(ar + s->d_off) + b0)));
+					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][j]);
+				}
+			}
+		}
+		for (int i = 0; i < 2; i++)
+			for (int j = 0; j < nr; j++)
+				fin[h][i][j] = acc[i][j];
 	}
-	for (int i = 0; i < 4; i++) {
-		if (i >= mr)
-			break;
-		if (type == QT_Q4_1) {
-			const float *m = (const float *)(ws + i * s->wrow + s->ms_off);
-			const float *sa = (const float *)(as + s->as_off);
-			__m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
-			for (int l = 0; l < s->nd; l += 16) {
-				m0 = _mm256_fmadd_ps(_mm256_load_ps(m + l), _mm256_load_ps(sa + l), m0);
-				m1 = _mm256_fmadd_ps(_mm256_load_ps(m + l + 8), _mm256_load_ps(sa + l + 8), m1);
+	for (int i = 0; i < mr; i++) {
+		for (int j = 0; j < nr; j++) {
+			__m256 lo = fin[0][i][j], hi = fin[1][i][j];
+			if (type == QT_Q4_1) {
+				const float *m = (const float *)(ws + i * s->wrow + s->ms_off);
+				const float *sa = (const float *)(as + (size_t)j * s->arow + s->as_off);
+				__m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+				for (int l = 0; l < s->nd; l += 16) {
+					m0 = _mm256_fmadd_ps(_mm256_load_ps(m + l), _mm256_load_ps(sa + l), m0);
+					m1 = _mm256_fmadd_ps(_mm256_load_ps(m + l + 8), _mm256_load_ps(sa + l + 8), m1);
+				}
+				lo = _mm256_add_ps(lo, m0);
+				hi = _mm256_add_ps(hi, m1);
 			}
-			acc[i][0] = _mm256_add_ps(acc[i][0], m0);
-			acc[i][1] = _mm256_add_ps(acc[i][1], m1);
+			c[(size_t)j * ldc + i] = hsum16(lo, hi);
 		}
-		c[i] = hsum16(acc[i][0], acc[i][1]);
 	}
 }
 
 #undef LD
+#undef LDU
 
-static TARGET void q32_tile_q4_0(const struct q32_shape *s, const uint8_t *ws, const uint8_t *as, int mr, float *c)
+/* Each kernel once per type (and activation row count), so that every
+ * branch on them folds away. */
+INLINE TARGET void q32_run(const struct q32_shape *s, const uint32_t type, const uint8_t *w, size_t ldw, int nw,
+			   const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
 {
-	q32_tile(s, QT_Q4_0, ws, as, mr, c);
+	if (s->direct) {
+		switch (na) {
+		case 1: q32_direct_body(s, type, w, ldw, nw, as, 1, c, ldc, (float *)ws); break;
+		case 2: q32_direct_body(s, type, w, ldw, nw, as, 2, c, ldc, (float *)ws); break;
+		case 3: q32_direct_body(s, type, w, ldw, nw, as, 3, c, ldc, (float *)ws); break;
+		default: q32_direct_body(s, type, w, ldw, nw, as, 4, c, ldc, (float *)ws); break;
+		}
+		return;
+	}
+	for (int i0 = 0; i0 < nw; i0 += 4) {
+		int mr = nw - i0 < 4 ? nw - i0 : 4;
+		for (int r = 0; r < 4; r++) {
+			if (r < mr)
+				q32_unpack_row(s, w + (size_t)(i0 + r) * ldw, ws + r * s->wrow);
+			else
+				memset(ws + r * s->wrow, 0, s->wrow);
+		}
+		for (int j0 = 0; j0 < na; j0 += 2) {
+			const uint8_t *at = as + (size_t)j0 * s->arow;
+			for (int ii = 0; ii < mr; ii += 2) {
+				float *ct = c + (size_t)j0 * ldc + i0 + ii;
+				int m2 = mr - ii < 2 ? mr - ii : 2;
+				if (na - j0 >= 2)
+					q32_tile22(s, type, ws + ii * s->wrow, at, 2, m2, ct, ldc);
+				else
+					q32_tile22(s, type, ws + ii * s->wrow, at, 1, m2, ct, ldc);
+			}
+		}
+	}
 }
 
-static TARGET void q32_tile_q4_1(const struct q32_shape *s, const uint8_t *ws, const uint8_t *as, int mr, float *c)
+static TARGET void q32_run_q4_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
+				const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
 {
-	q32_tile(s, QT_Q4_1, ws, as, mr, c);
+	q32_run(s, QT_Q4_0, w, ldw, nw, as, na, c, ldc, ws);
 }
 
-static TARGET void q32_tile_q8_0(const struct q32_shape *s, const uint8_t *ws, const uint8_t *as, int mr, float *c)
+static TARGET void q32_run_q4_1(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
+				const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
 {
-	q32_tile(s, QT_Q8_0, ws, as, mr, c);
+	q32_run(s, QT_Q4_1, w, ldw, nw, as, na, c, ldc, ws);
+}
+
+static TARGET void q32_run_q8_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
+				const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
+{
+	q32_run(s, QT_Q8_0, w, ldw, nw, as, na, c, ldc, ws);
 }
 
 static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
 			   const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
 {
 	struct q32_shape s;
-	void (*tile)(const struct q32_shape *, const uint8_t *, const uint8_t *, int, float *) =
-		type == QT_Q4_0 ? q32_tile_q4_0 : type == QT_Q4_1 ? q32_tile_q4_1 : q32_tile_q8_0;
 
-	q32_shape_init(&s, type, n);
+	q32_shape_init(&s, type, n, na <= DIRECT_MAX);
+	/* packed activations, then four repacked weight rows (tile) or one
+	 * row's m (direct) */
 	uint8_t *as = quant_scratch((size_t)na * s.arow + 4 * s.wrow);
 	if (!as)
 		return -ENOMEM;
 	uint8_t *ws = as + (size_t)na * s.arow;
 	q32_pack_acts(&s, a, lda, na, as);
-	for (int i0 = 0; i0 < nw; i0 += 4) {
-		int mr = nw - i0 < 4 ? nw - i0 : 4;
-		float out[4];
-		for (int r = 0; r < 4; r++) {
-			if (r < mr)
-				q32_unpack_row(&s, w + (size_t)(i0 + r) * ldw, ws + r * s.wrow);
-			else
-				memset(ws + r * s.wrow, 0, s.wrow);
-		}
-		for (int j = 0; j < na; j++) {
-			tile(&s, ws, as + (size_t)j * s.arow, mr, out);
-			for (int r = 0; r < mr; r++)
-				c[(size_t)j * ldc + i0 + r] = out[r];
-		}
-	}
+	if (type == QT_Q4_0)
+		q32_run_q4_0(&s, w, ldw, nw, as, na, c, ldc, ws);
+	else if (type == QT_Q4_1)
+		q32_run_q4_1(&s, w, ldw, nw, as, na, c, ldc, ws);
+	else
+		q32_run_q8_0(&s, w, ldw, nw, as, na, c, ldc, ws);
 	return 0;
 }
 
