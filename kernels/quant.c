@@ -682,3 +682,70 @@ void quant_gemm(uint32_t type, int64_t n,
 			c[(size_t)j * ldc + i] = dot_scalar(type, (const char *)w + (size_t)i * ldw,
 							    (const char *)a + (size_t)j * lda, n);
 }
+
+/* ---- packed weights ---- */
+
+struct quant_packed {
+	uint32_t type;     /* weight type */
+	int64_t n;         /* elements per row */
+	int nw;            /* rows */
+	const void *w;     /* (nw, ldw) the original rows; borrowed */
+	size_t ldw;
+	void *data;        /* (nw, prow) packed rows; owned, 64-byte aligned */
+	size_t prow;       /* bytes per packed row */
+};
+
+int quant_pack(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, struct quant_packed **ret)
+{
+	struct quant_packed *p;
+	size_t prow;
+
+	if (nw <= 0 || n <= 0)
+		return -EINVAL;
+	if (quant_get_isa() != QUANT_ISA_AVX2 || !(prow = quant_avx2_packed_row_bytes(type, n)))
+		return -ENOTSUP;
+	p = calloc(1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	p->data = aligned_alloc(64, prow * (size_t)nw);
+	if (!p->data) {
+		free(p);
+		return -ENOMEM;
+	}
+	p->type = type;
+	p->n = n;
+	p->nw = nw;
+	p->w = w;
+	p->ldw = ldw;
+	p->prow = prow;
+	for (int r = 0; r < nw; r++)
+		quant_avx2_pack_row(type, n, (const char *)w + (size_t)r * ldw, (char *)p->data + (size_t)r * prow);
+	*ret = p;
+	return 0;
+}
+
+void quant_packed_free(struct quant_packed *p)
+{
+	if (!p)
+		return;
+	free(p->data);
+	free(p);
+}
+
+size_t quant_packed_bytes(const struct quant_packed *p)
+{
+	return p->prow * (size_t)p->nw;
+}
+
+void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,
+		       const void *a, size_t lda, int na, float *c, size_t ldc)
+{
+	if (r0 < 0 || nw <= 0 || r0 + nw > p->nw || na <= 0)
+		return;
+	/* the layout is AVX2's; an ISA switched since (tests) reads the original */
+	if (quant_get_isa() == QUANT_ISA_AVX2 &&
+	    quant_avx2_gemm_packed(p->type, p->n, (const char *)p->data + (size_t)r0 * p->prow, p->prow, nw,
+				   a, lda, na, c, ldc) == 0)
+		return;
+	quant_gemm(p->type, p->n, (const char *)p->w + (size_t)r0 * p->ldw, p->ldw, nw, a, lda, na, c, ldc);
+}

@@ -93,6 +93,28 @@ void quant_gemm(uint32_t type, int64_t n,
 		const void *a, size_t lda, int na,
 		float *c, size_t ldc);
 
+/* ---- packed weights ----
+ *
+ * Some kernels read a matrix faster from a layout of their own than from
+ * the file's blocks (AVX2's 32-element blocks: eight blocks' scales in one
+ * vector, codes in register order, the same bytes otherwise).  A packed
+ * matrix holds that copy (owned) and the original rows (borrowed); every
+ * path through it gives quant_gemm's bits on the original.
+ */
+struct quant_packed;
+
+/* Packs NW rows of TYPE (N elements each, LDW bytes apart at W) for the ISA
+ * in use; W must outlive the result.  Returns 0, -ENOTSUP when that ISA has
+ * no packed layout for TYPE (quant_gemm on W is as fast then) or -ENOMEM. */
+int quant_pack(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, struct quant_packed **ret);
+/* NULL-safe. */
+void quant_packed_free(struct quant_packed *p);
+/* Bytes of the packed copy. */
+size_t quant_packed_bytes(const struct quant_packed *p);
+/* quant_gemm over rows [R0, R0 + NW) of P, with the same results. */
+void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,
+		       const void *a, size_t lda, int na, float *c, size_t ldc);
+
 enum quant_isa {
 	QUANT_ISA_SCALAR = 0,
 	QUANT_ISA_AVX2 = 1,

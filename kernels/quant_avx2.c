@@ -78,6 +78,30 @@ INLINE TARGET float h2f(qt_f16 h)
  */
 #define DIRECT_MAX 4
 
+/* ---- the packed weight layout (quant_pack) ----
+ *
+ * The same bytes as the file's blocks, reordered for the kernels below:
+ * per group of 16 blocks two "octets" (blocks 8h..8h+7), each a 32-byte
+ * header of the eight fp16 d, then the eight fp16 m (Q4_1; else zero),
+ * followed by the codes in pair order: pair i = blocks i and i+4, 16 code
+ * bytes each ([16 | 16]; Q8_0: lo halves then hi halves, 64 bytes).  Per
+ * tail quad a header of four d then four m (16 bytes, 16 of padding) and
+ * pairs (0, 2), (1, 3).  Blocks past the end are zero.  One vector load
+ * gives eight blocks' scales, one more a pair's codes: the file's 18-, 20-
+ * or 34-byte blocks need a load per block for each.
+ */
+#define PK_HDR 32
+
+static int q32_pk_octet(uint32_t type)
+{
+	return PK_HDR + (type == QT_Q8_0 ? 256 : 128);
+}
+
+static int q32_pk_quad(uint32_t type)
+{
+	return PK_HDR + (type == QT_Q8_0 ? 128 : 64);
+}
+
 /* Bytes ahead of the current weight row that the direct kernel prefetches:
  * decoding streams every weight once from DRAM. */
 #define PREFETCH 2048
@@ -90,6 +114,7 @@ struct q32_shape {
 	int gt;          /* groups of four blocks in the tail */
 	int nd;          /* entries in the d, m and s parts (multiple of 16) */
 	int direct;      /* 1: activation rows in pair order */
+	int packed;      /* 1: weight rows in the packed layout */
 	size_t tail_off; /* byte offset of the tail's codes */
 	size_t d_off;    /* byte offset of the d part in both row kinds */
 	size_t init_off; /* byte offset of init in an activation row */
@@ -111,6 +136,7 @@ static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n, int di
 	s->gt = (s->nb - 16 * s->g16 + 3) / 4;
 	s->nd = (16 * s->g16 + 4 * s->gt + 15) / 16 * 16;
 	s->direct = direct;
+	s->packed = 0;
 	s->tail_off = (size_t)s->g16 * 512;
 	s->d_off = ALIGN64(s->tail_off + (size_t)s->gt * 128);
 	s->ms_off = ALIGN64(s->d_off + (size_t)s->nd * 4);
@@ -226,33 +252,128 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 	}
 }
 
-/* One weight row into group order (see above). */
+/* Byte offsets in a weight row of block B's d, m and codes (16 bytes;
+ * Q8_0's hi half 32 bytes on in the packed layout, 16 in the file's). */
+static void q32_block_at(const struct q32_shape *s, int b, size_t *ret_d, size_t *ret_m, size_t *ret_codes)
+{
+	if (!s->packed) {
+		size_t blk = (size_t)b * s->bytes;
+		*ret_d = blk;
+		*ret_m = blk + 2;
+		*ret_codes = blk + (s->type == QT_Q4_1 ? 4 : 2);
+		return;
+	}
+	size_t pair = s->type == QT_Q8_0 ? 64 : 32, hdr;
+	int k, slot;
+	if (b < 16 * s->g16) {
+		hdr = (size_t)(b / 8) * q32_pk_octet(s->type);
+		k = b % 8;
+		*ret_d = hdr + 2 * k;
+		*ret_m = hdr + 16 + 2 * k;
+		slot = k / 4;
+		k %= 4;
+	} else {
+		hdr = (size_t)(2 * s->g16) * q32_pk_octet(s->type) + (size_t)((b - 16 * s->g16) / 4) * q32_pk_quad(s->type);
+		k = b % 4;
+		*ret_d = hdr + 2 * k;
+		*ret_m = hdr + 8 + 2 * k;
+		slot = k / 2;
+		k %= 2;
+	}
+	*ret_codes = hdr + PK_HDR + k * pair + slot * 16;
+}
+
+/* One packed weight row into group order: a quarter of a group (or a tail
+ * quad) is one slot of four pairs, and the scales come eight at a time. */
+static TARGET void q32_unpack_packed_row(const struct q32_shape *s, const uint8_t *row, uint8_t *out)
+{
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	const int oct = q32_pk_octet(s->type), quad = q32_pk_quad(s->type), pair = s->type == QT_Q8_0 ? 64 : 32;
+	float *d = (float *)(out + s->d_off), *m = (float *)(out + s->ms_off);
+
+	memset(out + s->d_off, 0, s->wrow - s->d_off);
+	for (int g = 0; g < s->g16; g++) {
+		for (int qq = 0; qq < 4; qq++) {
+			const uint8_t *o = row + (size_t)(2 * g + qq / 2) * oct;
+			__m128i lo[4], hi[4];
+			if (qq % 2 == 0) {
+				_mm256_storeu_ps(d + 16 * g + 8 * (qq / 2), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o)));
+				if (s->type == QT_Q4_1)
+					_mm256_storeu_ps(m + 16 * g + 8 * (qq / 2),
+							 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16))));
+			}
+			for (int k = 0; k < 4; k++) {
+				const uint8_t *c = o + PK_HDR + k * pair + (qq % 2) * 16;
+				__m128i q = _mm_loadu_si128((const __m128i *)c);
+				if (s->type == QT_Q8_0) {
+					lo[k] = q;
+					hi[k] = _mm_loadu_si128((const __m128i *)(c + 32));
+				} else {
+					lo[k] = _mm_and_si128(q, m4);
+					hi[k] = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+				}
+			}
+			uint8_t *c = out + (size_t)g * 512 + 16 * qq;
+			q32_store_pieces(c, 64, lo[0], lo[1], lo[2], lo[3]);
+			q32_store_pieces(c + 256, 64, hi[0], hi[1], hi[2], hi[3]);
+		}
+	}
+	for (int q = 0; q < s->gt; q++) {
+		const uint8_t *o = row + (size_t)(2 * s->g16) * oct + (size_t)q * quad;
+		int b0 = 16 * s->g16 + 4 * q;
+		__m128i lo[4], hi[4];
+		/* zero past the row's end, as the header is */
+		_mm_storeu_ps(d + b0, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)o)));
+		if (s->type == QT_Q4_1)
+			_mm_storeu_ps(m + b0, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(o + 8))));
+		for (int k = 0; k < 4; k++) {
+			const uint8_t *c = o + PK_HDR + (k % 2) * pair + (k / 2) * 16;
+			__m128i qv = _mm_loadu_si128((const __m128i *)c);
+			if (s->type == QT_Q8_0) {
+				lo[k] = qv;
+				hi[k] = _mm_loadu_si128((const __m128i *)(c + 32));
+			} else {
+				lo[k] = _mm_and_si128(qv, m4);
+				hi[k] = _mm_and_si128(_mm_srli_epi16(qv, 4), m4);
+			}
+		}
+		uint8_t *c = out + s->tail_off + (size_t)q * 128;
+		q32_store_pieces(c, 16, lo[0], lo[1], lo[2], lo[3]);
+		q32_store_pieces(c + 64, 16, hi[0], hi[1], hi[2], hi[3]);
+	}
+}
+
+/* One weight row (file or packed layout) into group order (see above). */
 static TARGET void q32_unpack_row(const struct q32_shape *s, const uint8_t *row, uint8_t *out)
 {
 	const __m128i m4 = _mm_set1_epi8(0x0f);
-	size_t bb = (size_t)s->bytes;
 	float *d = (float *)(out + s->d_off), *m = (float *)(out + s->ms_off);
 
+	if (s->packed) {
+		q32_unpack_packed_row(s, row, out);
+		return;
+	}
 	memset(out + s->d_off, 0, s->wrow - s->d_off);
 	for (int b0 = 0; b0 < 16 * s->g16 + 4 * s->gt; b0 += 4) {
 		__m128i lo[4], hi[4];
 		for (int k = 0; k < 4; k++) {
 			int b = b0 + k;
+			size_t od, om, oq;
 			lo[k] = hi[k] = _mm_setzero_si128();
 			if (b >= s->nb)
 				continue;
-			const uint8_t *blk = row + (size_t)b * bb;
-			d[b] = h2f(ld16(blk));
+			q32_block_at(s, b, &od, &om, &oq);
+			const uint8_t *dp = row + od, *mp = row + om, *qs = row + oq;
+			d[b] = h2f(ld16(dp));
 			if (s->type == QT_Q8_0) {
-				lo[k] = _mm_loadu_si128((const __m128i *)(blk + 2));
-				hi[k] = _mm_loadu_si128((const __m128i *)(blk + 18));
+				lo[k] = _mm_loadu_si128((const __m128i *)qs);
+				hi[k] = _mm_loadu_si128((const __m128i *)(qs + (s->packed ? 32 : 16)));
 			} else {
-				const uint8_t *qs = blk + (s->type == QT_Q4_1 ? 4 : 2);
 				__m128i q = _mm_loadu_si128((const __m128i *)qs);
 				lo[k] = _mm_and_si128(q, m4);
 				hi[k] = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
 				if (s->type == QT_Q4_1)
-					m[b] = h2f(ld16(blk + 2));
+					m[b] = h2f(ld16(mp));
 			}
 		}
 		int full = b0 < 16 * s->g16;
@@ -318,17 +439,31 @@ INLINE TARGET __m256i q32_dm8(const uint8_t *p, const int bytes)
 	return v;
 }
 
+/* A pair's codes in the packed layout, at P. */
+INLINE TARGET void q32_pk_pair_codes(const uint32_t type, const uint8_t *p, __m256i *lo, __m256i *hi)
+{
+	if (type == QT_Q8_0) {
+		*lo = _mm256_loadu_si256((const __m256i *)p);
+		*hi = _mm256_loadu_si256((const __m256i *)(p + 32));
+		return;
+	}
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	__m256i q = _mm256_loadu_si256((const __m256i *)p);
+	*lo = _mm256_and_si256(q, m4);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+}
+
 INLINE TARGET __m256i q32_pair_init(const uint32_t type, const uint8_t *as, const struct q32_shape *s, size_t idx)
 {
 	return type == QT_Q4_0 ? LD((const int32_t *)(as + s->init_off) + idx) : _mm256_setzero_si256();
 }
 
-INLINE TARGET void q32_direct_body(const struct q32_shape *s, const uint32_t type, const uint8_t *w, size_t ldw,
-				   int nw, const uint8_t *as, const int na, float *c, size_t ldc, float *mrow)
+INLINE TARGET void q32_direct_body(const struct q32_shape *s, const uint32_t type, const int packed, const uint8_t *w,
+				   size_t ldw, int nw, const uint8_t *as, const int na, float *c, size_t ldc)
 {
+	const int oct = q32_pk_octet(type), quad = q32_pk_quad(type), pair = type == QT_Q8_0 ? 64 : 32;
 	static const uint8_t zblk[40]; /* a block past the row's end: all codes 0 */
 	const int bytes = type == QT_Q4_0 ? 18 : type == QT_Q4_1 ? 20 : 34;
-	const uint8_t *end = w + (size_t)nw * ldw;
 	/* per 128-bit lane: d words of four dwords, then their m words */
 	const __m256i dmsplit = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
 						 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
@@ -337,22 +472,32 @@ INLINE TARGET void q32_direct_body(const struct q32_shape *s, const uint32_t typ
 		const uint8_t *row = w + (size_t)i * ldw;
 		__m256 acc[DIRECT_MAX][2], macc[DIRECT_MAX][2];
 
-		for (size_t o = 0; o < (size_t)s->nb * bytes; o += 64)
-			if (row + PREFETCH + o < end)
-				_mm_prefetch((const char *)row + PREFETCH + o, _MM_HINT_T0);
 		_Pragma("GCC unroll 4")
 		for (int j = 0; j < na; j++)
 			acc[j][0] = acc[j][1] = macc[j][0] = macc[j][1] = _mm256_setzero_ps();
 		for (int g = 0; g < s->g16; g++) {
 			_Pragma("GCC unroll 2")
 			for (int h = 0; h < 2; h++) {
-				const uint8_t *p = row + (size_t)(16 * g + 8 * h) * bytes;
+				const uint8_t *p = packed ? row + (size_t)(2 * g + h) * oct : row + (size_t)(16 * g + 8 * h) * bytes;
 				__m256i sum[DIRECT_MAX], h01[DIRECT_MAX];
+				/* a prefetch never faults, so none is checked against the end */
+				_mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+				_mm_prefetch((const char *)p + PREFETCH + 64, _MM_HINT_T0);
+				_mm_prefetch((const char *)p + PREFETCH + 128, _MM_HINT_T0);
+				if (type == QT_Q8_0) { /* 272 or 288 bytes */
+					_mm_prefetch((const char *)p + PREFETCH + 192, _MM_HINT_T0);
+					_mm_prefetch((const char *)p + PREFETCH + 256, _MM_HINT_T0);
+				}
 				_Pragma("GCC unroll 2")
 				for (int i2 = 0; i2 < 2; i2++) {
 					__m256i lo0, hi0, lo1, hi1;
-					q32_pair_codes(type, p + (2 * i2) * bytes, p + (2 * i2 + 4) * bytes, &lo0, &hi0);
-					q32_pair_codes(type, p + (2 * i2 + 1) * bytes, p + (2 * i2 + 5) * bytes, &lo1, &hi1);
+					if (packed) {
+						q32_pk_pair_codes(type, p + PK_HDR + (2 * i2) * pair, &lo0, &hi0);
+						q32_pk_pair_codes(type, p + PK_HDR + (2 * i2 + 1) * pair, &lo1, &hi1);
+					} else {
+						q32_pair_codes(type, p + (2 * i2) * bytes, p + (2 * i2 + 4) * bytes, &lo0, &hi0);
+						q32_pair_codes(type, p + (2 * i2 + 1) * bytes, p + (2 * i2 + 5) * bytes, &lo1, &hi1);
+					}
 					_Pragma("GCC unroll 4")
 					for (int j = 0; j < na; j++) {
 						const uint8_t *ar = as + (size_t)j * s->arow;
@@ -367,8 +512,8 @@ INLINE TARGET void q32_direct_body(const struct q32_shape *s, const uint32_t typ
 							sum[j] = _mm256_hadd_epi32(h01[j], hx); /* block 8h+k in lane k */
 					}
 				}
-				__m256i dm = q32_dm8(p, bytes);
-				dm = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(dm, dmsplit), 0xd8);
+				__m256i dm = packed ? _mm256_loadu_si256((const __m256i *)p)
+						    : _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q32_dm8(p, bytes), dmsplit), 0xd8);
 				__m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
 				__m256 mw = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
 				_Pragma("GCC unroll 4")
@@ -384,22 +529,35 @@ INLINE TARGET void q32_direct_body(const struct q32_shape *s, const uint32_t typ
 		}
 		for (int q = 0; q < s->gt; q++) {
 			int b0 = 16 * s->g16 + 4 * q;
+			const uint8_t *pq = row + (size_t)(2 * s->g16) * oct + (size_t)q * quad;
 			const uint8_t *blk[4];
-			__m256i dm = _mm256_setzero_si256();
-			_Pragma("GCC unroll 4")
-			for (int k = 0; k < 4; k++) {
-				blk[k] = b0 + k < s->nb ? row + (size_t)(b0 + k) * bytes : zblk;
-				dm = _mm256_blend_epi32(dm, _mm256_castps_si256(_mm256_broadcast_ss((const float *)blk[k])), 1 << k);
+			__m256 dmf; /* d of the four blocks in lanes 0..3, m in 4..7 */
+			__m256i lo0, hi0, lo1, hi1;
+			if (packed) {
+				_mm_prefetch((const char *)pq + PREFETCH, _MM_HINT_T0);
+				_mm_prefetch((const char *)pq + PREFETCH + 64, _MM_HINT_T0);
+				_mm_prefetch((const char *)pq + PREFETCH + 128, _MM_HINT_T0);
+				dmf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pq));
+				q32_pk_pair_codes(type, pq + PK_HDR, &lo0, &hi0);
+				q32_pk_pair_codes(type, pq + PK_HDR + pair, &lo1, &hi1);
+			} else {
+				_mm_prefetch((const char *)row + (size_t)b0 * bytes + PREFETCH, _MM_HINT_T0);
+				_mm_prefetch((const char *)row + (size_t)b0 * bytes + PREFETCH + 64, _MM_HINT_T0);
+				_mm_prefetch((const char *)row + (size_t)b0 * bytes + PREFETCH + 128, _MM_HINT_T0);
+				__m256i dm = _mm256_setzero_si256();
+				_Pragma("GCC unroll 4")
+				for (int k = 0; k < 4; k++) {
+					blk[k] = b0 + k < s->nb ? row + (size_t)(b0 + k) * bytes : zblk;
+					dm = _mm256_blend_epi32(dm, _mm256_castps_si256(_mm256_broadcast_ss((const float *)blk[k])), 1 << k);
+				}
+				dmf = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_shuffle_epi8(dm, dmsplit)));
+				q32_pair_codes(type, blk[0], blk[2], &lo0, &hi0);
+				q32_pair_codes(type, blk[1], blk[3], &lo1, &hi1);
 			}
-			/* d of the four blocks in lanes 0..3, m in 4..7 */
-			__m256 dmf = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_shuffle_epi8(dm, dmsplit)));
 			/* Q4_1: m of block b0+k into lane (b0+k)%16, the other lanes 0 */
 			const int mh = (4 * q) / 8, mo = (4 * q) % 8;
 			__m256 mw = _mm256_permute2f128_ps(dmf, dmf, 0x11);
 			mw = mo ? _mm256_blend_ps(_mm256_setzero_ps(), mw, 0xf0) : _mm256_blend_ps(_mm256_setzero_ps(), mw, 0x0f);
-			__m256i lo0, hi0, lo1, hi1;
-			q32_pair_codes(type, blk[0], blk[2], &lo0, &hi0);
-			q32_pair_codes(type, blk[1], blk[3], &lo1, &hi1);
 			__m256 dw = _mm256_permute2f128_ps(dmf, dmf, 0x00);
 			_Pragma("GCC unroll 4")
 			for (int j = 0; j < na; j++) {
@@ -536,16 +694,25 @@ INLINE TARGET void q32_tile22(const struct q32_shape *s, const uint32_t type, co
 
 /* Each kernel once per type (and activation row count), so that every
  * branch on them folds away. */
+INLINE TARGET void q32_direct(const struct q32_shape *s, const uint32_t type, const int packed, const uint8_t *w,
+			      size_t ldw, int nw, const uint8_t *as, int na, float *c, size_t ldc)
+{
+	switch (na) {
+	case 1: q32_direct_body(s, type, packed, w, ldw, nw, as, 1, c, ldc); break;
+	case 2: q32_direct_body(s, type, packed, w, ldw, nw, as, 2, c, ldc); break;
+	case 3: q32_direct_body(s, type, packed, w, ldw, nw, as, 3, c, ldc); break;
+	default: q32_direct_body(s, type, packed, w, ldw, nw, as, 4, c, ldc); break;
+	}
+}
+
 INLINE TARGET void q32_run(const struct q32_shape *s, const uint32_t type, const uint8_t *w, size_t ldw, int nw,
 			   const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
 {
 	if (s->direct) {
-		switch (na) {
-		case 1: q32_direct_body(s, type, w, ldw, nw, as, 1, c, ldc, (float *)ws); break;
-		case 2: q32_direct_body(s, type, w, ldw, nw, as, 2, c, ldc, (float *)ws); break;
-		case 3: q32_direct_body(s, type, w, ldw, nw, as, 3, c, ldc, (float *)ws); break;
-		default: q32_direct_body(s, type, w, ldw, nw, as, 4, c, ldc, (float *)ws); break;
-		}
+		if (s->packed)
+			q32_direct(s, type, 1, w, ldw, nw, as, na, c, ldc);
+		else
+			q32_direct(s, type, 0, w, ldw, nw, as, na, c, ldc);
 		return;
 	}
 	for (int i0 = 0; i0 < nw; i0 += 4) {
@@ -589,11 +756,12 @@ static TARGET void q32_run_q8_0(const struct q32_shape *s, const uint8_t *w, siz
 }
 
 static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
-			   const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
+			   const uint8_t *a, size_t lda, int na, float *c, size_t ldc, int packed)
 {
 	struct q32_shape s;
 
 	q32_shape_init(&s, type, n, na <= DIRECT_MAX);
+	s.packed = packed;
 	/* packed activations, then four repacked weight rows (tile) or one
 	 * row's m (direct) */
 	uint8_t *as = quant_scratch((size_t)na * s.arow + 4 * s.wrow);
@@ -1079,7 +1247,7 @@ int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 	case QT_Q4_0:
 	case QT_Q4_1:
 	case QT_Q8_0:
-		return gemm_q32(type, n, w, ldw, nw, a, lda, na, c, ldc);
+		return gemm_q32(type, n, w, ldw, nw, a, lda, na, c, ldc, 0);
 	case QT_F32:
 	case QT_F16:
 	case QT_BF16:
@@ -1091,4 +1259,47 @@ int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 	default:
 		return -ENOTSUP;
 	}
+}
+
+/* ---- packed weights (quant_pack) ---- */
+
+size_t quant_avx2_packed_row_bytes(uint32_t type, int64_t n)
+{
+	if ((type != QT_Q4_0 && type != QT_Q4_1 && type != QT_Q8_0) || n <= 0 || n % QK)
+		return 0;
+	int nb = (int)(n / QK), g16 = nb / 16, gt = (nb - 16 * g16 + 3) / 4;
+	return ALIGN64((size_t)(2 * g16) * q32_pk_octet(type) + (size_t)gt * q32_pk_quad(type));
+}
+
+void quant_avx2_pack_row(uint32_t type, int64_t n, const void *src, void *dst)
+{
+	struct q32_shape s;
+	const uint8_t *row = src;
+
+	q32_shape_init(&s, type, n, 1);
+	s.packed = 1;
+	memset(dst, 0, quant_avx2_packed_row_bytes(type, n));
+	for (int b = 0; b < s.nb; b++) {
+		const uint8_t *blk = row + (size_t)b * s.bytes;
+		uint8_t *out = dst;
+		size_t od, om, oq;
+		q32_block_at(&s, b, &od, &om, &oq);
+		memcpy(out + od, blk, 2);
+		if (type == QT_Q4_1)
+			memcpy(out + om, blk + 2, 2);
+		if (type == QT_Q8_0) {
+			memcpy(out + oq, blk + 2, 16);
+			memcpy(out + oq + 32, blk + 18, 16);
+		} else {
+			memcpy(out + oq, blk + (type == QT_Q4_1 ? 4 : 2), 16);
+		}
+	}
+}
+
+int quant_avx2_gemm_packed(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+			   const void *a, size_t lda, int na, float *c, size_t ldc)
+{
+	if (!quant_avx2_packed_row_bytes(type, n))
+		return -ENOTSUP;
+	return gemm_q32(type, n, w, ldw, nw, a, lda, na, c, ldc, 1);
 }

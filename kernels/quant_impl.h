@@ -19,6 +19,14 @@ int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int6
 /* F16, BF16 and Q8_0 rows to float with F16C / AVX2. */
 int quant_avx2_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
+/* The packed layout of quant_avx2.c: bytes of one packed row of N elements
+ * of TYPE (0 when it has none for TYPE), one row packed, and the gemm over
+ * packed rows (W, LDW: packed rows). */
+size_t quant_avx2_packed_row_bytes(uint32_t type, int64_t n);
+void quant_avx2_pack_row(uint32_t type, int64_t n, const void *src, void *dst);
+int quant_avx2_gemm_packed(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+			   const void *a, size_t lda, int na, float *c, size_t ldc);
+
 /* Per-thread scratch of at least BYTES (quant.c), or NULL. */
 void *quant_scratch(size_t bytes);
 

@@ -5,6 +5,7 @@
  * LLMD_QUANT_BENCH=1 also times the kernels on SmolLM2-135M's shapes.
  */
 #include <immintrin.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -635,6 +636,33 @@ static void test_gemm_type(uint32_t type, int64_t n)
 						goto out;
 					}
 		}
+	}
+	/* packed weights (AVX2's layout): the same bits through every kernel
+	 * and every row range, and through the fallback once the ISA changes */
+	if (quant_isa_best() >= QUANT_ISA_AVX2) {
+		struct quant_packed *pk = NULL;
+		quant_set_isa(QUANT_ISA_AVX2);
+		int r = quant_pack(type, n, w, ldw, NW, &pk);
+		int q32 = type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q8_0;
+		CHECK(q32 ? r == 0 : r == -ENOTSUP);
+		for (int isa = QUANT_ISA_AVX2; pk && isa >= QUANT_ISA_SCALAR; isa -= QUANT_ISA_AVX2) {
+			quant_set_isa((enum quant_isa)isa);
+			for (int na = 1; na <= 7; na += (na < 5 ? 1 : 2)) {
+				int i0 = na % 3, j0 = 19 - na - 3, nw = NW - 2 * (na % 3);
+				quant_gemm_packed(pk, i0, nw, a + j0 * lda, lda, na, c, ldc);
+				for (int j = 0; j < na; j++)
+					for (int i = 0; i < nw; i++)
+						if (c[j * ldc + i] != want[(j0 + j) * ldc + i0 + i]) {
+							fprintf(stderr, "%s packed on %s: %d rows: c[%d][%d] = %.9g, scalar %.9g\n",
+								what, quant_isa_name((enum quant_isa)isa), na, j0 + j, i0 + i,
+								c[j * ldc + i], want[(j0 + j) * ldc + i0 + i]);
+							CHECK(0);
+							quant_packed_free(pk);
+							goto out;
+						}
+			}
+		}
+		quant_packed_free(pk);
 	}
 out:
 	quant_set_isa(quant_isa_best());
