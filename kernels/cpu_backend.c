@@ -1,7 +1,10 @@
 /* cpu_backend.c - the CPU backend: the reference implementation of every op.
  *
  * Matmuls quantize each activation row once and split weight rows across the
- * persistent worker pool (quant.c does the arithmetic); attention walks each
+ * persistent worker pool (quant.c does the arithmetic), reading each weight
+ * from the ISA's packed copy where it has one (made at the weight's first
+ * use and kept, so the file's blocks are then only read for embeddings);
+ * attention walks each
  * row's block table in the paged KV pool with an online softmax.  Small
  * element-wise ops run inline on the engine thread: a dispatch would cost
  * more than the work.  Not thread-safe: one engine thread drives it.
@@ -18,11 +21,20 @@
 #define PAR_MIN_ELEMS 32768  /* below this an element-wise op runs inline */
 #define MM_MAX_WEIGHTS 8     /* weights sharing one input in a matmul call */
 
+/* A weight's packed copy, found by the weight's data pointer. */
+struct cpu_packed {
+	const void *data;           /* key: bk_weight.data; NULL = empty slot */
+	struct quant_packed *pk;    /* owned; NULL when the ISA has no layout for it */
+};
+
 struct cpu_backend {
 	struct backend base;
 	struct cpu_pool *pool;   /* workers; owned */
 	void *xq;                /* quantized activations scratch; owned */
 	size_t xq_cap;           /* bytes of xq */
+	struct cpu_packed *packed; /* (packed_cap) open addressing; owned */
+	size_t packed_cap;       /* power of two, 0 before the first weight */
+	size_t packed_n;         /* slots in use */
 };
 
 static struct cpu_backend *cpu(struct backend *be)
@@ -127,8 +139,60 @@ static int cpu_rmsnorm(struct backend *be, const float *x, const float *g, int32
 
 /* ---- matmul ---- */
 
+static size_t packed_slot(const struct cpu_backend *c, const void *data)
+{
+	size_t h = ((uintptr_t)data >> 6) * 0x9e3779b97f4a7c15ull;
+	size_t i = h & (c->packed_cap - 1);
+	while (c->packed[i].data && c->packed[i].data != data)
+		i = (i + 1) & (c->packed_cap - 1);
+	return i;
+}
+
+struct pack_job {
+	struct quant_packed *pk;
+	int rows;                     /* rows per task */
+};
+
+static void pack_task(void *ctx, int t, int worker)
+{
+	struct pack_job *j = ctx;
+	quant_pack_rows(j->pk, t * j->rows, j->rows);
+}
+
+/* W's packed copy, made (in parallel) at its first use; NULL when the ISA
+ * has no packed layout for it or memory ran out (then W is read as it is). */
+static struct quant_packed *packed_get(struct cpu_backend *c, const struct bk_weight *w)
+{
+	if (c->packed_n * 2 >= c->packed_cap) {
+		size_t cap = c->packed_cap ? 2 * c->packed_cap : 256;
+		struct cpu_packed *old = c->packed, *nt = calloc(cap, sizeof *nt);
+		size_t old_cap = c->packed_cap;
+		if (!nt)
+			return NULL;
+		c->packed = nt;
+		c->packed_cap = cap;
+		for (size_t i = 0; i < old_cap; i++)
+			if (old[i].data)
+				c->packed[packed_slot(c, old[i].data)] = old[i];
+		free(old);
+	}
+	size_t i = packed_slot(c, w->data);
+	if (c->packed[i].data)
+		return c->packed[i].pk;
+	struct quant_packed *pk = NULL;
+	if (quant_pack_new(w->type, w->n_in, w->data, w->row_bytes, (int)w->n_out, &pk) == 0) {
+		struct pack_job j = { pk, 64 };
+		cpu_pool_run(c->pool, pack_task, &j, (int)((w->n_out + j.rows - 1) / j.rows));
+	}
+	c->packed[i].data = w->data;
+	c->packed[i].pk = pk;
+	c->packed_n++;
+	return pk;
+}
+
 struct mm_job {
 	const struct bk_weight *const *w;
+	struct quant_packed *pk[MM_MAX_WEIGHTS]; /* packed copies, or NULL */
 	float *const *out;
 	int nw;
 	int32_t T;
@@ -161,8 +225,11 @@ static void mm_task(void *ctx, int task, int worker)
 	const struct bk_weight *w = j->w[k];
 	int64_t r0 = (int64_t)(task - j->first_task[k]) * j->chunk;
 	int64_t nr = w->n_out - r0 < j->chunk ? w->n_out - r0 : j->chunk;
-	quant_gemm(w->type, w->n_in, (const char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
-		   (int)nr, j->xq, j->lda, j->T, j->out[k] + r0, (size_t)w->n_out);
+	if (j->pk[k])
+		quant_gemm_packed(j->pk[k], (int)r0, (int)nr, j->xq, j->lda, j->T, j->out[k] + r0, (size_t)w->n_out);
+	else
+		quant_gemm(w->type, w->n_in, (const char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
+			   (int)nr, j->xq, j->lda, j->T, j->out[k] + r0, (size_t)w->n_out);
 }
 
 static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int nw,
@@ -225,8 +292,10 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 	j.xq = c->xq;
 	j.lda = lda;
 	j.chunk = chunk;
-	for (int k = 0; k < nw; k++)
+	for (int k = 0; k < nw; k++) {
+		j.pk[k] = packed_get(c, w[k]);
 		j.first_task[k + 1] = j.first_task[k] + (int)((w[k]->n_out + chunk - 1) / chunk);
+	}
 	cpu_pool_run(c->pool, mm_task, &j, j.first_task[nw]);
 	return 0;
 }
@@ -500,6 +569,9 @@ static void cpu_free(struct backend *be)
 {
 	struct cpu_backend *c = cpu(be);
 	cpu_pool_free(c->pool);
+	for (size_t i = 0; i < c->packed_cap; i++)
+		quant_packed_free(c->packed[i].pk);
+	free(c->packed);
 	free(c->xq);
 	free(c);
 }

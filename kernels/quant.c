@@ -698,6 +698,18 @@ struct quant_packed {
 int quant_pack(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, struct quant_packed **ret)
 {
 	struct quant_packed *p;
+	int r = quant_pack_new(type, n, w, ldw, nw, &p);
+
+	if (r < 0)
+		return r;
+	quant_pack_rows(p, 0, nw);
+	*ret = p;
+	return 0;
+}
+
+int quant_pack_new(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, struct quant_packed **ret)
+{
+	struct quant_packed *p;
 	size_t prow;
 
 	if (nw <= 0 || n <= 0)
@@ -718,10 +730,14 @@ int quant_pack(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, stru
 	p->w = w;
 	p->ldw = ldw;
 	p->prow = prow;
-	for (int r = 0; r < nw; r++)
-		quant_avx2_pack_row(type, n, (const char *)w + (size_t)r * ldw, (char *)p->data + (size_t)r * prow);
 	*ret = p;
 	return 0;
+}
+
+void quant_pack_rows(struct quant_packed *p, int r0, int nr)
+{
+	for (int r = r0; r < r0 + nr && r < p->nw; r++)
+		quant_avx2_pack_row(p->type, p->n, (const char *)p->w + (size_t)r * p->ldw, (char *)p->data + (size_t)r * p->prow);
 }
 
 void quant_packed_free(struct quant_packed *p)

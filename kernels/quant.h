@@ -107,6 +107,11 @@ struct quant_packed;
  * in use; W must outlive the result.  Returns 0, -ENOTSUP when that ISA has
  * no packed layout for TYPE (quant_gemm on W is as fast then) or -ENOMEM. */
 int quant_pack(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, struct quant_packed **ret);
+/* quant_pack in two steps, so that rows can be packed in parallel: the
+ * allocation (same returns), then rows [R0, R0 + NR), each exactly once
+ * before the first quant_gemm_packed (distinct rows: any threads). */
+int quant_pack_new(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, struct quant_packed **ret);
+void quant_pack_rows(struct quant_packed *p, int r0, int nr);
 /* NULL-safe. */
 void quant_packed_free(struct quant_packed *p);
 /* Bytes of the packed copy. */
