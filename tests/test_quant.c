@@ -10,6 +10,8 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "quant.h"
@@ -865,6 +867,79 @@ static double bench_pass(struct bench_mat *mats, int nmats, uint8_t **act, float
 	return now() - t0;
 }
 
+/* The memory read bandwidth the weights stream at best: THREADS threads
+ * each summing its share of a 256 MiB buffer (far past the caches), best
+ * of five passes.  Decode reads every weight once per token, so this over
+ * the bytes of weights per token bounds its tokens/s. */
+struct membw_job {
+	const uint64_t *p; /* this thread's share */
+	size_t n;          /* words in it */
+	uint64_t sum;      /* keeps the loads alive */
+};
+
+__attribute__((target("avx2"))) static void *membw_read_avx2(void *arg)
+{
+	struct membw_job *j = arg;
+	const __m256i *p = (const __m256i *)j->p;
+	__m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+	for (size_t i = 0; i + 16 <= j->n; i += 16, p += 4) {
+		s0 = _mm256_add_epi64(s0, _mm256_load_si256(p));
+		s1 = _mm256_add_epi64(s1, _mm256_load_si256(p + 1));
+		s2 = _mm256_add_epi64(s2, _mm256_load_si256(p + 2));
+		s3 = _mm256_add_epi64(s3, _mm256_load_si256(p + 3));
+	}
+	s0 = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+	j->sum = (uint64_t)_mm256_extract_epi64(s0, 0);
+	return NULL;
+}
+
+static void *membw_read(void *arg)
+{
+	struct membw_job *j = arg;
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+	for (size_t i = 0; i + 4 <= j->n; i += 4) {
+		s0 += j->p[i];
+		s1 += j->p[i + 1];
+		s2 += j->p[i + 2];
+		s3 += j->p[i + 3];
+	}
+	j->sum = s0 + s1 + s2 + s3;
+	return NULL;
+}
+
+static double now(void);
+
+static void bench_membw(void)
+{
+	const size_t bytes = (size_t)256 << 20;
+	uint64_t *buf = aligned_alloc(64, bytes);
+	if (!buf)
+		return;
+	memset(buf, 1, bytes);
+	for (int threads = 1; threads <= 2; threads++) {
+		double best = 1e9;
+		for (int rep = 0; rep < 5; rep++) {
+			struct membw_job jobs[2];
+			pthread_t th[2];
+			double t0 = now();
+			for (int t = 0; t < threads; t++) {
+				size_t n = bytes / 8 / threads;
+				jobs[t] = (struct membw_job){ buf + t * n, n, 0 };
+				pthread_create(&th[t], NULL, quant_isa_best() >= QUANT_ISA_AVX2 ? membw_read_avx2 : membw_read,
+					       &jobs[t]);
+			}
+			for (int t = 0; t < threads; t++)
+				pthread_join(th[t], NULL);
+			double dt = now() - t0;
+			if (dt < best)
+				best = dt;
+		}
+		fprintf(stderr, "bench: memory read bandwidth, %d thread%s: %.1f GB/s (256 MiB, best of 5)\n",
+			threads, threads > 1 ? "s" : "", bytes / best / 1e9);
+	}
+	free(buf);
+}
+
 static void bench(void)
 {
 	enum { LAYERS = 30, T = 128 };
@@ -934,6 +1009,7 @@ int main(void)
 		const char *isa = getenv("LLMD_QUANT_ISA");
 		if (isa)
 			quant_set_isa((enum quant_isa)atoi(isa));
+		bench_membw();
 		bench();
 		return 0;
 	}
