@@ -26,8 +26,25 @@ if [ -n "$missing" ]; then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing
 fi
 
+# A machine with an NVIDIA GPU gets nvcc's CUDA backend (where configure
+# finds the toolkit; device.backend = auto then uses the GPU); one without
+# gets the CUDA backend built against our emulator, so that the kernels can
+# still be run (device.backend = cuda, llm-bench --backend cuda) on the CPU.
+has_gpu() {
+	[ -e /dev/nvidia0 ] || nvidia-smi -L >/dev/null 2>&1
+}
 [ -x configure ] || autoreconf -fi
-[ -f Makefile ] || ./configure --enable-werror --enable-cuda-emu
+if [ ! -f Makefile ]; then
+	if has_gpu; then
+		./configure --enable-werror
+	else
+		./configure --enable-werror --enable-cuda-emu
+	fi
+fi
+if has_gpu && ! grep -q '^#define HAVE_CUDA 1' config.h; then
+	echo "setup: this machine has an NVIDIA GPU, but configure found no CUDA toolkit" \
+		"(nvcc and cuBLAS; set CUDA_HOME and run ./configure again): llmd will run on the CPU" >&2
+fi
 make -j"$(nproc)"
 make fetch-model
 

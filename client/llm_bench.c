@@ -43,7 +43,8 @@ struct bench_opts {
 	int sequential;             /* submit the --parallel requests one after another */
 	const char *socket;         /* through this llmd instead of in-process */
 	uint32_t kv_type;
-	int32_t backend;            /* ENGINE_BACKEND_CPU or ENGINE_BACKEND_CUDA */
+	const char *backend;        /* "auto" (default), "cpu" or "cuda" */
+	int32_t device;             /* CUDA device index */
 	int32_t batch;
 	struct sampler_params sp;
 	const char *stops[STOPSTR_MAX];
@@ -68,7 +69,9 @@ static void usage(FILE *f)
 		"  -s, --system TEXT       system message (with --chat)\n"
 		"  -n, --n-predict N       tokens to generate (default 64)\n"
 		"  -t, --threads T         CPU threads (default 2)\n"
-		"      --backend B         compute backend: cpu (default) or cuda\n"
+		"      --backend B         compute backend: auto (default: a GPU when this build has\n"
+		"                          nvcc's CUDA backend and a device, else the CPU), cpu or cuda\n"
+		"      --device N          CUDA device index (default 0)\n"
 		"      --temp X            temperature (default 0: greedy)\n"
 		"      --top-k N --top-p X --min-p X --repeat-penalty X\n"
 		"      --presence-penalty X --frequency-penalty X\n"
@@ -123,7 +126,8 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND };
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND,
+	       O_DEVICE };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -141,6 +145,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "no-prefix-cache", no_argument, 0, O_NOPC }, { "shared-prefix", no_argument, 0, O_SHP },
 		{ "kv-mib", required_argument, 0, O_KVM }, { "sequential", no_argument, 0, O_SEQ },
 		{ "socket", required_argument, 0, O_SOCK }, { "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -153,6 +158,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	o->kv_type = QT_F16;
 	o->batch = 512;
 	o->parallel = 1;
+	o->backend = "auto";
 	while ((c = getopt_long(argc, argv, "m:p:f:s:n:t:r:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
@@ -197,15 +203,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_SEQ: o->sequential = 1; break;
 		case O_SOCK: o->socket = optarg; break;
 		case O_BACKEND:
-			if (!strcmp(optarg, "cpu"))
-				o->backend = ENGINE_BACKEND_CPU;
-			else if (!strcmp(optarg, "cuda"))
-				o->backend = ENGINE_BACKEND_CUDA;
-			else {
-				fprintf(stderr, "llm-bench: --backend must be cpu or cuda\n");
+			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "llm-bench: --backend must be auto, cpu or cuda\n");
 				return -1;
 			}
+			o->backend = optarg;
 			break;
+		case O_DEVICE: o->device = atoi(optarg); break;
 		case O_KV:
 			if (!strcmp(optarg, "f16"))
 				o->kv_type = QT_F16;
@@ -231,7 +235,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return -1;
 	}
 	if (o->n_predict < 1 || o->threads < 1 || o->repeat < 1 || o->batch < 1 || o->parallel < 1 ||
-	    o->parallel > 1024 || o->kv_tokens < 0 || o->kv_mib < 0) {
+	    o->parallel > 1024 || o->kv_tokens < 0 || o->kv_mib < 0 || o->device < 0) {
 		fprintf(stderr, "llm-bench: --n-predict, --threads, --repeat, --batch and --parallel "
 			"must be positive\n");
 		return -1;
@@ -624,6 +628,14 @@ int main(int argc, char **argv)
 		free(o.prompt);
 		return rc;
 	}
+	/* The backend first: a bad choice should not cost a model load. */
+	struct engine_cuda_probe probe;
+	int32_t backend;
+	engine_cuda_probe(&probe);
+	if (engine_choose_backend(o.backend, o.device, &probe, &backend, err, sizeof err) < 0) {
+		fprintf(stderr, "llm-bench: --backend %s: %s\n", o.backend, err);
+		goto out;
+	}
 	r = model_load(o.model, &m, err, sizeof err);
 	if (r < 0) {
 		fprintf(stderr, "llm-bench: cannot load model %s: %s\n", o.model, err);
@@ -648,7 +660,8 @@ int main(int argc, char **argv)
 	engine_params_default(&ep);
 	ep.n_threads = o.threads;
 	ep.kv_type = o.kv_type;
-	ep.backend = o.backend;
+	ep.backend = backend;
+	ep.device = o.device;
 	ep.max_batch = o.batch;
 	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : o.kv_mib ? 0 : kv_tokens;
 	ep.kv_mib = o.kv_mib;

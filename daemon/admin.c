@@ -469,6 +469,7 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 	KEEP(threads, "device.threads");
 	KEEP(pool_mb, "kv.pool_mb");
 	KEEP(pool_tokens, "kv.pool_tokens");
+	KEEP(gpu_mem_fraction, "kv.gpu_mem_fraction");
 	KEEP(block_tokens, "kv.block_tokens");
 	KEEP(kv_type, "kv.type");
 	KEEP(n_ctx, "kv.n_ctx");

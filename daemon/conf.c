@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_type { OPT_STR, OPT_INT, OPT_I64, OPT_MODE, OPT_BOOL };
+enum opt_type { OPT_STR, OPT_INT, OPT_I64, OPT_MODE, OPT_BOOL, OPT_FRAC /* double in (0, 1] */ };
 
 struct opt {
 	const char *section;
@@ -36,8 +36,9 @@ static const struct opt opts[] = {
 	{ "device", "backend", OPT_STR, F(backend), 0, 0, backends },
 	{ "device", "index", OPT_INT, F(device_index), 0, 255, NULL },
 	{ "device", "threads", OPT_INT, F(threads), 0, 256, NULL },
-	{ "kv", "pool_mb", OPT_I64, F(pool_mb), 1, 1 << 24, NULL },
+	{ "kv", "pool_mb", OPT_I64, F(pool_mb), 0, 1 << 24, NULL },
 	{ "kv", "pool_tokens", OPT_I64, F(pool_tokens), 0, INT32_MAX, NULL },
+	{ "kv", "gpu_mem_fraction", OPT_FRAC, F(gpu_mem_fraction), 0, 0, NULL },
 	{ "kv", "block_tokens", OPT_INT, F(block_tokens), 1, 1024, NULL },
 	{ "kv", "type", OPT_STR, F(kv_type), 0, 0, kv_types },
 	{ "kv", "n_ctx", OPT_INT, F(n_ctx), 0, 1 << 20, NULL },
@@ -67,7 +68,8 @@ void conf_default(struct llmd_conf *c)
 	strcpy(c->admin_group, "llm-admin");
 	c->grace_s = 10;
 	strcpy(c->backend, "auto");
-	c->pool_mb = 256;
+	c->pool_mb = 0;
+	c->gpu_mem_fraction = 0.9;
 	c->block_tokens = 16;
 	strcpy(c->kv_type, "f16");
 	c->max_seqs = 32;
@@ -144,6 +146,18 @@ int conf_apply(struct llmd_conf *c, const char *section, const char *key, const 
 		}
 		*(int32_t *)field = (int32_t)x;
 		return 0;
+	case OPT_FRAC: {
+		char *end;
+		double f;
+		errno = 0;
+		f = strtod(value, &end);
+		if (errno || end == value || *end || !(f > 0 && f <= 1)) {
+			snprintf(err, errlen, "%s.%s: '%s' is not a fraction in (0, 1]", section, key, value);
+			return -EINVAL;
+		}
+		*(double *)field = f;
+		return 0;
+	}
 	case OPT_MODE:
 	case OPT_INT:
 	case OPT_I64:
@@ -272,6 +286,9 @@ void conf_print(const struct llmd_conf *c, FILE *out)
 		case OPT_INT:
 		case OPT_BOOL:
 			fprintf(out, "%d\n", *(const int32_t *)field);
+			break;
+		case OPT_FRAC:
+			fprintf(out, "%g\n", *(const double *)field);
 			break;
 		}
 	}

@@ -31,8 +31,11 @@ struct llmd_conf {
 	int32_t device_index;          /* CUDA device */
 	int32_t threads;               /* CPU threads; 0 = one per online core (at most 256) */
 	/* [kv] */
-	int64_t pool_mb;               /* KV pool size, MiB (used when pool_tokens is 0) */
+	int64_t pool_mb;               /* KV pool size, MiB (used when pool_tokens is 0);
+	                                  both 0 = automatic (see gpu_mem_fraction) */
 	int64_t pool_tokens;           /* or its size in tokens; 0 = use pool_mb */
+	double gpu_mem_fraction;       /* automatic pool on a GPU: this share (0, 1] of the
+	                                  memory free after the model; on the CPU 256 MiB */
 	int32_t block_tokens;          /* tokens per KV block */
 	char kv_type[8];               /* f16 | f32 | q8_0 */
 	int32_t n_ctx;                 /* tokens per sequence; 0 = the model's */

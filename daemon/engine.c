@@ -47,6 +47,77 @@ void engine_params_default(struct engine_params *p)
 	p->max_batch = 512;
 	p->backend = ENGINE_BACKEND_CPU;
 	p->device = 0;
+	p->kv_gpu_fraction = 0.9;
+}
+
+/* ---- choosing the backend ---- */
+
+void engine_cuda_probe(struct engine_cuda_probe *ret)
+{
+	memset(ret, 0, sizeof *ret);
+#ifdef LLMD_CUDA_BACKEND
+	int n = cuda_backend_device_count(ret->why, sizeof ret->why);
+	ret->kind = cuda_backend_emulated() ? ENGINE_CUDA_EMULATED : ENGINE_CUDA_DEVICE;
+	ret->n_devices = n > 0 ? n : 0;
+#else
+	ret->kind = ENGINE_CUDA_NONE;
+	snprintf(ret->why, sizeof ret->why, "this build has no CUDA backend (configured without the CUDA "
+		 "toolkit, nvcc and cuBLAS, and without --enable-cuda-emu)");
+#endif
+}
+
+int engine_choose_backend(const char *want, int32_t index, const struct engine_cuda_probe *pr,
+			  int32_t *ret_backend, char *msg, size_t msglen)
+{
+	int is_auto = !strcmp(want, "auto");
+
+	if (!strcmp(want, "cpu")) {
+		snprintf(msg, msglen, "the CPU");
+		*ret_backend = ENGINE_BACKEND_CPU;
+		return 0;
+	}
+	if (!is_auto && strcmp(want, "cuda")) {
+		snprintf(msg, msglen, "'%s' is not a backend (auto, cpu or cuda)", want);
+		return -EINVAL;
+	}
+	/* auto: the CPU unless nvcc's backend sees a device */
+	if (is_auto && pr->kind == ENGINE_CUDA_NONE) {
+		snprintf(msg, msglen, "the CPU (%s)", pr->why);
+		*ret_backend = ENGINE_BACKEND_CPU;
+		return 0;
+	}
+	if (is_auto && pr->kind == ENGINE_CUDA_EMULATED) {
+		snprintf(msg, msglen, "the CPU (this build's CUDA backend is the emulator, "
+			 "--enable-cuda-emu, which only backend cuda selects)");
+		*ret_backend = ENGINE_BACKEND_CPU;
+		return 0;
+	}
+	if (is_auto && pr->n_devices == 0) {
+		snprintf(msg, msglen, "the CPU (no usable CUDA device: %s)", pr->why);
+		*ret_backend = ENGINE_BACKEND_CPU;
+		return 0;
+	}
+	/* cuda, or auto with a device: that device or an error */
+	if (pr->kind == ENGINE_CUDA_NONE) {
+		snprintf(msg, msglen, "%s", pr->why);
+		return -ENOTSUP;
+	}
+	if (pr->n_devices == 0) {
+		snprintf(msg, msglen, "no usable CUDA device: %s", pr->why);
+		return -ENODEV;
+	}
+	if (index < 0 || index >= pr->n_devices) {
+		snprintf(msg, msglen, "CUDA device %d does not exist: the CUDA runtime sees %d (0..%d)",
+			 index, pr->n_devices, pr->n_devices - 1);
+		return -ENODEV;
+	}
+	if (pr->kind == ENGINE_CUDA_EMULATED)
+		snprintf(msg, msglen, "CUDA on the emulator (--enable-cuda-emu: the kernels' own "
+			 "source run on the CPU, for tests, not for speed)");
+	else
+		snprintf(msg, msglen, "CUDA device %d (of %d)", index, pr->n_devices);
+	*ret_backend = ENGINE_BACKEND_CUDA;
+	return 0;
 }
 
 void engine_free(struct engine *e)
@@ -77,18 +148,198 @@ static uint64_t kv_salt(const struct model *m, const struct engine_params *p)
 	return h;
 }
 
+/* ---- the model and the KV pool in device memory ---- */
+
+#define MIB_UP(b) (((uint64_t)(b) + (1u << 20) - 1) >> 20)
+
+/* Bytes of the step buffers engine_new allocates for MAX_BATCH rows; with
+ * DEVICE, the logits staging buffer too. */
+static uint64_t step_bytes(const struct model_hparams *hp, int32_t max_batch, int device)
+{
+	uint64_t row = 2 * (uint64_t)hp->n_embd + 2 * (uint64_t)hp->n_head * hp->head_dim +
+		       2 * (uint64_t)hp->n_head_kv * hp->head_dim + 2 * (uint64_t)hp->n_ff;
+
+	if (device)
+		row += (uint64_t)hp->n_vocab;
+	return (uint64_t)max_batch * row * sizeof(float);
+}
+
+static struct bk_weight norm_weight(const float *g, int32_t n)
+{
+	struct bk_weight w = { QT_F32, n, 1, g, (size_t)n * sizeof(float) };
+	return w;
+}
+
+/* Every tensor the ops read from M, norm vectors as one-row F32 weights,
+ * into *RET (malloc'd, (3 + 9 * n_layer)); returns the count or -ENOMEM. */
+static int model_tensors(const struct model *m, struct bk_weight **ret)
+{
+	const struct model_hparams *hp = &m->hp;
+	struct bk_weight *w = malloc((3 + 9 * (size_t)hp->n_layer) * sizeof *w);
+	int n = 0;
+
+	if (!w)
+		return -ENOMEM;
+	w[n++] = m->tok_embd;
+	w[n++] = m->output;
+	w[n++] = norm_weight(m->output_norm, hp->n_embd);
+	for (int32_t l = 0; l < hp->n_layer; l++) {
+		const struct model_layer *L = &m->layers[l];
+		w[n++] = norm_weight(L->attn_norm, hp->n_embd);
+		w[n++] = L->wq;
+		w[n++] = L->wk;
+		w[n++] = L->wv;
+		w[n++] = L->wo;
+		w[n++] = norm_weight(L->ffn_norm, hp->n_embd);
+		w[n++] = L->w_gate;
+		w[n++] = L->w_up;
+		w[n++] = L->w_down;
+	}
+	*ret = w;
+	return n;
+}
+
+/* Bytes of the N tensors W, each distinct host buffer once (a tied output
+ * is the token embedding). */
+static uint64_t tensors_bytes(const struct bk_weight *w, int n)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < n; i++) {
+		int seen = 0;
+		for (int j = 0; j < i && !seen; j++)
+			seen = w[j].data == w[i].data;
+		if (!seen)
+			sum += (uint64_t)w[i].n_out * w[i].row_bytes;
+	}
+	return sum;
+}
+
+static int device_memory(struct engine *e, struct bk_device_info *ret, char *err, size_t errlen)
+{
+	int r;
+
+	memset(ret, 0, sizeof *ret);
+	if (!e->be->ops->device_info) {
+		snprintf(err, errlen, "the %s backend cannot say how much memory it has",
+			 e->be->ops->name);
+		return -ENOTSUP;
+	}
+	if ((r = e->be->ops->device_info(e->be, ret)) < 0) {
+		snprintf(err, errlen, "cannot read the device's free memory: %s", engine_last_error(e));
+		return r;
+	}
+	return 0;
+}
+
+/* A backend on host memory gets the weights too, in place (the CPU backend
+ * keeps a packed copy of those its kernels read faster that way). */
+static int host_load(struct engine *e, char *err, size_t errlen)
+{
+	struct bk_weight *w = NULL;
+	int n, r = 0;
+
+	if (!e->be->ops->load_weight)
+		return 0;
+	if ((n = model_tensors(e->m, &w)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return n;
+	}
+	for (int i = 0; i < n && r >= 0; i++)
+		if ((r = backend_load_weight(e->be, &w[i])) < 0)
+			snprintf(err, errlen, "cannot prepare the weights: %s", strerror(-r));
+	free(w);
+	return r < 0 ? r : 0;
+}
+
+/* Before anything goes to the device: the model (weights, step buffers)
+ * plus N_BLOCKS blocks of BB bytes (or, when 0, the smallest automatic
+ * pool) must fit its free memory; then the weights are uploaded. */
+static int device_fit(struct engine *e, size_t bb, int64_t n_blocks, char *err, size_t errlen)
+{
+	const struct engine_params *p = &e->p;
+	struct bk_device_info dev;
+	struct bk_weight *w = NULL;
+	int64_t min_blocks = (p->max_batch + p->kv_block_tokens - 1) / p->kv_block_tokens;
+	int64_t blocks = n_blocks ? n_blocks : min_blocks;
+	uint64_t wb, sb, kvb = (uint64_t)blocks * bb;
+	int n, r;
+
+	if ((n = model_tensors(e->m, &w)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return n;
+	}
+	wb = tensors_bytes(w, n);
+	sb = step_bytes(&e->m->hp, p->max_batch, 1);
+	if ((r = device_memory(e, &dev, err, errlen)) < 0)
+		goto out;
+	if (wb + sb + kvb > dev.free_bytes) {
+		snprintf(err, errlen, "%s (device %d): the model needs %llu MiB (weights %llu MiB, "
+			 "step buffers %llu MiB for %d rows), %s KV pool %llu MiB (%lld tokens), and the "
+			 "device has %llu MiB free", dev.name, dev.index,
+			 (unsigned long long)(MIB_UP(wb) + MIB_UP(sb)), (unsigned long long)MIB_UP(wb),
+			 (unsigned long long)MIB_UP(sb), p->max_batch, n_blocks ? "the" : "a minimal",
+			 (unsigned long long)MIB_UP(kvb), (long long)(blocks * p->kv_block_tokens),
+			 (unsigned long long)(dev.free_bytes >> 20));
+		r = -ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		if ((r = backend_load_weight(e->be, &w[i])) < 0) {
+			snprintf(err, errlen, "cannot upload the weights (%llu MiB) to %s: %s",
+				 (unsigned long long)MIB_UP(wb), dev.name, engine_last_error(e));
+			goto out;
+		}
+	r = 0;
+out:
+	free(w);
+	return r;
+}
+
+/* The automatic pool on a device, once the model is there: kv_gpu_fraction
+ * of the free memory, in whole blocks of BB bytes, at least the smallest
+ * pool (max_batch tokens). */
+static int device_auto_blocks(struct engine *e, size_t bb, int64_t *ret_blocks, char *err,
+			      size_t errlen)
+{
+	const struct engine_params *p = &e->p;
+	struct bk_device_info dev;
+	int64_t min_blocks = (p->max_batch + p->kv_block_tokens - 1) / p->kv_block_tokens;
+	uint64_t share;
+	int64_t n;
+	int r;
+
+	if ((r = device_memory(e, &dev, err, errlen)) < 0)
+		return r;
+	share = (uint64_t)(p->kv_gpu_fraction * (double)dev.free_bytes);
+	n = (int64_t)(share / bb);
+	if (n > (1 << 28))
+		n = 1 << 28;
+	if (n < min_blocks) {
+		snprintf(err, errlen, "%s (device %d): the KV pool's share %g (kv.gpu_mem_fraction) "
+			 "of the %llu MiB free after the model is %llu MiB, less than a minimal KV pool "
+			 "%llu MiB (%lld tokens)", dev.name, dev.index, p->kv_gpu_fraction,
+			 (unsigned long long)(dev.free_bytes >> 20), (unsigned long long)(share >> 20),
+			 (unsigned long long)MIB_UP((uint64_t)min_blocks * bb),
+			 (long long)(min_blocks * p->kv_block_tokens));
+		return -ENOMEM;
+	}
+	*ret_blocks = n;
+	return 0;
+}
+
 int engine_new(const struct model *m, const struct engine_params *p, struct engine **ret,
 	       char *err, size_t errlen)
 {
 	const struct model_hparams *hp = &m->hp;
 	struct engine *e;
-	int64_t n_blocks;
-	size_t T;
-	int r;
+	int64_t n_blocks = 0;
+	size_t T, bb;
+	int device, r;
 
 	if (p->n_threads < 1 || p->n_threads > 256 || p->max_batch < 1 ||
 	    p->kv_block_tokens < 1 || p->kv_tokens < 0 || p->kv_mib < 0 ||
-	    (p->kv_tokens == 0 && p->kv_mib == 0) || p->n_ctx < 0 ||
+	    !(p->kv_gpu_fraction > 0 && p->kv_gpu_fraction <= 1) || p->n_ctx < 0 ||
 	    (p->kv_type != QT_F16 && p->kv_type != QT_F32 && p->kv_type != QT_Q8_0) ||
 	    (p->backend != ENGINE_BACKEND_CPU && p->backend != ENGINE_BACKEND_CUDA) || p->device < 0) {
 		snprintf(err, errlen, "invalid engine parameters");
@@ -104,31 +355,29 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 			 "and %d KV heads: use f16", QK, QK, hp->head_dim, hp->n_head_kv);
 		return -EINVAL;
 	}
+	bb = kv_pool_block_bytes(p->kv_type, p->kv_block_tokens, hp->n_layer,
+				 hp->n_head_kv * hp->head_dim);
+	if (p->kv_tokens)
+		n_blocks = (p->kv_tokens + p->kv_block_tokens - 1) / p->kv_block_tokens;
+	else if (p->kv_mib)
+		n_blocks = (int64_t)(((uint64_t)p->kv_mib << 20) / bb);
+	if ((p->kv_tokens || p->kv_mib) && (n_blocks < 1 || n_blocks > (1 << 28))) {
+		snprintf(err, errlen, "a KV pool of %lld blocks is out of range (1..%d)",
+			 (long long)n_blocks, 1 << 28);
+		return -EINVAL;
+	}
 	e = calloc(1, sizeof *e);
 	if (!e)
 		goto nomem;
 	e->m = m;
 	e->p = *p;
 	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
-	if (p->kv_tokens) {
-		n_blocks = (p->kv_tokens + p->kv_block_tokens - 1) / p->kv_block_tokens;
-	} else {
-		size_t bb = kv_pool_block_bytes(p->kv_type, p->kv_block_tokens, hp->n_layer,
-						hp->n_head_kv * hp->head_dim);
-		n_blocks = (int64_t)(((uint64_t)p->kv_mib << 20) / bb);
-	}
-	if (n_blocks < 1 || n_blocks > (1 << 28)) {
-		snprintf(err, errlen, "a KV pool of %lld blocks is out of range (1..%d)",
-			 (long long)n_blocks, 1 << 28);
-		free(e);
-		return -EINVAL;
-	}
 	if (p->backend == ENGINE_BACKEND_CUDA) {
 #ifdef LLMD_CUDA_BACKEND
 		r = cuda_backend_new(p->device, &e->be, err, errlen);
 #else
-		snprintf(err, errlen, "this llmd was built without a CUDA backend "
-			 "(configure --enable-cuda or --enable-cuda-emu)");
+		snprintf(err, errlen, "this build has no CUDA backend (configured without the CUDA "
+			 "toolkit, nvcc and cuBLAS, and without --enable-cuda-emu)");
 		r = -ENOTSUP;
 #endif
 		if (r < 0) {
@@ -143,12 +392,13 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 			return r;
 		}
 	}
-	r = kv_pool_new(p->kv_type, p->kv_block_tokens, hp->n_layer, hp->n_head_kv * hp->head_dim,
-			(int32_t)n_blocks, kv_salt(m, p), &e->kv, err, errlen);
-	if (r < 0) {
-		engine_free(e);
-		return r;
-	}
+	/* A backend with its own memory (download) gets the weights now and
+	 * the pool sized from what is left. */
+	device = e->be->ops->download != NULL;
+	if (device && (r = device_fit(e, bb, n_blocks, err, errlen)) < 0)
+		goto fail;
+	if (!device && (r = host_load(e, err, errlen)) < 0)
+		goto fail;
 	T = (size_t)p->max_batch;
 	e->x = backend_alloc(e->be, T * hp->n_embd * sizeof(float));
 	e->xn = backend_alloc(e->be, T * hp->n_embd * sizeof(float));
@@ -162,9 +412,31 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 		goto nomem;
 	/* TODO(cuda): size this by the rows that want logits (usually one per
 	 * sequence), not max_batch. */
-	if (e->be->ops->download &&
-	    !(e->logits = backend_alloc(e->be, T * (size_t)hp->n_vocab * sizeof(float))))
+	if (device && !(e->logits = backend_alloc(e->be, T * (size_t)hp->n_vocab * sizeof(float))))
 		goto nomem;
+	if (!n_blocks) {
+		if (device) {
+			if ((r = device_auto_blocks(e, bb, &n_blocks, err, errlen)) < 0)
+				goto fail;
+		} else {
+			n_blocks = (int64_t)(((uint64_t)ENGINE_KV_MIB_HOST << 20) / bb);
+			if (n_blocks < 1)
+				n_blocks = 1;
+			if (n_blocks > (1 << 28))
+				n_blocks = 1 << 28;
+		}
+	}
+	r = kv_pool_new(p->kv_type, p->kv_block_tokens, hp->n_layer, hp->n_head_kv * hp->head_dim,
+			(int32_t)n_blocks, kv_salt(m, p), &e->kv, err, errlen);
+	if (r < 0)
+		goto fail;
+	if ((r = backend_kv_attach(e->be, &e->kv->view)) < 0) {
+		snprintf(err, errlen, "cannot allocate the KV pool (%llu MiB, %lld tokens) in device "
+			 "memory: %s", (unsigned long long)MIB_UP(e->kv->bytes),
+			 (long long)engine_kv_capacity(e), engine_last_error(e));
+		r = -ENOMEM;
+		goto fail;
+	}
 	*ret = e;
 	return 0;
 nomem:
@@ -175,8 +447,10 @@ nomem:
 	else
 #endif
 		snprintf(err, errlen, "out of memory");
+	r = -ENOMEM;
+fail:
 	engine_free(e);
-	return -ENOMEM;
+	return r;
 }
 
 /* ---- the step ---- */

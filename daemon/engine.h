@@ -25,7 +25,10 @@ struct engine_params {
 	                            multiple of 32, or dividing 32) */
 	int32_t kv_block_tokens; /* tokens per KV block (16) */
 	int64_t kv_tokens;       /* pool capacity in tokens (rounded up to blocks) */
-	int64_t kv_mib;          /* or, when kv_tokens is 0, in MiB (rounded down to blocks) */
+	int64_t kv_mib;          /* or, when kv_tokens is 0, in MiB (rounded down to blocks);
+	                            both 0: sized automatically (engine_new) */
+	double kv_gpu_fraction;  /* automatic size on a device: this share (0, 1] of the
+	                            device memory left free after the model (0.9) */
 	int32_t n_ctx;           /* longest sequence, tokens; 0 = the model's */
 	int32_t max_batch;       /* token rows per step */
 	int32_t backend;         /* ENGINE_BACKEND_CPU (default) or ENGINE_BACKEND_CUDA */
@@ -33,15 +36,57 @@ struct engine_params {
 };
 
 #define ENGINE_BACKEND_CPU 0
-#define ENGINE_BACKEND_CUDA 1 /* built with --enable-cuda-emu (on the CPU emulator) */
+#define ENGINE_BACKEND_CUDA 1 /* on a GPU (nvcc build) or on the CPU emulator
+                                 (--enable-cuda-emu), whichever the binary links */
+
+/* The automatic KV pool when the backend's memory is the host's. */
+#define ENGINE_KV_MIB_HOST 256
 
 /* Defaults: 2 threads, f16 KV, 16-token blocks, 8192 tokens, n_ctx 0,
- * 512 rows. */
+ * 512 rows, CPU, device 0, kv_gpu_fraction 0.9. */
 void engine_params_default(struct engine_params *p);
+
+/* ---- choosing the backend ---- */
+
+/* What CUDA backend this binary links, and the devices it sees. */
+#define ENGINE_CUDA_NONE 0      /* built without one */
+#define ENGINE_CUDA_EMULATED 1  /* --enable-cuda-emu: the kernels on the CPU emulator */
+#define ENGINE_CUDA_DEVICE 2    /* nvcc's build, for GPUs */
+
+struct engine_cuda_probe {
+	int32_t kind;            /* ENGINE_CUDA_* */
+	int32_t n_devices;       /* devices the CUDA runtime sees (0 when none, or NONE) */
+	char why[200];           /* when n_devices is 0: the runtime's reason, or why
+	                            there is no backend */
+};
+
+/* Fills RET for this binary: asks the CUDA runtime (initializing it) when a
+ * CUDA backend is linked.  Any one thread at a time. */
+void engine_cuda_probe(struct engine_cuda_probe *ret);
+
+/* What device.backend WANT ("auto", "cpu" or "cuda") with device INDEX
+ * means given PROBE: "cpu" is the CPU; "cuda" is the CUDA backend, or an
+ * error when the binary has none (-ENOTSUP) or the device is not there
+ * (-ENODEV); "auto" is CUDA when the binary links nvcc's backend and the
+ * runtime sees device INDEX, else the CPU (the emulator is never chosen by
+ * auto; a device INDEX past the devices seen is -ENODEV).  Returns 0 with
+ * *RET_BACKEND set and a line saying what was chosen and why in MSG, or a
+ * negative errno with the reason in MSG.  Pure: tests pass made-up probes. */
+int engine_choose_backend(const char *want, int32_t index, const struct engine_cuda_probe *probe,
+			  int32_t *ret_backend, char *msg, size_t msglen);
 
 /* M must outlive the engine.  Returns 0, or a negative errno with a message
  * (-EINVAL among others for a q8_0 KV cache on heads it cannot hold;
- * -ENOTSUP for the CUDA backend in a build without one). */
+ * -ENOTSUP for the CUDA backend in a build without one; -ENODEV without the
+ * device; -ENOMEM when the model and the KV pool do not fit, naming the
+ * sizes).
+ *
+ * The KV pool: kv_tokens, else kv_mib; when both are 0, ENGINE_KV_MIB_HOST
+ * MiB on a backend whose memory is the host's, and on a device
+ * kv_gpu_fraction of the memory left free once the weights are uploaded and
+ * the step buffers allocated.  On a device the model (weights and step
+ * buffers) plus the pool, or plus the smallest pool (max_batch tokens, whole
+ * blocks) when it is automatic, must fit the free memory measured first. */
 int engine_new(const struct model *m, const struct engine_params *p, struct engine **ret,
 	       char *err, size_t errlen);
 void engine_free(struct engine *e); /* NULL-safe */

@@ -26,6 +26,7 @@
 #include "admin.h"
 #include "conf.h"
 #include "engine.h"
+#include "kv_pool.h"
 #include "llmd.h"
 #include "model.h"
 #include "quant.h"
@@ -221,7 +222,8 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 		      : !strcmp(d->cfg.kv_type, "q8_0") ? QT_Q8_0 : QT_F16;
 	ep->kv_block_tokens = d->cfg.block_tokens;
 	ep->kv_tokens = d->cfg.pool_tokens;
-	ep->kv_mib = d->cfg.pool_mb;
+	ep->kv_mib = d->cfg.pool_mb; /* both 0: automatic (engine_new) */
+	ep->kv_gpu_fraction = d->cfg.gpu_mem_fraction;
 	ep->n_ctx = d->cfg.n_ctx;
 	ep->max_batch = d->cfg.max_batched_tokens;
 	sched_params_default(sp);
@@ -229,12 +231,20 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 	sp->max_batched_tokens = d->cfg.max_batched_tokens;
 	sp->max_queue = d->cfg.max_queue;
 	sp->prefix_cache = d->cfg.prefix_cache;
-	/* auto means the CPU until the CUDA backend is built for real devices:
-	 * the emulated one (--enable-cuda-emu) is for tests, never a default. */
-	ep->backend = !strcmp(d->cfg.backend, "cuda") ? ENGINE_BACKEND_CUDA : ENGINE_BACKEND_CPU;
+	/* auto is a GPU when this llmd links nvcc's CUDA backend and the CUDA
+	 * runtime sees device.index; the emulated backend (--enable-cuda-emu)
+	 * is for tests and runs only when named. */
+	struct engine_cuda_probe probe;
+	char why[512];
+	int r;
+	engine_cuda_probe(&probe);
 	ep->device = d->cfg.device_index;
-	(void)err;
-	(void)errlen;
+	r = engine_choose_backend(d->cfg.backend, ep->device, &probe, &ep->backend, why, sizeof why);
+	if (r < 0) {
+		snprintf(err, errlen, "device.backend = %s: %s", d->cfg.backend, why);
+		return r;
+	}
+	llmd_log(LOG_INFO, "device.backend = %s: %s", d->cfg.backend, why);
 	return 0;
 }
 
@@ -392,9 +402,11 @@ int main(int argc, char **argv)
 	if (!d->ev_tick || event_add(d->ev_tick, &tick) < 0)
 		goto out;
 
-	llmd_log(LOG_INFO, "serving %s (%s, %d threads, KV %lld tokens) on %s%s", d->model->name,
-		 d->backend, d->n_threads, (long long)engine_kv_capacity(worker_engine(d->worker)),
-		 d->socket_activated ? "the socket systemd passed" : d->cfg.socket_path, "");
+	llmd_log(LOG_INFO, "serving %s (%s, %d threads, KV %lld tokens in %llu MiB) on %s",
+		 d->model->name, d->backend, d->n_threads,
+		 (long long)engine_kv_capacity(worker_engine(d->worker)),
+		 (unsigned long long)(engine_kv_pool(worker_engine(d->worker))->bytes >> 20),
+		 d->socket_activated ? "the socket systemd passed" : d->cfg.socket_path);
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model->name,
 		   d->socket_activated ? "the activated socket" : d->cfg.socket_path);
 	event_base_dispatch(d->base);

@@ -127,9 +127,18 @@ struct backend_ops {
 	 * backend's memory is host memory: the engine writes results straight
 	 * into the caller's buffers and never calls it. */
 	int (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes); /* optional */
-	/* The device it runs on, for `llmctl status`.  Default: the CPU with
-	 * no memory figures. */
+	/* The device it runs on, for `llmctl status`, and its memory, which
+	 * sizes the KV pool of a backend with device memory.  Default: the CPU
+	 * with no memory figures. */
 	int (*device_info)(struct backend *be, struct bk_device_info *ret);       /* optional */
+	/* Makes W resident in the backend's memory now rather than at its first
+	 * use, so that start-up measures what the model takes before it sizes
+	 * the KV pool (and a model that does not fit fails there).  A norm
+	 * vector comes as a one-row QT_F32 weight.  Default: nothing. */
+	int (*load_weight)(struct backend *be, const struct bk_weight *w);      /* optional */
+	/* The KV pool the kv_store and attention ops will be given: a backend
+	 * with device memory allocates its copy now.  Default: nothing. */
+	int (*kv_attach)(struct backend *be, const struct bk_kv *kv);           /* optional */
 };
 
 struct backend {
@@ -174,6 +183,16 @@ static inline int backend_copy_rows(struct backend *be, float *dst, const float 
 	return 0;
 }
 
+static inline int backend_load_weight(struct backend *be, const struct bk_weight *w)
+{
+	return be->ops->load_weight ? be->ops->load_weight(be, w) : 0;
+}
+
+static inline int backend_kv_attach(struct backend *be, const struct bk_kv *kv)
+{
+	return be->ops->kv_attach ? be->ops->kv_attach(be, kv) : 0;
+}
+
 static inline void backend_device_info(struct backend *be, struct bk_device_info *ret)
 {
 	memset(ret, 0, sizeof *ret);
@@ -183,11 +202,24 @@ static inline void backend_device_info(struct backend *be, struct bk_device_info
 	}
 }
 
-/* The CUDA backend on device DEVICE (kernels/cuda/cuda_backend.c, linked
- * only into builds configured with --enable-cuda-emu, where it runs on the
- * CPU emulator; LLMD_CUDA_BACKEND is defined there).  Returns 0, or a
- * negative errno with a message in ERR. */
+/* ---- the CUDA backend (kernels/cuda/cuda_backend.c) ----
+ * Linked where LLMD_CUDA_BACKEND is defined: built with nvcc for real GPUs
+ * when configure finds the CUDA toolkit, or against the CPU emulator with
+ * --enable-cuda-emu (which then wins).  The functions below may be called
+ * from any one thread at a time. */
+
+/* The CUDA backend on device DEVICE, current on the calling thread (each
+ * step makes it current on the thread that runs it).  Returns 0, or a
+ * negative errno with a message in ERR: -ENODEV when there is no such
+ * device. */
 int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen);
+/* How many CUDA devices the runtime sees: a count >= 0 (with the reason in
+ * ERR when 0), or -ENODEV with the runtime's reason in ERR when it cannot
+ * say (no driver, driver too old). */
+int cuda_backend_device_count(char *err, size_t errlen);
+/* 1 when this CUDA backend is the emulator's build (the kernels run on the
+ * CPU), 0 when it is nvcc's. */
+int cuda_backend_emulated(void);
 /* The CUDA backend's last failure, naming the call ("cudaMalloc: out of
  * memory ..."); "" when none.  Engine thread only. */
 const char *cuda_backend_last_error(const struct backend *be);

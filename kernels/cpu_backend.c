@@ -1,9 +1,10 @@
 /* cpu_backend.c - the CPU backend: the reference implementation of every op.
  *
  * Matmuls quantize each activation row once and split weight rows across the
- * persistent worker pool (quant.c does the arithmetic), reading each weight
- * from the ISA's packed copy where it has one (made at the weight's first
- * use and kept, so the file's blocks are then only read for embeddings);
+ * persistent worker pool (quant.c does the arithmetic), reading each model
+ * weight from the ISA's packed copy where it has one (made when the engine
+ * loads the weight, so the file's blocks are then only read for embeddings;
+ * other weights are read as they are);
  * attention walks each
  * row's block table in the paged KV pool with an online softmax.  Small
  * element-wise ops run inline on the engine thread: a dispatch would cost
@@ -159,8 +160,17 @@ static void pack_task(void *ctx, int t, int worker)
 	quant_pack_rows(j->pk, t * j->rows, j->rows);
 }
 
-/* W's packed copy, made (in parallel) at its first use; NULL when the ISA
- * has no packed layout for it or memory ran out (then W is read as it is). */
+/* W's packed copy if load_weight made one, else NULL. */
+static struct quant_packed *packed_find(const struct cpu_backend *c, const struct bk_weight *w)
+{
+	if (!c->packed_cap)
+		return NULL;
+	const struct cpu_packed *e = &c->packed[packed_slot(c, w->data)];
+	return e->data ? e->pk : NULL;
+}
+
+/* W's packed copy, made (in parallel) once; NULL when the ISA has no packed
+ * layout for it or memory ran out (then W is read as it is). */
 static struct quant_packed *packed_get(struct cpu_backend *c, const struct bk_weight *w)
 {
 	if (c->packed_n * 2 >= c->packed_cap) {
@@ -293,7 +303,7 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 	j.lda = lda;
 	j.chunk = chunk;
 	for (int k = 0; k < nw; k++) {
-		j.pk[k] = packed_get(c, w[k]);
+		j.pk[k] = packed_find(c, w[k]);
 		j.first_task[k + 1] = j.first_task[k] + (int)((w[k]->n_out + chunk - 1) / chunk);
 	}
 	cpu_pool_run(c->pool, mm_task, &j, j.first_task[nw]);
@@ -563,6 +573,16 @@ static int cpu_add(struct backend *be, float *x, const float *y, int64_t n)
 	return 0;
 }
 
+/* A model weight: its packed copy now.  The engine's weights stay where
+ * they are, unchanged, for the backend's life (the model mapping), which is
+ * what makes a copy keyed by address safe; a weight the engine did not load
+ * this way is always read as it is. */
+static int cpu_load_weight(struct backend *be, const struct bk_weight *w)
+{
+	packed_get(cpu(be), w);
+	return 0;
+}
+
 /* ---- lifecycle ---- */
 
 static void cpu_free(struct backend *be)
@@ -587,6 +607,7 @@ static const struct backend_ops cpu_ops = {
 	.attention = cpu_attention,
 	.swiglu = cpu_swiglu,
 	.add = cpu_add,
+	.load_weight = cpu_load_weight,
 };
 
 int cpu_backend_new(int n_threads, struct backend **ret)

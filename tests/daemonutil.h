@@ -75,9 +75,11 @@ static inline int tconnect_ok(const char *path)
 }
 
 /* Starts llmd with the model and extra arguments (NULL-terminated), f32 KV
- * (the golden references used it) unless EXTRA says otherwise; waits until
- * the socket answers.  PREFIX_ARGV (may be NULL) runs llmd under another
- * program (systemd-socket-activate).  0 or -1 (the log is printed). */
+ * (the golden references used it) on the CPU backend (the same tokens and
+ * pool on every machine; device tests name theirs) unless EXTRA says
+ * otherwise; waits until the socket answers when WAIT_SOCKET.  PREFIX_ARGV
+ * (may be NULL) runs llmd under another program (systemd-socket-activate).
+ * 0 or -1 (the log is printed). */
 static inline int tdaemon_start_with(struct tdaemon *d, const char *const *prefix_argv,
 				     const char *model, const char *const *extra, char *const *envp,
 				     int wait_socket)
@@ -105,6 +107,8 @@ static inline int tdaemon_start_with(struct tdaemon *d, const char *const *prefi
 	argv[n++] = "f32";
 	argv[n++] = "--threads";
 	argv[n++] = "2";
+	argv[n++] = "--set";
+	argv[n++] = "device.backend=cpu";
 	for (; extra && *extra && n < 62; extra++)
 		argv[n++] = *extra;
 	argv[n] = NULL;

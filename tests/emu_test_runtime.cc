@@ -1,7 +1,8 @@
 /* emu_test_runtime.cc - the emulator's checked host API: allocation ledger
  * and leak report, cudaMemcpy/cudaMemset refusals with CUDA's error codes,
  * cudaFree of what is not an allocation, launch configuration errors, the
- * sticky error after __trap(), streams, events, graph capture and replay.
+ * sticky error after __trap() and after a planted fault, streams, events,
+ * graph capture and replay.
  */
 #include "cuda_compat.h"
 
@@ -246,6 +247,37 @@ static void test_trap_is_sticky()
 	CHECK_INT_EQ(cudaFree(p), cudaSuccess);
 }
 
+/* A planted fault: the Nth launch from the plant fails as a trap would,
+ * sticky until the reset; the launches before it run. */
+static void test_planted_fault()
+{
+	float *x = NULL;
+	float h[32];
+	CHECK_INT_EQ(cudaMalloc(&x, sizeof h), cudaSuccess);
+	cuda_emu_plant_fault(2);
+	LAUNCH(fill_kernel, 1, 32, 0, 0, x, 32, 1.0f);
+	CHECK_INT_EQ(cudaGetLastError(), cudaSuccess);
+	CHECK_INT_EQ(cudaMemcpy(h, x, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+	CHECK(h[31] == 32.0f);
+	LAUNCH(fill_kernel, 1, 32, 0, 0, x, 32, 5.0f);
+	CHECK_INT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+	expect_diag("planted device fault");
+	CHECK_INT_EQ(cudaMemcpy(h, x, sizeof h, cudaMemcpyDeviceToHost), cudaErrorLaunchFailure);
+	CHECK_INT_EQ(cudaDeviceReset(), cudaSuccess);
+	/* it fired once: later launches run */
+	CHECK_INT_EQ(cudaMalloc(&x, sizeof h), cudaSuccess);
+	LAUNCH(fill_kernel, 1, 32, 0, 0, x, 32, 2.0f);
+	CHECK_INT_EQ(cudaGetLastError(), cudaSuccess);
+	/* and 0 removes one planted before it fires */
+	cuda_emu_plant_fault(1);
+	cuda_emu_plant_fault(0);
+	LAUNCH(fill_kernel, 1, 32, 0, 0, x, 32, 3.0f);
+	CHECK_INT_EQ(cudaGetLastError(), cudaSuccess);
+	CHECK_INT_EQ(cudaMemcpy(h, x, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+	CHECK(h[0] == 3.0f);
+	CHECK_INT_EQ(cudaFree(x), cudaSuccess);
+}
+
 /* ---- __constant__ memory ---- */
 static __constant__ float coef[4];
 
@@ -440,6 +472,7 @@ int main(void)
 	test_graph_capture_replay();
 	test_graph_capture_misuse();
 	test_trap_is_sticky();
+	test_planted_fault();
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	return test_result();
 }

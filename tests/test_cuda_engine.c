@@ -1,18 +1,28 @@
-/* test_cuda_engine.c - the whole engine on the CUDA backend (in CI: the real
- * kernel source on the CPU emulator, --enable-cuda-emu):
+/* test_cuda_engine.c - the whole engine on the emulated CUDA backend (the
+ * real kernel source on the CPU emulator, --enable-cuda-emu):
  *  - every golden case of ../shared/models/golden/greedy-llamacpp.json
  *    (stories260K and TinyStories-656K f32/q4_0/q8_0) gives llama.cpp's ids
  *    up to its safe horizon, greedy with an f32 KV cache, as test_golden
  *    checks on the CPU backend;
  *  - batch invariance: a request's tokens alone equal its tokens beside 3
  *    other sequences through the scheduler;
- *  - the backend is named, and a bad device is refused with a message.
- * Exits 77 (skip) in a build without a CUDA backend, or without a device.
+ *  - the backend is named, and a bad device is refused with a message;
+ *    auto never chooses the emulator, cuda does;
+ *  - the KV pool on the (64 MiB) emulated device: automatic, it is exactly
+ *    kv_gpu_fraction of the memory free once every weight and step buffer
+ *    is there; a model whose minimal pool does not fit, an explicit pool
+ *    that does not fit and too small a share are refused with the sizes
+ *    named, leaving no device memory behind.
+ * Exits 77 (skip) in a build whose engine links no CUDA backend or nvcc's
+ * (tests/test_cuda_device covers that one).
  */
 #include <errno.h>
 #include <json-c/json.h>
+#include <stdlib.h>
 
+#include "backend.h"
 #include "engine.h"
+#include "kv_pool.h"
 #include "model.h"
 #include "quant.h"
 #include "sched.h"
@@ -180,6 +190,107 @@ out:
 	model_free(m);
 }
 
+/* ---- auto and cuda on the emulator ---- */
+
+static void test_choice(void)
+{
+	struct engine_cuda_probe pr;
+	int32_t backend = -1;
+	char msg[512];
+
+	engine_cuda_probe(&pr);
+	CHECK_INT_EQ(pr.n_devices, 1);
+	CHECK_INT_EQ(engine_choose_backend("auto", 0, &pr, &backend, msg, sizeof msg), 0);
+	CHECK_INT_EQ(backend, ENGINE_BACKEND_CPU);
+	CHECK(strstr(msg, "emulator") != NULL);
+	CHECK_INT_EQ(engine_choose_backend("cuda", 0, &pr, &backend, msg, sizeof msg), 0);
+	CHECK_INT_EQ(backend, ENGINE_BACKEND_CUDA);
+	CHECK_INT_EQ(engine_choose_backend("cuda", 1, &pr, &backend, msg, sizeof msg), -ENODEV);
+	CHECK(strstr(msg, "device 1") != NULL);
+	printf("choice: auto is the CPU, cuda the emulator, cuda #1 refused: %s\n", msg);
+}
+
+/* ---- the KV pool in (emulated) device memory ---- */
+
+static struct engine *sized_engine(const struct model *m, int64_t kv_tokens, int32_t max_batch,
+				   double fraction, int *ret, char *err, size_t errlen)
+{
+	struct engine_params ep;
+	struct engine *e = NULL;
+
+	engine_params_default(&ep);
+	ep.backend = ENGINE_BACKEND_CUDA;
+	ep.kv_type = QT_F32;
+	ep.kv_tokens = kv_tokens;
+	ep.kv_mib = 0;
+	ep.max_batch = max_batch;
+	ep.kv_gpu_fraction = fraction;
+	*ret = engine_new(m, &ep, &e, err, errlen);
+	return e;
+}
+
+static void test_kv_sizing(const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t bb = kv_pool_block_bytes(QT_F32, 16, hp->n_layer, hp->n_head_kv * hp->head_dim);
+	uint64_t row = 2 * (uint64_t)hp->n_embd + 2 * (uint64_t)hp->n_head * hp->head_dim +
+		       2 * (uint64_t)hp->n_head_kv * hp->head_dim + 2 * (uint64_t)hp->n_ff + hp->n_vocab;
+	uint64_t model_bytes = m->weight_bytes + 512 * row * sizeof(float);
+	struct bk_device_info dev, now;
+	struct engine *e, *e2;
+	char err[512];
+	int r;
+
+	/* automatic, half of what the model leaves: the emulator counts every
+	 * byte, so the pool is exactly that many whole blocks */
+	e = sized_engine(m, 0, 512, 0.5, &r, err, sizeof err);
+	CHECK_INT_EQ(r, 0);
+	if (!e) {
+		fprintf(stderr, "automatic pool: %s\n", err);
+		return;
+	}
+	engine_device_info(e, &dev);
+	CHECK_INT_EQ(dev.total_bytes, 64u << 20);
+	int64_t n_blocks = engine_kv_capacity(e) / 16;
+	uint64_t used = dev.total_bytes - dev.free_bytes;
+	/* weights and step buffers are all on the device before the pool */
+	CHECK_INT_EQ(used - (uint64_t)n_blocks * bb, model_bytes);
+	CHECK_INT_EQ(n_blocks, (int64_t)((uint64_t)(0.5 * (double)(dev.total_bytes - model_bytes)) / bb));
+	printf("automatic KV pool: %lld blocks of %zu bytes = half of the %llu MiB the model "
+	       "(%llu KiB) leaves\n", (long long)n_blocks, bb,
+	       (unsigned long long)((dev.total_bytes - model_bytes) >> 20),
+	       (unsigned long long)(model_bytes >> 10));
+
+	/* with that engine holding half the device: too many rows for a minimal
+	 * pool beside the model */
+	e2 = sized_engine(m, 0, 8192, 0.9, &r, err, sizeof err);
+	CHECK(e2 == NULL);
+	CHECK_INT_EQ(r, -ENOMEM);
+	CHECK(strstr(err, "the model needs") && strstr(err, "a minimal KV pool") &&
+	      strstr(err, "8192 tokens") && strstr(err, "MiB free"));
+	printf("model and minimal pool do not fit: %s\n", err);
+	engine_device_info(e, &now);
+	CHECK_INT_EQ(now.free_bytes, dev.free_bytes);
+	/* an explicit pool larger than what is free */
+	e2 = sized_engine(m, (int64_t)(dev.free_bytes / bb + 1) * 16, 512, 0.9, &r, err, sizeof err);
+	CHECK(e2 == NULL);
+	CHECK_INT_EQ(r, -ENOMEM);
+	CHECK(strstr(err, "the KV pool") && strstr(err, "MiB free"));
+	printf("explicit pool does not fit: %s\n", err);
+	/* too small a share of what is left for a minimal pool */
+	e2 = sized_engine(m, 0, 512, 0.001, &r, err, sizeof err);
+	CHECK(e2 == NULL);
+	CHECK_INT_EQ(r, -ENOMEM);
+	CHECK(strstr(err, "share 0.001 ") && strstr(err, "less than a minimal KV pool"));
+	printf("too small a share: %s\n", err);
+	engine_device_info(e, &now);
+	CHECK_INT_EQ(now.free_bytes, dev.free_bytes);
+	/* and the automatic pool still runs */
+	int32_t ids[8] = { 1, 403, 407, 261, 378 }, gen[8];
+	CHECK_INT_EQ(tseq_greedy(e, ids, 5, 8, gen), 8);
+	engine_free(e);
+}
+
 int main(void)
 {
 	const char *golden = test_model_path("golden/greedy-llamacpp.json");
@@ -187,10 +298,20 @@ int main(void)
 	struct engine_params ep;
 	struct engine *e = NULL;
 	struct model *m = NULL;
+	struct engine_cuda_probe pr;
 	json_object *root;
 	char err[512], path[4096];
 	int r;
 
+	/* a 64 MiB device, read at the emulator's first call (the sizing test
+	 * counts on it; every model here fits it many times) */
+	setenv("CUDA_EMU_MEM_MB", "64", 1);
+	engine_cuda_probe(&pr);
+	if (pr.kind != ENGINE_CUDA_EMULATED) {
+		printf("SKIP: %s\n", pr.kind == ENGINE_CUDA_NONE ? pr.why :
+		       "this build's engine links nvcc's CUDA backend (tests/test_cuda_device)");
+		return TEST_SKIP;
+	}
 	if (!golden) {
 		printf("SKIP: ../shared/models is absent\n");
 		return TEST_SKIP;
@@ -206,17 +327,14 @@ int main(void)
 	ep.backend = ENGINE_BACKEND_CUDA;
 	ep.kv_tokens = 64;
 	r = engine_new(m, &ep, &e, err, sizeof err);
-	if (r == -ENOTSUP || r == -ENODEV) { /* no backend built in, or no device */
-		printf("SKIP: %s\n", err);
-		model_free(m);
-		return TEST_SKIP;
-	}
 	CHECK_INT_EQ(r, 0);
 	engine_free(e);
 	e = NULL;
 	ep.device = 7; /* the emulator has one device */
 	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), -ENODEV);
 	CHECK(strstr(err, "device 7") != NULL);
+	test_choice();
+	test_kv_sizing(m);
 	model_free(m);
 
 	root = json_object_from_file(golden);

@@ -14,10 +14,16 @@
  *  - admin commands are refused for a non-admin uid (when run as root);
  *  - `llm-bench --socket` generates through the daemon exactly what
  *    `llm-bench --model` generates in-process;
+ *  - the device: backend auto never runs the emulator, and a backend that
+ *    cannot run (no CUDA backend, no such device, the model and a minimal KV
+ *    pool over the device's free memory) stops llmd at start-up with a log
+ *    line naming why and the sizes; on the emulated device the automatic
+ *    KV pool takes kv.gpu_mem_fraction of what the model leaves;
  *  - on the (emulated) CUDA backend, a device failure mid-step ends the
  *    running request with an error record and llmd exits non-zero, so
  *    systemd restarts it.
  */
+#include <config.h>
 #include <grp.h>
 #include <json-c/json.h>
 #include <pthread.h>
@@ -824,35 +830,210 @@ static void test_bench_socket(const struct tdaemon *d, const char *model)
 	printf("llm-bench --socket: 6 sequences through the daemon equal the in-process ones\n");
 }
 
-/* A device that fails mid-step: the emulator's memory limit makes the KV
- * pool's device mirror (allocated at the first step) fail. */
-static void test_device_failure(const char *model)
-{
-	const char *extra[] = { "--set", "device.backend=cuda", "--set", "kv.pool_tokens=65536", NULL };
-	char *envp[64];
-	int n = 0, st = 0;
-	struct tdaemon d;
-	struct llm *h;
-	struct gen g;
+/* ---- the device ---- */
 
-	for (char **e = environ; *e && n < 60; e++)
-		if (strncmp(*e, "CUDA_EMU_MEM_MB=", 16))
+#ifdef HAVE_CUDA_EMU
+/* ENVIRON without any CUDA_EMU_* setting, plus the NULL-terminated ADD. */
+static char **emu_env(const char *const *add)
+{
+	static char *envp[96];
+	int n = 0;
+
+	for (char **e = environ; *e && n < 80; e++)
+		if (strncmp(*e, "CUDA_EMU_", 9))
 			envp[n++] = *e;
-	envp[n++] = "CUDA_EMU_MEM_MB=8";
 	envp[n++] = "CUDA_EMU_QUIET=1";
+	for (; add && *add && n < 95; add++)
+		envp[n++] = (char *)*add;
 	envp[n] = NULL;
+	return envp;
+}
+#endif
+
+/* Up to CAP-1 bytes of D's log, NUL-terminated. */
+static const char *daemon_log(const struct tdaemon *d, char *buf, size_t cap)
+{
+	int fd = open(d->log, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? 0 : read(fd, buf, cap - 1);
+
+	buf[n > 0 ? n : 0] = 0;
+	if (fd >= 0)
+		close(fd);
+	return buf;
+}
+
+/* llmd with EXTRA and ENVP must stop at start-up, before it listens, with
+ * status 1 and SAYS in its log. */
+static void expect_startup_failure(const char *what, const char *model, const char *const *extra,
+				   char *const *envp, const char *says)
+{
+	char log[8192];
+	struct tdaemon d;
+	int st = 0, exited = 0;
+
 	if (tdaemon_start_with(&d, NULL, model, extra, envp, 0) < 0) {
 		test_failures++;
 		return;
 	}
-	for (double t0 = tnow(); tnow() - t0 < 30 && !tconnect_ok(d.sock); tsleep_ms(20))
-		if (waitpid(d.pid, &st, WNOHANG) == d.pid) {
-			/* no CUDA backend in this build: llmd refuses backend = cuda */
-			printf("device failure: this build has no CUDA backend, skipped\n");
-			d.pid = 0;
-			tdaemon_stop(&d);
-			return;
-		}
+	for (double t0 = tnow(); tnow() - t0 < 60 && !exited; tsleep_ms(20))
+		exited = waitpid(d.pid, &st, WNOHANG) == d.pid;
+	CHECK(exited && WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	if (exited)
+		d.pid = 0;
+	daemon_log(&d, log, sizeof log);
+	if (!strstr(log, says)) {
+		fprintf(stderr, "%s: the log lacks \"%s\":\n%s\n", what, says, log);
+		test_failures++;
+	} else {
+		const char *line = strstr(log, "llmd: cannot start the engine");
+		if (!line)
+			line = strstr(log, "llmd: device.backend");
+		printf("%s: llmd stopped at start-up: %.*s\n", what,
+		       line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+	}
+	tdaemon_stop(&d);
+}
+
+/* The status of a running llmd as JSON (NULL on failure). */
+static json_object *status_of(const struct tdaemon *d)
+{
+	struct llm *h = client(d, 4096);
+	json_object *j = h ? admin_json(h, "status", NULL) : NULL;
+	llm_close(h);
+	return j;
+}
+
+static const char *jstr(json_object *j, const char *a, const char *b)
+{
+	json_object *o = NULL;
+	if (!json_object_object_get_ex(j, a, &o))
+		return NULL;
+	if (b && !json_object_object_get_ex(o, b, &o))
+		return NULL;
+	return json_object_get_string(o);
+}
+
+/* kv.gpu_mem_fraction is a fraction in (0, 1]; kv.pool_mb 0 (automatic)
+ * is the default. */
+static void test_device_options(const char *model)
+{
+	char bin[1024], out[16384];
+
+	snprintf(bin, sizeof bin, "%s/llmd", tbuilddir());
+	const char *show[] = { bin, "--model", model, "--set", "kv.gpu_mem_fraction=0.25",
+			       "--print-config", NULL };
+	CHECK_INT_EQ(trun(show, NULL, out, sizeof out), 0);
+	CHECK(strstr(out, "kv.gpu_mem_fraction = 0.25\n") && strstr(out, "kv.pool_mb = 0\n"));
+	const char *bad[] = { bin, "--model", model, "--set", "kv.gpu_mem_fraction=1.5",
+			      "--print-config", NULL };
+	CHECK_INT_EQ(trun(bad, NULL, out, sizeof out), 2);
+	const char *zero[] = { bin, "--model", model, "--set", "kv.gpu_mem_fraction=0",
+			       "--print-config", NULL };
+	CHECK_INT_EQ(trun(zero, NULL, out, sizeof out), 2);
+	printf("options: kv.gpu_mem_fraction in (0, 1], kv.pool_mb automatic by default\n");
+}
+
+/* What device.backend chooses at start-up, and what it refuses. */
+static void test_device_choice(const char *model)
+{
+	const char *cuda[] = { "--set", "device.backend=cuda", NULL };
+	const char *autob[] = { "--set", "device.backend=auto", NULL };
+	struct tdaemon d;
+	/* auto runs on the CPU when this build's CUDA backend is the emulator,
+	 * when there is none, and on a machine without a GPU */
+	int auto_is_cpu = 1;
+#if defined(HAVE_CUDA) && !defined(HAVE_CUDA_EMU)
+	auto_is_cpu = access("/dev/nvidia0", F_OK) != 0;
+#endif
+	if (!auto_is_cpu) {
+		printf("device.backend = auto: this machine has a GPU, skipped\n");
+	} else if (tdaemon_start(&d, model, autob) < 0) {
+		test_failures++;
+	} else {
+		json_object *j = status_of(&d);
+		char log[8192];
+		CHECK_STR_EQ(j ? jstr(j, "backend", NULL) : NULL, "cpu");
+		json_object_put(j);
+		daemon_log(&d, log, sizeof log);
+		CHECK(strstr(log, "device.backend = auto: the CPU (") != NULL);
+		CHECK_INT_EQ(tdaemon_stop(&d), 0);
+		printf("device.backend = auto: the CPU\n");
+	}
+#ifdef HAVE_CUDA_EMU
+	const char *cuda3[] = { "--set", "device.backend=cuda", "--set", "device.index=3", NULL };
+	expect_startup_failure("device.index = 3", model, cuda3, emu_env(NULL),
+			       "CUDA device 3 does not exist");
+#elif !defined(HAVE_CUDA)
+	expect_startup_failure("device.backend = cuda", model, cuda, NULL, "has no CUDA backend");
+#else
+	/* nvcc's backend: refused where the runtime sees no device */
+	if (access("/dev/nvidia0", F_OK) != 0)
+		expect_startup_failure("device.backend = cuda", model, cuda, NULL,
+				       "no usable CUDA device");
+#endif
+	(void)cuda;
+}
+
+#ifdef HAVE_CUDA_EMU
+/* The emulated device's memory sizes the pool, or stops llmd. */
+static void test_device_memory(const char *model)
+{
+	const char *cuda[] = { "--set", "device.backend=cuda", NULL };
+	const char *mem2[] = { "CUDA_EMU_MEM_MB=2", NULL };
+	const char *mem64[] = { "CUDA_EMU_MEM_MB=64", NULL };
+	const char *half[] = { "--set", "device.backend=cuda", "--set", "kv.gpu_mem_fraction=0.5",
+			       NULL };
+	struct tdaemon d;
+
+	/* 2 MiB: the model (weights and step buffers for 512 rows) does not fit */
+	expect_startup_failure("model over device memory", model, cuda, emu_env(mem2),
+			       "a minimal KV pool");
+	/* 64 MiB, half of what the model leaves for the pool */
+	if (tdaemon_start_with(&d, NULL, model, half, emu_env(mem64), 1) < 0) {
+		test_failures++;
+		return;
+	}
+	json_object *j = status_of(&d);
+	char log[8192];
+	long long tokens = -1, mib = -1;
+	int64_t total = j ? jint(j, "device", "memory_total_bytes") : -1;
+	int64_t free_b = j ? jint(j, "device", "memory_free_bytes") : -1;
+	CHECK_STR_EQ(j ? jstr(j, "backend", NULL) : NULL, "cuda-emu");
+	CHECK_INT_EQ(total, 64 << 20);
+	/* the pool took half: about as much is left free (model < 8 MiB) */
+	CHECK(free_b > 0.40 * (64 << 20) && free_b < 0.50 * (64 << 20));
+	daemon_log(&d, log, sizeof log);
+	const char *line = strstr(log, "KV ");
+	CHECK(line && sscanf(line, "KV %lld tokens in %lld MiB", &tokens, &mib) == 2);
+	CHECK(llabs(mib - (free_b >> 20)) <= 1);
+	CHECK_INT_EQ(tokens, j ? jint(j, "kv", "capacity_tokens") : -2);
+	json_object_put(j);
+	/* and it serves */
+	struct llm *h = client(&d, 0);
+	struct gen g;
+	CHECK(h && generate(h, "Hello", 8, 0, 1, &g) == 0);
+	CHECK(g.n > 0 && g.finish != LLM_FINISH_ERROR);
+	llm_close(h);
+	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	printf("kv.gpu_mem_fraction = 0.5 of a 64 MiB device: %lld tokens in %lld MiB, %lld MiB "
+	       "left free\n", tokens, mib, (long long)(free_b >> 20));
+}
+
+/* A device that fails mid-step: the emulator's planted fault fails the
+ * first kernel of the first step. */
+static void test_device_failure(const char *model)
+{
+	const char *extra[] = { "--set", "device.backend=cuda", "--set", "kv.pool_tokens=4096", NULL };
+	const char *fault[] = { "CUDA_EMU_FAULT_LAUNCH=1", NULL };
+	int st = 0;
+	struct tdaemon d;
+	struct llm *h;
+	struct gen g;
+
+	if (tdaemon_start_with(&d, NULL, model, extra, emu_env(fault), 1) < 0) {
+		test_failures++;
+		return;
+	}
 	h = client(&d, 0);
 	CHECK(h && generate(h, "Hello", 8, 0, 1, &g) == 0);
 	CHECK_INT_EQ(g.finish, LLM_FINISH_ERROR);
@@ -869,6 +1050,7 @@ static void test_device_failure(const char *model)
 	tdaemon_stop(&d);
 	printf("device failure: the request ended with an error, llmd exited with status 1\n");
 }
+#endif
 
 int main(void)
 {
@@ -896,6 +1078,13 @@ int main(void)
 	CHECK_INT_EQ(tdaemon_stop(&d), 0);
 	test_limits(model);
 	test_non_admin(model);
+	test_device_options(model);
+	test_device_choice(model);
+#ifdef HAVE_CUDA_EMU
+	test_device_memory(model);
 	test_device_failure(model);
+#else
+	printf("device memory and failure: this build's CUDA backend is not the emulator, skipped\n");
+#endif
 	return test_result();
 }

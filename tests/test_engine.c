@@ -1,7 +1,9 @@
 /* test_engine.c - what the engine promises beyond matching llama.cpp:
  * batch invariance, chunked prefill equal to one-shot prefill, all-or-nothing
- * KV allocation, clean errors for bad batches and bad model files, and
- * a coherent greedy chat answer from the default model (SmolLM2).
+ * KV allocation, the automatic pool on the CPU, clean errors for bad batches
+ * and bad model files, a coherent greedy chat answer from the default model
+ * (SmolLM2), and what backend auto, cpu and cuda choose for every kind of
+ * build and device count.
  */
 #include <errno.h>
 #include <math.h>
@@ -277,8 +279,15 @@ static void test_kv_sizing(const struct model *m)
 	CHECK_INT_EQ(engine_kv_capacity(e), (int64_t)((1u << 20) / bb) * 16);
 	engine_free(e);
 	e = NULL;
+	/* neither: automatic, ENGINE_KV_MIB_HOST on the CPU */
 	ep.kv_mib = 0;
+	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), 0);
+	CHECK_INT_EQ(engine_kv_capacity(e), (int64_t)(((size_t)ENGINE_KV_MIB_HOST << 20) / bb) * 16);
+	engine_free(e);
+	e = NULL;
+	ep.kv_gpu_fraction = 1.5; /* a share of a device's memory is at most all of it */
 	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), -EINVAL);
+	ep.kv_gpu_fraction = 0.9;
 	ep.kv_tokens = 100;
 	CHECK(engine_new(m, &ep, &e, err, sizeof err) == 0);
 	CHECK_INT_EQ(engine_kv_capacity(e), 112); /* rounded up to whole blocks */
@@ -295,6 +304,55 @@ static void test_kv_sizing(const struct model *m)
 	CHECK_INT_EQ(engine_kv_capacity(e), (int64_t)((1u << 20) / bq) * 16);
 	CHECK(engine_kv_capacity(e) * 10 > (int64_t)((1u << 20) / bb) * 16 * 18);
 	engine_free(e);
+}
+
+/* What each backend name means, for every kind of build and device count
+ * (made-up probes: the choice itself is pure). */
+static void test_choose_backend(void)
+{
+	struct engine_cuda_probe none = { ENGINE_CUDA_NONE, 0, "this build has no CUDA backend" };
+	struct engine_cuda_probe emu = { ENGINE_CUDA_EMULATED, 1, "" };
+	struct engine_cuda_probe gpu0 = { ENGINE_CUDA_DEVICE, 0, "cudaGetDeviceCount: no driver" };
+	struct engine_cuda_probe gpu2 = { ENGINE_CUDA_DEVICE, 2, "" };
+	const struct {
+		const char *want;
+		int32_t index;
+		const struct engine_cuda_probe *probe;
+		int ret;
+		int32_t backend;     /* when ret is 0 */
+		const char *says;    /* in the message */
+	} cases[] = {
+		{ "cpu", 0, &gpu2, 0, ENGINE_BACKEND_CPU, "CPU" },
+		{ "cpu", 9, &none, 0, ENGINE_BACKEND_CPU, "CPU" },
+		{ "auto", 0, &none, 0, ENGINE_BACKEND_CPU, "no CUDA backend" },
+		{ "auto", 0, &emu, 0, ENGINE_BACKEND_CPU, "emulator" },
+		{ "auto", 0, &gpu0, 0, ENGINE_BACKEND_CPU, "no driver" },
+		{ "auto", 0, &gpu2, 0, ENGINE_BACKEND_CUDA, "CUDA device 0 (of 2)" },
+		{ "auto", 1, &gpu2, 0, ENGINE_BACKEND_CUDA, "CUDA device 1 (of 2)" },
+		{ "auto", 2, &gpu2, -ENODEV, 0, "device 2 does not exist" },
+		{ "cuda", 0, &none, -ENOTSUP, 0, "no CUDA backend" },
+		{ "cuda", 0, &emu, 0, ENGINE_BACKEND_CUDA, "emulator" },
+		{ "cuda", 1, &emu, -ENODEV, 0, "device 1 does not exist" },
+		{ "cuda", 0, &gpu0, -ENODEV, 0, "no usable CUDA device: cudaGetDeviceCount: no driver" },
+		{ "cuda", 1, &gpu2, 0, ENGINE_BACKEND_CUDA, "CUDA device 1" },
+		{ "cuda", 5, &gpu2, -ENODEV, 0, "sees 2" },
+		{ "gpu", 0, &gpu2, -EINVAL, 0, "not a backend" },
+	};
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int32_t backend = -1;
+		char msg[512] = "";
+		int r = engine_choose_backend(cases[i].want, cases[i].index, cases[i].probe, &backend,
+					      msg, sizeof msg);
+		if (r != cases[i].ret || (r == 0 && backend != cases[i].backend) ||
+		    !strstr(msg, cases[i].says)) {
+			fprintf(stderr, "choose %s #%d (probe kind %d, %d devices): %d, backend %d, \"%s\"\n",
+				cases[i].want, cases[i].index, cases[i].probe->kind,
+				cases[i].probe->n_devices, r, backend, msg);
+			test_failures++;
+		}
+	}
+	printf("backend choice: %zu cases\n", sizeof cases / sizeof cases[0]);
 }
 
 /* Bad rows are refused before anything is written. */
@@ -446,6 +504,7 @@ int main(void)
 	struct model *m = NULL;
 	char err[512];
 
+	test_choose_backend();
 	if (!p || !q) {
 		printf("SKIP: ../shared/models is absent\n");
 		return TEST_SKIP;

@@ -1,23 +1,29 @@
 /* cuda_backend.c - the backend ops table on CUDA: device memory, uploads and
  * the calls of the kernels' extern "C" launchers (cuda_ops.h).
  *
- * Plain C against the CUDA runtime API; built today only against the CPU
- * emulator (--enable-cuda-emu), whose cuda_runtime.h and cublas_v2.h are
- * callable from C.  It holds no kernels and does not choose what runs.
+ * Plain C against the CUDA runtime API, built twice: against the real
+ * toolkit's headers next to the nvcc-built kernels (libcudabackend_gpu.a,
+ * for GPUs), and against the CPU emulator's callable-from-C stand-ins
+ * (libcudabackend.a, --enable-cuda-emu).  It holds no kernels and does not
+ * choose what runs (engine.c does).
  *
- * Device memory: every weight and norm vector the engine passes is copied
- * to the device once, at first use, and found again by its host pointer (a
- * small open-addressing map); the KV pool gets a device mirror of its whole
- * size at first use, keyed by the host pool's base, so the host memfd pool
- * is never touched (nor made resident); positions and block tables go up
- * once per step (begin_step).  Activations are cudaMalloc'd by the engine
- * through alloc.  Streams: everything runs on the default stream, in order.
+ * Device memory: the engine uploads every weight and norm vector at start-up
+ * (load_weight) and attaches the KV pool (kv_attach), so what the model takes
+ * is known before the pool is sized and a model that does not fit fails
+ * there; the ops find a weight's device copy by its host pointer (a small
+ * open-addressing map, which also uploads what was not loaded first).  The
+ * KV pool's device copy mirrors the host pool's geometry, keyed by its base,
+ * and the host memfd pool is never touched (nor made resident); positions
+ * and block tables go up once per step (begin_step).  Activations are
+ * cudaMalloc'd by the engine through alloc.  Streams: everything runs on the
+ * default stream, in order.  Threads: the device is made current on the
+ * thread that runs a step (the engine is built on another).
  *
  * TODO(cuda): capture decode steps in CUDA graphs per batch-size bucket
  * (the launchers already size their grids from the table stride, not the
  * positions); cuBLAS with fp16 weight tiles for large T (prefill); a tiled
- * flash-attention kernel for prefill chunks; the KV pool sized from
- * cudaMemGetInfo; quantize x once per matmul group.
+ * flash-attention kernel for prefill chunks; quantize x once per matmul
+ * group.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -232,6 +238,14 @@ static int cb_kv(struct cuda_backend *cb, const struct bk_kv *kv, struct bk_kv *
 	return 0;
 }
 
+/* Makes the backend's device current on the calling thread: the engine is
+ * built on one thread and its steps run on another. */
+static int cb_use_device(struct cuda_backend *cb)
+{
+	CB_CUDA(cb, cudaSetDevice(cb->device));
+	return 0;
+}
+
 /* ---- the step's rows ---- */
 
 static int cb_begin_step(struct backend *be, const struct bk_rows *rows)
@@ -239,6 +253,8 @@ static int cb_begin_step(struct backend *be, const struct bk_rows *rows)
 	struct cuda_backend *cb = cbk(be);
 	int r;
 
+	if ((r = cb_use_device(cb)) < 0)
+		return r;
 	cb->step_n = rows->n;
 	cb->step_pos = rows->pos;
 	cb->step_table = rows->block_table;
@@ -438,6 +454,20 @@ static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
 
 /* ---- memory hooks ---- */
 
+static int cb_load_weight(struct backend *be, const struct bk_weight *w)
+{
+	struct bk_weight dw;
+
+	return cb_weight(cbk(be), w, &dw);
+}
+
+static int cb_kv_attach(struct backend *be, const struct bk_kv *kv)
+{
+	struct bk_kv dkv;
+
+	return cb_kv(cbk(be), kv, &dkv);
+}
+
 static void *cb_alloc(struct backend *be, size_t bytes)
 {
 	struct cuda_backend *cb = cbk(be);
@@ -475,6 +505,7 @@ static void cb_free(struct backend *be)
 
 	if (!cb)
 		return;
+	cudaSetDevice(cb->device);
 	for (size_t i = 0; i < cb->map_cap; i++)
 		if (cb->map[i].host)
 			cudaFree(cb->map[i].dev);
@@ -495,10 +526,12 @@ static int cb_device_info(struct backend *be, struct bk_device_info *ret)
 	struct cuda_backend *cb = (struct cuda_backend *)be;
 	struct cudaDeviceProp prop;
 	size_t free_b = 0, total_b = 0;
+	int r;
 
-	if (cudaGetDeviceProperties(&prop, cb->device) != cudaSuccess ||
-	    cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
-		return -EIO;
+	if ((r = cb_use_device(cb)) < 0)
+		return r;
+	CB_CUDA(cb, cudaGetDeviceProperties(&prop, cb->device));
+	CB_CUDA(cb, cudaMemGetInfo(&free_b, &total_b));
 	snprintf(ret->name, sizeof ret->name, "%.127s", prop.name);
 	ret->index = cb->device;
 	ret->total_bytes = total_b;
@@ -527,17 +560,49 @@ static const struct backend_ops cuda_ops = {
 	.begin_step = cb_begin_step,
 	.copy_rows = cb_copy_rows,
 	.download = cb_download,
+	.load_weight = cb_load_weight,
+	.kv_attach = cb_kv_attach,
 };
+
+int cuda_backend_emulated(void)
+{
+#ifdef LLMD_CUDA_EMU_H
+	return 1;
+#else
+	return 0;
+#endif
+}
+
+int cuda_backend_device_count(char *err, size_t errlen)
+{
+	cudaError_t e;
+	int n = 0;
+
+	if ((e = cudaGetDeviceCount(&n)) != cudaSuccess) {
+		cudaGetLastError(); /* not sticky: clear it */
+		snprintf(err, errlen, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
+			 cudaGetErrorName(e));
+		return -ENODEV;
+	}
+	if (n <= 0) {
+		snprintf(err, errlen, "cudaGetDeviceCount: no CUDA device");
+		return 0;
+	}
+	if (errlen)
+		err[0] = 0;
+	return n;
+}
 
 int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 {
 	struct cuda_backend *cb;
 	cudaError_t e;
 	cublasStatus_t s;
-	int n = 0;
+	char why[200];
+	int n;
 
-	if ((e = cudaGetDeviceCount(&n)) != cudaSuccess) {
-		snprintf(err, errlen, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+	if ((n = cuda_backend_device_count(why, sizeof why)) <= 0) {
+		snprintf(err, errlen, "no usable CUDA device: %s", why);
 		return -ENODEV;
 	}
 	if (device < 0 || device >= n) {

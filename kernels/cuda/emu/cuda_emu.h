@@ -12,6 +12,8 @@
  *   CUDA_EMU_MEM_MB=N       device memory cudaMemGetInfo reports (default 16384)
  *   CUDA_EMU_STACK_KB=N     stack per CUDA thread (default 256; 1024 under ASan)
  *   CUDA_EMU_QUIET=1        no diagnostic lines (the last one is still kept)
+ *   CUDA_EMU_FAULT_LAUNCH=N the Nth kernel run of the process fails like a
+ *                           device fault (see cuda_emu_plant_fault)
  */
 #ifndef LLMD_CUDA_EMU_H
 #define LLMD_CUDA_EMU_H
@@ -47,6 +49,13 @@ size_t cuda_emu_bytes_allocated(void);
 
 /* 1 when [P, P + SIZE) lies inside one live cudaMalloc allocation, else 0. */
 int cuda_emu_is_device_range(const void *p, size_t size);
+
+/* Plants a device fault: the Nth kernel run from now (1 = the next launch,
+ * or graph node, to run) does not run and fails as a kernel that trapped
+ * would: cudaErrorLaunchFailure, sticky until cudaDeviceReset.  0 removes a
+ * planted fault.  For tests of what a caller does when the device fails
+ * mid-work.  Any host thread, between launches. */
+void cuda_emu_plant_fault(unsigned long long n);
 
 /* Stops (1) or resumes (0) printing diagnostic lines. */
 void cuda_emu_set_quiet(int quiet);

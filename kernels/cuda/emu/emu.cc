@@ -896,6 +896,8 @@ settings &config()
 		}
 		if ((e = getenv("CUDA_EMU_MEM_MB")) && atoll(e) > 0)
 			c->mem_total = (size_t)atoll(e) << 20;
+		if ((e = getenv("CUDA_EMU_FAULT_LAUNCH")) && atoll(e) > 0)
+			c->fault_at = (unsigned long long)atoll(e);
 		if ((e = getenv("CUDA_EMU_STACK_KB")) && atoll(e) > 0)
 			c->stack_bytes = (size_t)atoll(e) << 10;
 		c->quiet = (e = getenv("CUDA_EMU_QUIET")) && *e && strcmp(e, "0") != 0;
@@ -915,6 +917,12 @@ extern "C" void cuda_emu_set_order(enum cuda_emu_order order, unsigned long long
 	config().order = order;
 	config().seed = seed;
 	S.rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+}
+
+extern "C" void cuda_emu_plant_fault(unsigned long long n)
+{
+	std::lock_guard<std::mutex> g(api_lock());
+	config().fault_at = n;
 }
 
 extern "C" enum cuda_emu_order cuda_emu_get_order(unsigned long long *ret_seed)

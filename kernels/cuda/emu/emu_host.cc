@@ -244,6 +244,12 @@ static cudaError_t run_work(const work &w)
 {
 	switch (w.kind) {
 	case work::KERNEL: {
+		if (config().fault_at && --config().fault_at == 0) {
+			diag("kernel %s launched at %s:%d: the planted device fault (cuda_emu_plant_fault, "
+				"CUDA_EMU_FAULT_LAUNCH)", w.launch.name, w.launch.file, w.launch.line);
+			set_sticky(cudaErrorLaunchFailure);
+			return cudaErrorLaunchFailure;
+		}
 		cudaError_t e = run_launch(w.launch);
 		if (e == cudaErrorLaunchFailure)
 			set_sticky(e);

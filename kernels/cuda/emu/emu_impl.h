@@ -21,6 +21,8 @@ struct settings {
 	size_t stack_bytes;        /* per fiber */
 	size_t mem_total;          /* bytes cudaMemGetInfo reports */
 	bool quiet;                /* no diagnostic lines */
+	unsigned long long fault_at; /* kernel runs until a planted fault: the
+	                                fault_at-th from now fails; 0 = none */
 };
 /* Read from the environment at the first call; change under api_lock(). */
 settings &config();
