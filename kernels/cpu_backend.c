@@ -5,8 +5,8 @@
  * weight from the ISA's packed copy where it has one (made when the engine
  * loads the weight, so the file's blocks are then only read for embeddings;
  * other weights are read as they are);
- * attention walks each
- * row's block table in the paged KV pool with an online softmax.  Small
+ * attention walks each row's block table in the paged KV pool with an
+ * online softmax, the rows of a prefill chunk together.  Small
  * element-wise ops run inline on the engine thread: a dispatch would cost
  * more than the work.  Not thread-safe: one engine thread drives it.
  */
@@ -36,6 +36,10 @@ struct cpu_backend {
 	struct cpu_packed *packed; /* (packed_cap) open addressing; owned */
 	size_t packed_cap;       /* power of two, 0 before the first weight */
 	size_t packed_n;         /* slots in use */
+	struct attn_group *attn_groups; /* (attn_groups_cap) attention's row groups; owned */
+	size_t attn_groups_cap;
+	float *attn_scratch;     /* attention's per-worker state; owned */
+	size_t attn_scratch_cap; /* floats of attn_scratch */
 };
 
 static struct cpu_backend *cpu(struct backend *be)
@@ -386,10 +390,31 @@ static int cpu_kv_store(struct backend *be, const struct bk_kv *kv, int32_t laye
 	return 0;
 }
 
-/* ---- attention ---- */
+/* ---- attention ----
+ *
+ * Two paths that give the same bits.  The portable one (attn_task) runs one
+ * task per (row, kv head).  The AVX2 one (x86-64-v3 CPUs, head_dim a
+ * multiple of 16) lets the rows of a prefill chunk share each K/V chunk
+ * they read, converts f16 inside its dot products, splits a kv head's query
+ * heads across tasks when there are fewer tasks than threads, and works on
+ * eight positions at once.  Yet every row still does the portable path's
+ * arithmetic exactly, whatever rows share its step: the same chunks, the
+ * same 16 FMA partial sums added in the same order, the same online-softmax
+ * updates, and glibc's expf to the bit.  The portable path is compiled per
+ * ISA (VEC_CLONES) and on an x86-64-v3 CPU runs its FMA clone, which is why
+ * the AVX2 path fuses exactly where that clone does.
+ */
 
 #define ATTN_MAX_GROUP 16   /* query heads per kv head */
 #define ATTN_MAX_HEAD_DIM 256
+#define ATTN_MAX_Q 48       /* queries (rows x query heads) in one AVX2 task */
+
+/* Rows of one step from one sequence at consecutive positions. */
+struct attn_group {
+	int32_t t0;         /* first row */
+	int32_t n;          /* rows: t0 .. t0 + n - 1 */
+	int64_t work;       /* n times the positions the last row attends to */
+};
 
 struct attn_job {
 	const struct bk_kv *kv;
@@ -398,6 +423,11 @@ struct attn_job {
 	const struct bk_attn *a;
 	const float *q;
 	float *out;
+	/* the AVX2 path's plan */
+	const struct attn_group *groups; /* (n_groups) the largest first */
+	int32_t split;       /* tasks per (group, kv head), each a range of its query heads */
+	float *scratch;      /* (threads, scratch_floats) per-worker state */
+	size_t scratch_floats;
 };
 
 /* Positions handled at once: converted K/V rows and their scores stay in L1. */
@@ -505,16 +535,430 @@ static void attn_task(void *ctx, int task, int worker)
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTN_AVX2 1
+#include <immintrin.h>
+
+/* Every FMA below is written out: the compiler must not contract anything
+ * else, or a row's bits would depend on what it inlined where. */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#pragma GCC optimize("fp-contract=off")
+
+#define ATTN_INLINE static inline __attribute__((always_inline))
+
+/* glibc's expf (2.27 on, sysdeps/ieee754/flt-32/e_expf.c) as its FMA build,
+ * the one x86-64-v3 CPUs run, computes it for |x| < 88: x*32/ln2 = k + r,
+ * 2^(k/32) from this table, a cubic in r, all in double.  The contractions
+ * are those of that build's object code.  Other inputs go to expf itself. */
+static const uint64_t expf_tab[32] = {
+	0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+	0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+	0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+	0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+	0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+	0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+	0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+	0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+
+ATTN_INLINE __m256d pd_bits(uint64_t u)
+{
+	return _mm256_castsi256_pd(_mm256_set1_epi64x((long long)u));
+}
+
+ATTN_INLINE __m128 attn_exp4(__m128 x)
+{
+	const __m256d invln2n = pd_bits(0x40471547652b82fe), shift = pd_bits(0x4338000000000000);
+	__m256d xd = _mm256_cvtps_pd(x);
+	__m256d kds = _mm256_fmadd_pd(invln2n, xd, shift);
+	__m256i ki = _mm256_castpd_si256(kds);
+	__m256d kd = _mm256_sub_pd(kds, shift);
+	__m256d r = _mm256_fmsub_pd(invln2n, xd, kd);
+	__m256i t = _mm256_i64gather_epi64((const long long *)expf_tab,
+					   _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+	__m256d s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+	__m256d z = _mm256_fmadd_pd(pd_bits(0x3ebc6af84b912394), r, pd_bits(0x3f2ebfce50fac4f3));
+	__m256d r2 = _mm256_mul_pd(r, r);
+	__m256d y = _mm256_fmadd_pd(r, pd_bits(0x3f962e42ff0c52d6), _mm256_set1_pd(1.0));
+	y = _mm256_fmadd_pd(z, r2, y);
+	return _mm256_cvtpd_ps(_mm256_mul_pd(y, s));
+}
+
+/* expf of each lane, bit for bit. */
+ATTN_INLINE __m256 attn_exp8(__m256 x)
+{
+	__m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20),
+				       _mm256_set1_epi32(0x7ff));
+	int special = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))));
+	__m256 y = _mm256_set_m128(attn_exp4(_mm256_extractf128_ps(x, 1)), attn_exp4(_mm256_castps256_ps128(x)));
+
+	if (special) { /* |x| >= 88, infinities, NaN: rare */
+		float xs[8], ys[8];
+		_mm256_storeu_ps(xs, x);
+		_mm256_storeu_ps(ys, y);
+		for (int i = 0; i < 8; i++)
+			if (special >> i & 1)
+				ys[i] = expf(xs[i]);
+		y = _mm256_loadu_ps(ys);
+	}
+	return y;
+}
+
+/* 1 when attn_exp8 gives this libm's expf bits on a sample of the inputs
+ * attention makes (with glibc 2.36 they agree on all 2^32 floats). */
+static int attn_exp_matches_libm(void)
+{
+	float x[8], y[8];
+
+	for (int i = 0; i < 8192; i += 8) {
+		for (int k = 0; k < 8; k++) {
+			int n = i + k;
+			x[k] = n < 4096 ? -104.0f * (float)n / 4096 : -(float)(n - 4096) / 4096;
+		}
+		_mm256_storeu_ps(y, attn_exp8(_mm256_loadu_ps(x)));
+		for (int k = 0; k < 8; k++) {
+			float want = expf(x[k]);
+			if (memcmp(&want, &y[k], sizeof want))
+				return 0;
+		}
+	}
+	return 1;
+}
+
+/* 8 floats of a K or V row at element C, from f32 or f16 (exact either way). */
+ATTN_INLINE __m256 attn_ld8(const char *row, int c, int f16)
+{
+	if (f16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + (size_t)c * 2)));
+	return _mm256_loadu_ps((const float *)row + c);
+}
+
+/* r[k][j] = r[j][k] */
+ATTN_INLINE void attn_tr8(__m256 r[8])
+{
+	__m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+	__m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+	__m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+	__m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+	__m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+	__m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+	__m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+	__m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+	r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+	r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+	r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+	r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+	r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+	r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+	r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+	r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* Lane j: vec_dot_f32(q, row j) for the rows K + min(j, nv - 1) * ks: the
+ * 16 partial sums (lanes 0-7 of a v16f, then 8-15) each an FMA chain along
+ * the row, then added to 0 in lane order; transposing them lets eight
+ * rows' final sums run as eight lanes.  A half at a time keeps the eight
+ * chains of each in registers. */
+ATTN_INLINE __m256 attn_dot8(const float *q, const char *k, size_t ks, int nv, int hd, int f16)
+{
+	__m256 s = _mm256_setzero_ps();
+	const char *kr[8];
+
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++)
+		kr[j] = k + (size_t)(j < nv ? j : nv - 1) * ks;
+	for (int half = 0; half < 16; half += 8) {
+		__m256 p[8];
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			p[j] = _mm256_setzero_ps();
+		for (int c = half; c < hd; c += 16) {
+			__m256 qv = _mm256_loadu_ps(q + c);
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++)
+				p[j] = _mm256_fmadd_ps(qv, attn_ld8(kr[j], c, f16), p[j]);
+		}
+		attn_tr8(p);
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			s = _mm256_add_ps(s, p[j]);
+	}
+	return s;
+}
+
+/* acc[c, c + 8 NB) = acc * corr (when UPD), then += e[i] * V row i in
+ * position order: vec_scale and vec_scale_add, element by element.  With
+ * L, also *L += e[i] in order (its chain of adds overlaps the FMAs). */
+ATTN_INLINE void attn_vblock(float *acc, const float *e, int nr, const char *v, size_t vs, int c,
+			     int nb, int f16, int upd, float corr, float *l)
+{
+	__m256 r[8];
+	float ll = l ? *l : 0;
+
+#pragma GCC unroll 8
+	for (int b = 0; b < nb; b++) {
+		r[b] = _mm256_loadu_ps(acc + c + 8 * b);
+		if (upd)
+			r[b] = _mm256_mul_ps(r[b], _mm256_set1_ps(corr));
+	}
+	for (int i = 0; i < nr; i++) {
+		__m256 eb = _mm256_broadcast_ss(e + i);
+		const char *row = v + (size_t)i * vs;
+		if (l)
+			ll += e[i];
+#pragma GCC unroll 8
+		for (int b = 0; b < nb; b++)
+			r[b] = _mm256_fmadd_ps(eb, attn_ld8(row, c + 8 * b, f16), r[b]);
+	}
+#pragma GCC unroll 8
+	for (int b = 0; b < nb; b++)
+		_mm256_storeu_ps(acc + c + 8 * b, r[b]);
+	if (l)
+		*l = ll;
+}
+
+/* One query's step over the NR positions of a chunk (rows K, V, VS bytes
+ * apart): attn_task's loop body for one query head. */
+ATTN_INLINE void attn_chunk(const float *q, const char *k, const char *v, size_t vs, int nr, int hd,
+			    float scale, float *m, float *l, float *acc, int f16)
+{
+	float sc[ATTN_CHUNK] __attribute__((aligned(32))), e[ATTN_CHUNK] __attribute__((aligned(32)));
+	__m256 mxv = _mm256_set1_ps(*m);
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+
+	for (int i = 0; i < nr; i += 8) {
+		int nv = nr - i < 8 ? nr - i : 8;
+		__m256 s = _mm256_mul_ps(attn_dot8(q, k + (size_t)i * vs, vs, nv, hd, f16), _mm256_set1_ps(scale));
+		if (nv < 8) /* past the end: copies of the first score, which change nothing */
+			s = _mm256_blendv_ps(s, _mm256_permutevar8x32_ps(s, _mm256_setzero_si256()),
+					     _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(nv - 1))));
+		_mm256_store_ps(sc + i, s);
+		/* sc > mx ? sc : mx, as attn_task's loop: NaN scores never win */
+		mxv = _mm256_max_ps(s, mxv);
+	}
+	/* The lanes hold no NaN, so this is the loop's maximum; only the sign of
+	 * a zero maximum can differ, and no result depends on it. */
+	__m128 h = _mm_max_ps(_mm256_castps256_ps128(mxv), _mm256_extractf128_ps(mxv, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	float mx = _mm_cvtss_f32(h), corr = 1.0f, ll = *l;
+	int upd = mx > *m;
+
+	if (upd) {
+		corr = expf(*m - mx); /* 0 on the first chunk */
+		ll *= corr;
+		*m = mx;
+	}
+	for (int i = 0; i < nr; i += 8)
+		_mm256_store_ps(e + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc + i), _mm256_set1_ps(mx))));
+	*l = ll;
+	/* the first block also sums l */
+	int c = hd >= 64 ? 64 : hd >= 32 ? 32 : 16;
+	if (c == 64)
+		attn_vblock(acc, e, nr, v, vs, 0, 8, f16, upd, corr, l);
+	else if (c == 32)
+		attn_vblock(acc, e, nr, v, vs, 0, 4, f16, upd, corr, l);
+	else
+		attn_vblock(acc, e, nr, v, vs, 0, 2, f16, upd, corr, l);
+	for (; c + 64 <= hd; c += 64)
+		attn_vblock(acc, e, nr, v, vs, c, 8, f16, upd, corr, NULL);
+	if (c + 32 <= hd) {
+		attn_vblock(acc, e, nr, v, vs, c, 4, f16, upd, corr, NULL);
+		c += 32;
+	}
+	if (c + 16 <= hd)
+		attn_vblock(acc, e, nr, v, vs, c, 2, f16, upd, corr, NULL);
+}
+
+/* N rows of HD elements (F16 or Q8_0 at element C0 of each pool row, ROW
+ * bytes apart) as floats in DST: the values kv_rows gives. */
+ATTN_INLINE void attn_convert(const struct bk_kv *kv, const char *src, int32_t c0, int32_t n, int32_t hd,
+			      float *dst)
+{
+	for (int32_t t = 0; t < n; t++, src += kv->row_bytes, dst += hd) {
+		if (kv->type == QT_F16) {
+			const qt_f16 *h = (const qt_f16 *)src + c0;
+			for (int32_t c = 0; c < hd; c += 8)
+				_mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + c))));
+			continue;
+		}
+		/* Q8_0: each int8 times its block's scale (q8_0_slice_to_f32) */
+		for (int32_t c = 0; c < hd; c += 8) {
+			const struct block_q8_0 *blk = (const struct block_q8_0 *)src + (c0 + c) / QK;
+			__m256 d = _mm256_set1_ps(_cvtsh_ss(blk->d));
+			__m256i qs = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + (c0 + c) % QK)));
+			_mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_cvtepi32_ps(qs), d));
+		}
+	}
+}
+
+/* One (row group, kv head) pair, or a range of its query heads: the group's
+ * positions a chunk at a time, each chunk read (and converted) once for
+ * every query whose row reaches it; a row's last chunk ends at its own
+ * position, as it does alone. */
+static void attn_avx2_task(void *ctx, int task, int worker)
+{
+	const struct attn_job *j = ctx;
+	const struct bk_kv *kv = j->kv;
+	const struct bk_attn *a = j->a;
+	const int32_t group = a->n_head / a->n_head_kv, hd = a->head_dim, bt = kv->block_tokens;
+	const int32_t split = j->split, hk = task / split % a->n_head_kv, part = task % split;
+	const struct attn_group *gr = &j->groups[task / split / a->n_head_kv];
+	const int32_t g0 = part * group / split, ng = (part + 1) * group / split - g0;
+	const int32_t nq = gr->n * ng, pos0 = j->rows->pos[gr->t0], n_pos = pos0 + gr->n;
+	const int32_t *table = j->rows->block_table[gr->t0];
+	float *m = j->scratch + (size_t)worker * j->scratch_floats, *l = m + ATTN_MAX_Q;
+	float *acc = l + ATTN_MAX_Q, *kbuf = acc + (size_t)ATTN_MAX_Q * hd, *vbuf = kbuf + (size_t)ATTN_CHUNK * hd;
+	/* Converting each chunk once pays when many queries read it; a decode
+	 * row's few are faster converting as they read. */
+	const int buffered = kv->type == QT_Q8_0 || (kv->type == QT_F16 && nq >= 4);
+	const size_t esz = kv->type == QT_F32 ? 4 : 2;
+
+	for (int32_t i = 0; i < nq; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0;
+	}
+	memset(acc, 0, (size_t)nq * hd * sizeof(float));
+	for (int32_t p = 0; p < n_pos;) {
+		int32_t n = n_pos - p, to_edge = bt - p % bt;
+		if (n > to_edge)
+			n = to_edge;
+		if (n > ATTN_CHUNK)
+			n = ATTN_CHUNK;
+		const char *k = kv_slot(kv, table, j->layer, 0, p), *v = kv_slot(kv, table, j->layer, 1, p);
+		size_t vs = kv->row_bytes;
+		if (buffered) {
+			attn_convert(kv, k, hk * hd, n, hd, kbuf);
+			attn_convert(kv, v, hk * hd, n, hd, vbuf);
+			k = (const char *)kbuf;
+			v = (const char *)vbuf;
+			vs = (size_t)hd * sizeof(float);
+		} else {
+			k += (size_t)hk * hd * esz;
+			v += (size_t)hk * hd * esz;
+		}
+		/* rows before p - pos0 do not reach this chunk */
+		for (int32_t r = p > pos0 ? p - pos0 : 0; r < gr->n; r++) {
+			int32_t nr = pos0 + r + 1 - p < n ? pos0 + r + 1 - p : n;
+			for (int32_t g = 0; g < ng; g++) {
+				int32_t qi = r * ng + g;
+				const float *q = j->q + ((size_t)(gr->t0 + r) * a->n_head + hk * group + g0 + g) * hd;
+				if (!buffered && kv->type == QT_F16)
+					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], acc + (size_t)qi * hd, 1);
+				else
+					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], acc + (size_t)qi * hd, 0);
+			}
+		}
+		p += n;
+	}
+	for (int32_t r = 0; r < gr->n; r++)
+		for (int32_t g = 0; g < ng; g++) {
+			int32_t qi = r * ng + g;
+			float *o = j->out + ((size_t)(gr->t0 + r) * a->n_head + hk * group + g0 + g) * hd;
+			const float *ac = acc + (size_t)qi * hd;
+			__m256 inv = _mm256_set1_ps(1.0f / l[qi]);
+			for (int32_t c = 0; c < hd; c += 8)
+				_mm256_storeu_ps(o + c, _mm256_mul_ps(_mm256_loadu_ps(ac + c), inv));
+		}
+}
+
+#pragma GCC pop_options
+
+/* Whether the AVX2 path gives this CPU's attn_task bits: its FMA clone runs
+ * where x86-64-v3 does (the AVX-512 clone's arithmetic is the same), and
+ * attn_exp8 must round as this libm's expf, which a sample checks once (a
+ * libm other than glibc's may not).  QUANT_ISA_SCALAR asks for the
+ * portable path, as it does of the matmuls. */
+static int attn_avx2_ok(const struct bk_kv *kv, const struct bk_attn *a)
+{
+	static int cpu_ok = -1; /* relaxed atomics: every thread computes the same */
+	int ok = __atomic_load_n(&cpu_ok, __ATOMIC_RELAXED);
+
+	if (ok < 0) {
+		__builtin_cpu_init();
+		ok = __builtin_cpu_supports("x86-64-v3") && attn_exp_matches_libm();
+		__atomic_store_n(&cpu_ok, ok, __ATOMIC_RELAXED);
+	}
+	return ok && a->head_dim % 16 == 0 && quant_get_isa() >= QUANT_ISA_AVX2 &&
+	       (kv->type == QT_F32 || kv->type == QT_F16 || kv->type == QT_Q8_0);
+}
+
+static int group_cmp(const void *x, const void *y)
+{
+	const struct attn_group *a = x, *b = y;
+	if (a->work != b->work)
+		return a->work > b->work ? -1 : 1;
+	return a->t0 < b->t0 ? -1 : a->t0 > b->t0;
+}
+
+/* Plans and runs the AVX2 path: rows grouped by sequence, the largest
+ * groups first so the last tasks to start are short ones. */
+static int attn_avx2_run(struct cpu_backend *c, struct attn_job *j)
+{
+	const struct bk_rows *rows = j->rows;
+	const struct bk_attn *a = j->a;
+	int32_t group = a->n_head / a->n_head_kv, cap = ATTN_MAX_Q / group, n_groups = 0;
+	int threads = cpu_pool_threads(c->pool);
+	size_t floats = 2 * ATTN_MAX_Q + (size_t)(ATTN_MAX_Q + 2 * ATTN_CHUNK) * a->head_dim;
+
+	if ((size_t)rows->n > c->attn_groups_cap) {
+		struct attn_group *g = realloc(c->attn_groups, (size_t)rows->n * sizeof *g);
+		if (!g)
+			return -ENOMEM;
+		c->attn_groups = g;
+		c->attn_groups_cap = (size_t)rows->n;
+	}
+	if (floats * threads > c->attn_scratch_cap) {
+		free(c->attn_scratch);
+		c->attn_scratch_cap = 0;
+		c->attn_scratch = aligned_alloc(64, (floats * threads * sizeof(float) + 63) & ~(size_t)63);
+		if (!c->attn_scratch)
+			return -ENOMEM;
+		c->attn_scratch_cap = floats * threads;
+	}
+	for (int32_t t = 0; t < rows->n;) {
+		struct attn_group *g = &c->attn_groups[n_groups++];
+		g->t0 = t;
+		g->n = 1;
+		while (t + g->n < rows->n && g->n < cap && rows->block_table[t + g->n] == rows->block_table[t] &&
+		       rows->pos[t + g->n] == rows->pos[t] + g->n)
+			g->n++;
+		g->work = (int64_t)g->n * (rows->pos[t] + g->n);
+		t += g->n;
+	}
+	qsort(c->attn_groups, (size_t)n_groups, sizeof *c->attn_groups, group_cmp);
+	j->groups = c->attn_groups;
+	/* Too few tasks for the threads: split the query heads of a kv head
+	 * (each part then reads the chunks again, so no more than needed). */
+	j->split = 1;
+	if (n_groups * a->n_head_kv < threads) {
+		int32_t tasks = n_groups * a->n_head_kv;
+		j->split = (threads + tasks - 1) / tasks;
+		if (j->split > group)
+			j->split = group;
+	}
+	j->scratch = c->attn_scratch;
+	j->scratch_floats = floats;
+	cpu_pool_run(c->pool, attn_avx2_task, j, n_groups * a->n_head_kv * j->split);
+	return 0;
+}
+#endif /* ATTN_AVX2 */
+
 static int cpu_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
 			 const struct bk_rows *rows, const struct bk_attn *a,
 			 const float *q, float *out)
 {
-	struct attn_job j = { kv, layer, rows, a, q, out };
+	struct attn_job j = { kv, layer, rows, a, q, out, NULL, 1, NULL, 0 };
 
 	if (a->n_head_kv < 1 || a->n_head % a->n_head_kv || a->n_head / a->n_head_kv > ATTN_MAX_GROUP ||
 	    a->head_dim > ATTN_MAX_HEAD_DIM || a->head_dim * a->n_head_kv != kv->kv_dim ||
 	    (kv->type == QT_Q8_0 && a->head_dim % QK && QK % a->head_dim))
 		return -EINVAL;
+#ifdef ATTN_AVX2
+	if (attn_avx2_ok(kv, a))
+		return attn_avx2_run(cpu(be), &j);
+#endif
 	cpu_pool_run(cpu(be)->pool, attn_task, &j, rows->n * a->n_head_kv);
 	return 0;
 }
@@ -592,6 +1036,8 @@ static void cpu_free(struct backend *be)
 	for (size_t i = 0; i < c->packed_cap; i++)
 		quant_packed_free(c->packed[i].pk);
 	free(c->packed);
+	free(c->attn_groups);
+	free(c->attn_scratch);
 	free(c->xq);
 	free(c);
 }
