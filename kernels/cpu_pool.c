@@ -3,6 +3,12 @@
  * Not a general thread pool: one caller, one job at a time, tasks claimed
  * from an atomic counter.  The caller works on the job too, so a pool of one
  * thread simply runs the tasks inline.
+ *
+ * On a machine shared with other busy programs a worker can be descheduled
+ * in the middle of a task, and the caller then waits a scheduler time slice
+ * for it at every job: decode fell tenfold below one thread's speed.  So a
+ * caller that had to wait long runs the next jobs alone, as many as doubles
+ * with each such wait, and tries the workers again after them.
  */
 #include "cpu_pool.h"
 
@@ -14,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -25,6 +32,9 @@
 
 #define POOL_SPIN 20000     /* polls before an idle worker sleeps (~1 ms) */
 #define POOL_WAIT_SPIN 4000 /* polls before the caller yields while waiting */
+#define POOL_SLOW_NS 500000 /* a wait for workers this long (0.5 ms) means contention */
+#define POOL_SOLO_MIN 64    /* jobs run alone after the first slow wait */
+#define POOL_SOLO_MAX 16384 /* ... and at most, after repeated ones */
 
 struct cpu_pool {
 	int n_threads;            /* caller + workers */
@@ -39,6 +49,9 @@ struct cpu_pool {
 	atomic_int active;        /* workers still inside the current job */
 	atomic_int sleeping;      /* workers blocked in futex wait */
 	atomic_int quit;          /* set by cpu_pool_free */
+	/* Caller only: */
+	int solo_left;            /* jobs still to run on the caller alone */
+	int solo_next;            /* length of the next such run; 0 = POOL_SOLO_MIN */
 };
 
 struct worker_arg {
@@ -159,7 +172,9 @@ void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 
 	if (n <= 0)
 		return;
-	if (workers == 0 || n == 1) {
+	if (workers == 0 || n == 1 || p->solo_left > 0) {
+		if (workers && n > 1)
+			p->solo_left--;
 		for (int i = 0; i < n; i++)
 			fn(ctx, i, 0);
 		return;
@@ -178,11 +193,27 @@ void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 	 * fn/ctx/n_tasks, not only finish the tasks.  On a machine with more
 	 * runnable threads than cores a worker may be descheduled: after a
 	 * short spin, yield the core instead of burning it. */
+	struct timespec t0 = { 0, 0 };
 	for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n ||
 			    atomic_load_explicit(&p->active, memory_order_acquire) > 0; spins++) {
-		if (spins < POOL_WAIT_SPIN)
+		if (spins < POOL_WAIT_SPIN) {
 			cpu_relax();
-		else
-			sched_yield();
+			continue;
+		}
+		if (spins == POOL_WAIT_SPIN)
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+		sched_yield();
 	}
+	if (t0.tv_sec || t0.tv_nsec) {
+		struct timespec t1;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+		if (ns >= POOL_SLOW_NS) {
+			p->solo_left = p->solo_next ? p->solo_next : POOL_SOLO_MIN;
+			p->solo_next = p->solo_left < POOL_SOLO_MAX / 2 ? 2 * p->solo_left : POOL_SOLO_MAX;
+			return;
+		}
+	}
+	/* a job without a long wait: the next slow one starts the back-off over */
+	p->solo_next = 0;
 }

@@ -1,0 +1,89 @@
+/* test_cpu_pool.c - the CPU worker pool runs every task of every job
+ * exactly once, and after a long wait for a worker (one descheduled by a
+ * busy machine) runs the next jobs on the caller alone.
+ */
+#include <stdatomic.h>
+#include <time.h>
+
+#include "cpu_pool.h"
+#include "testutil.h"
+
+struct count_job {
+	atomic_int *hits;       /* (n) runs of each task */
+	atomic_int by_worker;   /* tasks run by a worker thread (not the caller) */
+	int slow_ms;            /* > 0: workers sleep this long in each task */
+};
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	nanosleep(&ts, NULL);
+}
+
+static void count_task(void *ctx, int i, int worker)
+{
+	struct count_job *j = ctx;
+	atomic_fetch_add(&j->hits[i], 1);
+	if (worker) {
+		atomic_fetch_add(&j->by_worker, 1);
+		if (j->slow_ms)
+			sleep_ms(j->slow_ms);
+	} else if (j->slow_ms) {
+		sleep_ms(1); /* leave the other task to a worker */
+	}
+}
+
+static void test_exactly_once(int threads)
+{
+	struct cpu_pool *p;
+	enum { N = 997 };
+	static atomic_int hits[N];
+
+	CHECK_INT_EQ(cpu_pool_new(threads, &p), 0);
+	CHECK_INT_EQ(cpu_pool_threads(p), threads);
+	for (int job = 0; job < 200; job++) {
+		int n = 1 + job * 5 % N;
+		struct count_job j = { hits, 0, 0 };
+		for (int i = 0; i < n; i++)
+			atomic_store(&hits[i], 0);
+		cpu_pool_run(p, count_task, &j, n);
+		for (int i = 0; i < n; i++)
+			if (atomic_load(&hits[i]) != 1) {
+				CHECK_INT_EQ(atomic_load(&hits[i]), 1);
+				break;
+			}
+	}
+	cpu_pool_free(p);
+}
+
+static void test_backs_off_after_a_slow_worker(void)
+{
+	struct cpu_pool *p;
+	atomic_int hits[64];
+
+	CHECK_INT_EQ(cpu_pool_new(2, &p), 0);
+	/* a worker stuck 20 ms in its task, as a descheduled one would be */
+	struct count_job slow = { hits, 0, 20 };
+	cpu_pool_run(p, count_task, &slow, 2);
+	CHECK_INT_EQ(atomic_load(&slow.by_worker), 1);
+	/* the next jobs run on the caller alone, every task still once */
+	for (int job = 0; job < 10; job++) {
+		struct count_job j = { hits, 0, 0 };
+		for (int i = 0; i < 64; i++)
+			atomic_store(&hits[i], 0);
+		cpu_pool_run(p, count_task, &j, 64);
+		CHECK_INT_EQ(atomic_load(&j.by_worker), 0);
+		for (int i = 0; i < 64; i++)
+			CHECK_INT_EQ(atomic_load(&hits[i]), 1);
+	}
+	cpu_pool_free(p);
+}
+
+int main(void)
+{
+	test_exactly_once(1);
+	test_exactly_once(2);
+	test_exactly_once(4);
+	test_backs_off_after_a_slow_worker();
+	return test_result();
+}
