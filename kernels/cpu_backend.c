@@ -433,6 +433,17 @@ struct attn_job {
 /* Positions handled at once: converted K/V rows and their scores stay in L1. */
 #define ATTN_CHUNK 32
 
+/* Positions of the chunk that starts at P, of N_POS, with BT-token blocks:
+ * never across a block edge, at most ATTN_CHUNK.  Both attention paths cut
+ * a row's positions here, which keeps their arithmetic the same. */
+static inline int32_t attn_chunk_len(int32_t p, int32_t n_pos, int32_t bt)
+{
+	int32_t n = n_pos - p, to_edge = bt - p % bt;
+	if (n > to_edge)
+		n = to_edge;
+	return n < ATTN_CHUNK ? n : ATTN_CHUNK;
+}
+
 /* Elements [c0, c0 + n) of a Q8_0 row as floats: each int8 times its
  * block's scale.  They are whole blocks (head_dim a multiple of 32) or lie
  * inside one block (head_dim dividing 32): a head never straddles an edge. */
@@ -497,11 +508,7 @@ static void attn_task(void *ctx, int task, int worker)
 		qh[g] = j->q + ((size_t)t * a->n_head + hk * group + g) * hd;
 	}
 	for (int32_t p = 0; p < n_pos;) {
-		int32_t n = n_pos - p, to_edge = bt - p % bt;
-		if (n > to_edge)
-			n = to_edge;
-		if (n > ATTN_CHUNK)
-			n = ATTN_CHUNK;
+		int32_t n = attn_chunk_len(p, n_pos, bt);
 		const float *kr = kv->type == QT_F32 ? NULL : kv_rows(kv, table, j->layer, 0, p, n, hk, hd, kbuf);
 		const float *vr = kv->type == QT_F32 ? NULL : kv_rows(kv, table, j->layer, 1, p, n, hk, hd, vbuf);
 		for (int g = 0; g < group; g++) {
@@ -821,11 +828,7 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 	}
 	memset(acc, 0, (size_t)nq * hd * sizeof(float));
 	for (int32_t p = 0; p < n_pos;) {
-		int32_t n = n_pos - p, to_edge = bt - p % bt;
-		if (n > to_edge)
-			n = to_edge;
-		if (n > ATTN_CHUNK)
-			n = ATTN_CHUNK;
+		int32_t n = attn_chunk_len(p, n_pos, bt);
 		const char *k = kv_slot(kv, table, j->layer, 0, p), *v = kv_slot(kv, table, j->layer, 1, p);
 		size_t vs = kv->row_bytes;
 		if (buffered) {

@@ -167,13 +167,6 @@ INLINE TARGET uint16_t ld16(const uint8_t *p)
 	return v;
 }
 
-INLINE TARGET int32_t ld32(const uint8_t *p)
-{
-	int32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
 /* Activation rows (Q8_0 or, for Q4_1, Q8_1 blocks) into S's layout. */
 static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, size_t lda, int na, uint8_t *dst)
 {
@@ -762,8 +755,7 @@ static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ld
 
 	q32_shape_init(&s, type, n, na <= DIRECT_MAX);
 	s.packed = packed;
-	/* packed activations, then four repacked weight rows (tile) or one
-	 * row's m (direct) */
+	/* packed activations, then four repacked weight rows (tile only) */
 	uint8_t *as = quant_scratch((size_t)na * s.arow + 4 * s.wrow);
 	if (!as)
 		return -ENOMEM;
