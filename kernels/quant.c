@@ -719,7 +719,7 @@ int quant_pack_new(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, 
 	p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
-	p->data = aligned_alloc(64, prow * (size_t)nw);
+	p->data = aligned_alloc(64, (prow * (size_t)nw + 63) & ~(size_t)63);
 	if (!p->data) {
 		free(p);
 		return -ENOMEM;

@@ -43,106 +43,92 @@ INLINE TARGET float h2f(qt_f16 h)
  * pieces t = 0..3 hold elements 4t..4t+3, its "hi" pieces elements
  * 16+4t..16+4t+3 (a Q4 byte's two nibbles are elements e and 16+e).
  *
- * Two kernels:
- *   direct (NA <= DIRECT_MAX rows: decode)  weight blocks go from the file
- *     straight into registers, two blocks per ymm (one per 128-bit lane,
- *     where their 16 code bytes already sit in piece order), and the
- *     integer partials of eight blocks are added up into one vector of
- *     block sums by hadds.  Activation rows come in the same pairs.
- *   tile (more rows)  four weight rows at a time are repacked into group
- *     order (lane l of a piece vector = block l of a group of 16), so a
- *     lane's integer sum is its block's whole dot product; 2x2 register
- *     tiles of weight and activation rows keep Q4 sums in int16 over a
- *     whole block (16 products of at most 15 * 127 stay below 2^15).
+ * One kernel: a weight row against up to four activation rows at a time,
+ * its codes straight from the packed layout (below) into registers, where
+ * dword lane l of every piece vector of a half belongs to block 8h+l of a
+ * group of 16.  A lane's integer sum is then its block's whole dot product
+ * with no horizontal adds, and Q4 sums stay in int16 over a whole block
+ * (16 products of at most 15 * 127 stay below 2^15).  More activation rows
+ * run in fours over a strip of weight rows that stays in L1.  Weights not
+ * packed are packed a strip at a time into scratch.
  *
- * Row layouts (each part 64-byte aligned):
- *   codes  g16 x 512 bytes for the whole groups of 16 blocks, then gt x 128
- *          bytes for the tail's groups ("quads") of four blocks.
- *          Group order (weights, and activations for the tile kernel):
- *          piece vector t (64 bytes; t = 0..7, lo then hi) holds block l's
- *          piece at byte 4l; a quad is lo then hi, byte 4*(4t+k)+u = piece
- *          t of block k, lane 4t+k as in quant.c's tail.
- *          Pair order (activations for the direct kernel): half h, pair i
- *          (64 bytes each) holds blocks 8h+i and 8h+i+4, lo codes [16 | 16]
- *          then hi codes [16 | 16]; a quad holds pairs (k, k+2), k = 0, 1.
- *          Weights: Q4 as unsigned nibbles, Q8_0 as signed bytes;
- *          activations: signed bytes.
+ * Activation rows (each part 64-byte aligned):
+ *   codes  g16 x 512 bytes for the whole groups of 16 blocks: piece vector
+ *          t (64 bytes; t = 0..7, lo then hi) holds block l's piece at
+ *          byte 4l; then gt x 128 bytes for the tail's groups ("quads") of
+ *          four blocks: lo then hi, byte 4*(4t+k)+u = piece t of block k,
+ *          lane 4t+k as in quant.c's tail.  Signed bytes.
  *   d      f32 d of every block in order, zero-padded to nd (multiple of 16).
- *   init   Q4_0 activations: the int32 a lane starts from, -8 times the
- *          activations it covers (the nibbles' offset), laid out as the
- *          lanes it starts: group order 16 per group (one per block) or
- *          per quad (4t+k); pair order 8 per pair (its blocks' pieces).
- *   m / s  Q4_1 only: m (weights) or s (activations) per block, f32,
- *          zero-padded to nd.
+ *   init   Q4_0: the int32 a lane starts from, -8 times the activations it
+ *          covers (the nibbles' offset): 16 per group (one per block), 16
+ *          per quad (4t+k).
+ *   s      Q4_1: s per block, f32, zero-padded to nd.
  * Blocks past the end of the row are zero and add exact zeros.
  */
-#define DIRECT_MAX 4
 
 /* ---- the packed weight layout (quant_pack) ----
  *
- * The same bytes as the file's blocks, reordered for the kernels below:
- * per group of 16 blocks two "octets" (blocks 8h..8h+7), each a 32-byte
- * header of the eight fp16 d, then the eight fp16 m (Q4_1; else zero),
- * followed by the codes in pair order: pair i = blocks i and i+4, 16 code
- * bytes each ([16 | 16]; Q8_0: lo halves then hi halves, 64 bytes).  Per
- * tail quad a header of four d then four m (16 bytes, 16 of padding) and
- * pairs (0, 2), (1, 3).  Blocks past the end are zero.  One vector load
- * gives eight blocks' scales, one more a pair's codes: the file's 18-, 20-
- * or 34-byte blocks need a load per block for each.
+ * The file's bytes reordered; a row is at most one block's codes and
+ * three scales bigger than the file's (576 elements: 368 bytes for Q4_1's
+ * 360).  Per group of 16 blocks and half h, the four lo piece vectors t
+ * (32 bytes: piece t of blocks 8h..8h+7; a Q4 byte holds lo piece t in its
+ * low nibbles and hi piece t in its high ones, as the file's do; Q8_0 has
+ * a hi vector after each lo one).  A tail quad holds per half h its
+ * pieces t = 2h, 2h+1 of blocks k = 0..3 (byte 16(t-2h) + 4k + u; Q8_0:
+ * lo then hi); a last quad of one or two blocks only blocks 0 and 1, in
+ * half the bytes.  Then the fp16 d of every block, then (Q4_1) every fp16
+ * m, both zero-padded to whole quads.  Rows follow each other unpadded.
  */
-#define PK_HDR 32
 
-static int q32_pk_octet(uint32_t type)
-{
-	return PK_HDR + (type == QT_Q8_0 ? 256 : 128);
-}
-
-static int q32_pk_quad(uint32_t type)
-{
-	return PK_HDR + (type == QT_Q8_0 ? 128 : 64);
-}
-
-/* Bytes ahead of the current weight row that the direct kernel prefetches:
- * decoding streams every weight once from DRAM. */
-#define PREFETCH 2048
+/* Tiles of weight rows ahead that the kernel prefetches: decoding streams
+ * every weight once from DRAM. */
+#define PF_TILES 2
+/* Activation rows per kernel pass, and weight rows per strip. */
+#define Q32_NA 4
+#define Q32_STRIP 16
 
 struct q32_shape {
 	uint32_t type;   /* QT_Q4_0, QT_Q4_1 or QT_Q8_0 */
-	int bytes;       /* bytes per weight block: 18, 20 or 34 */
+	int bytes;       /* bytes per file block: 18, 20 or 34 */
+	int cb;          /* code bytes per block: 16 (Q4) or 32 */
 	int nb;          /* blocks per row */
 	int g16;         /* whole groups of 16 blocks */
-	int gt;          /* groups of four blocks in the tail */
-	int nd;          /* entries in the d, m and s parts (multiple of 16) */
-	int direct;      /* 1: activation rows in pair order */
-	int packed;      /* 1: weight rows in the packed layout */
-	size_t tail_off; /* byte offset of the tail's codes */
-	size_t d_off;    /* byte offset of the d part in both row kinds */
-	size_t init_off; /* byte offset of init in an activation row */
+	int gt;          /* quads in the tail */
+	int half;        /* 1: the last quad holds one or two blocks */
+	int nbp;         /* blocks the packed row has room for */
+	int nd;          /* entries in the activations' d and s (multiple of 16) */
+	size_t pk_d;     /* packed row: byte offset of the fp16 d */
+	size_t pk_m;     /* packed row: byte offset of the fp16 m (Q4_1) */
+	size_t prow;     /* bytes of one packed row */
+	size_t tail_off; /* activations: byte offset of the tail's codes */
+	size_t d_off;    /* activations: byte offset of d */
+	size_t init_off; /* activations: byte offset of init (Q4_0) */
 	size_t tinit;    /* int32 index in init where the tail's quads start */
-	size_t ms_off;   /* weights: byte offset of m */
-	size_t as_off;   /* activations: byte offset of s */
-	size_t wrow;     /* bytes of one repacked weight row */
+	size_t as_off;   /* activations: byte offset of s (Q4_1) */
 	size_t arow;     /* bytes of one packed activation row */
 };
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
-static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n, int direct)
+static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n)
 {
 	s->type = type;
 	s->bytes = (int)qtype_get(type)->bytes;
+	s->cb = type == QT_Q8_0 ? 32 : 16;
 	s->nb = (int)(n / QK);
 	s->g16 = s->nb / 16;
-	s->gt = (s->nb - 16 * s->g16 + 3) / 4;
+	int rest = s->nb - 16 * s->g16;
+	s->gt = (rest + 3) / 4;
+	s->half = rest % 4 == 1 || rest % 4 == 2;
+	s->nbp = 16 * s->g16 + 4 * s->gt - 2 * s->half;
 	s->nd = (16 * s->g16 + 4 * s->gt + 15) / 16 * 16;
-	s->direct = direct;
-	s->packed = 0;
+	s->pk_d = (size_t)s->nbp * s->cb;
+	s->pk_m = s->pk_d + (size_t)(16 * s->g16 + 4 * s->gt) * 2;
+	s->prow = s->pk_m + (type == QT_Q4_1 ? (size_t)(16 * s->g16 + 4 * s->gt) * 2 : 0);
 	s->tail_off = (size_t)s->g16 * 512;
 	s->d_off = ALIGN64(s->tail_off + (size_t)s->gt * 128);
-	s->ms_off = ALIGN64(s->d_off + (size_t)s->nd * 4);
-	s->wrow = ALIGN64(s->ms_off + (type == QT_Q4_1 ? (size_t)s->nd * 4 : 0));
-	s->init_off = s->ms_off;
-	s->tinit = (size_t)s->g16 * (direct ? 64 : 16);
+	s->init_off = ALIGN64(s->d_off + (size_t)s->nd * 4);
+	s->tinit = (size_t)s->g16 * 16;
 	size_t init = type == QT_Q4_0 ? (s->tinit + (size_t)s->gt * 16) * 4 : 0;
 	s->as_off = ALIGN64(s->init_off + init);
 	s->arow = ALIGN64(s->as_off + (type == QT_Q4_1 ? (size_t)s->nd * 4 : 0));
@@ -204,37 +190,19 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 										      _mm_maddubs_epi16(ones8, hi[k])), ones16));
 			}
 			int full = q4 < 4 * s->g16, g = q4 / 4, qt = q4 - 4 * s->g16;
-			if (!s->direct) {
-				uint8_t *c = full ? out + (size_t)g * 512 + 16 * (q4 % 4) : out + s->tail_off + (size_t)qt * 128;
-				size_t stride = full ? 64 : 16;
-				q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
-				q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
-			} else {
-				for (int k = 0; k < 4; k++) {
-					/* full: block l = 4(q4%4)+k sits in half l/8, pair l%4,
-					 * slot (l%8)/4; tail: pair k%2, slot k/2 */
-					int l = 4 * (q4 % 4) + k;
-					uint8_t *c = full ? out + (size_t)g * 512 + (l / 8) * 256 + (l % 4) * 64 + ((l % 8) / 4) * 16
-							  : out + s->tail_off + (size_t)qt * 128 + (k % 2) * 64 + (k / 2) * 16;
-					_mm_storeu_si128((__m128i *)c, lo[k]);
-					_mm_storeu_si128((__m128i *)(c + 32), hi[k]);
-				}
-			}
+			uint8_t *c = full ? out + (size_t)g * 512 + 16 * (q4 % 4) : out + s->tail_off + (size_t)qt * 128;
+			size_t stride = full ? 64 : 16;
+			q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
+			q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
 			if (s->type != QT_Q4_0)
 				continue;
 			for (int k = 0; k < 4; k++) {
-				int l = 4 * (q4 % 4) + k;
-				for (int t = 0; t < 4; t++) {
-					int32_t v = -8 * p[k][t];
-					if (full && s->direct)
-						init[(size_t)g * 64 + (l / 8) * 32 + (l % 4) * 8 + ((l % 8) / 4) * 4 + t] = v;
-					else if (!full && s->direct)
-						init[s->tinit + (size_t)qt * 16 + (k % 2) * 8 + (k / 2) * 4 + t] = v;
-					else if (!full)
-						init[s->tinit + (size_t)qt * 16 + 4 * t + k] = v;
+				if (full) {
+					init[(size_t)g * 16 + 4 * (q4 % 4) + k] = -8 * (p[k][0] + p[k][1] + p[k][2] + p[k][3]);
+					continue;
 				}
-				if (full && !s->direct)
-					init[(size_t)g * 16 + l] = -8 * (p[k][0] + p[k][1] + p[k][2] + p[k][3]);
+				for (int t = 0; t < 4; t++)
+					init[s->tinit + (size_t)qt * 16 + 4 * t + k] = -8 * p[k][t];
 			}
 		}
 		for (int b = 4 * nq; b < s->nd; b++) {
@@ -245,141 +213,45 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 	}
 }
 
-/* Byte offsets in a weight row of block B's d, m and codes (16 bytes;
- * Q8_0's hi half 32 bytes on in the packed layout, 16 in the file's). */
-static void q32_block_at(const struct q32_shape *s, int b, size_t *ret_d, size_t *ret_m, size_t *ret_codes)
+/* One file row into the packed layout at DST (S->prow bytes). */
+static void q32_pack_row(const struct q32_shape *s, const uint8_t *src, uint8_t *dst)
 {
-	if (!s->packed) {
-		size_t blk = (size_t)b * s->bytes;
-		*ret_d = blk;
-		*ret_m = blk + 2;
-		*ret_codes = blk + (s->type == QT_Q4_1 ? 4 : 2);
-		return;
-	}
-	size_t pair = s->type == QT_Q8_0 ? 64 : 32, hdr;
-	int k, slot;
-	if (b < 16 * s->g16) {
-		hdr = (size_t)(b / 8) * q32_pk_octet(s->type);
-		k = b % 8;
-		*ret_d = hdr + 2 * k;
-		*ret_m = hdr + 16 + 2 * k;
-		slot = k / 4;
-		k %= 4;
-	} else {
-		hdr = (size_t)(2 * s->g16) * q32_pk_octet(s->type) + (size_t)((b - 16 * s->g16) / 4) * q32_pk_quad(s->type);
-		k = b % 4;
-		*ret_d = hdr + 2 * k;
-		*ret_m = hdr + 8 + 2 * k;
-		slot = k / 2;
-		k %= 2;
-	}
-	*ret_codes = hdr + PK_HDR + k * pair + slot * 16;
-}
+	const int q8 = s->type == QT_Q8_0, qoff = s->type == QT_Q4_1 ? 4 : 2;
+	const size_t grp = 16 * (size_t)s->cb, quad = 4 * (size_t)s->cb;
 
-/* One packed weight row into group order: a quarter of a group (or a tail
- * quad) is one slot of four pairs, and the scales come eight at a time. */
-static TARGET void q32_unpack_packed_row(const struct q32_shape *s, const uint8_t *row, uint8_t *out)
-{
-	const __m128i m4 = _mm_set1_epi8(0x0f);
-	const int oct = q32_pk_octet(s->type), quad = q32_pk_quad(s->type), pair = s->type == QT_Q8_0 ? 64 : 32;
-	float *d = (float *)(out + s->d_off), *m = (float *)(out + s->ms_off);
-
-	memset(out + s->d_off, 0, s->wrow - s->d_off);
-	for (int g = 0; g < s->g16; g++) {
-		for (int qq = 0; qq < 4; qq++) {
-			const uint8_t *o = row + (size_t)(2 * g + qq / 2) * oct;
-			__m128i lo[4], hi[4];
-			if (qq % 2 == 0) {
-				_mm256_storeu_ps(d + 16 * g + 8 * (qq / 2), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o)));
-				if (s->type == QT_Q4_1)
-					_mm256_storeu_ps(m + 16 * g + 8 * (qq / 2),
-							 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16))));
-			}
-			for (int k = 0; k < 4; k++) {
-				const uint8_t *c = o + PK_HDR + k * pair + (qq % 2) * 16;
-				__m128i q = _mm_loadu_si128((const __m128i *)c);
-				if (s->type == QT_Q8_0) {
-					lo[k] = q;
-					hi[k] = _mm_loadu_si128((const __m128i *)(c + 32));
-				} else {
-					lo[k] = _mm_and_si128(q, m4);
-					hi[k] = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-				}
-			}
-			uint8_t *c = out + (size_t)g * 512 + 16 * qq;
-			q32_store_pieces(c, 64, lo[0], lo[1], lo[2], lo[3]);
-			q32_store_pieces(c + 256, 64, hi[0], hi[1], hi[2], hi[3]);
-		}
-	}
-	for (int q = 0; q < s->gt; q++) {
-		const uint8_t *o = row + (size_t)(2 * s->g16) * oct + (size_t)q * quad;
-		int b0 = 16 * s->g16 + 4 * q;
-		__m128i lo[4], hi[4];
-		/* zero past the row's end, as the header is */
-		_mm_storeu_ps(d + b0, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)o)));
+	memset(dst, 0, s->prow);
+	for (int b = 0; b < s->nb; b++) {
+		const uint8_t *blk = src + (size_t)b * s->bytes, *qs = blk + qoff;
+		memcpy(dst + s->pk_d + 2 * (size_t)b, blk, 2);
 		if (s->type == QT_Q4_1)
-			_mm_storeu_ps(m + b0, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(o + 8))));
-		for (int k = 0; k < 4; k++) {
-			const uint8_t *c = o + PK_HDR + (k % 2) * pair + (k / 2) * 16;
-			__m128i qv = _mm_loadu_si128((const __m128i *)c);
-			if (s->type == QT_Q8_0) {
-				lo[k] = qv;
-				hi[k] = _mm_loadu_si128((const __m128i *)(c + 32));
+			memcpy(dst + s->pk_m + 2 * (size_t)b, blk + 2, 2);
+		for (int t = 0; t < 4; t++) {
+			size_t o; /* where lo piece t goes; Q8_0's hi piece follows at + hi */
+			size_t hi;
+			if (b < 16 * s->g16) {
+				int l = b % 16;
+				o = (size_t)(b / 16) * grp + (size_t)(l / 8) * (grp / 2) + (size_t)t * (q8 ? 64 : 32) + 4 * (l % 8);
+				hi = 32;
 			} else {
-				lo[k] = _mm_and_si128(qv, m4);
-				hi[k] = _mm_and_si128(_mm_srli_epi16(qv, 4), m4);
+				int bt = b - 16 * s->g16, q = bt / 4, k = bt % 4, h = t / 2;
+				int small = s->half && q == s->gt - 1;
+				size_t per = small ? 8 : 16; /* bytes per piece row of a half */
+				o = (size_t)s->g16 * grp + (size_t)q * quad + (size_t)h * (small ? quad / 4 : quad / 2) +
+				    (size_t)(t % 2) * per + 4 * (size_t)k;
+				hi = 2 * per;
 			}
+			memcpy(dst + o, qs + 4 * t, 4);
+			if (q8)
+				memcpy(dst + o + hi, qs + 16 + 4 * t, 4);
 		}
-		uint8_t *c = out + s->tail_off + (size_t)q * 128;
-		q32_store_pieces(c, 16, lo[0], lo[1], lo[2], lo[3]);
-		q32_store_pieces(c + 64, 16, hi[0], hi[1], hi[2], hi[3]);
-	}
-}
-
-/* One weight row (file or packed layout) into group order (see above). */
-static TARGET void q32_unpack_row(const struct q32_shape *s, const uint8_t *row, uint8_t *out)
-{
-	const __m128i m4 = _mm_set1_epi8(0x0f);
-	float *d = (float *)(out + s->d_off), *m = (float *)(out + s->ms_off);
-
-	if (s->packed) {
-		q32_unpack_packed_row(s, row, out);
-		return;
-	}
-	memset(out + s->d_off, 0, s->wrow - s->d_off);
-	for (int b0 = 0; b0 < 16 * s->g16 + 4 * s->gt; b0 += 4) {
-		__m128i lo[4], hi[4];
-		for (int k = 0; k < 4; k++) {
-			int b = b0 + k;
-			size_t od, om, oq;
-			lo[k] = hi[k] = _mm_setzero_si128();
-			if (b >= s->nb)
-				continue;
-			q32_block_at(s, b, &od, &om, &oq);
-			const uint8_t *dp = row + od, *mp = row + om, *qs = row + oq;
-			d[b] = h2f(ld16(dp));
-			if (s->type == QT_Q8_0) {
-				lo[k] = _mm_loadu_si128((const __m128i *)qs);
-				hi[k] = _mm_loadu_si128((const __m128i *)(qs + (s->packed ? 32 : 16)));
-			} else {
-				__m128i q = _mm_loadu_si128((const __m128i *)qs);
-				lo[k] = _mm_and_si128(q, m4);
-				hi[k] = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-				if (s->type == QT_Q4_1)
-					m[b] = h2f(ld16(mp));
-			}
-		}
-		int full = b0 < 16 * s->g16;
-		uint8_t *c = full ? out + (size_t)(b0 / 16) * 512 + 4 * (b0 % 16)
-				  : out + s->tail_off + (size_t)((b0 - 16 * s->g16) / 4) * 128;
-		size_t stride = full ? 64 : 16;
-		q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
-		q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
 	}
 }
 
 #define LD(p) _mm256_load_si256((const __m256i *)(p))
 #define LDU(p) _mm256_loadu_si256((const __m256i *)(p))
+/* Keeps a running sum in a register as it is: without it GCC reassociates
+ * the sums into trees whose leaves spill to the stack. */
+#define KEEP(v) __asm__("" : "+x"(v))
 
 /* Q8_0's signed codes: |w| * (a with w's sign), exact while a > -128
  * (quantize_row keeps it so); one int16 holds only two such products. */
@@ -389,295 +261,191 @@ INLINE TARGET __m256i q8_idot(__m256i p, __m256i w, __m256i a)
 						      _mm256_set1_epi16(1)));
 }
 
-/* Integer partials of weight codes LO/HI against activation codes at AP
- * (lo at AP, hi at AP + 32), started from INIT: lane d = the partial of
- * the piece pair in dword d. */
-INLINE TARGET __m256i q32_idot2(const uint32_t type, __m256i init, __m256i lo, __m256i hi, const uint8_t *ap)
+/* A Q4 vector of 32 code bytes into its lo (low nibbles) and hi codes. */
+INLINE TARGET void q4_split(__m256i q, __m256i *lo, __m256i *hi)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	*lo = _mm256_and_si256(q, m4);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+}
+
+/* A short quad's 16 bytes (pieces of blocks 0, 1 for t = 2h, 2h+1) to the
+ * lanes 4(t-2h)+k of a full one; the other lanes zero. */
+INLINE TARGET __m256i q32_short(const uint8_t *p)
+{
+	return _mm256_permutevar8x32_epi32(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+					   _mm256_setr_epi32(0, 1, 7, 7, 2, 3, 7, 7));
+}
+
+/* The integer lane sums of one tail quad's half H against activation
+ * pieces at AP (lo) and AP + 64 (hi), from INIT. */
+INLINE TARGET __m256i q32_quad_dot(const uint32_t type, __m256i init, __m256i lo, __m256i hi, const uint8_t *ap)
 {
 	if (type == QT_Q8_0)
-		return q8_idot(q8_idot(init, lo, LD(ap)), hi, LD(ap + 32));
-	__m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LD(ap)), _mm256_maddubs_epi16(hi, LD(ap + 32)));
+		return q8_idot(q8_idot(init, lo, LD(ap)), hi, LD(ap + 64));
+	__m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LD(ap)), _mm256_maddubs_epi16(hi, LD(ap + 64)));
 	return _mm256_add_epi32(init, _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
 }
 
-/* ---- the direct kernel ---- */
-
-/* The codes of the blocks at P0 and P1 (block starts), one per 128-bit lane. */
-INLINE TARGET void q32_pair_codes(const uint32_t type, const uint8_t *p0, const uint8_t *p1, __m256i *lo, __m256i *hi)
+/* Weight rows W (packed, LDW apart) against NA activation rows AS, MR
+ * weight rows at a time (NW a multiple of MR): C[j * LDC + i]. */
+INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, const uint8_t *w, size_t ldw, int nw,
+			    const uint8_t *as, const int na, const int mr, float *c, size_t ldc)
 {
-	if (type == QT_Q8_0) {
-		*lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + 2))),
-					      _mm_loadu_si128((const __m128i *)(p1 + 2)), 1);
-		*hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + 18))),
-					      _mm_loadu_si128((const __m128i *)(p1 + 18)), 1);
-		return;
-	}
-	const int qoff = type == QT_Q4_1 ? 4 : 2;
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	__m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + qoff))),
-					    _mm_loadu_si128((const __m128i *)(p1 + qoff)), 1);
-	*lo = _mm256_and_si256(q, m4);
-	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-}
+	const __m256i ones = _mm256_set1_epi16(1);
+	const size_t grp = type == QT_Q8_0 ? 512 : 256, quad = grp / 4;
 
-/* The first dword (d, then m or codes) of the eight blocks at P, block k
- * in lane k: broadcast loads and blends, which stay in vector registers
- * (a vector built from scalar loads goes through the stack and stalls). */
-INLINE TARGET __m256i q32_dm8(const uint8_t *p, const int bytes)
-{
-	__m256i v = _mm256_castps_si256(_mm256_broadcast_ss((const float *)p));
-	_Pragma("GCC unroll 8")
-	for (int k = 1; k < 8; k++)
-		v = _mm256_blend_epi32(v, _mm256_castps_si256(_mm256_broadcast_ss((const float *)(p + k * bytes))), 1 << k);
-	return v;
-}
-
-/* A pair's codes in the packed layout, at P. */
-INLINE TARGET void q32_pk_pair_codes(const uint32_t type, const uint8_t *p, __m256i *lo, __m256i *hi)
-{
-	if (type == QT_Q8_0) {
-		*lo = _mm256_loadu_si256((const __m256i *)p);
-		*hi = _mm256_loadu_si256((const __m256i *)(p + 32));
-		return;
-	}
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	__m256i q = _mm256_loadu_si256((const __m256i *)p);
-	*lo = _mm256_and_si256(q, m4);
-	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-}
-
-INLINE TARGET __m256i q32_pair_init(const uint32_t type, const uint8_t *as, const struct q32_shape *s, size_t idx)
-{
-	return type == QT_Q4_0 ? LD((const int32_t *)(as + s->init_off) + idx) : _mm256_setzero_si256();
-}
-
-INLINE TARGET void q32_direct_body(const struct q32_shape *s, const uint32_t type, const int packed, const uint8_t *w,
-				   size_t ldw, int nw, const uint8_t *as, const int na, float *c, size_t ldc)
-{
-	const int oct = q32_pk_octet(type), quad = q32_pk_quad(type), pair = type == QT_Q8_0 ? 64 : 32;
-	static const uint8_t zblk[40]; /* a block past the row's end: all codes 0 */
-	const int bytes = type == QT_Q4_0 ? 18 : type == QT_Q4_1 ? 20 : 34;
-	/* per 128-bit lane: d words of four dwords, then their m words */
-	const __m256i dmsplit = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-						 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-
-	for (int i = 0; i < nw; i++) {
+	for (int i = 0; i < nw; i += mr) {
 		const uint8_t *row = w + (size_t)i * ldw;
-		__m256 acc[DIRECT_MAX][2], macc[DIRECT_MAX][2];
+		__m256 fin[Q32_NA][Q32_NA][2]; /* [weight row][activation row][half] */
 
-		_Pragma("GCC unroll 4")
-		for (int j = 0; j < na; j++)
-			acc[j][0] = acc[j][1] = macc[j][0] = macc[j][1] = _mm256_setzero_ps();
-		for (int g = 0; g < s->g16; g++) {
-			_Pragma("GCC unroll 2")
-			for (int h = 0; h < 2; h++) {
-				const uint8_t *p = packed ? row + (size_t)(2 * g + h) * oct : row + (size_t)(16 * g + 8 * h) * bytes;
-				__m256i sum[DIRECT_MAX], h01[DIRECT_MAX];
-				/* a prefetch never faults, so none is checked against the end */
-				_mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
-				_mm_prefetch((const char *)p + PREFETCH + 64, _MM_HINT_T0);
-				_mm_prefetch((const char *)p + PREFETCH + 128, _MM_HINT_T0);
-				if (type == QT_Q8_0) { /* 272 or 288 bytes */
-					_mm_prefetch((const char *)p + PREFETCH + 192, _MM_HINT_T0);
-					_mm_prefetch((const char *)p + PREFETCH + 256, _MM_HINT_T0);
+		/* each row fetches ahead the same row of a later tile, a part as
+		 * it reads one (a prefetch never faults: none is checked) */
+		const size_t ahead = (size_t)mr * ldw * PF_TILES;
+		for (int h = 0; h < 2; h++) {
+			__m256 acc[Q32_NA][Q32_NA];
+			_Pragma("GCC unroll 4")
+			for (int r = 0; r < mr; r++)
+				_Pragma("GCC unroll 4")
+				for (int j = 0; j < na; j++)
+					acc[r][j] = _mm256_setzero_ps();
+			for (int g = 0; g < s->g16; g++) {
+				const size_t wo = (size_t)g * grp + (size_t)h * (grp / 2), ao = (size_t)g * 512 + 32 * h;
+				__m256i sum[Q32_NA][Q32_NA];
+				_Pragma("GCC unroll 4")
+				for (int r = 0; r < mr; r++) {
+					if (h == 0)
+						for (size_t o = 0; o < grp; o += 64)
+							_mm_prefetch((const char *)row + (size_t)r * ldw + wo + ahead + o, _MM_HINT_T0);
+					_Pragma("GCC unroll 4")
+					for (int j = 0; j < na; j++)
+						sum[r][j] = _mm256_setzero_si256();
 				}
-				_Pragma("GCC unroll 2")
-				for (int i2 = 0; i2 < 2; i2++) {
-					__m256i lo0, hi0, lo1, hi1;
-					if (packed) {
-						q32_pk_pair_codes(type, p + PK_HDR + (2 * i2) * pair, &lo0, &hi0);
-						q32_pk_pair_codes(type, p + PK_HDR + (2 * i2 + 1) * pair, &lo1, &hi1);
-					} else {
-						q32_pair_codes(type, p + (2 * i2) * bytes, p + (2 * i2 + 4) * bytes, &lo0, &hi0);
-						q32_pair_codes(type, p + (2 * i2 + 1) * bytes, p + (2 * i2 + 5) * bytes, &lo1, &hi1);
+				_Pragma("GCC unroll 4")
+				for (int t = 0; t < 4; t++) {
+					_Pragma("GCC unroll 4")
+					for (int r = 0; r < mr; r++) {
+						const uint8_t *p = row + (size_t)r * ldw + wo;
+						__m256i lo, hi;
+						if (type == QT_Q8_0) {
+							lo = LDU(p + 64 * t);
+							hi = LDU(p + 64 * t + 32);
+						} else {
+							q4_split(LDU(p + 32 * t), &lo, &hi);
+						}
+						_Pragma("GCC unroll 4")
+						for (int j = 0; j < na; j++) {
+							const uint8_t *ap = as + (size_t)j * s->arow + ao;
+							if (type == QT_Q8_0) {
+								sum[r][j] = q8_idot(q8_idot(sum[r][j], lo, LD(ap + 64 * t)), hi,
+										    LD(ap + 64 * t + 256));
+							} else {
+								sum[r][j] = _mm256_add_epi16(sum[r][j], _mm256_maddubs_epi16(lo, LD(ap + 64 * t)));
+								sum[r][j] = _mm256_add_epi16(sum[r][j],
+											     _mm256_maddubs_epi16(hi, LD(ap + 64 * t + 256)));
+							}
+							KEEP(sum[r][j]);
+						}
 					}
+				}
+				_Pragma("GCC unroll 4")
+				for (int r = 0; r < mr; r++) {
+					const uint8_t *dq = row + (size_t)r * ldw + s->pk_d;
+					__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dq + 2 * (16 * (size_t)g + 8 * h))));
 					_Pragma("GCC unroll 4")
 					for (int j = 0; j < na; j++) {
 						const uint8_t *ar = as + (size_t)j * s->arow;
-						size_t pr = (size_t)g * 8 + 4 * h + 2 * i2; /* pair index */
-						__m256i p0 = q32_idot2(type, q32_pair_init(type, ar, s, pr * 8), lo0, hi0, ar + pr * 64);
-						__m256i p1 = q32_idot2(type, q32_pair_init(type, ar, s, pr * 8 + 8), lo1, hi1,
-								       ar + pr * 64 + 64);
-						__m256i hx = _mm256_hadd_epi32(p0, p1);
-						if (i2 == 0)
-							h01[j] = hx;
-						else
-							sum[j] = _mm256_hadd_epi32(h01[j], hx); /* block 8h+k in lane k */
+						__m256i isum = sum[r][j];
+						if (type != QT_Q8_0)
+							isum = _mm256_madd_epi16(isum, ones);
+						if (type == QT_Q4_0)
+							isum = _mm256_add_epi32(LD((const int32_t *)(ar + s->init_off) + 16 * g + 8 * h), isum);
+						__m256 dd = _mm256_mul_ps(dw, _mm256_load_ps((const float *)(ar + s->d_off) + 16 * g + 8 * h));
+						acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[r][j]);
 					}
 				}
-				__m256i dm = packed ? _mm256_loadu_si256((const __m256i *)p)
-						    : _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q32_dm8(p, bytes), dmsplit), 0xd8);
-				__m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
-				__m256 mw = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
+			}
+			if (h == 0)
+				for (int r = 0; r < mr; r++)
+					for (size_t o = (size_t)s->g16 * grp; o < ldw; o += 64)
+						_mm_prefetch((const char *)row + (size_t)r * ldw + ahead + o, _MM_HINT_T0);
+			for (int q = 0; q < s->gt; q++) {
+				const int b0 = 16 * s->g16 + 4 * q, small = s->half && q == s->gt - 1;
 				_Pragma("GCC unroll 4")
-				for (int j = 0; j < na; j++) {
-					const uint8_t *ar = as + (size_t)j * s->arow;
-					__m256 dd = _mm256_mul_ps(dw, _mm256_load_ps((const float *)(ar + s->d_off) + 16 * g + 8 * h));
-					acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j]), dd, acc[j][h]);
-					if (type == QT_Q4_1)
-						macc[j][h] = _mm256_fmadd_ps(mw, _mm256_load_ps((const float *)(ar + s->as_off) + 16 * g + 8 * h),
-									     macc[j][h]);
+				for (int r = 0; r < mr; r++) {
+					const uint8_t *pq = row + (size_t)r * ldw + (size_t)s->g16 * grp + (size_t)q * quad;
+					__m256i lo, hi;
+					if (small) {
+						const uint8_t *ph = pq + (size_t)h * (quad / 4);
+						if (type == QT_Q8_0) {
+							lo = q32_short(ph);
+							hi = q32_short(ph + 16);
+						} else {
+							q4_split(q32_short(ph), &lo, &hi);
+						}
+					} else {
+						const uint8_t *ph = pq + (size_t)h * (quad / 2);
+						if (type == QT_Q8_0) {
+							lo = LDU(ph);
+							hi = LDU(ph + 32);
+						} else {
+							q4_split(LDU(ph), &lo, &hi);
+						}
+					}
+					const uint8_t *dq = row + (size_t)r * ldw + s->pk_d;
+					__m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dq + 2 * (size_t)b0)));
+					__m256 dw = _mm256_set_m128(d4, d4);
+					_Pragma("GCC unroll 4")
+					for (int j = 0; j < na; j++) {
+						const uint8_t *ar = as + (size_t)j * s->arow;
+						__m256i init = type == QT_Q4_0
+							? LD((const int32_t *)(ar + s->init_off) + s->tinit + 16 * (size_t)q + 8 * h)
+							: _mm256_setzero_si256();
+						__m256i p = q32_quad_dot(type, init, lo, hi, ar + s->tail_off + (size_t)q * 128 + 32 * h);
+						__m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ps((const __m128 *)((const float *)(ar + s->d_off) + b0)));
+						acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[r][j]);
+					}
 				}
 			}
-		}
-		for (int q = 0; q < s->gt; q++) {
-			int b0 = 16 * s->g16 + 4 * q;
-			const uint8_t *pq = row + (size_t)(2 * s->g16) * oct + (size_t)q * quad;
-			const uint8_t *blk[4];
-			__m256 dmf; /* d of the four blocks in lanes 0..3, m in 4..7 */
-			__m256i lo0, hi0, lo1, hi1;
-			if (packed) {
-				_mm_prefetch((const char *)pq + PREFETCH, _MM_HINT_T0);
-				_mm_prefetch((const char *)pq + PREFETCH + 64, _MM_HINT_T0);
-				_mm_prefetch((const char *)pq + PREFETCH + 128, _MM_HINT_T0);
-				dmf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pq));
-				q32_pk_pair_codes(type, pq + PK_HDR, &lo0, &hi0);
-				q32_pk_pair_codes(type, pq + PK_HDR + pair, &lo1, &hi1);
-			} else {
-				_mm_prefetch((const char *)row + (size_t)b0 * bytes + PREFETCH, _MM_HINT_T0);
-				_mm_prefetch((const char *)row + (size_t)b0 * bytes + PREFETCH + 64, _MM_HINT_T0);
-				_mm_prefetch((const char *)row + (size_t)b0 * bytes + PREFETCH + 128, _MM_HINT_T0);
-				__m256i dm = _mm256_setzero_si256();
-				_Pragma("GCC unroll 4")
-				for (int k = 0; k < 4; k++) {
-					blk[k] = b0 + k < s->nb ? row + (size_t)(b0 + k) * bytes : zblk;
-					dm = _mm256_blend_epi32(dm, _mm256_castps_si256(_mm256_broadcast_ss((const float *)blk[k])), 1 << k);
-				}
-				dmf = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_shuffle_epi8(dm, dmsplit)));
-				q32_pair_codes(type, blk[0], blk[2], &lo0, &hi0);
-				q32_pair_codes(type, blk[1], blk[3], &lo1, &hi1);
-			}
-			/* Q4_1: m of block b0+k into lane (b0+k)%16, the other lanes 0 */
-			const int mh = (4 * q) / 8, mo = (4 * q) % 8;
-			__m256 mw = _mm256_permute2f128_ps(dmf, dmf, 0x11);
-			mw = mo ? _mm256_blend_ps(_mm256_setzero_ps(), mw, 0xf0) : _mm256_blend_ps(_mm256_setzero_ps(), mw, 0x0f);
-			__m256 dw = _mm256_permute2f128_ps(dmf, dmf, 0x00);
 			_Pragma("GCC unroll 4")
-			for (int j = 0; j < na; j++) {
-				const uint8_t *ar = as + (size_t)j * s->arow;
-				const uint8_t *ap = ar + s->tail_off + (size_t)q * 128;
-				size_t ii = s->tinit + (size_t)q * 16;
-				__m256i p0 = q32_idot2(type, q32_pair_init(type, ar, s, ii), lo0, hi0, ap);
-				__m256i p1 = q32_idot2(type, q32_pair_init(type, ar, s, ii + 8), lo1, hi1, ap + 64);
-				/* pairs (0, 2) and (1, 3) to lanes 4t+k: t = 0, 1, then t = 2, 3 */
-				__m256i v0 = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(p0, p1), 0xd8);
-				__m256i v1 = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(p0, p1), 0xd8);
-				const float *ad = (const float *)(ar + s->d_off);
-				__m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ps((const __m128 *)(ad + b0)));
-				acc[j][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), dd, acc[j][0]);
-				acc[j][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), dd, acc[j][1]);
-				if (type == QT_Q4_1) /* fma(0, s, lane) leaves a lane as it was */
-					macc[j][mh] = _mm256_fmadd_ps(mw, _mm256_load_ps((const float *)(ar + s->as_off) + 16 * s->g16 + 8 * mh),
-								      macc[j][mh]);
-			}
+			for (int r = 0; r < mr; r++)
+				_Pragma("GCC unroll 4")
+				for (int j = 0; j < na; j++)
+					fin[r][j][h] = acc[r][j];
 		}
 		_Pragma("GCC unroll 4")
-		for (int j = 0; j < na; j++) {
-			if (type == QT_Q4_1) {
-				acc[j][0] = _mm256_add_ps(acc[j][0], macc[j][0]);
-				acc[j][1] = _mm256_add_ps(acc[j][1], macc[j][1]);
-			}
-			c[(size_t)j * ldc + i] = hsum16(acc[j][0], acc[j][1]);
-		}
-	}
-}
-
-/* ---- the tile kernel ---- */
-
-/* Two repacked weight rows (WS, S->wrow apart) against NR (1 or 2)
- * activation rows (AS, S->arow apart): C[j * LDC + i] for i < MR. */
-INLINE TARGET void q32_tile22(const struct q32_shape *s, const uint32_t type, const uint8_t *ws,
-			      const uint8_t *as, const int nr, int mr, float *c, size_t ldc)
-{
-	const __m256i ones = _mm256_set1_epi16(1);
-	__m256 fin[2][2][2]; /* [half][weight row][activation row] */
-
-	_Pragma("GCC unroll 2")
-	for (int h = 0; h < 2; h++) {
-		__m256 acc[2][2];
-		for (int i = 0; i < 2; i++)
-			acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-		for (int g = 0; g < s->g16; g++) {
-			__m256i sum[2][2];
-			for (int i = 0; i < 2; i++)
-				sum[i][0] = sum[i][1] = _mm256_setzero_si256();
-			_Pragma("GCC unroll 8")
-			for (int r = 0; r < 8; r++) {
-				size_t off = (size_t)g * 512 + 64 * r + 32 * h;
-				__m256i w0 = LD(ws + off), w1 = LD(ws + s->wrow + off);
-				if (type == QT_Q8_0) {
-					_Pragma("GCC unroll 2")
-					for (int j = 0; j < nr; j++) {
-						__m256i a = LD(as + (size_t)j * s->arow + off);
-						sum[0][j] = q8_idot(sum[0][j], w0, a);
-						sum[1][j] = q8_idot(sum[1][j], w1, a);
+		for (int r = 0; r < mr; r++) {
+			const uint8_t *mq = row + (size_t)r * ldw + s->pk_m;
+			_Pragma("GCC unroll 4")
+			for (int j = 0; j < na; j++) {
+				__m256 lo = fin[r][j][0], hi = fin[r][j][1];
+				if (type == QT_Q4_1) {
+					/* m_w * s_a of block b into lane b % 16, in block order */
+					const float *sa = (const float *)(as + (size_t)j * s->arow + s->as_off);
+					__m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+					for (int g = 0; g < s->g16; g++) {
+						m0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mq + 32 * (size_t)g))),
+								     _mm256_load_ps(sa + 16 * g), m0);
+						m1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mq + 32 * (size_t)g + 16))),
+								     _mm256_load_ps(sa + 16 * g + 8), m1);
 					}
-				} else {
-					_Pragma("GCC unroll 2")
-					for (int j = 0; j < nr; j++) {
-						__m256i a = LD(as + (size_t)j * s->arow + off);
-						sum[0][j] = _mm256_add_epi16(sum[0][j], _mm256_maddubs_epi16(w0, a));
-						sum[1][j] = _mm256_add_epi16(sum[1][j], _mm256_maddubs_epi16(w1, a));
+					for (int q = 0; q < s->gt; q++) {
+						const int b0 = 16 * s->g16 + 4 * q;
+						/* lanes 4q..4q+3 of the 16: the rest multiply zero */
+						__m256 mw = _mm256_zextps128_ps256(
+							_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(mq + 2 * (size_t)b0))));
+						if (q % 2)
+							mw = _mm256_permute2f128_ps(mw, mw, 0x08);
+						if (q < 2)
+							m0 = _mm256_fmadd_ps(mw, _mm256_load_ps(sa + 16 * s->g16), m0);
+						else
+							m1 = _mm256_fmadd_ps(mw, _mm256_load_ps(sa + 16 * s->g16 + 8), m1);
 					}
+					lo = _mm256_add_ps(lo, m0);
+					hi = _mm256_add_ps(hi, m1);
 				}
+				c[(size_t)j * ldc + i + r] = hsum16(lo, hi);
 			}
-			_Pragma("GCC unroll 2")
-			for (int j = 0; j < nr; j++) {
-				const uint8_t *ar = as + (size_t)j * s->arow;
-				__m256 da = _mm256_load_ps((const float *)(ar + s->d_off) + 16 * g + 8 * h);
-				__m256i init = type == QT_Q4_0 ? LD((const int32_t *)(ar + s->init_off) + 16 * g + 8 * h)
-							       : _mm256_setzero_si256();
-				for (int i = 0; i < 2; i++) {
-					__m256i p = type == QT_Q8_0 ? sum[i][j] : _mm256_add_epi32(init, _mm256_madd_epi16(sum[i][j], ones));
-					__m256 dd = _mm256_mul_ps(_mm256_load_ps((const float *)(ws + i * s->wrow + s->d_off) + 16 * g + 8 * h), da);
-					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][j]);
-				}
-			}
-		}
-		for (int q = 0; q < s->gt; q++) {
-			size_t off = s->tail_off + (size_t)q * 128 + 32 * h;
-			int b0 = 16 * s->g16 + 4 * q;
-			for (int i = 0; i < 2; i++) {
-				const uint8_t *wr = ws + i * s->wrow;
-				__m256i lo = LD(wr + off), hi = LD(wr + off + 64);
-				__m256 dw = _mm256_broadcast_ps((const __m128 *)((const float *)(wr + s->d_off) + b0));
-				_Pragma("GCC unroll 2")
-				for (int j = 0; j < nr; j++) {
-					const uint8_t *ar = as + (size_t)j * s->arow;
-					__m256i init = type == QT_Q4_0
-						? LD((const int32_t *)(ar + s->init_off) + s->tinit + 16 * (size_t)q + 8 * h)
-						: _mm256_setzero_si256();
-					__m256i p;
-					if (type == QT_Q8_0)
-						p = q8_idot(q8_idot(init, lo, LD(ar + off)), hi, LD(ar + off + 64));
-					else
-						p = _mm256_add_epi32(init, _mm256_madd_epi16(
-							_mm256_add_epi16(_mm256_maddubs_epi16(lo, LD(ar + off)),
-									 _mm256_maddubs_epi16(hi, LD(ar + off + 64))), ones));
-					__m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ps((const __m128 *)((const float *)(ar + s->d_off) + b0)));
-					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[i][j]);
-				}
-			}
-		}
-		for (int i = 0; i < 2; i++)
-			for (int j = 0; j < nr; j++)
-				fin[h][i][j] = acc[i][j];
-	}
-	for (int i = 0; i < mr; i++) {
-		for (int j = 0; j < nr; j++) {
-			__m256 lo = fin[0][i][j], hi = fin[1][i][j];
-			if (type == QT_Q4_1) {
-				const float *m = (const float *)(ws + i * s->wrow + s->ms_off);
-				const float *sa = (const float *)(as + (size_t)j * s->arow + s->as_off);
-				__m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
-				for (int l = 0; l < s->nd; l += 16) {
-					m0 = _mm256_fmadd_ps(_mm256_load_ps(m + l), _mm256_load_ps(sa + l), m0);
-					m1 = _mm256_fmadd_ps(_mm256_load_ps(m + l + 8), _mm256_load_ps(sa + l + 8), m1);
-				}
-				lo = _mm256_add_ps(lo, m0);
-				hi = _mm256_add_ps(hi, m1);
-			}
-			c[(size_t)j * ldc + i] = hsum16(lo, hi);
 		}
 	}
 }
@@ -685,67 +453,77 @@ INLINE TARGET void q32_tile22(const struct q32_shape *s, const uint32_t type, co
 #undef LD
 #undef LDU
 
-/* Each kernel once per type (and activation row count), so that every
- * branch on them folds away. */
-INLINE TARGET void q32_direct(const struct q32_shape *s, const uint32_t type, const int packed, const uint8_t *w,
-			      size_t ldw, int nw, const uint8_t *as, int na, float *c, size_t ldc)
-{
-	switch (na) {
-	case 1: q32_direct_body(s, type, packed, w, ldw, nw, as, 1, c, ldc); break;
-	case 2: q32_direct_body(s, type, packed, w, ldw, nw, as, 2, c, ldc); break;
-	case 3: q32_direct_body(s, type, packed, w, ldw, nw, as, 3, c, ldc); break;
-	default: q32_direct_body(s, type, packed, w, ldw, nw, as, 4, c, ldc); break;
-	}
-}
-
+/* The kernel once per type and tile shape (MR weight rows by NA
+ * activation rows), so that every branch on them folds away: in decode up
+ * to four weight rows share each activation load, two activation rows go
+ * two by two, three or four against one weight row at a time. */
 INLINE TARGET void q32_run(const struct q32_shape *s, const uint32_t type, const uint8_t *w, size_t ldw, int nw,
-			   const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
+			   const uint8_t *as, int na, float *c, size_t ldc)
 {
-	if (s->direct) {
-		if (s->packed)
-			q32_direct(s, type, 1, w, ldw, nw, as, na, c, ldc);
-		else
-			q32_direct(s, type, 0, w, ldw, nw, as, na, c, ldc);
+	int i4 = 0;
+
+	switch (na) {
+	case 1:
+		/* measured: longer rows stream from DRAM slower in 2- and 4-row
+		 * tiles (SmolLM2: 368-byte rows in fours, Q8_0's 616 in twos,
+		 * 1536 wide rows alone) */
+		if (ldw <= 512) {
+			i4 = nw & ~3;
+			q32_body(s, type, w, ldw, i4, as, 1, 4, c, ldc);
+		} else if (ldw <= 768) {
+			i4 = nw & ~1;
+			q32_body(s, type, w, ldw, i4, as, 1, 2, c, ldc);
+		} else {
+			q32_body(s, type, w, ldw, nw, as, 1, 1, c, ldc);
+			return;
+		}
+		break;
+	case 2:
+		i4 = nw & ~1;
+		q32_body(s, type, w, ldw, i4, as, 2, 2, c, ldc);
+		break;
+	case 3:
+		q32_body(s, type, w, ldw, nw, as, 3, 1, c, ldc);
+		return;
+	default:
+		q32_body(s, type, w, ldw, nw, as, 4, 1, c, ldc);
 		return;
 	}
-	for (int i0 = 0; i0 < nw; i0 += 4) {
-		int mr = nw - i0 < 4 ? nw - i0 : 4;
-		for (int r = 0; r < 4; r++) {
-			if (r < mr)
-				q32_unpack_row(s, w + (size_t)(i0 + r) * ldw, ws + r * s->wrow);
-			else
-				memset(ws + r * s->wrow, 0, s->wrow);
+	if (i4 < nw) /* the last rows one at a time */
+		switch (na) {
+		case 1: q32_body(s, type, w + (size_t)i4 * ldw, ldw, nw - i4, as, 1, 1, c + i4, ldc); break;
+		default: q32_body(s, type, w + (size_t)i4 * ldw, ldw, nw - i4, as, 2, 1, c + i4, ldc); break;
 		}
-		for (int j0 = 0; j0 < na; j0 += 2) {
-			const uint8_t *at = as + (size_t)j0 * s->arow;
-			for (int ii = 0; ii < mr; ii += 2) {
-				float *ct = c + (size_t)j0 * ldc + i0 + ii;
-				int m2 = mr - ii < 2 ? mr - ii : 2;
-				if (na - j0 >= 2)
-					q32_tile22(s, type, ws + ii * s->wrow, at, 2, m2, ct, ldc);
-				else
-					q32_tile22(s, type, ws + ii * s->wrow, at, 1, m2, ct, ldc);
-			}
-		}
-	}
 }
 
 static TARGET void q32_run_q4_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
+				const uint8_t *as, int na, float *c, size_t ldc)
 {
-	q32_run(s, QT_Q4_0, w, ldw, nw, as, na, c, ldc, ws);
+	q32_run(s, QT_Q4_0, w, ldw, nw, as, na, c, ldc);
 }
 
 static TARGET void q32_run_q4_1(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
+				const uint8_t *as, int na, float *c, size_t ldc)
 {
-	q32_run(s, QT_Q4_1, w, ldw, nw, as, na, c, ldc, ws);
+	q32_run(s, QT_Q4_1, w, ldw, nw, as, na, c, ldc);
 }
 
 static TARGET void q32_run_q8_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc, uint8_t *ws)
+				const uint8_t *as, int na, float *c, size_t ldc)
 {
-	q32_run(s, QT_Q8_0, w, ldw, nw, as, na, c, ldc, ws);
+	q32_run(s, QT_Q8_0, w, ldw, nw, as, na, c, ldc);
+}
+
+/* NW packed weight rows W (LDW apart) against NA <= Q32_NA activation rows. */
+static TARGET void q32_rows(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw, const uint8_t *as,
+			    int na, float *c, size_t ldc)
+{
+	if (s->type == QT_Q4_0)
+		q32_run_q4_0(s, w, ldw, nw, as, na, c, ldc);
+	else if (s->type == QT_Q4_1)
+		q32_run_q4_1(s, w, ldw, nw, as, na, c, ldc);
+	else
+		q32_run_q8_0(s, w, ldw, nw, as, na, c, ldc);
 }
 
 static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
@@ -753,20 +531,31 @@ static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ld
 {
 	struct q32_shape s;
 
-	q32_shape_init(&s, type, n, na <= DIRECT_MAX);
-	s.packed = packed;
-	/* packed activations, then four repacked weight rows (tile only) */
-	uint8_t *as = quant_scratch((size_t)na * s.arow + 4 * s.wrow);
+	q32_shape_init(&s, type, n);
+	/* packed activations, then (file rows) a packed strip of weights */
+	size_t abytes = (size_t)na * s.arow;
+	uint8_t *as = quant_scratch(abytes + (packed ? 0 : Q32_STRIP * s.prow));
 	if (!as)
 		return -ENOMEM;
-	uint8_t *ws = as + (size_t)na * s.arow;
+	uint8_t *ws = as + abytes;
 	q32_pack_acts(&s, a, lda, na, as);
-	if (type == QT_Q4_0)
-		q32_run_q4_0(&s, w, ldw, nw, as, na, c, ldc, ws);
-	else if (type == QT_Q4_1)
-		q32_run_q4_1(&s, w, ldw, nw, as, na, c, ldc, ws);
-	else
-		q32_run_q8_0(&s, w, ldw, nw, as, na, c, ldc, ws);
+	/* Up to four activation rows: one pass streams the weights.  More:
+	 * a strip of weight rows at a time against every four of them. */
+	const int strip = packed && na <= Q32_NA ? nw : Q32_STRIP;
+	for (int i0 = 0; i0 < nw; i0 += strip) {
+		int mr = nw - i0 < strip ? nw - i0 : strip;
+		const uint8_t *wp = w + (size_t)i0 * ldw;
+		size_t ldp = ldw;
+		if (!packed) {
+			for (int r = 0; r < mr; r++)
+				q32_pack_row(&s, wp + (size_t)r * ldw, ws + (size_t)r * s.prow);
+			wp = ws;
+			ldp = s.prow;
+		}
+		for (int j0 = 0; j0 < na; j0 += Q32_NA)
+			q32_rows(&s, wp, ldp, mr, as + (size_t)j0 * s.arow, na - j0 < Q32_NA ? na - j0 : Q32_NA,
+				 c + (size_t)j0 * ldc + i0, ldc);
+	}
 	return 0;
 }
 
@@ -1257,35 +1046,20 @@ int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 
 size_t quant_avx2_packed_row_bytes(uint32_t type, int64_t n)
 {
+	struct q32_shape s;
+
 	if ((type != QT_Q4_0 && type != QT_Q4_1 && type != QT_Q8_0) || n <= 0 || n % QK)
 		return 0;
-	int nb = (int)(n / QK), g16 = nb / 16, gt = (nb - 16 * g16 + 3) / 4;
-	return ALIGN64((size_t)(2 * g16) * q32_pk_octet(type) + (size_t)gt * q32_pk_quad(type));
+	q32_shape_init(&s, type, n);
+	return s.prow;
 }
 
 void quant_avx2_pack_row(uint32_t type, int64_t n, const void *src, void *dst)
 {
 	struct q32_shape s;
-	const uint8_t *row = src;
 
-	q32_shape_init(&s, type, n, 1);
-	s.packed = 1;
-	memset(dst, 0, quant_avx2_packed_row_bytes(type, n));
-	for (int b = 0; b < s.nb; b++) {
-		const uint8_t *blk = row + (size_t)b * s.bytes;
-		uint8_t *out = dst;
-		size_t od, om, oq;
-		q32_block_at(&s, b, &od, &om, &oq);
-		memcpy(out + od, blk, 2);
-		if (type == QT_Q4_1)
-			memcpy(out + om, blk + 2, 2);
-		if (type == QT_Q8_0) {
-			memcpy(out + oq, blk + 2, 16);
-			memcpy(out + oq + 32, blk + 18, 16);
-		} else {
-			memcpy(out + oq, blk + (type == QT_Q4_1 ? 4 : 2), 16);
-		}
-	}
+	q32_shape_init(&s, type, n);
+	q32_pack_row(&s, src, dst);
 }
 
 int quant_avx2_gemm_packed(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,

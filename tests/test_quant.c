@@ -677,8 +677,9 @@ out:
 static void test_gemm(void)
 {
 	/* 576 and 1536 are SmolLM2's; 544, 640 and 1120 end in 1, 4 and 3
-	 * blocks past a whole group of 16 */
-	static const int64_t sizes[] = { 32, 64, 256, 544, 576, 640, 1120, 1536 };
+	 * blocks past a whole group of 16, 800 in two whole quads and one
+	 * block; 32, 64 and 96 have no whole group */
+	static const int64_t sizes[] = { 32, 64, 96, 256, 544, 576, 640, 800, 1120, 1536 };
 	static const int64_t odd[] = { 1, 7, 17, 33 };
 
 	for (size_t t = 0; t < sizeof weight_types / sizeof weight_types[0]; t++) {
