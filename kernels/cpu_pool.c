@@ -7,8 +7,10 @@
  * On a machine shared with other busy programs a worker can be descheduled
  * in the middle of a task, and the caller then waits a scheduler time slice
  * for it at every job: decode fell tenfold below one thread's speed.  So a
- * caller that had to wait long runs the next jobs alone, as many as doubles
- * with each such wait, and tries the workers again after them.
+ * caller that had to wait long (longer than a few of its own tasks took: a
+ * worker busy with a long task is no sign of contention) runs the next jobs
+ * alone, as many as doubles with each such wait, and tries the workers
+ * again after them.
  */
 #include "cpu_pool.h"
 
@@ -32,21 +34,24 @@
 
 #define POOL_SPIN 20000     /* polls before an idle worker sleeps (~1 ms) */
 #define POOL_WAIT_SPIN 4000 /* polls before the caller yields while waiting */
-#define POOL_SLOW_NS 500000 /* a wait for workers this long (0.5 ms) means contention */
+#define POOL_SLOW_NS 500000 /* a wait for workers this long (0.5 ms, and three of the
+			      caller's tasks) means contention */
 #define POOL_SOLO_MIN 64    /* jobs run alone after the first slow wait */
 #define POOL_SOLO_MAX 16384 /* ... and at most, after repeated ones */
 
 struct cpu_pool {
 	int n_threads;            /* caller + workers */
 	pthread_t *threads;       /* (n_threads - 1) */
-	/* The job, written by the caller before it bumps gen. */
+	/* The job, written by the caller before it publishes claim; read by a
+	 * worker only after it claimed a task of it, so it cannot change then. */
 	cpu_task_fn fn;
 	void *ctx;
-	int n_tasks;
 	_Alignas(64) atomic_uint gen;  /* job generation; futex word workers wait on */
-	_Alignas(64) atomic_int next;  /* next unclaimed task */
+	/* The job's tasks (high half) and the next unclaimed one (low half):
+	 * a claim is a compare-and-swap, so a worker late from an earlier job
+	 * claims nothing of it, and the caller never waits for one. */
+	_Alignas(64) _Atomic uint64_t claim;
 	_Alignas(64) atomic_int done;  /* tasks finished */
-	atomic_int active;        /* workers still inside the current job */
 	atomic_int sleeping;      /* workers blocked in futex wait */
 	atomic_int quit;          /* set by cpu_pool_free */
 	/* Caller only: */
@@ -69,16 +74,30 @@ static void futex_wake_all(atomic_uint *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
-static void run_tasks(struct cpu_pool *p, int worker)
+/* The tasks this thread claims; how many. */
+static int run_tasks(struct cpu_pool *p, int worker)
 {
-	int n = p->n_tasks;
+	int ran = 0;
+	uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
 	for (;;) {
-		int i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-		if (i >= n)
+		if ((uint32_t)c >= (uint32_t)(c >> 32))
 			break;
-		p->fn(p->ctx, i, worker);
+		if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
+							   memory_order_acquire))
+			continue;
+		p->fn(p->ctx, (int)(uint32_t)c, worker);
 		atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+		ran++;
+		c = atomic_load_explicit(&p->claim, memory_order_acquire);
 	}
+	return ran;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 static void *worker_main(void *arg)
@@ -109,7 +128,6 @@ static void *worker_main(void *arg)
 		if (atomic_load_explicit(&p->quit, memory_order_relaxed))
 			return NULL;
 		run_tasks(p, id);
-		atomic_fetch_sub_explicit(&p->active, 1, memory_order_release);
 	}
 }
 
@@ -181,34 +199,34 @@ void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 	}
 	p->fn = fn;
 	p->ctx = ctx;
-	p->n_tasks = n;
-	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
 	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->active, workers, memory_order_relaxed);
+	atomic_store_explicit(&p->claim, (uint64_t)n << 32, memory_order_release);
 	atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleeping check */
 	if (atomic_load(&p->sleeping))
 		futex_wake_all(&p->gen);
-	run_tasks(p, 0);
-	/* Every worker must leave run_tasks before the next job rewrites
-	 * fn/ctx/n_tasks, not only finish the tasks.  On a machine with more
-	 * runnable threads than cores a worker may be descheduled: after a
-	 * short spin, yield the core instead of burning it. */
-	struct timespec t0 = { 0, 0 };
-	for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n ||
-			    atomic_load_explicit(&p->active, memory_order_acquire) > 0; spins++) {
+	int64_t start = now_ns();
+	int ran = run_tasks(p, 0);
+	int64_t mine = now_ns() - start;
+	/* Every task must be finished before the next job rewrites fn/ctx.
+	 * On a machine with more runnable threads than cores a worker may be
+	 * descheduled in one: after a short spin, yield the core instead of
+	 * burning it. */
+	int64_t t0 = 0;
+	for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n; spins++) {
 		if (spins < POOL_WAIT_SPIN) {
 			cpu_relax();
 			continue;
 		}
 		if (spins == POOL_WAIT_SPIN)
-			clock_gettime(CLOCK_MONOTONIC, &t0);
+			t0 = now_ns();
 		sched_yield();
 	}
-	if (t0.tv_sec || t0.tv_nsec) {
-		struct timespec t1;
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
-		if (ns >= POOL_SLOW_NS) {
+	if (t0) {
+		int64_t ns = now_ns() - t0;
+		/* A worker still inside a task as long as the caller's own
+		 * take is only busy (big batches have tasks of milliseconds):
+		 * slow means longer than three of them. */
+		if (ns >= POOL_SLOW_NS && ns > 3 * (mine / (ran ? ran : 1))) {
 			p->solo_left = p->solo_next ? p->solo_next : POOL_SOLO_MIN;
 			p->solo_next = p->solo_left < POOL_SOLO_MAX / 2 ? 2 * p->solo_left : POOL_SOLO_MAX;
 			return;

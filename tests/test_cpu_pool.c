@@ -1,6 +1,7 @@
 /* test_cpu_pool.c - the CPU worker pool runs every task of every job
- * exactly once, and after a long wait for a worker (one descheduled by a
- * busy machine) runs the next jobs on the caller alone.
+ * exactly once, after a long wait for a worker (one descheduled by a busy
+ * machine) runs the next jobs on the caller alone, and keeps using workers
+ * whose tasks are merely long.
  */
 #include <stdatomic.h>
 #include <time.h>
@@ -79,11 +80,43 @@ static void test_backs_off_after_a_slow_worker(void)
 	cpu_pool_free(p);
 }
 
+/* Long tasks (a big prefill's) make the caller wait for a worker that is
+ * only busy: that is no reason to leave it idle afterwards. */
+static void even_tasks(void *ctx, int i, int worker)
+{
+	struct count_job *j = ctx;
+	atomic_fetch_add(&j->hits[i], 1);
+	if (worker)
+		atomic_fetch_add(&j->by_worker, 1);
+	sleep_ms(j->slow_ms + (worker ? 2 : 0));
+}
+
+static void test_long_tasks_keep_the_workers(void)
+{
+	struct cpu_pool *p;
+	atomic_int hits[8];
+
+	CHECK_INT_EQ(cpu_pool_new(2, &p), 0);
+	for (int job = 0; job < 20; job++) {
+		/* the caller's tasks take 4 ms, a worker's 6: it waits ~2 ms */
+		struct count_job j = { hits, 0, 4 };
+		for (int i = 0; i < 8; i++)
+			atomic_store(&hits[i], 0);
+		cpu_pool_run(p, even_tasks, &j, 2);
+		for (int i = 0; i < 2; i++)
+			CHECK_INT_EQ(atomic_load(&hits[i]), 1);
+		if (job > 0) /* the first may find the worker asleep */
+			CHECK_INT_EQ(atomic_load(&j.by_worker), 1);
+	}
+	cpu_pool_free(p);
+}
+
 int main(void)
 {
 	test_exactly_once(1);
 	test_exactly_once(2);
 	test_exactly_once(4);
 	test_backs_off_after_a_slow_worker();
+	test_long_tasks_keep_the_workers();
 	return test_result();
 }
