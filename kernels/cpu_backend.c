@@ -613,15 +613,18 @@ ATTN_INLINE __m256 attn_exp8(__m256 x)
 }
 
 /* 1 when attn_exp8 gives this libm's expf bits on a sample of the inputs
- * attention makes (with glibc 2.36 they agree on all 2^32 floats). */
+ * attention (x <= 0) and SwiGLU (either sign) make (with glibc 2.36 they
+ * agree on all 2^32 floats). */
 static int attn_exp_matches_libm(void)
 {
 	float x[8], y[8];
 
-	for (int i = 0; i < 8192; i += 8) {
+	for (int i = 0; i < 16384; i += 8) {
 		for (int k = 0; k < 8; k++) {
-			int n = i + k;
+			int n = (i + k) % 8192;
 			x[k] = n < 4096 ? -104.0f * (float)n / 4096 : -(float)(n - 4096) / 4096;
+			if (i >= 8192)
+				x[k] = -x[k];
 		}
 		_mm256_storeu_ps(y, attn_exp8(_mm256_loadu_ps(x)));
 		for (int k = 0; k < 8; k++) {
@@ -866,14 +869,27 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 		}
 }
 
+/* SwiGLU's a / (1 + expf(-a)) * b eight at a time: the scalar loop's bits
+ * (negation, add, divide and multiply are exact roundings either way). */
+static void swiglu_avx2(const float *a, const float *b, float *out, int64_t n)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+	int64_t k = 0;
+
+	for (; k + 8 <= n; k += 8) {
+		__m256 x = _mm256_loadu_ps(a + k);
+		__m256 y = _mm256_div_ps(x, _mm256_add_ps(one, attn_exp8(_mm256_xor_ps(x, sign))));
+		_mm256_storeu_ps(out + k, _mm256_mul_ps(y, _mm256_loadu_ps(b + k)));
+	}
+	for (; k < n; k++)
+		out[k] = a[k] / (1.0f + expf(-a[k])) * b[k];
+}
+
 #pragma GCC pop_options
 
-/* Whether the AVX2 path gives this CPU's attn_task bits: its FMA clone runs
- * where x86-64-v3 does (the AVX-512 clone's arithmetic is the same), and
- * attn_exp8 must round as this libm's expf, which a sample checks once (a
- * libm other than glibc's may not).  QUANT_ISA_SCALAR asks for the
- * portable path, as it does of the matmuls. */
-static int attn_avx2_ok(const struct bk_kv *kv, const struct bk_attn *a)
+/* Whether this CPU runs the AVX2 code and attn_exp8 gives this libm's expf
+ * bits (checked once on a sample; a libm other than glibc's may not). */
+static int avx2_exp_ok(void)
 {
 	static int cpu_ok = -1; /* relaxed atomics: every thread computes the same */
 	int ok = __atomic_load_n(&cpu_ok, __ATOMIC_RELAXED);
@@ -883,7 +899,17 @@ static int attn_avx2_ok(const struct bk_kv *kv, const struct bk_attn *a)
 		ok = __builtin_cpu_supports("x86-64-v3") && attn_exp_matches_libm();
 		__atomic_store_n(&cpu_ok, ok, __ATOMIC_RELAXED);
 	}
-	return ok && a->head_dim % 16 == 0 && quant_get_isa() >= QUANT_ISA_AVX2 &&
+	return ok;
+}
+
+/* Whether the AVX2 path gives this CPU's attn_task bits: its FMA clone runs
+ * where x86-64-v3 does (the AVX-512 clone's arithmetic is the same), and
+ * attn_exp8 must round as this libm's expf, which a sample checks once (a
+ * libm other than glibc's may not).  QUANT_ISA_SCALAR asks for the
+ * portable path, as it does of the matmuls. */
+static int attn_avx2_ok(const struct bk_kv *kv, const struct bk_attn *a)
+{
+	return avx2_exp_ok() && a->head_dim % 16 == 0 && quant_get_isa() >= QUANT_ISA_AVX2 &&
 	       (kv->type == QT_F32 || kv->type == QT_F16 || kv->type == QT_Q8_0);
 }
 
@@ -980,6 +1006,12 @@ static void swiglu_task(void *ctx, int i, int worker)
 {
 	const struct ew_job *j = ctx;
 	int64_t lo = (int64_t)i * EW_CHUNK, hi = lo + EW_CHUNK < j->n ? lo + EW_CHUNK : j->n;
+#ifdef ATTN_AVX2
+	if (avx2_exp_ok() && quant_get_isa() >= QUANT_ISA_AVX2) {
+		swiglu_avx2(j->a + lo, j->b + lo, j->out + lo, hi - lo);
+		return;
+	}
+#endif
 	for (int64_t k = lo; k < hi; k++)
 		j->out[k] = j->a[k] / (1.0f + expf(-j->a[k])) * j->b[k];
 }

@@ -3,10 +3,11 @@
  * whatever the step around the row: prefill chunks from the start and from
  * the middle of a sequence, decode rows, ragged mixes of sequences, block
  * tables with holes, f32, f16 and q8_0 pools, several head sizes and group
- * sizes, and any number of threads.
+ * sizes, and any number of threads.  SwiGLU gives the scalar formula's bits.
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "backend.h"
@@ -472,9 +473,49 @@ static void report_speed(void)
 	free(o);
 }
 
+/* SwiGLU gives the scalar formula's bits on every path and thread count,
+ * over both signs, the ends of expf's range and the special values. */
+static void test_swiglu_matches_scalar(void)
+{
+	enum { N = 100003 }; /* past the size run in parallel, and not a multiple of 8 */
+	static const float special[] = { 0.0f, -0.0f, 88.7f, -88.7f, 100.0f, -100.0f, -104.0f, 1e-30f,
+					 INFINITY, -INFINITY, NAN };
+	float *g = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+
+	for (int i = 0; i < N; i++) {
+		g[i] = i < (int)(sizeof special / sizeof special[0]) ? special[i] : frand(i % 7 ? 8.0f : 120.0f);
+		u[i] = frand(4.0f);
+	}
+	for (int threads = 1; threads <= 2; threads++) {
+		for (int path = 0; path < 2; path++) {
+			struct backend *be = NULL;
+			CHECK(cpu_backend_new(threads, &be) == 0);
+			if (!be)
+				return;
+			quant_set_isa(path ? QUANT_ISA_SCALAR : quant_isa_best());
+			CHECK(be->ops->swiglu(be, g, u, N, out) == 0);
+			for (int i = 0; i < N; i++) {
+				float want = g[i] / (1.0f + expf(-g[i])) * u[i];
+				if (memcmp(&want, &out[i], sizeof want) && !(isnan(want) && isnan(out[i]))) {
+					fprintf(stderr, "swiglu(%.9g, %.9g) = %.9g, scalar %.9g (%d threads, %s path)\n",
+						g[i], u[i], out[i], want, threads, path ? "portable" : "best");
+					CHECK(0);
+					break;
+				}
+			}
+			backend_free(be);
+		}
+	}
+	quant_set_isa(quant_isa_best());
+	free(g);
+	free(u);
+	free(out);
+}
+
 int main(void)
 {
 	test_attention_matches_oracle();
+	test_swiglu_matches_scalar();
 	report_speed();
 	return test_result();
 }
