@@ -96,10 +96,13 @@ void quant_gemm(uint32_t type, int64_t n,
 /* ---- packed weights ----
  *
  * Some kernels read a matrix faster from a layout of their own than from
- * the file's blocks (AVX2's 32-element blocks: eight blocks' scales in one
- * vector, codes in register order, the same bytes otherwise).  A packed
- * matrix holds that copy (owned) and the original rows (borrowed); every
- * path through it gives quant_gemm's bits on the original.
+ * the file's blocks (AVX2's 32-element blocks: one block per lane of every
+ * code vector, the scales apart; about the file's size).  A packed matrix
+ * holds that copy (owned) and the original rows (borrowed); every path
+ * through it gives quant_gemm's bits on the original.  AVX2's quant_gemm
+ * on those types packs the rows it is given a strip at a time for every
+ * call: for a few activation rows (decode) that is several times slower
+ * than a packed copy, so model weights should have one.
  */
 struct quant_packed;
 

@@ -213,36 +213,65 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 	}
 }
 
-/* One file row into the packed layout at DST (S->prow bytes). */
-static void q32_pack_row(const struct q32_shape *s, const uint8_t *src, uint8_t *dst)
+/* Four blocks' 16-byte halves R0..R3 as pieces: P[t] = piece t of blocks
+ * 0..3, four bytes each. */
+INLINE TARGET void q32_pieces(__m128i r0, __m128i r1, __m128i r2, __m128i r3, __m128i p[4])
+{
+	__m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
+	__m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
+	p[0] = _mm_unpacklo_epi64(t0, t1);
+	p[1] = _mm_unpackhi_epi64(t0, t1);
+	p[2] = _mm_unpacklo_epi64(t2, t3);
+	p[3] = _mm_unpackhi_epi64(t2, t3);
+}
+
+/* One file row into the packed layout at DST (S->prow bytes), four blocks
+ * at a time. */
+static TARGET void q32_pack_row(const struct q32_shape *s, const uint8_t *src, uint8_t *dst)
 {
 	const int q8 = s->type == QT_Q8_0, qoff = s->type == QT_Q4_1 ? 4 : 2;
 	const size_t grp = 16 * (size_t)s->cb, quad = 4 * (size_t)s->cb;
 
 	memset(dst, 0, s->prow);
-	for (int b = 0; b < s->nb; b++) {
-		const uint8_t *blk = src + (size_t)b * s->bytes, *qs = blk + qoff;
-		memcpy(dst + s->pk_d + 2 * (size_t)b, blk, 2);
-		if (s->type == QT_Q4_1)
-			memcpy(dst + s->pk_m + 2 * (size_t)b, blk + 2, 2);
-		for (int t = 0; t < 4; t++) {
-			size_t o; /* where lo piece t goes; Q8_0's hi piece follows at + hi */
-			size_t hi;
-			if (b < 16 * s->g16) {
-				int l = b % 16;
-				o = (size_t)(b / 16) * grp + (size_t)(l / 8) * (grp / 2) + (size_t)t * (q8 ? 64 : 32) + 4 * (l % 8);
-				hi = 32;
-			} else {
-				int bt = b - 16 * s->g16, q = bt / 4, k = bt % 4, h = t / 2;
-				int small = s->half && q == s->gt - 1;
-				size_t per = small ? 8 : 16; /* bytes per piece row of a half */
-				o = (size_t)s->g16 * grp + (size_t)q * quad + (size_t)h * (small ? quad / 4 : quad / 2) +
-				    (size_t)(t % 2) * per + 4 * (size_t)k;
-				hi = 2 * per;
-			}
-			memcpy(dst + o, qs + 4 * t, 4);
+	for (int q4 = 0; q4 < 4 * s->g16 + s->gt; q4++) {
+		__m128i lo[4], hi[4], pl[4], ph[4];
+		for (int k = 0; k < 4; k++) {
+			int b = 4 * q4 + k;
+			lo[k] = hi[k] = _mm_setzero_si128();
+			if (b >= s->nb)
+				continue;
+			const uint8_t *blk = src + (size_t)b * s->bytes;
+			lo[k] = _mm_loadu_si128((const __m128i *)(blk + qoff));
 			if (q8)
-				memcpy(dst + o + hi, qs + 16 + 4 * t, 4);
+				hi[k] = _mm_loadu_si128((const __m128i *)(blk + qoff + 16));
+			memcpy(dst + s->pk_d + 2 * (size_t)b, blk, 2);
+			if (s->type == QT_Q4_1)
+				memcpy(dst + s->pk_m + 2 * (size_t)b, blk + 2, 2);
+		}
+		q32_pieces(lo[0], lo[1], lo[2], lo[3], pl);
+		q32_pieces(hi[0], hi[1], hi[2], hi[3], ph);
+		/* where lo piece t goes (Q8_0's hi piece follows at + his) */
+		for (int t = 0; t < 4; t++) {
+			uint8_t *o;
+			size_t his;
+			int qt = q4 - 4 * s->g16;
+			if (qt < 0) {
+				o = dst + (size_t)(q4 / 4) * grp + (size_t)(q4 % 4 / 2) * (grp / 2) + (size_t)t * (q8 ? 64 : 32) +
+				    16 * (q4 % 2);
+				his = 32;
+			} else if (!(s->half && qt == s->gt - 1)) {
+				o = dst + (size_t)s->g16 * grp + (size_t)qt * quad + (size_t)(t / 2) * (quad / 2) + 16 * (t % 2);
+				his = 32;
+			} else { /* a short quad: blocks 0 and 1 only */
+				o = dst + (size_t)s->g16 * grp + (size_t)qt * quad + (size_t)(t / 2) * (quad / 4) + 8 * (t % 2);
+				_mm_storel_epi64((__m128i *)o, pl[t]);
+				if (q8)
+					_mm_storel_epi64((__m128i *)(o + 16), ph[t]);
+				continue;
+			}
+			_mm_storeu_si128((__m128i *)o, pl[t]);
+			if (q8)
+				_mm_storeu_si128((__m128i *)(o + his), ph[t]);
 		}
 	}
 }

@@ -801,6 +801,7 @@ struct bench_mat {
 	int64_t n;      /* row length */
 	int rows;       /* rows */
 	uint8_t *w;     /* rows x row bytes */
+	struct quant_packed *pk; /* its packed copy, as the engine keeps one, or NULL */
 };
 
 struct bench_job {
@@ -820,8 +821,12 @@ static void bench_run(struct bench_job *job)
 		int lo = (int)((int64_t)bm->rows * job->part / job->nparts);
 		int hi = (int)((int64_t)bm->rows * (job->part + 1) / job->nparts);
 		uint8_t *a = job->act[bm->type == QT_Q4_1 ? 1 : 0];
-		quant_gemm(bm->type, bm->n, bm->w + (size_t)lo * ldw, ldw, hi - lo, a, vec_row_bytes(bm->type, bm->n),
-			   job->t, job->out + lo, (size_t)bm->rows);
+		if (bm->pk)
+			quant_gemm_packed(bm->pk, lo, hi - lo, a, vec_row_bytes(bm->type, bm->n), job->t, job->out + lo,
+					  (size_t)bm->rows);
+		else
+			quant_gemm(bm->type, bm->n, bm->w + (size_t)lo * ldw, ldw, hi - lo, a,
+				   vec_row_bytes(bm->type, bm->n), job->t, job->out + lo, (size_t)bm->rows);
 	}
 }
 
@@ -953,13 +958,16 @@ static void bench(void)
 			{ 576, 576 }, { 192, 576 }, { 192, 576 }, { 576, 576 }, { 1536, 576 }, { 1536, 576 }, { 576, 1536 },
 		};
 		for (int k = 0; k < 7; k++)
-			mats[nmats++] = (struct bench_mat){ QT_Q4_1, shape[k][1], shape[k][0], NULL };
+			mats[nmats++] = (struct bench_mat){ QT_Q4_1, shape[k][1], shape[k][0], NULL, NULL };
 	}
-	mats[nmats++] = (struct bench_mat){ QT_Q8_0, 576, 49152, NULL };
+	mats[nmats++] = (struct bench_mat){ QT_Q8_0, 576, 49152, NULL, NULL };
 	for (int m = 0; m < nmats; m++) {
 		size_t sz = qtype_row_bytes(mats[m].type, mats[m].n) * mats[m].rows;
 		mats[m].w = aligned_alloc(64, (sz + 63) & ~(size_t)63);
 		fill_weights(mats[m].type, mats[m].w, qtype_row_bytes(mats[m].type, mats[m].n), mats[m].rows, mats[m].n);
+		if (quant_pack(mats[m].type, mats[m].n, mats[m].w, qtype_row_bytes(mats[m].type, mats[m].n),
+			       mats[m].rows, &mats[m].pk) < 0)
+			mats[m].pk = NULL;
 		bytes += sz;
 		macs += (double)mats[m].n * mats[m].rows;
 	}
@@ -973,8 +981,8 @@ static void bench(void)
 	fill_acts(QT_Q4_1, act[1], vec_row_bytes(QT_Q4_1, 1536), T, 1536);
 	float *out = malloc(sizeof(float) * 49152 * T);
 
-	fprintf(stderr, "bench: %.1f MB of weights, %.1f M MACs per token, ISA %s\n",
-		bytes / 1e6, macs / 1e6, quant_isa_name(quant_get_isa()));
+	fprintf(stderr, "bench: %.1f MB of weights, %.1f M MACs per token, ISA %s, %s\n", bytes / 1e6, macs / 1e6,
+		quant_isa_name(quant_get_isa()), mats[0].pk ? "packed copies (as the engine reads)" : "file layout");
 	pthread_t worker;
 	pthread_barrier_init(&bench_start, NULL, 2);
 	pthread_barrier_init(&bench_done, NULL, 2);
@@ -996,8 +1004,10 @@ static void bench(void)
 	bench_quit = 1;
 	pthread_barrier_wait(&bench_start);
 	pthread_join(worker, NULL);
-	for (int m = 0; m < nmats; m++)
+	for (int m = 0; m < nmats; m++) {
 		free(mats[m].w);
+		quant_packed_free(mats[m].pk);
+	}
 	free(act[0]);
 	free(act[1]);
 	free(out);
