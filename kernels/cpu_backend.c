@@ -824,6 +824,10 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 	 * row's few are faster converting as they read. */
 	const int buffered = kv->type == QT_Q8_0 || (kv->type == QT_F16 && nq >= 4);
 	const size_t esz = kv->type == QT_F32 ? 4 : 2;
+	/* this head's bytes in a pool row (Q8_0: its whole blocks) */
+	const size_t q8b = sizeof(struct block_q8_0);
+	const size_t slice_off = kv->type == QT_Q8_0 ? (size_t)(hk * hd / QK) * q8b : (size_t)hk * hd * esz;
+	const size_t slice_len = kv->type == QT_Q8_0 ? (size_t)((hd + QK - 1) / QK) * q8b : (size_t)hd * esz;
 
 	for (int32_t i = 0; i < nq; i++) {
 		m[i] = -INFINITY;
@@ -834,6 +838,20 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 		int32_t n = attn_chunk_len(p, n_pos, bt);
 		const char *k = kv_slot(kv, table, j->layer, 0, p), *v = kv_slot(kv, table, j->layer, 1, p);
 		size_t vs = kv->row_bytes;
+		/* The next chunk's slices of this head, from DRAM while this one
+		 * computes: a long context's K and V are far past the caches, in
+		 * blocks scattered over the pool where no hardware prefetcher
+		 * follows. */
+		if (p + n < n_pos) {
+			int32_t nn = attn_chunk_len(p + n, n_pos, bt);
+			const char *kn = kv_slot(kv, table, j->layer, 0, p + n) + slice_off;
+			const char *vn = kv_slot(kv, table, j->layer, 1, p + n) + slice_off;
+			for (int32_t t = 0; t < nn; t++)
+				for (size_t o = 0; o < slice_len; o += 64) {
+					_mm_prefetch(kn + (size_t)t * kv->row_bytes + o, _MM_HINT_T0);
+					_mm_prefetch(vn + (size_t)t * kv->row_bytes + o, _MM_HINT_T0);
+				}
+		}
 		if (buffered) {
 			attn_convert(kv, k, hk * hd, n, hd, kbuf);
 			attn_convert(kv, v, hk * hd, n, hd, vbuf);
