@@ -282,6 +282,7 @@ struct bench_seq {
 };
 
 struct bench_run {
+	struct engine *e;       /* for its last error */
 	struct bench_seq *seqs; /* (n) */
 	int n;
 	int finished;
@@ -360,7 +361,8 @@ static int step_until(struct sched *sc, struct bench_run *br, int until)
 	while (br->finished < until) {
 		int r = sched_step(sc);
 		if (r < 0) {
-			fprintf(stderr, "llm-bench: step failed: %s\n", strerror(-r));
+			const char *why = br->e ? engine_last_error(br->e) : "";
+			fprintf(stderr, "llm-bench: step failed: %s\n", why && *why ? why : strerror(-r));
 			return r;
 		}
 	}
@@ -706,6 +708,7 @@ int main(int argc, char **argv)
 				goto out;
 			}
 		}
+		br.e = e;
 		if (sched_new(e, m, &sp, on_event, &br, &sc, err, sizeof err) < 0) {
 			fprintf(stderr, "llm-bench: cannot start the scheduler: %s\n", err);
 			goto out;

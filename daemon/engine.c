@@ -455,6 +455,24 @@ fail:
 
 /* ---- the step ---- */
 
+/* The N weights W (one input each) against X: one call when they share a
+ * type, else one per weight (K-quant files mix them within a layer: Q5_0
+ * q/k beside a Q6_K v).  A row's arithmetic is the same either way. */
+static int matmul_group(struct backend *be, const struct bk_weight *const *w, int n, const float *x, int32_t T,
+			float *const *out)
+{
+	int same = 1, r;
+
+	for (int k = 1; k < n; k++)
+		same &= w[k]->type == w[0]->type;
+	if (same)
+		return be->ops->matmul(be, w, n, x, T, out);
+	for (int k = 0; k < n; k++)
+		if ((r = be->ops->matmul(be, &w[k], 1, x, T, &out[k])) < 0)
+			return r;
+	return 0;
+}
+
 static int check_batch(const struct engine *e, const struct engine_batch *b)
 {
 	const int32_t bt = e->p.kv_block_tokens, n_blocks = e->kv->view.n_blocks;
@@ -502,7 +520,7 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
 		float *gu_out[2] = { e->g, e->u };
 
 		if ((r = ops->rmsnorm(be, e->x, L->attn_norm, T, d, hp->rms_eps, e->xn)) < 0 ||
-		    (r = ops->matmul(be, qkv, 3, e->xn, T, qkv_out)) < 0 ||
+		    (r = matmul_group(be, qkv, 3, e->xn, T, qkv_out)) < 0 ||
 		    (r = ops->rope(be, e->q, T, hp->n_head, hp->head_dim, hp->n_rot, b->pos,
 				   hp->rope_base, hp->rope_style)) < 0 ||
 		    (r = ops->rope(be, e->k, T, hp->n_head_kv, hp->head_dim, hp->n_rot, b->pos,
@@ -512,7 +530,7 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
 		    (r = ops->matmul(be, &wo, 1, e->att, T, &e->xn)) < 0 ||
 		    (r = ops->add(be, e->x, e->xn, (int64_t)T * d)) < 0 ||
 		    (r = ops->rmsnorm(be, e->x, L->ffn_norm, T, d, hp->rms_eps, e->xn)) < 0 ||
-		    (r = ops->matmul(be, gu, 2, e->xn, T, gu_out)) < 0 ||
+		    (r = matmul_group(be, gu, 2, e->xn, T, gu_out)) < 0 ||
 		    (r = ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g)) < 0 ||
 		    (r = ops->matmul(be, &wd, 1, e->g, T, &e->xn)) < 0 ||
 		    (r = ops->add(be, e->x, e->xn, (int64_t)T * d)) < 0)

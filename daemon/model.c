@@ -79,7 +79,7 @@ static int bind_weight(struct model *m, const char *name, int64_t n_in, int64_t 
 	if (!qi || !qi->weight_ok)
 		return fail_msg(err, errlen, -ENOTSUP,
 				"tensor %s: weight type %s (ggml type %u) is not supported "
-				"(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)", name,
+				"(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", name,
 				gguf_type_name(t->type), t->type);
 	if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1)
 		return fail_msg(err, errlen, -EINVAL,
@@ -224,10 +224,6 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 		W(w_up, "ffn_up", d, hp->n_ff)
 		W(w_down, "ffn_down", hp->n_ff, d)
 #undef W
-		if (L->wq.type != L->wk.type || L->wq.type != L->wv.type ||
-		    L->w_gate.type != L->w_up.type)
-			return fail_msg(err, errlen, -ENOTSUP,
-					"layer %d: q/k/v or gate/up weights of different types are not supported", i);
 	}
 	return 0;
 }

@@ -23,6 +23,8 @@ static const struct qtype_info qtypes[QT_COUNT] = {
 	[QT_BF16] = { "BF16", 1,    2,                          QT_BF16, 1 },
 	[QT_Q4_0] = { "Q4_0", QK,   sizeof(struct block_q4_0),  QT_Q8_0, 1 },
 	[QT_Q4_1] = { "Q4_1", QK,   sizeof(struct block_q4_1),  QT_Q8_1, 1 },
+	[QT_Q5_0] = { "Q5_0", QK,   sizeof(struct block_q5_0),  QT_Q8_0, 1 },
+	[QT_Q5_1] = { "Q5_1", QK,   sizeof(struct block_q5_1),  QT_Q8_1, 1 },
 	[QT_Q8_0] = { "Q8_0", QK,   sizeof(struct block_q8_0),  QT_Q8_0, 1 },
 	[QT_Q8_1] = { "Q8_1", QK,   sizeof(struct block_q8_1),  QT_Q8_1, 0 },
 	[QT_Q4_K] = { "Q4_K", QK_K, sizeof(struct block_q4_k),  QT_Q8_K, 1 },
@@ -33,12 +35,31 @@ static const struct qtype_info qtypes[QT_COUNT] = {
 
 _Static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 layout");
 _Static_assert(sizeof(struct block_q4_1) == 20, "block_q4_1 layout");
+_Static_assert(sizeof(struct block_q5_0) == 22, "block_q5_0 layout");
+_Static_assert(sizeof(struct block_q5_1) == 24, "block_q5_1 layout");
 _Static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 layout");
 _Static_assert(sizeof(struct block_q8_1) == 36, "block_q8_1 layout");
 _Static_assert(sizeof(struct block_q4_k) == 144, "block_q4_k layout");
 _Static_assert(sizeof(struct block_q5_k) == 176, "block_q5_k layout");
 _Static_assert(sizeof(struct block_q6_k) == 210, "block_q6_k layout");
 _Static_assert(sizeof(struct block_q8_k) == 292, "block_q8_k layout");
+
+static qt_f16 ld_f16(const uint8_t *p)
+{
+	qt_f16 h;
+	memcpy(&h, p, 2);
+	return h;
+}
+
+/* Element E's five-bit code (0..31) of the Q5 block at X, its qs at QOFF
+ * (6 or 8) and qh just before. */
+static int q5_code(const uint8_t *x, int qoff, int e)
+{
+	uint32_t qh;
+	memcpy(&qh, x + qoff - 4, 4);
+	int lo = e < 16 ? x[qoff + e] & 0xf : x[qoff + e - 16] >> 4;
+	return lo | (int)(qh >> e & 1) << 4;
+}
 
 const struct qtype_info *qtype_get(uint32_t type)
 {
@@ -194,6 +215,19 @@ void quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 				float lo = (x->qs[j] & 0xf) * d, hi = (x->qs[j] >> 4) * d;
 				dst[b * QK + j] = lo + m;
 				dst[b * QK + j + QK / 2] = hi + m;
+			}
+		}
+		break;
+	case QT_Q5_0:
+	case QT_Q5_1:
+		for (int64_t b = 0; b < n / QK; b++) {
+			const uint8_t *x = (const uint8_t *)src + b * qtypes[type].bytes;
+			float d = F16(ld_f16(x)), m = type == QT_Q5_1 ? F16(ld_f16(x + 2)) : 0;
+			for (int e = 0; e < QK; e++) {
+				/* ggml: (q - 16) * d, or q * d + m (two roundings) */
+				int q = q5_code(x, type == QT_Q5_1 ? 8 : 6, e);
+				float qd = (float)(type == QT_Q5_0 ? q - 16 : q) * d;
+				dst[b * QK + e] = type == QT_Q5_0 ? qd : qd + m;
 			}
 		}
 		break;
@@ -409,7 +443,8 @@ static float hsum16(const float *a)
 }
 
 /* The integer partials p[t] of weight block B against activation block B:
- * the sum over elements 4t..4t+3 and 16+4t..16+4t+3. */
+ * the sum over elements 4t..4t+3 and 16+4t..16+4t+3 (Q5_0's codes minus
+ * 16, Q5_1's as they are). */
 static void q32_partials(uint32_t type, const void *vx, const void *vy, int64_t b, int p[4])
 {
 	for (int t = 0; t < 4; t++) {
@@ -420,6 +455,11 @@ static void q32_partials(uint32_t type, const void *vx, const void *vy, int64_t 
 				const struct block_q8_0 *x = (const struct block_q8_0 *)vx + b;
 				w0 = x->qs[e];
 				w1 = x->qs[16 + e];
+			} else if (type == QT_Q5_0 || type == QT_Q5_1) {
+				const uint8_t *x = (const uint8_t *)vx + b * qtypes[type].bytes;
+				int off = type == QT_Q5_0 ? 16 : 0, qoff = type == QT_Q5_1 ? 8 : 6;
+				w0 = q5_code(x, qoff, e) - off;
+				w1 = q5_code(x, qoff, 16 + e) - off;
 			} else {
 				const uint8_t *qs = type == QT_Q4_0 ? ((const struct block_q4_0 *)vx + b)->qs
 								    : ((const struct block_q4_1 *)vx + b)->qs;
@@ -427,7 +467,7 @@ static void q32_partials(uint32_t type, const void *vx, const void *vy, int64_t 
 				w0 = (qs[e] & 0xf) - off;
 				w1 = (qs[e] >> 4) - off;
 			}
-			if (type == QT_Q4_1) {
+			if (type == QT_Q4_1 || type == QT_Q5_1) {
 				const struct block_q8_1 *y = (const struct block_q8_1 *)vy + b;
 				a0 = y->qs[e];
 				a1 = y->qs[16 + e];
@@ -449,17 +489,14 @@ static float dot_q32(uint32_t type, const void *vx, const void *vy, int64_t nb)
 	for (int64_t b = 0; b < nb; b++) {
 		float dw, da;
 		int p[4];
-		if (type == QT_Q4_1) {
-			const struct block_q4_1 *x = (const struct block_q4_1 *)vx + b;
+		const uint8_t *x = (const uint8_t *)vx + b * qtypes[type].bytes; /* d first in all */
+		dw = F16(ld_f16(x));
+		if (type == QT_Q4_1 || type == QT_Q5_1) {
 			const struct block_q8_1 *y = (const struct block_q8_1 *)vy + b;
-			dw = F16(x->d);
 			da = F16(y->d);
-			macc[b % 16] = fmaf(F16(x->m), F16(y->s), macc[b % 16]);
+			macc[b % 16] = fmaf(F16(ld_f16(x + 2)), F16(y->s), macc[b % 16]);
 		} else {
-			const struct block_q8_0 *y = (const struct block_q8_0 *)vy + b;
-			dw = F16(type == QT_Q4_0 ? ((const struct block_q4_0 *)vx + b)->d
-						 : ((const struct block_q8_0 *)vx + b)->d);
-			da = F16(y->d);
+			da = F16(((const struct block_q8_0 *)vy + b)->d);
 		}
 		float dd = dw * da;
 		q32_partials(type, vx, vy, b, p);
@@ -542,6 +579,8 @@ static float dot_scalar(uint32_t type, const void *x, const void *y, int64_t n)
 	switch (type) {
 	case QT_Q4_0:
 	case QT_Q4_1:
+	case QT_Q5_0:
+	case QT_Q5_1:
 	case QT_Q8_0: return dot_q32(type, x, y, n / QK);
 	case QT_Q4_K:
 	case QT_Q5_K: return dot_q45_k(type, x, y, n / QK_K);
@@ -695,6 +734,13 @@ struct quant_packed {
 	size_t prow;       /* bytes per packed row */
 };
 
+/* Whether ISA reads TYPE from AVX2's packed layout: the AVX-512 kernels
+ * read the file's blocks, and have none for Q5, which AVX2's then serve. */
+static int packs_for(uint32_t type, enum quant_isa isa)
+{
+	return isa == QUANT_ISA_AVX2 || (isa > QUANT_ISA_AVX2 && (type == QT_Q5_0 || type == QT_Q5_1));
+}
+
 int quant_pack(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, struct quant_packed **ret)
 {
 	struct quant_packed *p;
@@ -714,7 +760,7 @@ int quant_pack_new(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, 
 
 	if (nw <= 0 || n <= 0)
 		return -EINVAL;
-	if (quant_get_isa() != QUANT_ISA_AVX2 || !(prow = quant_avx2_packed_row_bytes(type, n)))
+	if (!packs_for(type, quant_get_isa()) || !(prow = quant_avx2_packed_row_bytes(type, n)))
 		return -ENOTSUP;
 	p = calloc(1, sizeof *p);
 	if (!p)
@@ -759,7 +805,7 @@ void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,
 	if (r0 < 0 || nw <= 0 || r0 + nw > p->nw || na <= 0)
 		return;
 	/* the layout is AVX2's; an ISA switched since (tests) reads the original */
-	if (quant_get_isa() == QUANT_ISA_AVX2 &&
+	if (packs_for(p->type, quant_get_isa()) &&
 	    quant_avx2_gemm_packed(p->type, p->n, (const char *)p->data + (size_t)r0 * p->prow, p->prow, nw,
 				   a, lda, na, c, ldc) == 0)
 		return;

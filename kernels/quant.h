@@ -27,6 +27,8 @@ enum qtype {
 	QT_F16 = 1,
 	QT_Q4_0 = 2,
 	QT_Q4_1 = 3,
+	QT_Q5_0 = 6,
+	QT_Q5_1 = 7,
 	QT_Q8_0 = 8,
 	QT_Q8_1 = 9,
 	QT_Q4_K = 12,
@@ -37,7 +39,7 @@ enum qtype {
 	QT_COUNT = 40, /* bound on ids looked up in the table */
 };
 
-#define QK 32     /* elements per block of Q4_0/Q4_1/Q8_0/Q8_1 */
+#define QK 32     /* elements per block of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1 */
 #define QK_K 256  /* elements per super-block of the K-quants and Q8_K */
 
 typedef uint16_t qt_f16;  /* IEEE half, raw bits */
@@ -45,6 +47,10 @@ typedef uint16_t qt_bf16; /* bfloat16, raw bits */
 
 struct block_q4_0 { qt_f16 d; uint8_t qs[QK / 2]; };            /* 18 bytes */
 struct block_q4_1 { qt_f16 d, m; uint8_t qs[QK / 2]; };         /* 20 bytes */
+/* Q5: element e's low four bits in qs as Q4's, its fifth in bit e of qh
+ * (little-endian); Q5_0 is that minus 16, times d. */
+struct block_q5_0 { qt_f16 d; uint8_t qh[4]; uint8_t qs[QK / 2]; }; /* 22 bytes */
+struct block_q5_1 { qt_f16 d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; }; /* 24 bytes */
 struct block_q8_0 { qt_f16 d; int8_t qs[QK]; };                 /* 34 bytes */
 struct block_q8_1 { qt_f16 d, s; int8_t qs[QK]; };              /* 36 bytes; s = d * sum(qs) */
 struct block_q4_k { qt_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; }; /* 144 */

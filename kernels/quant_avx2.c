@@ -36,7 +36,7 @@ INLINE TARGET float h2f(qt_f16 h)
 	return _cvtsh_ss(h);
 }
 
-/* ---- 32-element blocks: Q4_0, Q4_1, Q8_0 ----
+/* ---- 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ----
  *
  * quant.c's 16 float lanes are two ymm here: lanes 0..7 ("half" 0) and
  * 8..15 (half 1).  A block's 32 codes are eight 4-byte pieces: its "lo"
@@ -83,12 +83,21 @@ INLINE TARGET float h2f(qt_f16 h)
 /* Tiles of weight rows ahead that the kernel prefetches: decoding streams
  * every weight once from DRAM. */
 #define PF_TILES 2
+/* What a type's kernel does: byte codes (Q8_0; Q5's, packed as codes
+ * minus 16) or nibbles (Q4's); an m term, with Q8_1 activations (Q4_1,
+ * Q5_1); a start value per lane from the activations' sums (Q4_0: -8 times
+ * them for its nibbles' offset, Q5_1: +16 times them for the 16 its packed
+ * codes lack). */
+#define Q32_BYTES(type) ((type) == QT_Q8_0 || (type) == QT_Q5_0 || (type) == QT_Q5_1)
+#define Q32_M(type) ((type) == QT_Q4_1 || (type) == QT_Q5_1)
+#define Q32_INIT(type) ((type) == QT_Q4_0 || (type) == QT_Q5_1)
+
 /* Activation rows per kernel pass, and weight rows per strip. */
 #define Q32_NA 4
 #define Q32_STRIP 16
 
 struct q32_shape {
-	uint32_t type;   /* QT_Q4_0, QT_Q4_1 or QT_Q8_0 */
+	uint32_t type;   /* QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1 or QT_Q8_0 */
 	int bytes;       /* bytes per file block: 18, 20 or 34 */
 	int cb;          /* code bytes per block: 16 (Q4) or 32 */
 	int nb;          /* blocks per row */
@@ -114,7 +123,7 @@ static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n)
 {
 	s->type = type;
 	s->bytes = (int)qtype_get(type)->bytes;
-	s->cb = type == QT_Q8_0 ? 32 : 16;
+	s->cb = Q32_BYTES(type) ? 32 : 16;
 	s->nb = (int)(n / QK);
 	s->g16 = s->nb / 16;
 	int rest = s->nb - 16 * s->g16;
@@ -124,14 +133,14 @@ static void q32_shape_init(struct q32_shape *s, uint32_t type, int64_t n)
 	s->nd = (16 * s->g16 + 4 * s->gt + 15) / 16 * 16;
 	s->pk_d = (size_t)s->nbp * s->cb;
 	s->pk_m = s->pk_d + (size_t)(16 * s->g16 + 4 * s->gt) * 2;
-	s->prow = s->pk_m + (type == QT_Q4_1 ? (size_t)(16 * s->g16 + 4 * s->gt) * 2 : 0);
+	s->prow = s->pk_m + (Q32_M(type) ? (size_t)(16 * s->g16 + 4 * s->gt) * 2 : 0);
 	s->tail_off = (size_t)s->g16 * 512;
 	s->d_off = ALIGN64(s->tail_off + (size_t)s->gt * 128);
 	s->init_off = ALIGN64(s->d_off + (size_t)s->nd * 4);
 	s->tinit = (size_t)s->g16 * 16;
-	size_t init = type == QT_Q4_0 ? (s->tinit + (size_t)s->gt * 16) * 4 : 0;
+	size_t init = Q32_INIT(type) ? (s->tinit + (size_t)s->gt * 16) * 4 : 0;
 	s->as_off = ALIGN64(s->init_off + init);
-	s->arow = ALIGN64(s->as_off + (type == QT_Q4_1 ? (size_t)s->nd * 4 : 0));
+	s->arow = ALIGN64(s->as_off + (Q32_M(type) ? (size_t)s->nd * 4 : 0));
 }
 
 /* The 4x4 dword transpose that turns four blocks' 16-byte halves (R0..R3)
@@ -156,7 +165,8 @@ INLINE TARGET uint16_t ld16(const uint8_t *p)
 /* Activation rows (Q8_0 or, for Q4_1, Q8_1 blocks) into S's layout. */
 static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, size_t lda, int na, uint8_t *dst)
 {
-	const int q81 = s->type == QT_Q4_1, bytes = q81 ? 36 : 34, qoff = q81 ? 4 : 2;
+	const int q81 = Q32_M(s->type), bytes = q81 ? 36 : 34, qoff = q81 ? 4 : 2;
+	const int32_t mult = s->type == QT_Q4_0 ? -8 : 16; /* init per activation sum */
 	const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
 	const int nq = 4 * s->g16 + s->gt;
 
@@ -184,7 +194,7 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 					if (q81)
 						sp[b] = h2f(ld16(blk + 2));
 				}
-				if (s->type == QT_Q4_0)
+				if (Q32_INIT(s->type))
 					_mm_storeu_si128((__m128i *)p[k],
 							 _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(ones8, lo[k]),
 										      _mm_maddubs_epi16(ones8, hi[k])), ones16));
@@ -194,15 +204,15 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 			size_t stride = full ? 64 : 16;
 			q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
 			q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
-			if (s->type != QT_Q4_0)
+			if (!Q32_INIT(s->type))
 				continue;
 			for (int k = 0; k < 4; k++) {
 				if (full) {
-					init[(size_t)g * 16 + 4 * (q4 % 4) + k] = -8 * (p[k][0] + p[k][1] + p[k][2] + p[k][3]);
+					init[(size_t)g * 16 + 4 * (q4 % 4) + k] = mult * (p[k][0] + p[k][1] + p[k][2] + p[k][3]);
 					continue;
 				}
 				for (int t = 0; t < 4; t++)
-					init[s->tinit + (size_t)qt * 16 + 4 * t + k] = -8 * p[k][t];
+					init[s->tinit + (size_t)qt * 16 + 4 * t + k] = mult * p[k][t];
 			}
 		}
 		for (int b = 4 * nq; b < s->nd; b++) {
@@ -225,11 +235,27 @@ INLINE TARGET void q32_pieces(__m128i r0, __m128i r1, __m128i r2, __m128i r3, __
 	p[3] = _mm_unpackhi_epi64(t2, t3);
 }
 
+/* A Q5 block's codes minus 16 as signed bytes: elements 0..15 in LO,
+ * 16..31 in HI (its qs at QOFF, qh before them). */
+static void q5_codes(const uint8_t *blk, int qoff, __m128i *lo, __m128i *hi)
+{
+	int8_t c[QK];
+	uint32_t qh;
+
+	memcpy(&qh, blk + qoff - 4, 4);
+	for (int e = 0; e < QK / 2; e++) {
+		c[e] = (int8_t)(((blk[qoff + e] & 0xf) | (int)(qh >> e & 1) << 4) - 16);
+		c[e + 16] = (int8_t)(((blk[qoff + e] >> 4) | (int)(qh >> (e + 16) & 1) << 4) - 16);
+	}
+	*lo = _mm_loadu_si128((const __m128i *)c);
+	*hi = _mm_loadu_si128((const __m128i *)(c + 16));
+}
+
 /* One file row into the packed layout at DST (S->prow bytes), four blocks
  * at a time. */
 static TARGET void q32_pack_row(const struct q32_shape *s, const uint8_t *src, uint8_t *dst)
 {
-	const int q8 = s->type == QT_Q8_0, qoff = s->type == QT_Q4_1 ? 4 : 2;
+	const int q8 = Q32_BYTES(s->type), qoff = s->type == QT_Q4_1 ? 4 : 2;
 	const size_t grp = 16 * (size_t)s->cb, quad = 4 * (size_t)s->cb;
 
 	memset(dst, 0, s->prow);
@@ -241,11 +267,15 @@ static TARGET void q32_pack_row(const struct q32_shape *s, const uint8_t *src, u
 			if (b >= s->nb)
 				continue;
 			const uint8_t *blk = src + (size_t)b * s->bytes;
-			lo[k] = _mm_loadu_si128((const __m128i *)(blk + qoff));
-			if (q8)
-				hi[k] = _mm_loadu_si128((const __m128i *)(blk + qoff + 16));
+			if (s->type == QT_Q5_0 || s->type == QT_Q5_1) {
+				q5_codes(blk, s->type == QT_Q5_1 ? 8 : 6, &lo[k], &hi[k]);
+			} else {
+				lo[k] = _mm_loadu_si128((const __m128i *)(blk + qoff));
+				if (q8)
+					hi[k] = _mm_loadu_si128((const __m128i *)(blk + qoff + 16));
+			}
 			memcpy(dst + s->pk_d + 2 * (size_t)b, blk, 2);
-			if (s->type == QT_Q4_1)
+			if (Q32_M(s->type))
 				memcpy(dst + s->pk_m + 2 * (size_t)b, blk + 2, 2);
 		}
 		q32_pieces(lo[0], lo[1], lo[2], lo[3], pl);
@@ -310,7 +340,7 @@ INLINE TARGET __m256i q32_short(const uint8_t *p)
  * pieces at AP (lo) and AP + 64 (hi), from INIT. */
 INLINE TARGET __m256i q32_quad_dot(const uint32_t type, __m256i init, __m256i lo, __m256i hi, const uint8_t *ap)
 {
-	if (type == QT_Q8_0)
+	if (Q32_BYTES(type))
 		return q8_idot(q8_idot(init, lo, LD(ap)), hi, LD(ap + 64));
 	__m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LD(ap)), _mm256_maddubs_epi16(hi, LD(ap + 64)));
 	return _mm256_add_epi32(init, _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
@@ -322,7 +352,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 			    const uint8_t *as, const int na, const int mr, float *c, size_t ldc)
 {
 	const __m256i ones = _mm256_set1_epi16(1);
-	const size_t grp = type == QT_Q8_0 ? 512 : 256, quad = grp / 4;
+	const size_t grp = Q32_BYTES(type) ? 512 : 256, quad = grp / 4;
 
 	for (int i = 0; i < nw; i += mr) {
 		const uint8_t *row = w + (size_t)i * ldw;
@@ -356,7 +386,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					for (int r = 0; r < mr; r++) {
 						const uint8_t *p = row + (size_t)r * ldw + wo;
 						__m256i lo, hi;
-						if (type == QT_Q8_0) {
+						if (Q32_BYTES(type)) {
 							lo = LDU(p + 64 * t);
 							hi = LDU(p + 64 * t + 32);
 						} else {
@@ -365,7 +395,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 						_Pragma("GCC unroll 4")
 						for (int j = 0; j < na; j++) {
 							const uint8_t *ap = as + (size_t)j * s->arow + ao;
-							if (type == QT_Q8_0) {
+							if (Q32_BYTES(type)) {
 								sum[r][j] = q8_idot(q8_idot(sum[r][j], lo, LD(ap + 64 * t)), hi,
 										    LD(ap + 64 * t + 256));
 							} else {
@@ -385,9 +415,9 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					for (int j = 0; j < na; j++) {
 						const uint8_t *ar = as + (size_t)j * s->arow;
 						__m256i isum = sum[r][j];
-						if (type != QT_Q8_0)
+						if (!Q32_BYTES(type))
 							isum = _mm256_madd_epi16(isum, ones);
-						if (type == QT_Q4_0)
+						if (Q32_INIT(type))
 							isum = _mm256_add_epi32(LD((const int32_t *)(ar + s->init_off) + 16 * g + 8 * h), isum);
 						__m256 dd = _mm256_mul_ps(dw, _mm256_load_ps((const float *)(ar + s->d_off) + 16 * g + 8 * h));
 						acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[r][j]);
@@ -406,7 +436,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					__m256i lo, hi;
 					if (small) {
 						const uint8_t *ph = pq + (size_t)h * (quad / 4);
-						if (type == QT_Q8_0) {
+						if (Q32_BYTES(type)) {
 							lo = q32_short(ph);
 							hi = q32_short(ph + 16);
 						} else {
@@ -414,7 +444,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 						}
 					} else {
 						const uint8_t *ph = pq + (size_t)h * (quad / 2);
-						if (type == QT_Q8_0) {
+						if (Q32_BYTES(type)) {
 							lo = LDU(ph);
 							hi = LDU(ph + 32);
 						} else {
@@ -427,7 +457,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					_Pragma("GCC unroll 4")
 					for (int j = 0; j < na; j++) {
 						const uint8_t *ar = as + (size_t)j * s->arow;
-						__m256i init = type == QT_Q4_0
+						__m256i init = Q32_INIT(type)
 							? LD((const int32_t *)(ar + s->init_off) + s->tinit + 16 * (size_t)q + 8 * h)
 							: _mm256_setzero_si256();
 						__m256i p = q32_quad_dot(type, init, lo, hi, ar + s->tail_off + (size_t)q * 128 + 32 * h);
@@ -448,7 +478,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 			_Pragma("GCC unroll 4")
 			for (int j = 0; j < na; j++) {
 				__m256 lo = fin[r][j][0], hi = fin[r][j][1];
-				if (type == QT_Q4_1) {
+				if (Q32_M(type)) {
 					/* m_w * s_a of block b into lane b % 16, in block order */
 					const float *sa = (const float *)(as + (size_t)j * s->arow + s->as_off);
 					__m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
@@ -537,6 +567,18 @@ static TARGET void q32_run_q4_1(const struct q32_shape *s, const uint8_t *w, siz
 	q32_run(s, QT_Q4_1, w, ldw, nw, as, na, c, ldc);
 }
 
+static TARGET void q32_run_q5_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
+				const uint8_t *as, int na, float *c, size_t ldc)
+{
+	q32_run(s, QT_Q5_0, w, ldw, nw, as, na, c, ldc);
+}
+
+static TARGET void q32_run_q5_1(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
+				const uint8_t *as, int na, float *c, size_t ldc)
+{
+	q32_run(s, QT_Q5_1, w, ldw, nw, as, na, c, ldc);
+}
+
 static TARGET void q32_run_q8_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
 				const uint8_t *as, int na, float *c, size_t ldc)
 {
@@ -551,6 +593,10 @@ static TARGET void q32_rows(const struct q32_shape *s, const uint8_t *w, size_t 
 		q32_run_q4_0(s, w, ldw, nw, as, na, c, ldc);
 	else if (s->type == QT_Q4_1)
 		q32_run_q4_1(s, w, ldw, nw, as, na, c, ldc);
+	else if (s->type == QT_Q5_0)
+		q32_run_q5_0(s, w, ldw, nw, as, na, c, ldc);
+	else if (s->type == QT_Q5_1)
+		q32_run_q5_1(s, w, ldw, nw, as, na, c, ldc);
 	else
 		q32_run_q8_0(s, w, ldw, nw, as, na, c, ldc);
 }
@@ -1056,6 +1102,8 @@ int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 	switch (type) {
 	case QT_Q4_0:
 	case QT_Q4_1:
+	case QT_Q5_0:
+	case QT_Q5_1:
 	case QT_Q8_0:
 		return gemm_q32(type, n, w, ldw, nw, a, lda, na, c, ldc, 0);
 	case QT_F32:
@@ -1077,7 +1125,8 @@ size_t quant_avx2_packed_row_bytes(uint32_t type, int64_t n)
 {
 	struct q32_shape s;
 
-	if ((type != QT_Q4_0 && type != QT_Q4_1 && type != QT_Q8_0) || n <= 0 || n % QK)
+	if ((type != QT_Q4_0 && type != QT_Q4_1 && type != QT_Q5_0 && type != QT_Q5_1 && type != QT_Q8_0) ||
+	    n <= 0 || n % QK)
 		return 0;
 	q32_shape_init(&s, type, n);
 	return s.prow;

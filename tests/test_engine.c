@@ -1,7 +1,7 @@
 /* test_engine.c - what the engine promises beyond matching llama.cpp:
  * batch invariance, chunked prefill equal to one-shot prefill, all-or-nothing
  * KV allocation, the automatic pool on the CPU, clean errors for bad batches
- * and bad model files, a coherent greedy chat answer from the default model
+ * and bad model files, weight types mixed within a layer, a coherent greedy chat answer from the default model
  * (SmolLM2), and what backend auto, cpu and cuda choose for every kind of
  * build and device count.
  */
@@ -356,6 +356,54 @@ static void test_choose_backend(void)
 }
 
 /* Bad rows are refused before anything is written. */
+/* K-quant files mix weight types within a layer (Q5_0 q/k beside a Q6_K
+ * v).  Layer 0's v rewritten from Q4_0 into Q5_0, each code plus 8 (the
+ * same values, the same integer dot products), keeps every logit's bits. */
+static void test_mixed_weight_types(struct model *m)
+{
+	const char *text = "Once upon a time there was a little girl who lived in a village near the forest.";
+	struct bk_weight *wv = &m->layers[0].wv, old = *wv;
+	int32_t ids[128], n_vocab = m->hp.n_vocab;
+	int n = tokenizer_encode(m->tok, text, strlen(text), 1, 0, ids, 128);
+	float *a = malloc((size_t)n_vocab * sizeof(float)), *b = malloc((size_t)n_vocab * sizeof(float));
+	const int64_t nb = old.n_in / QK;
+	struct block_q5_0 *q5 = malloc((size_t)(nb * old.n_out) * sizeof *q5);
+
+	CHECK_INT_EQ(old.type, QT_Q4_0);
+	if (old.type != QT_Q4_0)
+		goto out;
+	for (int64_t r = 0; r < old.n_out; r++)
+		for (int64_t k = 0; k < nb; k++) {
+			const struct block_q4_0 *x = (const struct block_q4_0 *)((const char *)old.data + r * old.row_bytes) + k;
+			struct block_q5_0 *y = q5 + r * nb + k;
+			uint32_t qh = 0;
+			y->d = x->d;
+			for (int j = 0; j < QK / 2; j++) {
+				int lo = (x->qs[j] & 0xf) + 8, hi = (x->qs[j] >> 4) + 8;
+				y->qs[j] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
+				qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
+			}
+			memcpy(y->qh, &qh, 4);
+		}
+	for (int pass = 0; pass < 2; pass++) {
+		struct engine *e = new_engine(m, 256, QT_F32, 64);
+		struct tseq sq = { .len = 0 };
+		CHECK(e != NULL);
+		if (!e)
+			break;
+		CHECK_INT_EQ(tseq_feed(e, &sq, ids, n, 64, pass ? b : a), 1);
+		tseq_free(e, &sq);
+		engine_free(e);
+		*wv = (struct bk_weight){ QT_Q5_0, old.n_in, old.n_out, q5, (size_t)nb * sizeof *q5 };
+	}
+	CHECK(memcmp(a, b, (size_t)n_vocab * sizeof(float)) == 0);
+out:
+	*wv = old;
+	free(q5);
+	free(a);
+	free(b);
+}
+
 static void test_bad_batches(const struct model *m)
 {
 	struct engine *e = new_engine(m, 32, QT_F32, 48);
@@ -522,6 +570,7 @@ int main(void)
 	CHECK(model_load(q, &m, err, sizeof err) == 0);
 	test_chunked_prefill_and_batch_invariance(m);
 	test_q8_0_kv_close_to_f32(m, "TinyStories-656K-q4_0", 0.6);
+	test_mixed_weight_types(m);
 	model_free(m);
 	test_bad_model_files(p);
 	test_smollm2();

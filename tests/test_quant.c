@@ -90,6 +90,10 @@ static void test_types(void)
 	CHECK_INT_EQ(qtype_get(QT_Q4_1)->bytes, 20);
 	CHECK_INT_EQ(qtype_get(QT_Q4_1)->vec_type, QT_Q8_1);
 	CHECK_INT_EQ(qtype_get(QT_Q4_0)->vec_type, QT_Q8_0);
+	CHECK_INT_EQ(qtype_get(QT_Q5_0)->bytes, 22);
+	CHECK_INT_EQ(qtype_get(QT_Q5_0)->vec_type, QT_Q8_0);
+	CHECK_INT_EQ(qtype_get(QT_Q5_1)->bytes, 24);
+	CHECK_INT_EQ(qtype_get(QT_Q5_1)->vec_type, QT_Q8_1);
 	CHECK_INT_EQ(qtype_get(QT_Q8_0)->vec_type, QT_Q8_0);
 	CHECK_INT_EQ(qtype_get(QT_Q6_K)->vec_type, QT_Q8_K);
 	CHECK_INT_EQ(qtype_get(QT_Q6_K)->bytes, 210);
@@ -255,6 +259,37 @@ static void pack_scales_k4(const uint8_t *sc, const uint8_t *m, uint8_t *q)
 		q[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
 		q[j] |= (uint8_t)((m[j] >> 4) << 6);
 	}
+}
+
+/* Q5: the fifth bit of element e is bit e of qh, little-endian (ggml). */
+static void test_dequant_q5(void)
+{
+	float out[64];
+	struct block_q5_0 b50;
+	struct block_q5_1 b51;
+	uint32_t qh = 1u << 0 | 1u << 3 | 1u << 16 | 1u << 31;
+
+	b50.d = 0x4000; /* 2 */
+	memcpy(b50.qh, &qh, 4);
+	b51.d = 0x3800; /* 0.5 */
+	b51.m = 0xbc00; /* -1 */
+	memcpy(b51.qh, &qh, 4);
+	for (int j = 0; j < 16; j++)
+		b50.qs[j] = b51.qs[j] = (uint8_t)(j | (15 - j) << 4);
+	quant_dequantize_row(QT_Q5_0, &b50, out, 32);
+	CHECK(out[0] == 0.0f);            /* (0 | 16) - 16 */
+	CHECK(out[1] == -30.0f);          /* (1 - 16) * 2 */
+	CHECK(out[3] == 6.0f);            /* (3 | 16) - 16 = 3 */
+	CHECK(out[15] == -2.0f);          /* 15 - 16 */
+	CHECK(out[16] == 30.0f);          /* high nibble 15, bit 16 set: 31 - 16 */
+	CHECK(out[17] == -4.0f);          /* 14 - 16 */
+	CHECK(out[31] == 0.0f);           /* high nibble 0, bit 31 set */
+	quant_dequantize_row(QT_Q5_1, &b51, out, 32);
+	CHECK(out[0] == 7.0f);            /* 16 * 0.5 - 1 */
+	CHECK(out[1] == -0.5f);           /* 1 * 0.5 - 1 */
+	CHECK(out[16] == 14.5f);          /* 31 * 0.5 - 1 */
+	CHECK(out[30] == -0.5f);          /* high nibble 1 */
+	CHECK(out[31] == 7.0f);
 }
 
 static void test_dequant_k(void)
@@ -464,7 +499,7 @@ static void test_quantize(void)
 /* ---- quant_gemm ---- */
 
 static const uint32_t weight_types[] = {
-	QT_F32, QT_F16, QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K,
+	QT_F32, QT_F16, QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K,
 };
 
 /* Random but well-formed weight rows of TYPE. */
@@ -497,6 +532,7 @@ static void fill_weights(uint32_t type, uint8_t *w, size_t ldw, int nw, int64_t 
 				break;
 			}
 			case QT_Q4_0:
+			case QT_Q5_0:
 			case QT_Q8_0:
 			case QT_Q4_K:
 			case QT_Q5_K:
@@ -505,6 +541,7 @@ static void fill_weights(uint32_t type, uint8_t *w, size_t ldw, int nw, int64_t 
 					memcpy(blk + 2, &d, 2); /* dmin */
 				break;
 			case QT_Q4_1:
+			case QT_Q5_1:
 				memcpy(blk, &d, 2);
 				memcpy(blk + 2, &m, 2);
 				break;
@@ -547,11 +584,14 @@ static double ref_dot(uint32_t type, const uint8_t *wrow, const uint8_t *arow, i
 		dot += (double)wf[e] * af[e];
 		mag += fabs((double)wf[e] * af[e]);
 	}
-	if (type == QT_Q4_1) {
-		const struct block_q4_1 *x = (const void *)wrow;
+	if (type == QT_Q4_1 || type == QT_Q5_1) {
+		const size_t bytes = qtype_get(type)->bytes;
 		const struct block_q8_1 *y = (const void *)arow;
-		for (int64_t b = 0; b < n / QK; b++)
-			slack += fabs(h2f(x[b].m)) * fabs(h2f(y[b].s)) * 0x1p-10;
+		for (int64_t b = 0; b < n / QK; b++) {
+			uint16_t m;
+			memcpy(&m, wrow + b * bytes + 2, 2);
+			slack += fabs(h2f(m)) * fabs(h2f(y[b].s)) * 0x1p-10;
+		}
 	}
 	free(wf);
 	free(af);
@@ -645,7 +685,7 @@ static void test_gemm_type(uint32_t type, int64_t n)
 		struct quant_packed *pk = NULL;
 		quant_set_isa(QUANT_ISA_AVX2);
 		int r = quant_pack(type, n, w, ldw, NW, &pk);
-		int q32 = type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q8_0;
+		int q32 = type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q5_0 || type == QT_Q5_1 || type == QT_Q8_0;
 		CHECK(q32 ? r == 0 : r == -ENOTSUP);
 		for (int isa = QUANT_ISA_AVX2; pk && isa >= QUANT_ISA_SCALAR; isa -= QUANT_ISA_AVX2) {
 			quant_set_isa((enum quant_isa)isa);
@@ -1028,6 +1068,7 @@ int main(void)
 	test_fp16();
 	test_bf16();
 	test_dequant_q4_q8();
+	test_dequant_q5();
 	test_dequant_k();
 	test_quantize();
 	test_isa();

@@ -370,7 +370,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 			return r;
 		if (dw.type == QT_F32) {
 			r = cb_matmul_f32(cb, &dw, x, T, out[k]);
-		} else if (dw.type == QT_F16 || dw.type == QT_BF16) {
+		} else if (dw.type == QT_F16 || dw.type == QT_BF16 || dw.type == QT_Q5_0 || dw.type == QT_Q5_1) {
 			snprintf(cb->last_err, sizeof cb->last_err,
 				 "matmul: %s weights are not supported on CUDA yet",
 				 qtype_get(dw.type) ? qtype_get(dw.type)->name : "these");
