@@ -245,9 +245,14 @@ static int host_load(struct engine *e, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return n;
 	}
+	/* A weight the backend copied (the CPU's packed layouts) leaves the
+	 * resident set: the copy is about the file's size, so this halves what
+	 * the weights take. */
 	for (int i = 0; i < n && r >= 0; i++)
 		if ((r = backend_load_weight(e->be, &w[i])) < 0)
 			snprintf(err, errlen, "cannot prepare the weights: %s", strerror(-r));
+		else if (r == 1)
+			model_drop_weight(e->m, &w[i]);
 	free(w);
 	return r < 0 ? r : 0;
 }

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "quant.h"
@@ -289,6 +291,20 @@ int model_load(const char *path, struct model **ret, char *err, size_t errlen)
 fail:
 	model_free(m);
 	return r;
+}
+
+void model_drop_weight(const struct model *m, const struct bk_weight *w)
+{
+	const struct gguf_file *g = m->gguf;
+	const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)w->data, hi = lo + (uintptr_t)w->n_out * w->row_bytes;
+
+	if (!g || !g->mapped || lo < (uintptr_t)g->base || hi > (uintptr_t)g->base + g->size)
+		return;
+	lo = (lo + page - 1) & ~(page - 1);
+	hi &= ~(page - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure changes nothing */
 }
 
 void model_free(struct model *m)

@@ -64,5 +64,10 @@ struct model {
  * corrupt file).  Any thread. */
 int model_load(const char *path, struct model **ret, char *err, size_t errlen);
 void model_free(struct model *m); /* NULL-safe */
+/* W's bytes in the file mapping are not needed in memory now (a backend
+ * keeps its own copy): the pages wholly inside them leave the resident
+ * set, and come back from the file if touched.  A W outside the mapping
+ * (a caller's own buffer) is left alone. */
+void model_drop_weight(const struct model *m, const struct bk_weight *w);
 
 #endif

@@ -1076,8 +1076,7 @@ static int cpu_add(struct backend *be, float *x, const float *y, int64_t n)
  * this way is always read as it is. */
 static int cpu_load_weight(struct backend *be, const struct bk_weight *w)
 {
-	packed_get(cpu(be), w);
-	return 0;
+	return packed_get(cpu(be), w) ? 1 : 0;
 }
 
 /* ---- lifecycle ---- */

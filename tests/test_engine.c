@@ -1,7 +1,8 @@
 /* test_engine.c - what the engine promises beyond matching llama.cpp:
  * batch invariance, chunked prefill equal to one-shot prefill, all-or-nothing
  * KV allocation, the automatic pool on the CPU, clean errors for bad batches
- * and bad model files, weight types mixed within a layer, a coherent greedy chat answer from the default model
+ * and bad model files, weight types mixed within a layer, packed weights'
+ * file pages out of the resident set, a coherent greedy chat answer from the default model
  * (SmolLM2), and what backend auto, cpu and cuda choose for every kind of
  * build and device count.
  */
@@ -497,6 +498,51 @@ static int smol_greedy(const struct model *m, const char *prompt, uint32_t kv_ty
 
 /* The default model answers a simple question in coherent English, and its
  * raw greedy continuation is llama.cpp's. */
+/* Resident bytes of the mapping that holds ADDR, from /proc/self/smaps;
+ * -1 when unknown. */
+static long long mapping_rss(const void *addr)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	int in = 0;
+	long long kb = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+			continue;
+		}
+		if (in && sscanf(line, "Rss: %lld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
+/* The CPU backend packs SmolLM2's weights (on AVX2) and the engine then
+ * drops the file's pages of them: the mapping keeps little resident. */
+static void test_weights_leave_the_mapping(struct model *m)
+{
+	struct engine *e;
+	long long rss;
+
+	if (quant_get_isa() != QUANT_ISA_AVX2) {
+		printf("weights stay mapped on %s (nothing packed): that check is skipped\n",
+		       quant_isa_name(quant_get_isa()));
+		return;
+	}
+	e = new_engine(m, 256, QT_F16, 64);
+	CHECK(e != NULL);
+	rss = mapping_rss(m->tok_embd.data);
+	printf("SmolLM2 mapping resident after engine_new: %lld KiB of %llu\n", rss / 1024,
+	       (unsigned long long)(m->file_bytes / 1024));
+	CHECK(rss >= 0 && (unsigned long long)rss < m->file_bytes / 10);
+	engine_free(e);
+}
+
 static void test_smollm2(void)
 {
 	/* llama.cpp 0c1e57098 on the same file, f32 KV cache, greedy: the steps
@@ -521,6 +567,7 @@ static void test_smollm2(void)
 	if (!m)
 		return;
 	CHECK(m->chat.kind == CHAT_TMPL_CHATML);
+	test_weights_leave_the_mapping(m);
 	struct chat_msg msgs[2] = { { "system", "You are a helpful assistant." },
 				    { "user", "What is the capital of France?" } };
 	char *text = NULL;
