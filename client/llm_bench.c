@@ -761,12 +761,13 @@ int main(int argc, char **argv)
 		json_object_object_add(root, "prefill_tok_s", json_object_new_double(pf_med));
 		json_object_object_add(root, "decode_tok_s", json_object_new_double(dc_med));
 		json_object_object_add(root, "ttft_ms", json_object_new_double(seq_ttft(q0) * 1e3));
+		/* the --parallel figures, whatever N (one sequence: its own) */
+		json_object_object_add(root, "parallel", json_object_new_int(o.parallel));
+		json_object_object_add(root, "aggregate_tok_s", json_object_new_double(agg_med));
+		json_object_object_add(root, "ttft_ms_p50", json_object_new_double(ttft_p50));
+		json_object_object_add(root, "ttft_ms_p95", json_object_new_double(ttft_p95));
 		if (o.parallel > 1) {
 			json_object *res = json_object_new_array_ext(br.n);
-			json_object_object_add(root, "parallel", json_object_new_int(o.parallel));
-			json_object_object_add(root, "aggregate_tok_s", json_object_new_double(agg_med));
-			json_object_object_add(root, "ttft_ms_p50", json_object_new_double(ttft_p50));
-			json_object_object_add(root, "ttft_ms_p95", json_object_new_double(ttft_p95));
 			json_object_object_add(root, "preemptions", json_object_new_int64((int64_t)cnt.preemptions));
 			json_object_object_add(root, "prefix_hit_tokens", json_object_new_int64((int64_t)cnt.prefix_hit_tokens));
 			json_object_object_add(root, "steps", json_object_new_int64((int64_t)cnt.steps));

@@ -827,6 +827,14 @@ static void test_bench_socket(const struct tdaemon *d, const char *model)
 	CHECK(jb && json_object_object_get(jb, "aggregate_tok_s"));
 	json_object_put(ja);
 	json_object_put(jb);
+	/* one sequence still reports the --parallel figures (its own) */
+	const char *one[] = { bin, "--model", model, "-p", "Once upon a time", "-n", "8", "--parallel", "1",
+			      "--json", NULL };
+	CHECK_INT_EQ(trun(one, NULL, a, sizeof a), 0);
+	ja = json_tokener_parse(a);
+	CHECK(ja && json_object_object_get(ja, "aggregate_tok_s") && json_object_object_get(ja, "ttft_ms_p50") &&
+	      json_object_object_get(ja, "ttft_ms_p95"));
+	json_object_put(ja);
 	printf("llm-bench --socket: 6 sequences through the daemon equal the in-process ones\n");
 }
 
