@@ -184,6 +184,14 @@ int cpu_pool_threads(const struct cpu_pool *p)
 	return p->n_threads;
 }
 
+/* A worker still inside a task as long as the caller's own take is only
+ * busy (big batches have tasks of milliseconds): contention means a wait
+ * of POOL_SLOW_NS and longer than three of the caller's tasks. */
+int cpu_pool_wait_is_contention(int64_t wait_ns, int64_t mine_ns, int ran)
+{
+	return wait_ns >= POOL_SLOW_NS && wait_ns > 3 * (mine_ns / (ran > 0 ? ran : 1));
+}
+
 void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 {
 	int workers = p->n_threads - 1;
@@ -221,16 +229,10 @@ void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 			t0 = now_ns();
 		sched_yield();
 	}
-	if (t0) {
-		int64_t ns = now_ns() - t0;
-		/* A worker still inside a task as long as the caller's own
-		 * take is only busy (big batches have tasks of milliseconds):
-		 * slow means longer than three of them. */
-		if (ns >= POOL_SLOW_NS && ns > 3 * (mine / (ran ? ran : 1))) {
-			p->solo_left = p->solo_next ? p->solo_next : POOL_SOLO_MIN;
-			p->solo_next = p->solo_left < POOL_SOLO_MAX / 2 ? 2 * p->solo_left : POOL_SOLO_MAX;
-			return;
-		}
+	if (t0 && cpu_pool_wait_is_contention(now_ns() - t0, mine, ran)) {
+		p->solo_left = p->solo_next ? p->solo_next : POOL_SOLO_MIN;
+		p->solo_next = p->solo_left < POOL_SOLO_MAX / 2 ? 2 * p->solo_left : POOL_SOLO_MAX;
+		return;
 	}
 	/* a job without a long wait: the next slow one starts the back-off over */
 	p->solo_next = 0;

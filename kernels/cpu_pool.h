@@ -1,13 +1,15 @@
 /* cpu_pool.h - a persistent pool of worker threads for the CPU kernels.
  *
  * One caller thread (the engine thread) hands a job of N independent tasks to
- * the pool and takes part in it itself; workers pick tasks by an atomic
- * counter.  Workers spin briefly between jobs and then sleep on a futex, so
+ * the pool and takes part in it itself; workers claim tasks by an atomic
+ * compare-and-swap.  Workers spin briefly between jobs and then sleep on a futex, so
  * a decode step with hundreds of small jobs pays no thread creation and
  * little wake-up latency.  Not for use by more than one caller thread.
  */
 #ifndef LLMD_CPU_POOL_H
 #define LLMD_CPU_POOL_H
+
+#include <stdint.h>
 
 struct cpu_pool;
 
@@ -25,5 +27,10 @@ int cpu_pool_threads(const struct cpu_pool *p);
 /* Runs FN over tasks 0..N-1 and returns when all are done.  Caller thread
  * only.  N may be smaller than the number of threads. */
 void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n);
+
+/* cpu_pool_run's back-off rule, exposed for its test: whether the caller's
+ * wait of WAIT_NS for the workers, after it ran RAN tasks in MINE_NS,
+ * means a worker was descheduled rather than busy with a long task. */
+int cpu_pool_wait_is_contention(int64_t wait_ns, int64_t mine_ns, int ran);
 
 #endif
