@@ -555,50 +555,18 @@ INLINE TARGET void q32_run(const struct q32_shape *s, const uint32_t type, const
 		}
 }
 
-static TARGET void q32_run_q4_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc)
-{
-	q32_run(s, QT_Q4_0, w, ldw, nw, as, na, c, ldc);
-}
-
-static TARGET void q32_run_q4_1(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc)
-{
-	q32_run(s, QT_Q4_1, w, ldw, nw, as, na, c, ldc);
-}
-
-static TARGET void q32_run_q5_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc)
-{
-	q32_run(s, QT_Q5_0, w, ldw, nw, as, na, c, ldc);
-}
-
-static TARGET void q32_run_q5_1(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc)
-{
-	q32_run(s, QT_Q5_1, w, ldw, nw, as, na, c, ldc);
-}
-
-static TARGET void q32_run_q8_0(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw,
-				const uint8_t *as, int na, float *c, size_t ldc)
-{
-	q32_run(s, QT_Q8_0, w, ldw, nw, as, na, c, ldc);
-}
-
-/* NW packed weight rows W (LDW apart) against NA <= Q32_NA activation rows. */
+/* NW packed weight rows W (LDW apart) against NA <= Q32_NA activation
+ * rows: q32_run once per type, its type a constant in each. */
 static TARGET void q32_rows(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw, const uint8_t *as,
 			    int na, float *c, size_t ldc)
 {
-	if (s->type == QT_Q4_0)
-		q32_run_q4_0(s, w, ldw, nw, as, na, c, ldc);
-	else if (s->type == QT_Q4_1)
-		q32_run_q4_1(s, w, ldw, nw, as, na, c, ldc);
-	else if (s->type == QT_Q5_0)
-		q32_run_q5_0(s, w, ldw, nw, as, na, c, ldc);
-	else if (s->type == QT_Q5_1)
-		q32_run_q5_1(s, w, ldw, nw, as, na, c, ldc);
-	else
-		q32_run_q8_0(s, w, ldw, nw, as, na, c, ldc);
+	switch (s->type) {
+	case QT_Q4_0: q32_run(s, QT_Q4_0, w, ldw, nw, as, na, c, ldc); break;
+	case QT_Q4_1: q32_run(s, QT_Q4_1, w, ldw, nw, as, na, c, ldc); break;
+	case QT_Q5_0: q32_run(s, QT_Q5_0, w, ldw, nw, as, na, c, ldc); break;
+	case QT_Q5_1: q32_run(s, QT_Q5_1, w, ldw, nw, as, na, c, ldc); break;
+	default:      q32_run(s, QT_Q8_0, w, ldw, nw, as, na, c, ldc); break;
+	}
 }
 
 static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
