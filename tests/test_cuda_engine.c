@@ -26,12 +26,12 @@
 #include "model.h"
 #include "quant.h"
 #include "sched.h"
+#include "testbatch.h"
 #include "testseq.h"
 #include "testutil.h"
 #include "tokenizer.h"
 
 #define MAX_TOKENS 1024
-#define MAX_GEN 64
 
 static struct engine *new_engine(const struct model *m, int64_t n_tokens, int32_t max_batch,
 				 int32_t n_ctx)
@@ -95,99 +95,11 @@ static void check_case(json_object *c, const char *models_dir)
 	model_free(m);
 }
 
-/* ---- batch invariance through the scheduler ---- */
+/* ---- batch invariance through the scheduler (testbatch.h) ---- */
 
-struct result {
-	int32_t gen[MAX_GEN];
-	int n_gen;
-	int n_finish;
-};
-
-static struct result results[4];
-
-static void on_event(void *ctx, const struct sched_event *ev)
+static struct engine *batch_engine(const struct model *m)
 {
-	struct result *r = &results[ev->id];
-	if (ev->kind == SCHED_EV_FINISH)
-		r->n_finish++;
-	else if (ev->token >= 0 && r->n_gen < MAX_GEN)
-		r->gen[r->n_gen++] = ev->token;
-}
-
-static void run_to_idle(struct sched *s)
-{
-	for (int guard = 0; sched_live(s) > 0 && guard < 10000; guard++)
-		CHECK(sched_step(s) >= 0);
-	CHECK_INT_EQ(sched_live(s), 0);
-}
-
-static void test_batch_invariance(const char *models_dir, const char *rel)
-{
-	static const char *prompts[4] = { "Once upon a time", "The little dog ran to the park and",
-					  "Hello", "Lily and Tom were best friends. One day" };
-	static const int max_tokens[4] = { 24, 16, 20, 12 };
-	char path[4096], err[512];
-	struct model *m = NULL;
-	struct engine *e = NULL;
-	struct sched *s = NULL;
-	struct sched_params sp;
-	int32_t ids[4][64];
-	int n_ids[4];
-	struct result alone;
-
-	snprintf(path, sizeof path, "%s/%s", models_dir, rel);
-	if (model_load(path, &m, err, sizeof err) < 0) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		test_failures++;
-		return;
-	}
-	e = new_engine(m, 4 * 128, 64, 256);
-	sched_params_default(&sp);
-	sp.max_seqs = 4;
-	sp.max_batched_tokens = 64;
-	sp.prefix_cache = 0;
-	if (!e || sched_new(e, m, &sp, on_event, NULL, &s, err, sizeof err) < 0) {
-		fprintf(stderr, "rig: %s\n", e ? err : "no engine");
-		test_failures++;
-		goto out;
-	}
-	for (int i = 0; i < 4; i++)
-		n_ids[i] = tokenizer_encode(m->tok, prompts[i], strlen(prompts[i]),
-					    tokenizer_add_bos(m->tok), 1, ids[i], 64);
-	/* request 0 alone */
-	struct sched_request r0 = { .id = 0, .prompt = ids[0], .n_prompt = n_ids[0], .max_tokens = max_tokens[0] };
-	sampler_params_default(&r0.sampling);
-	r0.sampling.temperature = 0;
-	memset(results, 0, sizeof results);
-	CHECK_INT_EQ(sched_submit(s, &r0), 0);
-	run_to_idle(s);
-	alone = results[0];
-	CHECK_INT_EQ(alone.n_gen, max_tokens[0]);
-	/* then with 3 others, two of them started first so that request 0's
-	 * prefill shares steps with their decodes */
-	memset(results, 0, sizeof results);
-	for (int i = 1; i < 4; i++) {
-		struct sched_request r = { .id = (uint64_t)i, .prompt = ids[i], .n_prompt = n_ids[i],
-					   .max_tokens = max_tokens[i] };
-		sampler_params_default(&r.sampling);
-		r.sampling.temperature = 0;
-		CHECK_INT_EQ(sched_submit(s, &r), 0);
-		if (i == 2)
-			for (int st = 0; st < 3; st++)
-				CHECK(sched_step(s) >= 0);
-	}
-	CHECK_INT_EQ(sched_submit(s, &r0), 0);
-	run_to_idle(s);
-	CHECK_INT_EQ(results[0].n_finish, 1);
-	int same = results[0].n_gen == alone.n_gen &&
-		   !memcmp(results[0].gen, alone.gen, sizeof(int32_t) * (size_t)alone.n_gen);
-	CHECK(same);
-	printf("%s: batch invariance on cuda-emu: %d tokens alone, %s beside 3 others\n", rel,
-	       alone.n_gen, same ? "identical" : "DIFFERENT");
-out:
-	sched_free(s);
-	engine_free(e);
-	model_free(m);
+	return new_engine(m, 4 * 128, 64, 256);
 }
 
 /* ---- auto and cuda on the emulator ---- */
@@ -342,7 +254,7 @@ int main(void)
 	for (size_t i = 0; root && i < json_object_array_length(root); i++)
 		check_case(json_object_array_get_idx(root, i), dir);
 	json_object_put(root);
-	test_batch_invariance(dir, "stories260K.gguf");
-	test_batch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf");
+	tbatch_invariance(dir, "stories260K.gguf", batch_engine);
+	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	return test_result();
 }
