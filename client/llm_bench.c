@@ -39,6 +39,7 @@ struct bench_opts {
 	int64_t kv_tokens;          /* KV pool size; 0 = enough for every sequence */
 	int64_t kv_mib;             /* or in MiB */
 	int no_prefix_cache;
+	int no_graphs;
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	int sequential;             /* submit the --parallel requests one after another */
 	const char *socket;         /* through this llmd instead of in-process */
@@ -72,6 +73,8 @@ static void usage(FILE *f)
 		"      --backend B         compute backend: auto (default: a GPU when this build has\n"
 		"                          nvcc's CUDA backend and a device, else the CPU), cpu or cuda\n"
 		"      --device N          CUDA device index (default 0)\n"
+		"      --no-graphs         CUDA: launch every kernel rather than replay decode steps\n"
+		"                          from CUDA graphs\n"
 		"      --temp X            temperature (default 0: greedy)\n"
 		"      --top-k N --top-p X --min-p X --repeat-penalty X\n"
 		"      --presence-penalty X --frequency-penalty X\n"
@@ -126,7 +129,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND,
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH,
 	       O_DEVICE };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
@@ -145,7 +148,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "no-prefix-cache", no_argument, 0, O_NOPC }, { "shared-prefix", no_argument, 0, O_SHP },
 		{ "kv-mib", required_argument, 0, O_KVM }, { "sequential", no_argument, 0, O_SEQ },
 		{ "socket", required_argument, 0, O_SOCK }, { "backend", required_argument, 0, O_BACKEND },
-		{ "device", required_argument, 0, O_DEVICE },
+		{ "device", required_argument, 0, O_DEVICE }, { "no-graphs", no_argument, 0, O_NOGRAPH },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -198,6 +201,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_PAR: o->parallel = atoi(optarg); break;
 		case O_KVT: o->kv_tokens = atoll(optarg); break;
 		case O_NOPC: o->no_prefix_cache = 1; break;
+		case O_NOGRAPH: o->no_graphs = 1; break;
 		case O_SHP: o->shared_prefix = 1; break;
 		case O_KVM: o->kv_mib = atoll(optarg); break;
 		case O_SEQ: o->sequential = 1; break;
@@ -664,6 +668,7 @@ int main(int argc, char **argv)
 	ep.kv_type = o.kv_type;
 	ep.backend = backend;
 	ep.device = o.device;
+	ep.graphs = !o.no_graphs;
 	ep.max_batch = o.batch;
 	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : o.kv_mib ? 0 : kv_tokens;
 	ep.kv_mib = o.kv_mib;
@@ -766,6 +771,10 @@ int main(int argc, char **argv)
 		json_object_object_add(root, "aggregate_tok_s", json_object_new_double(agg_med));
 		json_object_object_add(root, "ttft_ms_p50", json_object_new_double(ttft_p50));
 		json_object_object_add(root, "ttft_ms_p95", json_object_new_double(ttft_p95));
+		uint64_t g_rec, g_rep;
+		engine_graph_stats(e, &g_rec, &g_rep);
+		json_object_object_add(root, "graphs_recorded", json_object_new_int64((int64_t)g_rec));
+		json_object_object_add(root, "graphs_replayed", json_object_new_int64((int64_t)g_rep));
 		if (o.parallel > 1) {
 			json_object *res = json_object_new_array_ext(br.n);
 			json_object_object_add(root, "preemptions", json_object_new_int64((int64_t)cnt.preemptions));

@@ -36,6 +36,7 @@ static const struct opt opts[] = {
 	{ "device", "backend", OPT_STR, F(backend), 0, 0, backends },
 	{ "device", "index", OPT_INT, F(device_index), 0, 255, NULL },
 	{ "device", "threads", OPT_INT, F(threads), 0, 256, NULL },
+	{ "device", "graphs", OPT_BOOL, F(graphs), 0, 1, NULL },
 	{ "kv", "pool_mb", OPT_I64, F(pool_mb), 0, 1 << 24, NULL },
 	{ "kv", "pool_tokens", OPT_I64, F(pool_tokens), 0, INT32_MAX, NULL },
 	{ "kv", "gpu_mem_fraction", OPT_FRAC, F(gpu_mem_fraction), 0, 0, NULL },
@@ -68,6 +69,7 @@ void conf_default(struct llmd_conf *c)
 	strcpy(c->admin_group, "llm-admin");
 	c->grace_s = 10;
 	strcpy(c->backend, "auto");
+	c->graphs = 1;
 	c->pool_mb = 0;
 	c->gpu_mem_fraction = 0.9;
 	c->block_tokens = 16;

@@ -30,6 +30,7 @@ struct llmd_conf {
 	char backend[16];              /* auto | cpu | cuda */
 	int32_t device_index;          /* CUDA device */
 	int32_t threads;               /* CPU threads; 0 = one per online core (at most 256) */
+	int32_t graphs;                /* 1 = replay decode steps from CUDA graphs */
 	/* [kv] */
 	int64_t pool_mb;               /* KV pool size, MiB (used when pool_tokens is 0);
 	                                  both 0 = automatic (see gpu_mem_fraction) */

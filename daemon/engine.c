@@ -32,6 +32,8 @@ struct engine {
 	float *k, *v;                /* (T, n_head_kv*head_dim) */
 	float *att;                  /* attention output (T, n_head*head_dim) */
 	float *g, *u;                /* FFN gate and up (T, n_ff) */
+	uint64_t n_recorded;         /* steps recorded as graphs */
+	uint64_t n_replayed;         /* steps replayed from them */
 	float *logits;               /* (max_batch, n_vocab) when the backend's memory is
 	                                not the host's (ops->download), else NULL */
 };
@@ -48,6 +50,7 @@ void engine_params_default(struct engine_params *p)
 	p->backend = ENGINE_BACKEND_CPU;
 	p->device = 0;
 	p->kv_gpu_fraction = 0.9;
+	p->graphs = 1;
 }
 
 /* ---- choosing the backend ---- */
@@ -496,23 +499,21 @@ static int check_batch(const struct engine *e, const struct engine_batch *b)
 	return 0;
 }
 
-int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
+/* The forward pass of B's first TK rows' worth of kernels (TK >= b->n: a
+ * recorded step's padded rows, whose host arrays the backend no longer
+ * reads), up to the logits of the rows that want them, gathered to the
+ * front.  Returns how many rows got logits, or a negative errno. */
+static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, float *logits)
 {
 	const struct model *m = e->m;
 	const struct model_hparams *hp = &m->hp;
 	const struct backend_ops *ops = e->be->ops;
 	struct backend *be = e->be;
-	int32_t T = b->n, d = hp->n_embd;
-	struct bk_rows rows = { T, b->pos, b->table };
+	int32_t T = TK, d = hp->n_embd;
+	struct bk_rows rows = { TK, b->pos, b->table };
 	struct bk_attn attn = { hp->n_head, hp->n_head_kv, hp->head_dim, 1.0f / sqrtf((float)hp->head_dim) };
 	int32_t n_out = 0;
 	int r;
-
-	r = check_batch(e, b);
-	if (r < 0)
-		return r;
-	if ((r = backend_begin_step(be, &rows)) < 0)
-		return r;
 
 	if ((r = ops->embed(be, &m->tok_embd, b->token, T, e->x)) < 0)
 		return r;
@@ -542,9 +543,10 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
 			return r;
 	}
 
-	/* Gather the rows that want logits, then norm and project only those. */
+	/* Gather the rows that want logits, then norm and project only those
+	 * (a padded step's spare rows come last and get logits too). */
 	for (int32_t t = 0; t < T; t++) {
-		if (b->logits ? b->logits[t] : t == T - 1) {
+		if (t >= b->n || (b->logits ? b->logits[t] : t == T - 1)) {
 			if (n_out != t &&
 			    (r = backend_copy_rows(be, e->x + (size_t)n_out * d, e->x + (size_t)t * d, d)) < 0)
 				return r;
@@ -558,10 +560,69 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
 	if ((r = ops->rmsnorm(be, e->x, m->output_norm, n_out, d, hp->rms_eps, e->xn)) < 0 ||
 	    (r = ops->matmul(be, &out_w, 1, e->xn, n_out, &out)) < 0)
 		return r;
+	return n_out;
+}
+
+/* 1 when every row of B wants logits: a decode step, which a backend may
+ * replay from a recording. */
+static int all_rows_want_logits(const struct engine_batch *b)
+{
+	if (!b->logits)
+		return b->n == 1;
+	for (int32_t t = 0; t < b->n; t++)
+		if (!b->logits[t])
+			return 0;
+	return 1;
+}
+
+int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
+{
+	const struct backend_ops *ops = e->be->ops;
+	struct backend *be = e->be;
+	struct bk_rows rows = { b->n, b->pos, b->table };
+	int32_t TK = b->n;
+	int r, n_out, rec = 2;
+
+	r = check_batch(e, b);
+	if (r < 0)
+		return r;
+	if (e->p.graphs && ops->graph_begin && e->logits && all_rows_want_logits(b)) {
+		rec = ops->graph_begin(be, &rows, b->token, e->p.max_batch, &TK);
+		if (rec < 0)
+			return rec;
+	}
+	if (rec == 1) {
+		n_out = b->n; /* replayed: the real rows' logits lead */
+		e->n_replayed++;
+	} else {
+		if (rec == 2) {
+			TK = b->n;
+			if ((r = backend_begin_step(be, &rows)) < 0)
+				return r;
+		}
+		n_out = forward(e, b, TK, logits);
+		if (rec == 0) {
+			r = ops->graph_end(be, n_out < 0);
+			if (n_out >= 0 && r < 0)
+				n_out = r;
+			if (n_out >= 0)
+				e->n_recorded++;
+		}
+		if (n_out <= 0)
+			return n_out;
+		if (n_out > b->n)
+			n_out = b->n; /* a recorded step's spare rows */
+	}
 	if (e->logits &&
-	    (r = ops->download(be, logits, e->logits, (size_t)n_out * hp->n_vocab * sizeof(float))) < 0)
+	    (r = ops->download(be, logits, e->logits, (size_t)n_out * e->m->hp.n_vocab * sizeof(float))) < 0)
 		return r;
 	return n_out;
+}
+
+void engine_graph_stats(const struct engine *e, uint64_t *recorded, uint64_t *replayed)
+{
+	*recorded = e->n_recorded;
+	*replayed = e->n_replayed;
 }
 
 int32_t engine_n_vocab(const struct engine *e)

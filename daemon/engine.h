@@ -33,6 +33,8 @@ struct engine_params {
 	int32_t max_batch;       /* token rows per step */
 	int32_t backend;         /* ENGINE_BACKEND_CPU (default) or ENGINE_BACKEND_CUDA */
 	int32_t device;          /* CUDA device index (0) */
+	int32_t graphs;          /* 1: replay decode steps from recorded graphs where the
+	                            backend can (CUDA); 0: launch every op (default 1) */
 };
 
 #define ENGINE_BACKEND_CPU 0
@@ -43,7 +45,7 @@ struct engine_params {
 #define ENGINE_KV_MIB_HOST 256
 
 /* Defaults: 2 threads, f16 KV, 16-token blocks, 8192 tokens, n_ctx 0,
- * 512 rows, CPU, device 0, kv_gpu_fraction 0.9. */
+ * 512 rows, CPU, device 0, kv_gpu_fraction 0.9, graphs on. */
 void engine_params_default(struct engine_params *p);
 
 /* ---- choosing the backend ---- */
@@ -108,6 +110,10 @@ struct engine_batch {
  * than max_batch rows); nothing is written then; -EIO (among others) when the
  * backend fails. */
 int engine_step(struct engine *e, const struct engine_batch *b, float *logits);
+
+/* Steps recorded as graphs (graphs on, a backend that records) and steps
+ * replayed from them, so far. */
+void engine_graph_stats(const struct engine *e, uint64_t *recorded, uint64_t *replayed);
 
 int32_t engine_n_vocab(const struct engine *e);
 int32_t engine_n_ctx(const struct engine *e);

@@ -239,6 +239,7 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 	int r;
 	engine_cuda_probe(&probe);
 	ep->device = d->cfg.device_index;
+	ep->graphs = d->cfg.graphs;
 	r = engine_choose_backend(d->cfg.backend, ep->device, &probe, &ep->backend, why, sizeof why);
 	if (r < 0) {
 		snprintf(err, errlen, "device.backend = %s: %s", d->cfg.backend, why);

@@ -127,6 +127,22 @@ struct backend_ops {
 	 * backend's memory is host memory: the engine writes results straight
 	 * into the caller's buffers and never calls it. */
 	int (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes); /* optional */
+	/* Recorded steps (CUDA graphs).  In place of begin_step, for a step
+	 * whose every row wants logits (a decode step): the backend pads ROWS
+	 * to *RET_ROWS >= rows->n rows (at most MAX_ROWS; the spare rows are
+	 * its own and touch no KV of the pool) and uploads the step's IDS,
+	 * positions and tables.  Returns 1 when it replayed a recorded step of
+	 * that shape: the logits of all *RET_ROWS rows are where the ops put
+	 * them when it was recorded.  Returns 0 when it is recording: the
+	 * engine calls the ops for *RET_ROWS rows (with ROWS' host pointers,
+	 * which the backend no longer reads), then graph_end.  Returns 2 when
+	 * it does not record this step (begin_step follows as usual), or a
+	 * negative errno. */
+	int (*graph_begin)(struct backend *be, const struct bk_rows *rows, const int32_t *ids,
+			   int32_t max_rows, int32_t *ret_rows);                 /* optional */
+	/* Ends the recording graph_begin started and runs it; FAILED (an op
+	 * failed on the way) discards it instead.  Returns 0 or a negative errno. */
+	int (*graph_end)(struct backend *be, int failed);                       /* optional */
 	/* The device it runs on, for `llmctl status`, and its memory, which
 	 * sizes the KV pool of a backend with device memory.  Default: the CPU
 	 * with no memory figures. */

@@ -195,6 +195,13 @@ static void test_gemm_checks(cublasHandle_t h)
 #undef EXPECT
 	CHECK_INT_EQ(cublasGemmEx(h, N, N, 8, 8, 8, &one, buf, F16, 8, buf, F16, 8, &one, buf, F32, 8,
 		C32, (cublasGemmAlgo_t)50), CUBLAS_STATUS_NOT_SUPPORTED);
+	/* a workspace: aligned, inside one allocation; or none */
+	CHECK_INT_EQ(cublasSetWorkspace(h, buf, 1 << 16), CUBLAS_STATUS_SUCCESS);
+	CHECK_INT_EQ(cublasSetWorkspace(h, (char *)buf + 256, (1 << 16) - 256), CUBLAS_STATUS_SUCCESS);
+	CHECK_INT_EQ(cublasSetWorkspace(h, (char *)buf + 8, 256), CUBLAS_STATUS_INVALID_VALUE);
+	CHECK_INT_EQ(cublasSetWorkspace(h, buf, (1 << 16) + 1), CUBLAS_STATUS_INVALID_VALUE);
+	CHECK_INT_EQ(cublasSetWorkspace(h, NULL, 64), CUBLAS_STATUS_INVALID_VALUE);
+	CHECK_INT_EQ(cublasSetWorkspace(h, NULL, 0), CUBLAS_STATUS_SUCCESS);
 	cudaFree(buf);
 
 	cublasHandle_t dead;
@@ -202,6 +209,7 @@ static void test_gemm_checks(cublasHandle_t h)
 	CHECK_INT_EQ(cublasDestroy(dead), CUBLAS_STATUS_SUCCESS);
 	CHECK_INT_EQ(cublasDestroy(dead), CUBLAS_STATUS_NOT_INITIALIZED);
 	CHECK_INT_EQ(cublasSetStream(dead, 0), CUBLAS_STATUS_NOT_INITIALIZED);
+	CHECK_INT_EQ(cublasSetWorkspace(dead, NULL, 0), CUBLAS_STATUS_NOT_INITIALIZED);
 	CHECK_INT_EQ(gemm_args(dead, N, N, 8, 8, 8, 8, 8, 8, F16, F16, F32, C32, &one, NULL),
 		CUBLAS_STATUS_NOT_INITIALIZED);
 	CHECK_STR_EQ(cublasGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");

@@ -177,6 +177,17 @@ static void run_cfg(const cfg &c)
 			pool_bytes);
 	CHECK(diff == 0);
 	dpool.put(cpu_pool); /* attention below reads the CPU's bytes either way */
+	{ /* padding rows (negative positions, tables of holes) store nothing */
+		std::vector<int32_t> ppos = { -1, -1, -7 }, ptab(3 * TABLE_STRIDE, -1);
+		std::vector<float> kv3((size_t)3 * kv_dim, 0.5f);
+		dbuf<int32_t> dpos(3), dtab(ptab.size());
+		dbuf<float> dk(kv3.size());
+		dpos.put(ppos);
+		dtab.put(ptab);
+		dk.put(kv3);
+		CHECK_INT_EQ(cuda_kv_store(&dkv, 0, 3, dpos.d, dtab.d, TABLE_STRIDE, dk.d, dk.d, 0), 0);
+		CHECK(dpool.get() == cpu_pool);
+	}
 
 	/* ---- attention: a ragged batch ---- */
 	std::vector<step> steps(1);
@@ -234,6 +245,33 @@ static void run_cfg(const cfg &c)
 			else
 				CHECK(memcmp(first.data(), out.data(), qn * sizeof(float)) == 0);
 		});
+		/* padding rows around the step's own: zeros for them, the same
+		 * bits for the others */
+		{
+			step pad = st;
+			pad.pos.insert(pad.pos.begin(), -1);
+			pad.seq.insert(pad.seq.begin(), 0);
+			pad.pos.push_back(-1);
+			pad.seq.push_back(1);
+			const int32_t TP = pad.T();
+			std::vector<int32_t> ptab = tables_of(pad);
+			std::fill(ptab.begin(), ptab.begin() + TABLE_STRIDE, -1); /* never read */
+			const size_t hn = (size_t)c.n_head * hd;
+			std::vector<float> pq((size_t)TP * hn, 1.0f);
+			std::copy(q.begin(), q.end(), pq.begin() + hn);
+			dbuf<int32_t> ppos(TP), pt(ptab.size());
+			dbuf<float> pdq(pq.size()), pout(pq.size(), 0xff);
+			dbuf<uint8_t> ps(cuda_attention_scratch_bytes(&dkv, &a, TP, TABLE_STRIDE), 0xff);
+			ppos.put(pad.pos);
+			pt.put(ptab);
+			pdq.put(pq);
+			CHECK_INT_EQ(cuda_attention(&dkv, layer, TP, ppos.d, pt.d, TABLE_STRIDE, &a, pdq.d,
+					     pout.d, ps.d, 0), 0);
+			std::vector<float> po = pout.get();
+			CHECK(memcmp(po.data() + hn, first.data(), qn * sizeof(float)) == 0);
+			for (size_t i = 0; i < hn; i++)
+				CHECK(po[i] == 0.0f && po[(size_t)(TP - 1) * hn + i] == 0.0f);
+		}
 		/* batch invariance: each row alone gives the same bits */
 		for (int32_t t = 0; t < T; t += 7) {
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, 1, dpos.d + t, dtab.d + (size_t)t * TABLE_STRIDE,

@@ -13,6 +13,8 @@
  *  - batch invariance: a request's tokens alone equal its tokens beside 3
  *    other sequences through the scheduler (on the q4_0 model, whose every
  *    matmul runs our kernels: cuBLAS's F32 GEMM may pick its algorithm by T);
+ *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
+ *    give the logits of launched ones bit for bit (the q4_0 model again);
  *  - the KV pool: automatic, it takes kv_gpu_fraction of the memory free
  *    after the model; a model that cannot fit beside its pool is refused
  *    with the sizes named, and leaves no device memory behind.
@@ -267,6 +269,7 @@ int main(void)
 		check_case(json_object_array_get_idx(root, i), dir);
 	json_object_put(root);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
+	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
 	if (model_load(path, &m, err, sizeof err) < 0) {
 		fprintf(stderr, "%s: %s\n", path, err);

@@ -1,7 +1,10 @@
-/* testbatch.h - batch invariance through the scheduler, for the tests of a
- * backend other than the CPU's (the emulated CUDA one, nvcc's on a GPU):
- * request 0 alone, then beside three others, two of them started first so
- * that its prefill shares steps with their decodes; greedy ids identical. */
+/* testbatch.h - checks of the whole engine shared by the tests of the CUDA
+ * backend (the emulated one, nvcc's on a GPU):
+ *  - batch invariance through the scheduler: request 0 alone, then beside
+ *    three others, two of them started first so that its prefill shares
+ *    steps with their decodes; greedy ids identical;
+ *  - graphs: decode steps replayed from CUDA graphs give the very logits of
+ *    launched ones. */
 #ifndef LLMD_TESTBATCH_H
 #define LLMD_TESTBATCH_H
 
@@ -9,6 +12,9 @@
 #include <string.h>
 
 #include "engine.h"
+#include "kv_pool.h"
+#include "quant.h"
+#include "testseq.h"
 #include "model.h"
 #include "sched.h"
 #include "testutil.h"
@@ -111,6 +117,117 @@ static void tbatch_invariance(const char *models_dir, const char *rel,
 out:
 	sched_free(s);
 	engine_free(e);
+	model_free(m);
+}
+
+static char tgraph_backend[32];
+
+/* Runs the graph test's workload on an engine with GRAPHS on or off and
+ * returns every decode step's logits, concatenated (NULL on failure):
+ * three sequences prefilled at once, then 56 decode steps of all of them
+ * (3 rows: a recorded step pads them to 4) until one stops (2 rows); the
+ * longest crosses 64 positions (the table stride doubles).  The tokens fed
+ * are fixed, not sampled, so both runs feed the same ones. */
+static float *tgraph_run(const struct model *m, int graphs, size_t *n_floats, uint64_t *captures,
+			uint64_t *replays)
+{
+	enum { N_SEQ = 3, N_DEC = 56 };
+	static const int plen[N_SEQ] = { 5, 9, 30 };
+	struct engine_params ep;
+	struct engine *e = NULL;
+	struct tseq sq[N_SEQ];
+	char err[256];
+	int32_t n_vocab, ids[64], pos[N_SEQ];
+	const int32_t *tab[N_SEQ];
+	uint8_t want[N_SEQ] = { 1, 1, 1 };
+	float *all = NULL, *lg = NULL;
+	size_t n = 0;
+	int ok = 1;
+
+	engine_params_default(&ep);
+	ep.backend = ENGINE_BACKEND_CUDA;
+	ep.kv_type = QT_F16;
+	ep.kv_tokens = 512;
+	ep.max_batch = 64;
+	ep.graphs = graphs;
+	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
+		fprintf(stderr, "engine_new: %s\n", err);
+		test_failures++;
+		return NULL;
+	}
+	n_vocab = engine_n_vocab(e);
+	memset(sq, 0, sizeof sq);
+	all = malloc((size_t)N_DEC * N_SEQ * n_vocab * sizeof(float));
+	lg = malloc((size_t)N_SEQ * n_vocab * sizeof(float));
+	ok = all && lg;
+	for (int i = 0; ok && i < N_SEQ; i++) {
+		for (int k = 0; k < plen[i]; k++)
+			ids[k] = (k * 37 + i * 11 + 5) % n_vocab;
+		ok = tseq_feed(e, &sq[i], ids, plen[i], plen[i], lg) == 1;
+	}
+	for (int step = 0; ok && step < N_DEC; step++) {
+		int T = step < N_DEC / 2 ? N_SEQ : N_SEQ - 1; /* sequence 2 stops halfway */
+		for (int i = 0; ok && i < T; i++) {
+			ok = tseq_reserve(e, &sq[i], 1) == 0;
+			ids[i] = (step * 31 + i * 7 + 3) % n_vocab;
+			pos[i] = sq[i].len;
+			tab[i] = sq[i].table;
+		}
+		struct engine_batch b = { T, ids, pos, tab, want };
+		ok = ok && engine_step(e, &b, all + n) == T;
+		for (int i = 0; ok && i < T; i++)
+			sq[i].len++;
+		n += (size_t)T * n_vocab;
+	}
+	CHECK(ok);
+	snprintf(tgraph_backend, sizeof tgraph_backend, "%s", engine_backend_name(e));
+	uint64_t cap = 0, rep = 0;
+	engine_graph_stats(e, &cap, &rep);
+	*captures = cap;
+	*replays = rep;
+	for (int i = 0; i < N_SEQ; i++)
+		tseq_free(e, &sq[i]);
+	free(lg);
+	engine_free(e);
+	*n_floats = n;
+	if (!ok) {
+		free(all);
+		return NULL;
+	}
+	return all;
+}
+
+/* Decode steps replayed from CUDA graphs give the very bits of launched
+ * ones, and graphs are recorded once per shape and replayed. */
+static void tgraph_check(const char *dir, const char *rel)
+{
+	char path[4096], err[512];
+	struct model *m = NULL;
+	size_t n_on = 0, n_off = 0;
+	uint64_t cap_on, rep_on, cap_off, rep_off;
+
+	snprintf(path, sizeof path, "%s/%s", dir, rel);
+	if (model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		test_failures++;
+		return;
+	}
+	float *on = tgraph_run(m, 1, &n_on, &cap_on, &rep_on);
+	float *off = tgraph_run(m, 0, &n_off, &cap_off, &rep_off);
+	CHECK(on && off && n_on == n_off && n_on > 0);
+	int same = on && off && n_on == n_off && memcmp(on, off, n_on * sizeof(float)) == 0;
+	CHECK(same);
+	/* shapes (rows, table stride): (4, 4), (2, 4), (2, 8); every decode
+	 * step is recorded or replayed (the prefills showed attention's shape) */
+	CHECK_INT_EQ(cap_off, 0);
+	CHECK_INT_EQ(rep_off, 0);
+	CHECK_INT_EQ(cap_on, 3);
+	CHECK_INT_EQ(rep_on + cap_on, 56);
+	printf("%s: graphs on %s: %llu recorded, %llu replayed, logits %s\n", rel, tgraph_backend,
+	       (unsigned long long)cap_on, (unsigned long long)rep_on,
+	       same ? "identical to launched steps" : "DIFFER from launched steps");
+	free(on);
+	free(off);
 	model_free(m);
 }
 

@@ -83,6 +83,8 @@ static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ p
 {
 	const int32_t t = blockIdx.x;
 	const int which = blockIdx.y;
+	if (pos[t] < 0) /* a padding row: nothing to store */
+		return;
 	const float *src = (which ? v : k) + (size_t)t * kv.kv_dim;
 	char *dst = kv_row(kv, tables + (size_t)t * table_stride, which, pos[t]);
 
@@ -236,21 +238,22 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 }
 
 /* grid (n_head, rows of this chunk): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M)
- * over the row's splits that hold positions, M their largest max. */
+ * over the row's splits that hold positions, M their largest max; zeros for
+ * a padding row (no splits). */
 static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_shape sh,
 	int32_t row0, const float *__restrict__ partial, float *__restrict__ out)
 {
 	const int32_t t = row0 + blockIdx.y, h = blockIdx.x, hd = sh.head_dim;
 	const size_t stride = (size_t)hd + 2;
 	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
-	const int32_t n_act = min((pos[t] + sh.split_pos) / sh.split_pos, sh.n_splits);
+	const int32_t n_act = pos[t] < 0 ? 0 : min((pos[t] + sh.split_pos) / sh.split_pos, sh.n_splits);
 	float M = -INFINITY;
 	for (int32_t s = 0; s < n_act; s++)
 		M = fmaxf(M, pp[s * stride]);
 	float L = 0.0f;
 	for (int32_t s = 0; s < n_act; s++)
 		L += pp[s * stride + 1] * expf(pp[s * stride] - M);
-	const float inv = 1.0f / L;
+	const float inv = n_act > 0 ? 1.0f / L : 0.0f;
 	float *o = out + ((size_t)t * sh.n_head + h) * hd;
 	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
 		float a = 0.0f;

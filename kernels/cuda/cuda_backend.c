@@ -15,13 +15,21 @@
  * KV pool's device copy mirrors the host pool's geometry, keyed by its base,
  * and the host memfd pool is never touched (nor made resident); positions
  * and block tables go up once per step (begin_step).  Activations are
- * cudaMalloc'd by the engine through alloc.  Streams: everything runs on the
- * default stream, in order.  Threads: the device is made current on the
- * thread that runs a step (the engine is built on another).
+ * cudaMalloc'd by the engine through alloc.  Streams: every launch and copy
+ * runs in order on the backend's own non-blocking stream; the host waits
+ * only for the logits (download).  Threads: the device is made current on
+ * the thread that runs a step (the engine is built on another).
  *
- * TODO(cuda): capture decode steps in CUDA graphs per batch-size bucket
- * (the launchers already size their grids from the table stride, not the
- * positions); cuBLAS with fp16 weight tiles for large T (prefill); a tiled
+ * Graphs: a decode step (every row wants logits) is padded to a bucket of
+ * rows (1, 2, 4, 8, then multiples of 8 up to CB_GRAPH_MAX_ROWS; spare rows
+ * have position -1, which the kernels skip) and to a power-of-two table
+ * stride, and recorded once per (rows, stride) as a CUDA graph; later steps
+ * of that shape upload their ids, positions and tables into the same device
+ * buffers and replay it, one launch instead of ~15 per layer.  A graph names
+ * the step buffers it was recorded with, so it is dropped when one of them
+ * is reallocated (buf_gen).  Prefill steps run uncaptured.
+ *
+ * TODO(cuda): cuBLAS with fp16 weight tiles for large T (prefill); a tiled
  * flash-attention kernel for prefill chunks; quantize x once per matmul
  * group.
  */
@@ -38,6 +46,25 @@
 #include "cuda_ops.h"
 #include "quant.h"
 
+#define CB_GRAPH_MAX_ROWS 256 /* decode steps with more rows run uncaptured */
+#define CB_N_GRAPHS 48         /* instantiated graphs kept (least recently used goes) */
+/* cuBLAS's scratch, so that it allocates nothing while a stream is
+ * captured: the 32 MiB NVIDIA advises for Hopper; 1 MiB on the emulator,
+ * whose reference GEMM needs none. */
+#ifdef LLMD_CUDA_EMU_H
+#define CB_BLAS_WORKSPACE (1u << 20)
+#else
+#define CB_BLAS_WORKSPACE (32u << 20)
+#endif
+
+/* A recorded decode step. */
+struct cb_graph {
+	cudaGraphExec_t exec;        /* NULL: a free slot */
+	int32_t rows, stride;        /* its shape: padded rows, table stride */
+	uint64_t gen;                /* buf_gen it was recorded at */
+	uint64_t used;               /* clock of its last launch */
+};
+
 /* One host buffer's device copy. */
 struct cb_map_entry {
 	const void *host;  /* key: the host pointer the engine passes; NULL = empty */
@@ -49,7 +76,8 @@ struct cuda_backend {
 	struct backend be;
 	int device;                  /* CUDA device index */
 	cublasHandle_t blas;         /* for F32 weights; owned */
-	cudaStream_t stream;         /* NULL: the default stream */
+	void *blas_ws;               /* its workspace (CB_BLAS_WORKSPACE); owned */
+	cudaStream_t stream;         /* every launch and copy, in order; owned */
 	struct cb_map_entry *map;    /* (map_cap) host -> device copies of weights and norms */
 	size_t map_cap;              /* power of two, 0 before the first copy */
 	size_t map_n;                /* entries in use */
@@ -61,6 +89,7 @@ struct cuda_backend {
 	int32_t step_n;
 	const int32_t *step_pos;
 	const int32_t *const *step_table;
+	const int32_t *step_ids;     /* token ids already on the device (a graph step), or NULL */
 	int32_t step_bt;             /* block_tokens the tables were flattened for; 0 = not yet */
 	int32_t table_stride;        /* int32 per flattened table: the longest table needed */
 	int32_t *d_pos;              /* (cap) device positions of the step's rows */
@@ -77,6 +106,16 @@ struct cuda_backend {
 	size_t mm_scratch_cap;       /* bytes */
 	void *att_scratch;           /* attention partials */
 	size_t att_scratch_cap;      /* bytes */
+	/* What a graph step sizes its buffers by before recording. */
+	size_t mm_row_bytes;         /* the largest matmul scratch per row of any weight */
+	struct bk_kv kv_view;        /* the attached pool (geometry) */
+	struct bk_attn attn;         /* the last attention's shape; valid when has_attn */
+	int has_attn;
+	/* Graphs. */
+	int capturing;               /* between graph_begin returning 0 and graph_end */
+	uint64_t buf_gen;            /* bumped whenever cb_grow reallocates */
+	uint64_t clock;
+	struct cb_graph graphs[CB_N_GRAPHS];
 	char last_err[256];          /* the last failure, with the call named */
 };
 
@@ -127,6 +166,13 @@ static int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need)
 {
 	if (need <= *cap)
 		return 0;
+	if (cb->capturing) { /* graph_begin sized everything first */
+		snprintf(cb->last_err, sizeof cb->last_err,
+			 "internal error: a step buffer (%zu bytes, %zu needed) would grow while a "
+			 "CUDA graph is being recorded", *cap, need);
+		return -EIO;
+	}
+	cb->buf_gen++; /* recorded graphs may name the old buffer */
 	if (*p) {
 		void *old = *p;
 		*p = NULL;
@@ -187,13 +233,20 @@ static int cb_device_copy(struct cuda_backend *cb, const void *host, size_t byte
 		cb->map = m;
 		cb->map_cap = cap;
 	}
+	if (cb->capturing) {
+		snprintf(cb->last_err, sizeof cb->last_err,
+			 "internal error: a weight (%zu bytes) uploaded while a CUDA graph is being "
+			 "recorded", bytes);
+		return -EIO;
+	}
 	size_t i = cb_hash(host, cb->map_cap);
 	while (cb->map[i].host)
 		i = (i + 1) & (cb->map_cap - 1);
 	e = &cb->map[i];
 	void *dev = NULL;
 	CB_CUDA(cb, cudaMalloc(&dev, bytes));
-	cudaError_t ce = cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
+	/* on the stream: the kernels that read it come after it in order */
+	cudaError_t ce = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, cb->stream);
 	if (ce != cudaSuccess) {
 		cudaFree(dev);
 		return cb_fail_cuda(cb, "cudaMemcpy(weights)", ce);
@@ -215,6 +268,9 @@ static int cb_weight(struct cuda_backend *cb, const struct bk_weight *w, struct 
 		return r;
 	*dw = *w;
 	dw->data = dev;
+	size_t mm = cuda_matmul_scratch_bytes(dw, 1);
+	if (w->type != QT_F32 && mm > cb->mm_row_bytes)
+		cb->mm_row_bytes = mm;
 	return 0;
 }
 
@@ -232,6 +288,8 @@ static int cb_kv(struct cuda_backend *cb, const struct bk_kv *kv, struct bk_kv *
 		CB_CUDA(cb, cudaMalloc(&cb->kv_dev, bytes));
 		cb->kv_host = kv->base;
 		cb->kv_bytes = bytes;
+		cb->kv_view = *kv;
+		cb->kv_view.base = cb->kv_dev;
 	}
 	*dkv = *kv;
 	dkv->base = cb->kv_dev;
@@ -258,11 +316,12 @@ static int cb_begin_step(struct backend *be, const struct bk_rows *rows)
 	cb->step_n = rows->n;
 	cb->step_pos = rows->pos;
 	cb->step_table = rows->block_table;
+	cb->step_ids = NULL;
 	cb->step_bt = 0; /* tables are flattened at the first KV op, which knows block_tokens */
 	if ((r = cb_grow(cb, (void **)&cb->d_pos, &cb->d_pos_cap, (size_t)rows->n * sizeof(int32_t))) < 0)
 		return r;
-	CB_CUDA(cb, cudaMemcpy(cb->d_pos, rows->pos, (size_t)rows->n * sizeof(int32_t),
-			       cudaMemcpyHostToDevice));
+	CB_CUDA(cb, cudaMemcpyAsync(cb->d_pos, rows->pos, (size_t)rows->n * sizeof(int32_t),
+				    cudaMemcpyHostToDevice, cb->stream));
 	return 0;
 }
 
@@ -300,7 +359,9 @@ static int cb_rows(struct cuda_backend *cb, const struct bk_rows *rows, int32_t 
 	}
 	if ((r = cb_grow(cb, (void **)&cb->d_tables, &cb->d_tables_cap, bytes)) < 0)
 		return r;
-	CB_CUDA(cb, cudaMemcpy(cb->d_tables, cb->h_tables, bytes, cudaMemcpyHostToDevice));
+	/* from pageable memory: h_tables may be rewritten once this returns */
+	CB_CUDA(cb, cudaMemcpyAsync(cb->d_tables, cb->h_tables, bytes, cudaMemcpyHostToDevice,
+				    cb->stream));
 	cb->table_stride = stride;
 	cb->step_bt = bt;
 	return 0;
@@ -315,10 +376,14 @@ static int cb_embed(struct backend *be, const struct bk_weight *w, const int32_t
 	struct bk_weight dw;
 	int r;
 
-	if ((r = cb_weight(cb, w, &dw)) < 0 ||
-	    (r = cb_grow(cb, (void **)&cb->d_ids, &cb->d_ids_cap, (size_t)T * sizeof(int32_t))) < 0)
+	if ((r = cb_weight(cb, w, &dw)) < 0)
 		return r;
-	CB_CUDA(cb, cudaMemcpy(cb->d_ids, ids, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice));
+	if (ids != cb->step_ids || T > cb->step_n) {
+		if ((r = cb_grow(cb, (void **)&cb->d_ids, &cb->d_ids_cap, (size_t)T * sizeof(int32_t))) < 0)
+			return r;
+		CB_CUDA(cb, cudaMemcpyAsync(cb->d_ids, ids, (size_t)T * sizeof(int32_t),
+					    cudaMemcpyHostToDevice, cb->stream));
+	}
 	return cb_launched(cb, "cuda_embed", cuda_embed(&dw, cb->d_ids, T, out, cb->stream));
 }
 
@@ -399,7 +464,8 @@ static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int3
 	if (pos != cb->step_pos || T > cb->step_n) {
 		if ((r = cb_grow(cb, (void **)&cb->d_pos2, &cb->d_pos2_cap, (size_t)T * sizeof(int32_t))) < 0)
 			return r;
-		CB_CUDA(cb, cudaMemcpy(cb->d_pos2, pos, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice));
+		CB_CUDA(cb, cudaMemcpyAsync(cb->d_pos2, pos, (size_t)T * sizeof(int32_t),
+					    cudaMemcpyHostToDevice, cb->stream));
 		dpos = cb->d_pos2;
 	}
 	return cb_launched(cb, "cuda_rope", cuda_rope(x, T, n_head, head_dim, n_rot, dpos, freq_base,
@@ -430,6 +496,8 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 
 	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
 		return r;
+	cb->attn = *a;
+	cb->has_attn = 1;
 	need = cuda_attention_scratch_bytes(&dkv, a, rows->n, cb->table_stride);
 	if (!need) {
 		snprintf(cb->last_err, sizeof cb->last_err, "cuda_attention: unsupported shapes");
@@ -489,13 +557,186 @@ static void cb_release(struct backend *be, void *p)
 
 static int cb_copy_rows(struct backend *be, float *dst, const float *src, int64_t n)
 {
-	CB_CUDA(cbk(be), cudaMemcpy(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice));
+	struct cuda_backend *cb = cbk(be);
+
+	CB_CUDA(cb, cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
+				    cb->stream));
 	return 0;
 }
 
+/* The host's only wait: the step's logits. */
 static int cb_download(struct backend *be, void *host_dst, const void *src, size_t bytes)
 {
-	CB_CUDA(cbk(be), cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+	struct cuda_backend *cb = cbk(be);
+
+	CB_CUDA(cb, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
+	CB_CUDA(cb, cudaStreamSynchronize(cb->stream));
+	return 0;
+}
+
+/* ---- graphs ---- */
+
+/* Rows a graph of a step of N rows has: 1, 2, 4, 8, then multiples of 8. */
+static int32_t cb_graph_rows(int32_t n)
+{
+	int32_t r = 1;
+
+	if (n > 8)
+		return (n + 7) / 8 * 8;
+	while (r < n)
+		r *= 2;
+	return r;
+}
+
+static void cb_graph_drop(struct cb_graph *g)
+{
+	if (g->exec)
+		cudaGraphExecDestroy(g->exec);
+	memset(g, 0, sizeof *g);
+}
+
+/* Fills the step buffers for ROWS padded to TB rows of STRIDE table entries:
+ * ids 0, position -1 and an empty table for the spare rows. */
+static int cb_graph_inputs(struct cuda_backend *cb, const struct bk_rows *rows, const int32_t *ids,
+			   int32_t TB, int32_t stride)
+{
+	const int32_t bt = cb->kv_view.block_tokens;
+	const size_t n_tab = (size_t)TB * (size_t)stride;
+	const size_t bytes = (2 * (size_t)TB + n_tab) * sizeof(int32_t);
+	int32_t *h_ids, *h_pos, *h_tab;
+	int r;
+
+	if (bytes > cb->h_tables_cap) {
+		int32_t *h = realloc(cb->h_tables, bytes);
+		if (!h) {
+			snprintf(cb->last_err, sizeof cb->last_err, "out of memory");
+			return -ENOMEM;
+		}
+		cb->h_tables = h;
+		cb->h_tables_cap = bytes;
+	}
+	h_ids = cb->h_tables;
+	h_pos = h_ids + TB;
+	h_tab = h_pos + TB;
+	memset(h_tab, 0, n_tab * sizeof(int32_t)); /* past a row's position: never read */
+	for (int32_t t = 0; t < TB; t++) {
+		h_ids[t] = t < rows->n ? ids[t] : 0;
+		h_pos[t] = t < rows->n ? rows->pos[t] : -1;
+		if (t < rows->n)
+			memcpy(h_tab + (size_t)t * stride, rows->block_table[t],
+			       (size_t)(rows->pos[t] / bt + 1) * sizeof(int32_t));
+	}
+	if ((r = cb_grow(cb, (void **)&cb->d_ids, &cb->d_ids_cap, (size_t)TB * sizeof(int32_t))) < 0 ||
+	    (r = cb_grow(cb, (void **)&cb->d_pos, &cb->d_pos_cap, (size_t)TB * sizeof(int32_t))) < 0 ||
+	    (r = cb_grow(cb, (void **)&cb->d_tables, &cb->d_tables_cap, n_tab * sizeof(int32_t))) < 0)
+		return r;
+	CB_CUDA(cb, cudaMemcpyAsync(cb->d_ids, h_ids, (size_t)TB * sizeof(int32_t),
+				    cudaMemcpyHostToDevice, cb->stream));
+	CB_CUDA(cb, cudaMemcpyAsync(cb->d_pos, h_pos, (size_t)TB * sizeof(int32_t),
+				    cudaMemcpyHostToDevice, cb->stream));
+	CB_CUDA(cb, cudaMemcpyAsync(cb->d_tables, h_tab, n_tab * sizeof(int32_t),
+				    cudaMemcpyHostToDevice, cb->stream));
+	cb->step_n = TB;
+	cb->step_pos = rows->pos;
+	cb->step_table = rows->block_table;
+	cb->step_ids = ids;
+	cb->step_bt = bt;
+	cb->table_stride = stride;
+	return 0;
+}
+
+static int cb_graph_end(struct backend *be, int failed);
+
+static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const int32_t *ids,
+			  int32_t max_rows, int32_t *ret_rows)
+{
+	struct cuda_backend *cb = cbk(be);
+	int32_t TB, need = 1, stride = 4;
+	size_t att;
+	int r;
+
+	if (cb->capturing)
+		cb_graph_end(be, 1);
+	/* the first steps run uncaptured: they attach the pool, upload every
+	 * weight and show attention's shape, which size the buffers below */
+	if (!cb->kv_dev || !cb->has_attn || rows->n < 1 || rows->n > CB_GRAPH_MAX_ROWS)
+		return 2;
+	TB = cb_graph_rows(rows->n);
+	if (TB > max_rows)
+		TB = max_rows;
+	if (TB < rows->n)
+		return 2;
+	for (int32_t t = 0; t < rows->n; t++)
+		if (rows->pos[t] / cb->kv_view.block_tokens + 1 > need)
+			need = rows->pos[t] / cb->kv_view.block_tokens + 1;
+	while (stride < need)
+		stride *= 2;
+	att = cuda_attention_scratch_bytes(&cb->kv_view, &cb->attn, TB, stride);
+	if (!att)
+		return 2;
+	if ((r = cb_use_device(cb)) < 0 ||
+	    (r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, att)) < 0 ||
+	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
+	    (r = cb_graph_inputs(cb, rows, ids, TB, stride)) < 0)
+		return r;
+
+	struct cb_graph *g = NULL;
+	for (int i = 0; i < CB_N_GRAPHS; i++) {
+		struct cb_graph *x = &cb->graphs[i];
+		if (x->exec && x->gen != cb->buf_gen)
+			cb_graph_drop(x);
+		else if (x->exec && x->rows == TB && x->stride == stride)
+			g = x;
+	}
+	*ret_rows = TB;
+	if (g) {
+		g->used = ++cb->clock;
+		CB_CUDA(cb, cudaGraphLaunch(g->exec, cb->stream));
+		return 1;
+	}
+	/* thread-local: another thread's CUDA calls do not spoil the capture */
+	CB_CUDA(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal));
+	cb->capturing = 1;
+	return 0;
+}
+
+static int cb_graph_end(struct backend *be, int failed)
+{
+	struct cuda_backend *cb = cbk(be);
+	cudaGraph_t graph = NULL;
+	cudaGraphExec_t exec = NULL;
+	cudaError_t e;
+
+	if (!cb->capturing)
+		return 0;
+	cb->capturing = 0;
+	e = cudaStreamEndCapture(cb->stream, &graph);
+	if (failed || e != cudaSuccess) {
+		if (graph)
+			cudaGraphDestroy(graph);
+		return failed ? 0 : cb_fail_cuda(cb, "cudaStreamEndCapture", e);
+	}
+	e = cudaGraphInstantiate(&exec, graph, 0);
+	cudaGraphDestroy(graph);
+	if (e != cudaSuccess)
+		return cb_fail_cuda(cb, "cudaGraphInstantiate", e);
+
+	struct cb_graph *slot = &cb->graphs[0];
+	for (int i = 0; i < CB_N_GRAPHS; i++) {
+		if (!cb->graphs[i].exec) {
+			slot = &cb->graphs[i];
+			break;
+		}
+		if (cb->graphs[i].used < slot->used)
+			slot = &cb->graphs[i];
+	}
+	cb_graph_drop(slot);
+	slot->exec = exec;
+	slot->rows = cb->step_n;
+	slot->stride = cb->table_stride;
+	slot->gen = cb->buf_gen;
+	slot->used = ++cb->clock;
+	CB_CUDA(cb, cudaGraphLaunch(exec, cb->stream));
 	return 0;
 }
 
@@ -506,18 +747,24 @@ static void cb_free(struct backend *be)
 	if (!cb)
 		return;
 	cudaSetDevice(cb->device);
+	if (cb->capturing)
+		cb_graph_end(be, 1);
+	for (int i = 0; i < CB_N_GRAPHS; i++)
+		cb_graph_drop(&cb->graphs[i]);
 	for (size_t i = 0; i < cb->map_cap; i++)
 		if (cb->map[i].host)
 			cudaFree(cb->map[i].dev);
 	free(cb->map);
 	void *bufs[] = { cb->kv_dev, cb->d_pos, cb->d_tables, cb->d_ids, cb->d_pos2,
-			 cb->mm_scratch, cb->att_scratch };
+			 cb->mm_scratch, cb->att_scratch, cb->blas_ws };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
 	free(cb->h_tables);
 	if (cb->blas)
 		cublasDestroy(cb->blas);
+	if (cb->stream)
+		cudaStreamDestroy(cb->stream);
 	free(cb);
 }
 
@@ -560,6 +807,8 @@ static const struct backend_ops cuda_ops = {
 	.begin_step = cb_begin_step,
 	.copy_rows = cb_copy_rows,
 	.download = cb_download,
+	.graph_begin = cb_graph_begin,
+	.graph_end = cb_graph_end,
 	.load_weight = cb_load_weight,
 	.kv_attach = cb_kv_attach,
 };
@@ -620,9 +869,28 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	}
 	cb->be.ops = &cuda_ops;
 	cb->device = device;
+	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
+		cb->stream = NULL;
+		cb_free(&cb->be);
+		return -EIO;
+	}
+	if ((e = cudaMalloc(&cb->blas_ws, CB_BLAS_WORKSPACE)) != cudaSuccess) {
+		snprintf(err, errlen, "cudaMalloc(%u MiB cuBLAS workspace): %s", CB_BLAS_WORKSPACE >> 20,
+			 cudaGetErrorString(e));
+		cb->blas_ws = NULL;
+		cb_free(&cb->be);
+		return -ENOMEM;
+	}
 	if ((s = cublasCreate(&cb->blas)) != CUBLAS_STATUS_SUCCESS) {
 		snprintf(err, errlen, "cublasCreate: %s", cublasGetStatusName(s));
 		cb->blas = NULL;
+		cb_free(&cb->be);
+		return -EIO;
+	}
+	if ((s = cublasSetStream(cb->blas, cb->stream)) != CUBLAS_STATUS_SUCCESS ||
+	    (s = cublasSetWorkspace(cb->blas, cb->blas_ws, CB_BLAS_WORKSPACE)) != CUBLAS_STATUS_SUCCESS) {
+		snprintf(err, errlen, "cublasSetStream/cublasSetWorkspace: %s", cublasGetStatusName(s));
 		cb_free(&cb->be);
 		return -EIO;
 	}

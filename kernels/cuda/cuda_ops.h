@@ -12,7 +12,9 @@
  * ROW_BYTES; the paged KV pool exactly as struct bk_kv describes it, with
  * BASE a device pointer.  A step's rows name their position and their
  * sequence's block table: row t's table is TABLES + t * TABLE_STRIDE
- * (int32 block ids covering positions 0..pos[t]).
+ * (int32 block ids covering positions 0..pos[t]).  A row whose position is
+ * negative is padding (a captured graph's spare rows): kv_store writes
+ * nothing for it, attention gives it zeros and reads nothing of its table.
  *
  * Every op keeps each row's arithmetic independent of T and of the other
  * rows (batch invariance), like the CPU backend.

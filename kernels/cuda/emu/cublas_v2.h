@@ -81,6 +81,10 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t *stream);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode);
+/* The device memory the handle's calls may use as scratch (so that none is
+ * allocated while a stream is captured): WORKSPACE 256-byte aligned inside
+ * one cudaMalloc'd allocation of at least SIZE bytes, or NULL with SIZE 0. */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t size);
 const char *cublasGetStatusName(cublasStatus_t status);
 const char *cublasGetStatusString(cublasStatus_t status);
 

@@ -19,6 +19,8 @@ struct cublasContext {
 	cudaStream_t stream;          /* where calls run (or are captured) */
 	cublasPointerMode_t pointer_mode;
 	cublasMath_t math_mode;
+	void *workspace;              /* cublasSetWorkspace's (unused by the reference) */
+	size_t workspace_bytes;
 };
 
 namespace cuda_emu {
@@ -205,6 +207,27 @@ extern "C" cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t 
 	if ((int)(mode & 0xf) > CUBLAS_TF32_TENSOR_OP_MATH)
 		return CUBLAS_STATUS_INVALID_VALUE;
 	handle->math_mode = mode;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t size)
+{
+	std::lock_guard<std::mutex> g(api_lock());
+	if (!handles().count(handle))
+		return CUBLAS_STATUS_NOT_INITIALIZED;
+	std::string why;
+	if (!workspace && size)
+		why = "a NULL workspace of nonzero size";
+	else if ((uintptr_t)workspace % 256)
+		why = "not 256-byte aligned";
+	else if (size)
+		device_range(workspace, size, &why);
+	if (!why.empty()) {
+		diag("cublasSetWorkspace: %p (%zu bytes): %s", workspace, size, why.c_str());
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	handle->workspace = workspace;
+	handle->workspace_bytes = size;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
