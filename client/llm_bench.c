@@ -40,6 +40,7 @@ struct bench_opts {
 	int64_t kv_mib;             /* or in MiB */
 	int no_prefix_cache;
 	int no_graphs;
+	int gemm_rows;
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	int sequential;             /* submit the --parallel requests one after another */
 	const char *socket;         /* through this llmd instead of in-process */
@@ -75,6 +76,8 @@ static void usage(FILE *f)
 		"      --device N          CUDA device index (default 0)\n"
 		"      --no-graphs         CUDA: launch every kernel rather than replay decode steps\n"
 		"                          from CUDA graphs\n"
+		"      --gemm-rows N       CUDA: matmuls of >= N rows run on cuBLAS in fp16 (fast\n"
+		"                          prefill, not batch invariant; default 0: never)\n"
 		"      --temp X            temperature (default 0: greedy)\n"
 		"      --top-k N --top-p X --min-p X --repeat-penalty X\n"
 		"      --presence-penalty X --frequency-penalty X\n"
@@ -129,7 +132,7 @@ static char *read_file(const char *path)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
-	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH,
+	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
 	       O_DEVICE };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
@@ -149,6 +152,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "kv-mib", required_argument, 0, O_KVM }, { "sequential", no_argument, 0, O_SEQ },
 		{ "socket", required_argument, 0, O_SOCK }, { "backend", required_argument, 0, O_BACKEND },
 		{ "device", required_argument, 0, O_DEVICE }, { "no-graphs", no_argument, 0, O_NOGRAPH },
+		{ "gemm-rows", required_argument, 0, O_GEMM },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -202,6 +206,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_KVT: o->kv_tokens = atoll(optarg); break;
 		case O_NOPC: o->no_prefix_cache = 1; break;
 		case O_NOGRAPH: o->no_graphs = 1; break;
+		case O_GEMM: o->gemm_rows = atoi(optarg); break;
 		case O_SHP: o->shared_prefix = 1; break;
 		case O_KVM: o->kv_mib = atoll(optarg); break;
 		case O_SEQ: o->sequential = 1; break;
@@ -239,7 +244,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return -1;
 	}
 	if (o->n_predict < 1 || o->threads < 1 || o->repeat < 1 || o->batch < 1 || o->parallel < 1 ||
-	    o->parallel > 1024 || o->kv_tokens < 0 || o->kv_mib < 0 || o->device < 0) {
+	    o->parallel > 1024 || o->kv_tokens < 0 || o->kv_mib < 0 || o->device < 0 ||
+	    o->gemm_rows < 0) {
 		fprintf(stderr, "llm-bench: --n-predict, --threads, --repeat, --batch and --parallel "
 			"must be positive\n");
 		return -1;
@@ -669,6 +675,7 @@ int main(int argc, char **argv)
 	ep.backend = backend;
 	ep.device = o.device;
 	ep.graphs = !o.no_graphs;
+	ep.gemm_rows = o.gemm_rows;
 	ep.max_batch = o.batch;
 	ep.kv_tokens = o.kv_tokens ? o.kv_tokens : o.kv_mib ? 0 : kv_tokens;
 	ep.kv_mib = o.kv_mib;

@@ -37,6 +37,7 @@ static const struct opt opts[] = {
 	{ "device", "index", OPT_INT, F(device_index), 0, 255, NULL },
 	{ "device", "threads", OPT_INT, F(threads), 0, 256, NULL },
 	{ "device", "graphs", OPT_BOOL, F(graphs), 0, 1, NULL },
+	{ "device", "gemm_rows", OPT_INT, F(gemm_rows), 0, 65536, NULL },
 	{ "kv", "pool_mb", OPT_I64, F(pool_mb), 0, 1 << 24, NULL },
 	{ "kv", "pool_tokens", OPT_I64, F(pool_tokens), 0, INT32_MAX, NULL },
 	{ "kv", "gpu_mem_fraction", OPT_FRAC, F(gpu_mem_fraction), 0, 0, NULL },

@@ -31,6 +31,7 @@ struct llmd_conf {
 	int32_t device_index;          /* CUDA device */
 	int32_t threads;               /* CPU threads; 0 = one per online core (at most 256) */
 	int32_t graphs;                /* 1 = replay decode steps from CUDA graphs */
+	int32_t gemm_rows;             /* CUDA: matmuls of >= this many rows on cuBLAS f16; 0 never */
 	/* [kv] */
 	int64_t pool_mb;               /* KV pool size, MiB (used when pool_tokens is 0);
 	                                  both 0 = automatic (see gpu_mem_fraction) */

@@ -349,7 +349,8 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	    p->kv_block_tokens < 1 || p->kv_tokens < 0 || p->kv_mib < 0 ||
 	    !(p->kv_gpu_fraction > 0 && p->kv_gpu_fraction <= 1) || p->n_ctx < 0 ||
 	    (p->kv_type != QT_F16 && p->kv_type != QT_F32 && p->kv_type != QT_Q8_0) ||
-	    (p->backend != ENGINE_BACKEND_CPU && p->backend != ENGINE_BACKEND_CUDA) || p->device < 0) {
+	    (p->backend != ENGINE_BACKEND_CPU && p->backend != ENGINE_BACKEND_CUDA) || p->device < 0 ||
+	    p->gemm_rows < 0) {
 		snprintf(err, errlen, "invalid engine parameters");
 		return -EINVAL;
 	}
@@ -383,6 +384,8 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	if (p->backend == ENGINE_BACKEND_CUDA) {
 #ifdef LLMD_CUDA_BACKEND
 		r = cuda_backend_new(p->device, &e->be, err, errlen);
+		if (r == 0)
+			cuda_backend_set_gemm_rows(e->be, p->gemm_rows);
 #else
 		snprintf(err, errlen, "this build has no CUDA backend (configured without the CUDA "
 			 "toolkit, nvcc and cuBLAS, and without --enable-cuda-emu)");

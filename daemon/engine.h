@@ -35,6 +35,9 @@ struct engine_params {
 	int32_t device;          /* CUDA device index (0) */
 	int32_t graphs;          /* 1: replay decode steps from recorded graphs where the
 	                            backend can (CUDA); 0: launch every op (default 1) */
+	int32_t gemm_rows;       /* CUDA: quantized matmuls of at least this many rows run
+	                            on cuBLAS in f16 (fast prefill, not batch invariant);
+	                            0: never (default) */
 };
 
 #define ENGINE_BACKEND_CPU 0

@@ -242,6 +242,12 @@ int cuda_backend_emulated(void);
 /* The CUDA backend's last failure, naming the call ("cudaMalloc: out of
  * memory ..."); "" when none.  Engine thread only. */
 const char *cuda_backend_last_error(const struct backend *be);
+/* Quantized matmuls of at least ROWS rows (prefill chunks) dequantize the
+ * weight to f16 tiles and run cublasGemmEx (tensor cores) instead of the
+ * integer kernels: faster prefill on a GPU, but a row's arithmetic then
+ * depends on the rows beside it (no batch invariance).  0 (the default):
+ * never. */
+void cuda_backend_set_gemm_rows(struct backend *be, int32_t rows);
 
 #ifdef __cplusplus
 }

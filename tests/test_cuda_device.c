@@ -15,6 +15,8 @@
  *    matmul runs our kernels: cuBLAS's F32 GEMM may pick its algorithm by T);
  *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
  *    give the logits of launched ones bit for bit (the q4_0 model again);
+ *  - gemm_rows: a prompt's matmuls through f16 tiles and cublasGemmEx stay
+ *    near the CPU's logits and give its greedy tokens;
  *  - the KV pool: automatic, it takes kv_gpu_fraction of the memory free
  *    after the model; a model that cannot fit beside its pool is refused
  *    with the sizes named, and leaves no device memory behind.
@@ -270,6 +272,7 @@ int main(void)
 	json_object_put(root);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
 	if (model_load(path, &m, err, sizeof err) < 0) {
 		fprintf(stderr, "%s: %s\n", path, err);

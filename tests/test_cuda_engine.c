@@ -7,6 +7,7 @@
  *  - batch invariance: a request's tokens alone equal its tokens beside 3
  *    other sequences through the scheduler;
  *  - decode steps replayed from CUDA graphs give launched steps' logits;
+ *  - gemm_rows: a prompt's matmuls on f16 cuBLAS stay near the CPU's logits;
  *  - the backend is named, and a bad device is refused with a message;
  *    auto never chooses the emulator, cuda does;
  *  - the KV pool on the (64 MiB) emulated device: automatic, it is exactly
@@ -263,5 +264,7 @@ int main(void)
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
+	tgemm_check(dir, "derived/TinyStories-656K-q8_0.gguf", 0.5f);
 	return test_result();
 }

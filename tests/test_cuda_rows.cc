@@ -1,5 +1,5 @@
 /* test_cuda_rows.cc - kernels/cuda/rows.cu (embed, rmsnorm, rope, swiglu,
- * add), compiled here as C++ against the CUDA emulator, equals the CPU
+ * add, the half-precision copies for cuBLAS), compiled here as C++ against the CUDA emulator, equals the CPU
  * backend on random inputs of several shapes, in every thread order.
  *
  * Tolerances, in ulps of the CPU's value (measured figures are printed):
@@ -317,6 +317,74 @@ static void test_elementwise()
 	CHECK_INT_EQ(cuda_add(d.d, NULL, 4, NULL), -EINVAL);
 }
 
+/* ---- half-precision copies (the cuBLAS path's inputs) ---- */
+
+/* Weight rows as the CPU dequantizes them, then its own f16 conversion;
+ * activations through the CPU's F16 and BF16 row converters: bit for bit. */
+static void test_half()
+{
+	static const uint32_t types[] = { QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
+					  QT_Q4_K, QT_Q5_K, QT_Q6_K };
+	const int64_t n_out = 37, row0 = 5, n_rows = 20;
+
+	for (uint32_t type : types) {
+		const int64_t n = qtype_get(type)->blck == QK_K ? 512 : 96;
+		size_t rb;
+		std::vector<uint8_t> w = make_weight(type, n, n_out, &rb);
+		dbuf<uint8_t> dw(w.size());
+		dw.put(w);
+		struct bk_weight dwt = { type, n, n_out, dw.d, rb };
+		dbuf<uint16_t> dout((size_t)n_rows * n, 0xff);
+		std::vector<float> f(n);
+		for_each_order([&](const char *) {
+			CHECK_INT_EQ(cuda_dequant_f16(&dwt, row0, n_rows, dout.d, NULL), 0);
+			std::vector<uint16_t> got = dout.get();
+			int bad = 0;
+			for (int64_t r = 0; r < n_rows; r++) {
+				quant_dequantize_row(type, w.data() + (row0 + r) * rb, f.data(), n);
+				for (int64_t e = 0; e < n; e++)
+					bad += got[r * n + e] != qt_f32_to_f16(f[e]);
+			}
+			if (bad)
+				fprintf(stderr, "dequant_f16 %s: %d of %lld halves differ\n",
+					qtype_get(type)->name, bad, (long long)(n_rows * n));
+			CHECK(bad == 0);
+		});
+	}
+
+	/* ties, subnormals, overflow to infinity, infinities */
+	std::vector<float> x(5000);
+	for (float &v : x)
+		v = frand(-70000, 70000) * (next_u32() % 2 ? 1.0f : 1e-6f);
+	const float special[] = { 0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 0x1p-24f,
+				  0x1p-25f, 65519.0f, 65520.0f, 1e30f, -1e30f, INFINITY, -INFINITY,
+				  1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3e-39f };
+	std::copy(special, special + sizeof special / sizeof special[0], x.begin());
+	dbuf<float> dx(x.size());
+	dx.put(x);
+	dbuf<uint16_t> dh(x.size());
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		std::vector<uint16_t> want(x.size());
+		quant_quantize_row(bf16 ? QT_BF16 : QT_F16, x.data(), want.data(), (int64_t)x.size());
+		CHECK_INT_EQ(cuda_to_half(dx.d, (int64_t)x.size(), bf16, dh.d, NULL), 0);
+		CHECK(dh.get() == want);
+	}
+
+	/* arguments */
+	size_t rb;
+	std::vector<uint8_t> w = make_weight(QT_Q4_0, 64, 4, &rb);
+	dbuf<uint8_t> dw(w.size());
+	struct bk_weight dwt = { QT_Q4_0, 64, 4, dw.d, rb };
+	CHECK_INT_EQ(cuda_dequant_f16(&dwt, 0, 0, dh.d, NULL), 0);
+	CHECK_INT_EQ(cuda_dequant_f16(&dwt, 2, 3, dh.d, NULL), -EINVAL); /* past the last row */
+	CHECK_INT_EQ(cuda_dequant_f16(&dwt, -1, 1, dh.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_dequant_f16(&dwt, 0, 1, NULL, NULL), -EINVAL);
+	dwt.type = QT_Q5_0;
+	CHECK_INT_EQ(cuda_dequant_f16(&dwt, 0, 1, dh.d, NULL), -ENOTSUP);
+	CHECK_INT_EQ(cuda_to_half(dx.d, -1, 0, dh.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_to_half(dx.d, 4, 0, (char *)dh.d + 1, NULL), -EINVAL);
+}
+
 int main()
 {
 	CHECK_INT_EQ(cpu_backend_new(1, &cpu), 0);
@@ -326,6 +394,7 @@ int main()
 	test_rmsnorm();
 	test_rope();
 	test_elementwise();
+	test_half();
 	backend_free(cpu);
 	printf("largest distance from the CPU backend, in ulps: embed %lld, rmsnorm %lld, rope %lld, "
 	       "swiglu %lld, add %lld\n", (long long)worst_embed, (long long)worst_rmsnorm,

@@ -4,11 +4,15 @@
  *    three others, two of them started first so that its prefill shares
  *    steps with their decodes; greedy ids identical;
  *  - graphs: decode steps replayed from CUDA graphs give the very logits of
- *    launched ones. */
+ *    launched ones;
+ *  - the cuBLAS fp16 path for big matmuls (gemm_rows): a prompt's logits
+ *    near the CPU's, and the same greedy tokens. */
 #ifndef LLMD_TESTBATCH_H
 #define LLMD_TESTBATCH_H
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -228,6 +232,100 @@ static void tgraph_check(const char *dir, const char *rel)
 	       same ? "identical to launched steps" : "DIFFER from launched steps");
 	free(on);
 	free(off);
+	model_free(m);
+}
+
+/* The last row's logits after PROMPT (N ids, one step) and then N_GEN
+ * greedy ids into GEN, on an engine with backend BACKEND and gemm_rows
+ * GEMM_ROWS.  Returns the logits (n_vocab floats, malloc'd) or NULL. */
+static float *tgemm_run(const struct model *m, int32_t backend, int32_t gemm_rows,
+			const int32_t *prompt, int n, int n_gen, int32_t *gen)
+{
+	struct engine_params ep;
+	struct engine *e = NULL;
+	struct tseq sq;
+	char err[256];
+	float *first = NULL, *lg;
+	int ok;
+
+	engine_params_default(&ep);
+	ep.backend = backend;
+	ep.kv_tokens = 256;
+	ep.max_batch = 64;
+	ep.gemm_rows = gemm_rows;
+	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
+		fprintf(stderr, "engine_new: %s\n", err);
+		test_failures++;
+		return NULL;
+	}
+	const int32_t n_vocab = engine_n_vocab(e);
+	memset(&sq, 0, sizeof sq);
+	first = malloc((size_t)n_vocab * sizeof(float));
+	lg = malloc((size_t)n_vocab * sizeof(float));
+	ok = first && lg && tseq_feed(e, &sq, prompt, n, n, first) == 1;
+	if (ok)
+		memcpy(lg, first, (size_t)n_vocab * sizeof(float));
+	for (int i = 0; ok && i < n_gen; i++) {
+		gen[i] = tseq_argmax(lg, n_vocab);
+		ok = i + 1 == n_gen || tseq_feed(e, &sq, &gen[i], 1, 1, lg) == 1;
+	}
+	CHECK(ok);
+	tseq_free(e, &sq);
+	engine_free(e);
+	free(lg);
+	if (!ok) {
+		free(first);
+		return NULL;
+	}
+	return first;
+}
+
+/* gemm_rows 8 sends the prompt's matmuls of the quantized model REL
+ * through f16 weight tiles and cuBLAS: its logits leave the integer path's
+ * (the switch happened) but stay within TOL of the CPU's, and the greedy
+ * continuation is the CPU's.  The integer path rounds activations to 8
+ * bits as the CPU does (on the emulator it is the CPU's to the bit); f16
+ * keeps 11 bits of weights and activations, so the logits move by the
+ * CPU's own rounding: 0.23 at most measured on the emulator. */
+static void tgemm_check(const char *dir, const char *rel, float tol)
+{
+	enum { N = 40, N_GEN = 16 };
+	char path[4096], err[512];
+	struct model *m = NULL;
+	int32_t prompt[N], g_cpu[N_GEN], g_q[N_GEN], g_h[N_GEN];
+
+	snprintf(path, sizeof path, "%s/%s", dir, rel);
+	if (model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		test_failures++;
+		return;
+	}
+	const char *text = "Once upon a time, there was a little girl named Lily. She loved to play "
+			   "outside in the park with her friends and her dog.";
+	int n = tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, prompt, N);
+	CHECK(n >= 16 && n <= N);
+	float *cpu = tgemm_run(m, ENGINE_BACKEND_CPU, 0, prompt, n, N_GEN, g_cpu);
+	float *q = tgemm_run(m, ENGINE_BACKEND_CUDA, 0, prompt, n, N_GEN, g_q);
+	float *h = tgemm_run(m, ENGINE_BACKEND_CUDA, 8, prompt, n, N_GEN, g_h);
+	if (cpu && q && h) {
+		double dq = 0, dh = 0;
+		for (int32_t i = 0; i < m->hp.n_vocab; i++) { /* a NaN sticks */
+			double a = fabs((double)q[i] - cpu[i]), b = fabs((double)h[i] - cpu[i]);
+			dq = a <= dq ? dq : a;
+			dh = b <= dh ? dh : b;
+		}
+		CHECK(memcmp(q, h, (size_t)m->hp.n_vocab * sizeof(float)) != 0);
+		CHECK(dh <= tol);
+		CHECK(memcmp(g_h, g_cpu, sizeof g_cpu) == 0);
+		printf("%s: prompt of %d tokens, f16 cuBLAS matmuls: logits within %.3g of the CPU's "
+		       "(integer kernels %.3g, tolerance %.3g), %d greedy tokens %s\n", rel, n, dh, dq,
+		       (double)tol, N_GEN, memcmp(g_h, g_cpu, sizeof g_cpu) ? "DIFFER" : "the CPU's");
+	} else {
+		test_failures++;
+	}
+	free(cpu);
+	free(q);
+	free(h);
 	model_free(m);
 }
 

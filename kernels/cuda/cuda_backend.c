@@ -29,9 +29,16 @@
  * the step buffers it was recorded with, so it is dropped when one of them
  * is reallocated (buf_gen).  Prefill steps run uncaptured.
  *
- * TODO(cuda): cuBLAS with fp16 weight tiles for large T (prefill); a tiled
- * flash-attention kernel for prefill chunks; quantize x once per matmul
- * group.
+ * Matmuls: quantized weights go through our integer kernels (matmul.cu),
+ * bit for bit the CPU's and batch invariant.  F32, F16 and BF16 weights go
+ * through cuBLAS; so do quantized ones in matmuls of at least gemm_rows rows
+ * when that is set (cuda_backend_set_gemm_rows): weight tiles dequantized to
+ * f16 and cublasGemmEx with f32 accumulation, tensor cores for prefill, at
+ * the price of batch invariance (a row's arithmetic then depends on the
+ * rows beside it).  Recorded (decode) steps always take the integer kernels.
+ *
+ * TODO(cuda): a tiled flash-attention kernel for prefill chunks; quantize x
+ * once per matmul group.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -45,6 +52,15 @@
 #include "backend.h"
 #include "cuda_ops.h"
 #include "quant.h"
+
+/* Bytes of one f16 weight tile of the cuBLAS path: its rows are dequantized
+ * a tile at a time into scratch (small on the emulator, so that the tests
+ * cross tiles). */
+#ifdef LLMD_CUDA_EMU_H
+#define CB_GEMM_TILE_BYTES (32u << 10)
+#else
+#define CB_GEMM_TILE_BYTES (16u << 20)
+#endif
 
 #define CB_GRAPH_MAX_ROWS 256 /* decode steps with more rows run uncaptured */
 #define CB_N_GRAPHS 48         /* instantiated graphs kept (least recently used goes) */
@@ -106,8 +122,12 @@ struct cuda_backend {
 	size_t mm_scratch_cap;       /* bytes */
 	void *att_scratch;           /* attention partials */
 	size_t att_scratch_cap;      /* bytes */
+	void *gemm_scratch;          /* the cuBLAS path's f16 activations and weight tile */
+	size_t gemm_scratch_cap;     /* bytes */
+	int32_t gemm_rows;           /* quantized matmuls of >= this many rows use cuBLAS; 0 never */
 	/* What a graph step sizes its buffers by before recording. */
 	size_t mm_row_bytes;         /* the largest matmul scratch per row of any weight */
+	size_t half_row_bytes;       /* the largest f16 activation row of an F16/BF16 weight */
 	struct bk_kv kv_view;        /* the attached pool (geometry) */
 	struct bk_attn attn;         /* the last attention's shape; valid when has_attn */
 	int has_attn;
@@ -153,6 +173,11 @@ static int cb_launched(struct cuda_backend *cb, const char *call, int r)
 		if (cb_e_ != cudaSuccess)                         \
 			return cb_fail_cuda((cb), #call, cb_e_);  \
 	} while (0)
+
+void cuda_backend_set_gemm_rows(struct backend *be, int32_t rows)
+{
+	cbk(be)->gemm_rows = rows > 0 ? rows : 0;
+}
 
 const char *cuda_backend_last_error(const struct backend *be)
 {
@@ -271,6 +296,8 @@ static int cb_weight(struct cuda_backend *cb, const struct bk_weight *w, struct 
 	size_t mm = cuda_matmul_scratch_bytes(dw, 1);
 	if (w->type != QT_F32 && mm > cb->mm_row_bytes)
 		cb->mm_row_bytes = mm;
+	if ((w->type == QT_F16 || w->type == QT_BF16) && (size_t)w->n_in * 2 > cb->half_row_bytes)
+		cb->half_row_bytes = (size_t)w->n_in * 2;
 	return 0;
 }
 
@@ -423,6 +450,58 @@ static int cb_matmul_f32(struct cuda_backend *cb, const struct bk_weight *dw, co
 	return 0;
 }
 
+/* out (T, n_out) = x · W^T on cuBLAS in half precision: x rounded to f16
+ * (bf16 for BF16 weights) once, W as it is (F16, BF16) or dequantized to
+ * f16 a tile of rows at a time, f32 accumulation and output. */
+static int cb_matmul_half(struct cuda_backend *cb, const struct bk_weight *dw, const float *x,
+			  int32_t T, float *out)
+{
+	const int bf16 = dw->type == QT_BF16, direct = dw->type == QT_F16 || bf16;
+	const cudaDataType ht = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+	const int64_t n_in = dw->n_in, n_out = dw->n_out;
+	const float one = 1.0f, zero = 0.0f;
+	const size_t xb = ((size_t)T * (size_t)n_in * 2 + 255) / 256 * 256;
+	int64_t tile = n_out;
+	cublasStatus_t s;
+	int r;
+
+	if (n_in > INT32_MAX || n_out > INT32_MAX || (direct && dw->row_bytes != (size_t)n_in * 2)) {
+		snprintf(cb->last_err, sizeof cb->last_err, "cublasGemmEx: %s weights of %lld x %lld",
+			 direct ? "padded half" : "too large", (long long)n_out, (long long)n_in);
+		return -ENOTSUP;
+	}
+	if (!direct) {
+		tile = (int64_t)(CB_GEMM_TILE_BYTES / ((size_t)n_in * 2)) / 64 * 64;
+		if (tile < 64)
+			tile = 64;
+		if (tile > n_out)
+			tile = n_out;
+	}
+	if ((r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
+			 xb + (direct ? 0 : (size_t)tile * (size_t)n_in * 2))) < 0)
+		return r;
+	void *xh = cb->gemm_scratch, *wh = (char *)cb->gemm_scratch + xb;
+	if ((r = cb_launched(cb, "cuda_to_half", cuda_to_half(x, (int64_t)T * n_in, bf16, xh, cb->stream))) < 0)
+		return r;
+	for (int64_t row0 = 0; row0 < n_out; row0 += tile) {
+		const int64_t rows = n_out - row0 < tile ? n_out - row0 : tile;
+		const void *a = (const char *)dw->data + (size_t)row0 * dw->row_bytes;
+		if (!direct) {
+			r = cb_launched(cb, "cuda_dequant_f16", cuda_dequant_f16(dw, row0, rows, wh, cb->stream));
+			if (r < 0)
+				return r;
+			a = wh;
+		}
+		/* column-major: out^T (rows, T) at out + row0, ld n_out */
+		s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, T, (int)n_in, &one, a, ht,
+				 (int)n_in, xh, ht, (int)n_in, &zero, out + row0, CUDA_R_32F, (int)n_out,
+				 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		if (s != CUBLAS_STATUS_SUCCESS)
+			return cb_fail_blas(cb, "cublasGemmEx", s);
+	}
+	return 0;
+}
+
 static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int nw, const float *x,
 		     int32_t T, float *const *out)
 {
@@ -435,7 +514,12 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 			return r;
 		if (dw.type == QT_F32) {
 			r = cb_matmul_f32(cb, &dw, x, T, out[k]);
-		} else if (dw.type == QT_F16 || dw.type == QT_BF16 || dw.type == QT_Q5_0 || dw.type == QT_Q5_1) {
+		} else if (dw.type == QT_F16 || dw.type == QT_BF16 ||
+			   (cb->gemm_rows > 0 && T >= cb->gemm_rows && !cb->capturing &&
+			    cuda_matmul_scratch_bytes(&dw, 1) > 0)) {
+			/* TODO(cuda): round x to half once for all NW weights */
+			r = cb_matmul_half(cb, &dw, x, T, out[k]);
+		} else if (dw.type == QT_Q5_0 || dw.type == QT_Q5_1) {
 			snprintf(cb->last_err, sizeof cb->last_err,
 				 "matmul: %s weights are not supported on CUDA yet",
 				 qtype_get(dw.type) ? qtype_get(dw.type)->name : "these");
@@ -677,6 +761,8 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	if ((r = cb_use_device(cb)) < 0 ||
 	    (r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, att)) < 0 ||
 	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
+	    (r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
+			 (cb->half_row_bytes * (size_t)TB + 255) / 256 * 256)) < 0 ||
 	    (r = cb_graph_inputs(cb, rows, ids, TB, stride)) < 0)
 		return r;
 
@@ -756,7 +842,7 @@ static void cb_free(struct backend *be)
 			cudaFree(cb->map[i].dev);
 	free(cb->map);
 	void *bufs[] = { cb->kv_dev, cb->d_pos, cb->d_tables, cb->d_ids, cb->d_pos2,
-			 cb->mm_scratch, cb->att_scratch, cb->blas_ws };
+			 cb->mm_scratch, cb->att_scratch, cb->gemm_scratch, cb->blas_ws };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);

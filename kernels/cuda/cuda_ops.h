@@ -46,6 +46,12 @@ int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_r
 int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, void *stream);
 /* x (n) += y. */
 int cuda_add(float *x, const float *y, int64_t n, void *stream);
+/* out (n_rows, w->n_in) __half = rows ROW0.. of W as cuda_embed dequantizes
+ * them, each rounded to nearest even f16: weight tiles for cuBLAS. */
+int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,
+		     void *stream);
+/* out (n) = x rounded to nearest even __half, or __nv_bfloat16 with BF16. */
+int cuda_to_half(const float *x, int64_t n, int bf16, void *out, void *stream);
 
 /* ---- the paged KV pool (kernels/cuda/attention.cu) ---- */
 

@@ -1,6 +1,7 @@
 /* rows.cu - the CUDA backend's element-wise and row ops: embedding gather
  * (dequantizing every weight type the CPU backend takes), RMSNorm, RoPE,
- * SwiGLU and the residual add.
+ * SwiGLU and the residual add; and the fp16/bf16 copies of weight rows and
+ * activations that the cuBLAS GEMM path takes.
  *
  * Each op repeats the CPU backend's (kernels/cpu_backend.c, kernels/quant.c)
  * arithmetic operation for operation, so that on the emulator the results
@@ -12,6 +13,7 @@
  */
 #include "cuda_compat.h"
 
+#include <cuda_bf16.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -185,6 +187,69 @@ extern "C" int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t
 	LAUNCH(embed_kernel, dim3((unsigned)T, (unsigned)chunks), ROWS_THREADS, 0,
 		(cudaStream_t)stream, (const uint8_t *)w->data, w->type, w->n_in, w->n_out,
 		w->row_bytes, ids, out);
+	return rows_launched();
+}
+
+/* ---- half-precision copies for cuBLAS ---- */
+
+/* Grid (rows, chunks of ROWS_THREADS elements): element e of weight row
+ * ROW0 + blockIdx.x as embed dequantizes it, rounded to f16 (nearest even). */
+static __global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, uint32_t type, int64_t n_in,
+	size_t row_bytes, int64_t row0, __half *__restrict__ out)
+{
+	const int64_t r = blockIdx.x;
+	const int64_t e = (int64_t)blockIdx.y * ROWS_THREADS + threadIdx.x;
+	if (e >= n_in)
+		return;
+	out[r * n_in + e] = __float2half_rn(rows_dequant(type, w + (size_t)(row0 + r) * row_bytes, e));
+}
+
+extern "C" int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,
+	void *stream)
+{
+	int bytes = 0, blck;
+
+	if (!w || !w->data || !out || w->n_in <= 0 || row0 < 0 || n_rows < 0 ||
+	    row0 + n_rows > w->n_out)
+		return -EINVAL;
+	if (!(blck = rows_type_block(w->type, &bytes)))
+		return -ENOTSUP;
+	if (w->n_in % blck || w->row_bytes < (size_t)(w->n_in / blck) * (size_t)bytes ||
+	    w->row_bytes % 2 || (w->type == QT_F32 && w->row_bytes % 4))
+		return -EINVAL;
+	const int64_t chunks = (w->n_in + ROWS_THREADS - 1) / ROWS_THREADS;
+	if (chunks > 65535 || n_rows > 0x7fffffff)
+		return -EINVAL;
+	if (!n_rows)
+		return 0;
+	LAUNCH(dequant_f16_kernel, dim3((unsigned)n_rows, (unsigned)chunks), ROWS_THREADS, 0,
+		(cudaStream_t)stream, (const uint8_t *)w->data, w->type, w->n_in, w->row_bytes, row0,
+		(__half *)out);
+	return rows_launched();
+}
+
+/* Grid-stride: out[i] = x[i] rounded to nearest even f16, or bf16. */
+static __global__ void to_half_kernel(const float *__restrict__ x, int64_t n, int bf16, void *out)
+{
+	for (int64_t i = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * ROWS_THREADS) {
+		if (bf16)
+			reinterpret_cast<__nv_bfloat16 *>(out)[i] = __float2bfloat16_rn(x[i]);
+		else
+			reinterpret_cast<__half *>(out)[i] = __float2half_rn(x[i]);
+	}
+}
+
+extern "C" int cuda_to_half(const float *x, int64_t n, int bf16, void *out, void *stream)
+{
+	if (n < 0 || (n && (!x || !out)) || (uintptr_t)out % 2)
+		return -EINVAL;
+	if (!n)
+		return 0;
+	int64_t blocks = (n + ROWS_THREADS - 1) / ROWS_THREADS;
+	if (blocks > EW_MAX_BLOCKS)
+		blocks = EW_MAX_BLOCKS;
+	LAUNCH(to_half_kernel, (unsigned)blocks, ROWS_THREADS, 0, (cudaStream_t)stream, x, n, bf16, out);
 	return rows_launched();
 }
 
