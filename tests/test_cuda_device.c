@@ -16,7 +16,8 @@
  *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
  *    give the logits of launched ones bit for bit (the q4_0 model again);
  *  - gemm_rows: a prompt's matmuls through f16 tiles and cublasGemmEx stay
- *    near the CPU's logits and give its greedy tokens;
+ *    near the CPU's logits and give its greedy tokens; so do F16 and BF16
+ *    weights;
  *  - the KV pool: automatic, it takes kv_gpu_fraction of the memory free
  *    after the model; a model that cannot fit beside its pool is refused
  *    with the sizes named, and leaves no device memory behind.
@@ -273,6 +274,8 @@ int main(void)
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
+	thalf_check(dir, QT_F16, 0.05f);
+	thalf_check(dir, QT_BF16, 1e-4f);
 	snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
 	if (model_load(path, &m, err, sizeof err) < 0) {
 		fprintf(stderr, "%s: %s\n", path, err);

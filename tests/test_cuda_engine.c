@@ -8,6 +8,7 @@
  *    other sequences through the scheduler;
  *  - decode steps replayed from CUDA graphs give launched steps' logits;
  *  - gemm_rows: a prompt's matmuls on f16 cuBLAS stay near the CPU's logits;
+ *    F16 and BF16 weights (always cuBLAS) too;
  *  - the backend is named, and a bad device is refused with a message;
  *    auto never chooses the emulator, cuda does;
  *  - the KV pool on the (64 MiB) emulated device: automatic, it is exactly
@@ -266,5 +267,7 @@ int main(void)
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	tgemm_check(dir, "derived/TinyStories-656K-q8_0.gguf", 0.5f);
+	thalf_check(dir, QT_F16, 0.05f);
+	thalf_check(dir, QT_BF16, 1e-4f);
 	return test_result();
 }
