@@ -204,6 +204,7 @@ static void run_cfg(const cfg &c)
 	attn_shape unused;
 	struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f / sqrtf((float)hd) };
 	CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &unused), 0);
+	CHECK(cuda_attention_qrows(&dkv, &a) >= 8); /* the tiled runs below share blocks */
 	for (const step &st : steps) {
 		const int32_t T = st.T();
 		const size_t qn = (size_t)T * c.n_head * hd;
@@ -223,9 +224,11 @@ static void run_cfg(const cfg &c)
 		dtab.put(tables_of(st));
 		dq.put(q);
 		std::vector<float> first;
+		/* one row per block, then a prefill chunk's rows sharing blocks */
+		for (int tiled = 0; tiled < 2; tiled++)
 		for_each_order([&](const char *order) {
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
-					     dout.d, scratch.d, 0), 0);
+					     dout.d, tiled ? &rows : NULL, scratch.d, 0), 0);
 			std::vector<float> out = dout.get();
 			int bad = 0;
 			for (size_t i = 0; i < qn; i++) {
@@ -238,8 +241,8 @@ static void run_cfg(const cfg &c)
 						out[i], want[i]);
 			}
 			CHECK(bad == 0);
-			/* the thread order changes nothing: each output has one writer
-			 * and a fixed summation order */
+			/* neither the thread order nor the tiling changes anything:
+			 * each output has one writer and a fixed summation order */
 			if (first.empty())
 				first = out;
 			else
@@ -266,7 +269,7 @@ static void run_cfg(const cfg &c)
 			pt.put(ptab);
 			pdq.put(pq);
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, TP, ppos.d, pt.d, TABLE_STRIDE, &a, pdq.d,
-					     pout.d, ps.d, 0), 0);
+					     pout.d, NULL, ps.d, 0), 0);
 			std::vector<float> po = pout.get();
 			CHECK(memcmp(po.data() + hn, first.data(), qn * sizeof(float)) == 0);
 			for (size_t i = 0; i < hn; i++)
@@ -276,7 +279,7 @@ static void run_cfg(const cfg &c)
 		for (int32_t t = 0; t < T; t += 7) {
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, 1, dpos.d + t, dtab.d + (size_t)t * TABLE_STRIDE,
 					     TABLE_STRIDE, &a, dq.d + (size_t)t * c.n_head * hd, dout.d,
-					     scratch.d, 0), 0);
+					     NULL, scratch.d, 0), 0);
 			std::vector<float> one = dout.get();
 			CHECK(memcmp(one.data(), first.data() + (size_t)t * c.n_head * hd,
 				     (size_t)c.n_head * hd * sizeof(float)) == 0);
@@ -294,22 +297,22 @@ static void test_args()
 	struct bk_attn a = { 4, 2, 8, 0.35f };
 	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) > 0);
 	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) <= (1 << 16));
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), 0);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), 0);
 	CHECK_INT_EQ(cuda_kv_store(&kv, 0, 0, pos.d, tab.d, 4, x.d, x.d, 0), 0);
-	CHECK_INT_EQ(cuda_attention(&kv, 2, 1, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 2, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
 	CHECK_INT_EQ(cuda_kv_store(&kv, -1, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, 0), -EINVAL);
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 0, &a, x.d, out.d, scratch.d, 0), -EINVAL);
-	CHECK_INT_EQ(cuda_attention(&kv, 0, -1, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, NULL, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 0, &a, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, -1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
 	struct bk_attn bad = { 5, 2, 8, 0.35f }; /* n_head % n_head_kv */
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
 	CHECK(cuda_attention_scratch_bytes(&kv, &bad, 1, 4) == 0);
 	bad = { 4, 2, 16, 0.25f }; /* head_dim * n_head_kv != kv_dim */
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
 	struct bk_kv k2 = kv;
 	k2.type = QT_BF16;
 	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -ENOTSUP);
-	CHECK_INT_EQ(cuda_attention(&k2, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, scratch.d, 0), -ENOTSUP);
+	CHECK_INT_EQ(cuda_attention(&k2, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), -ENOTSUP);
 	k2 = kv;
 	k2.row_bytes = 32; /* not F32's row of kv_dim */
 	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);

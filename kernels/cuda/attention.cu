@@ -10,14 +10,17 @@
  * loaded into shared memory) and writes a partial (max, sum, acc[head_dim])
  * per query head; attn_reduce_kernel combines a row's partials.  The split
  * size is a constant, so a row's arithmetic depends on its position alone
- * (batch invariance).  Prefill rows (several rows of one sequence) take the
- * same per-row path in this first version; a tiled flash-attention kernel
- * sharing K/V tiles across a chunk's rows is the later optimisation.
+ * (batch invariance).  Prefill rows (several rows of one sequence at
+ * consecutive positions) share a split block, up to qrows of them: each K/V
+ * tile is read from the pool once for all of them (flash attention over a
+ * tile of queries), while each row keeps the very operations it runs alone.
  */
 #include "cuda_compat.h"
 
 #include <errno.h>
 #include <math.h>
+
+#include <vector>
 
 extern "C" {
 #include "quant.h"
@@ -32,6 +35,7 @@ extern "C" {
 #define ATTN_THREADS 128          /* threads of a split block */
 #define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
 #define ATTN_ROW_CHUNK 64         /* rows per launch pair: bounds the scratch */
+#define ATTN_MAX_QROWS 16         /* rows of one sequence a split block takes at once */
 #define ATTN_MAX_HEAD_DIM 256
 #define ATTN_MAX_GROUP 64
 #define ATTN_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without opt-in */
@@ -122,59 +126,75 @@ struct attn_shape {
 	int32_t split_pos;  /* positions per split: whole KV blocks */
 	int32_t n_splits;   /* splits per row in the grid (and the scratch) */
 	int32_t tile;       /* positions per shared-memory tile */
+	int32_t qrows;      /* rows of one sequence per split block (1 .. ATTN_MAX_QROWS) */
 };
 
-/* Floats of shared memory a split block uses (see the carve-up below). */
-static size_t attn_smem_floats(int32_t group, int32_t hd, int32_t tile)
+/* Floats of shared memory a split block of R rows uses (see the carve-up
+ * below). */
+static size_t attn_smem_floats(int32_t R, int32_t group, int32_t hd, int32_t tile)
 {
-	return (size_t)2 * group * hd            /* q, acc */
+	return (size_t)2 * R * group * hd        /* q, acc */
 		+ (size_t)2 * tile * (hd + 1)     /* K, V tiles (rows padded by one: no bank conflicts) */
-		+ (size_t)group * tile            /* scores, then weights */
-		+ (size_t)3 * group;              /* running max, sum; correction */
+		+ (size_t)R * group * tile        /* scores, then weights */
+		+ (size_t)3 * R * group;          /* running max, sum; correction */
 }
 
-/* grid (n_splits, n_head_kv, rows of this chunk).  Partial of (row, query
- * head h, split s) at ((row_local * n_head + h) * n_splits + s) * (hd + 2):
- * max, sum, then acc[hd]; a split past the row's last position writes
- * nothing (the reduction never reads it). */
+/* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
+ * sh.qrows consecutive rows of one sequence (consecutive positions: a
+ * prefill chunk), TILES[base + blockIdx.z] = (first row, rows); without
+ * TILES every row is its own tile.  The block stages each K/V tile of its
+ * split in shared memory once for all its rows (the last row's table covers
+ * them all), and every row runs exactly the steps it would alone: the tiles
+ * start at the split and end at KV block edges or sh.tile positions, a row
+ * stops at its own position, and its online softmax sees its own scores in
+ * order; so a row's bits do not depend on its tile (batch invariance, and
+ * a prefill row equals the same position decoded).
+ * Partial of (row, query head h, split s) at
+ * (((row - row0) * n_head + h) * n_splits + s) * (hd + 2): max, sum, then
+ * acc[hd]; a split past the row's last position writes nothing (the
+ * reduction never reads it). */
 static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, attn_shape sh, int32_t row0,
-	const float *__restrict__ q, float *__restrict__ partial)
+	const int32_t *__restrict__ tiles, int32_t tile_base, const float *__restrict__ q,
+	float *__restrict__ partial)
 {
-	const int32_t t = row0 + blockIdx.z, hk = blockIdx.y, s = blockIdx.x;
-	const int32_t n_pos = pos[t] + 1;
+	const int32_t hk = blockIdx.y, s = blockIdx.x;
+	const int32_t t0 = tiles ? tiles[2 * (tile_base + blockIdx.z)] : row0 + (int32_t)blockIdx.z;
+	const int32_t R = tiles ? tiles[2 * (tile_base + blockIdx.z) + 1] : 1;
 	const int32_t p0 = s * sh.split_pos;
-	if (p0 >= n_pos) /* the whole block leaves, before any barrier */
+	const int32_t last = pos[t0 + R - 1];  /* the tile's largest position */
+	if (last < 0 || p0 >= last + 1) /* the whole block leaves, before any barrier */
 		return;
-	const int32_t p1 = min(p0 + sh.split_pos, n_pos);
+	const int32_t P1 = min(p0 + sh.split_pos, last + 1);
 	const int32_t G = sh.group, hd = sh.head_dim, ks = hd + 1, tile = sh.tile;
+	const int32_t RG = R * G;
 	const int32_t bt = kv.block_tokens;
-	const int32_t *table = tables + (size_t)t * table_stride;
+	const int32_t *table = tables + (size_t)(t0 + R - 1) * table_stride;
 	const int tid = threadIdx.x, nt = blockDim.x;
 
 	DYN_SHARED(float, smem);
-	float *qs = smem;                  /* (G, hd) */
-	float *acc = qs + G * hd;          /* (G, hd) */
-	float *kt = acc + G * hd;          /* (tile, hd + 1) */
+	float *qs = smem;                  /* (R, G, hd) */
+	float *acc = qs + RG * hd;         /* (R, G, hd) */
+	float *kt = acc + RG * hd;         /* (tile, hd + 1) */
 	float *vt = kt + tile * ks;        /* (tile, hd + 1) */
-	float *sc = vt + tile * ks;        /* (G, tile) */
-	float *m = sc + G * tile;          /* (G) */
-	float *l = m + G;                  /* (G) */
-	float *corr = l + G;               /* (G) */
+	float *sc = vt + tile * ks;        /* (R, G, tile) */
+	float *m = sc + RG * tile;         /* (R, G) */
+	float *l = m + RG;                 /* (R, G) */
+	float *corr = l + RG;              /* (R, G) */
 
-	const float *qrow = q + ((size_t)t * sh.n_head + (size_t)hk * G) * hd;
-	for (int i = tid; i < G * hd; i += nt) {
-		qs[i] = qrow[i];
+	for (int i = tid; i < RG * hd; i += nt) {
+		const int32_t r = i / (G * hd), gc = i % (G * hd);
+		qs[i] = q[((size_t)(t0 + r) * sh.n_head + (size_t)hk * G) * hd + gc];
 		acc[i] = 0.0f;
 	}
-	for (int g = tid; g < G; g += nt) {
+	for (int g = tid; g < RG; g += nt) {
 		m[g] = -INFINITY;
 		l[g] = 0.0f;
 	}
 	__syncthreads();
 
-	for (int32_t p = p0; p < p1;) {
-		int32_t n = min(p1 - p, bt - p % bt);
+	for (int32_t p = p0; p < P1;) {
+		int32_t n = min(P1 - p, bt - p % bt);
 		n = min(n, tile);
 		const char *krow = kv_row(kv, table, 0, p);
 		const char *vrow = kv_row(kv, table, 1, p);
@@ -184,39 +204,48 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 			vt[r * ks + c] = kv_elem(vrow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
 		}
 		__syncthreads();
-		for (int i = tid; i < G * n; i += nt) {
-			const int g = i / n, r = i % n;
-			const float *qg = qs + g * hd, *kr = kt + r * ks;
+		for (int i = tid; i < RG * n; i += nt) {
+			const int rg = i / n, r = i % n;
+			const int32_t nr = min(n, pos[t0 + rg / G] + 1 - p); /* this row's part */
+			if (r >= nr)
+				continue;
+			const float *qg = qs + rg * hd, *kr = kt + r * ks;
 			float dot = 0.0f;
 			for (int c = 0; c < hd; c++)
 				dot = fmaf(qg[c], kr[c], dot);
-			sc[g * tile + r] = dot * sh.scale;
+			sc[rg * tile + r] = dot * sh.scale;
 		}
 		__syncthreads();
-		for (int g = tid; g < G; g += nt) { /* online softmax, one thread per head */
-			float *sg = sc + g * tile;
-			float mx = m[g], cr = 1.0f;
-			for (int r = 0; r < n; r++)
+		for (int rg = tid; rg < RG; rg += nt) { /* online softmax, one thread per (row, head) */
+			const int32_t nr = min(n, pos[t0 + rg / G] + 1 - p);
+			if (nr <= 0)
+				continue; /* the row ended before this tile */
+			float *sg = sc + rg * tile;
+			float mx = m[rg], cr = 1.0f;
+			for (int r = 0; r < nr; r++)
 				mx = fmaxf(mx, sg[r]);
-			if (mx > m[g]) {
-				cr = expf(m[g] - mx); /* 0 on the first tile */
-				m[g] = mx;
+			if (mx > m[rg]) {
+				cr = expf(m[rg] - mx); /* 0 on the first tile */
+				m[rg] = mx;
 			}
-			float sum = l[g] * cr;
-			for (int r = 0; r < n; r++) {
+			float sum = l[rg] * cr;
+			for (int r = 0; r < nr; r++) {
 				const float e = expf(sg[r] - mx);
 				sg[r] = e;
 				sum += e;
 			}
-			l[g] = sum;
-			corr[g] = cr;
+			l[rg] = sum;
+			corr[rg] = cr;
 		}
 		__syncthreads();
-		for (int i = tid; i < G * hd; i += nt) {
-			const int g = i / hd, c = i % hd;
-			const float *wg = sc + g * tile;
-			float a = acc[i] * corr[g];
-			for (int r = 0; r < n; r++)
+		for (int i = tid; i < RG * hd; i += nt) {
+			const int rg = i / hd, c = i % hd;
+			const int32_t nr = min(n, pos[t0 + rg / G] + 1 - p);
+			if (nr <= 0)
+				continue;
+			const float *wg = sc + rg * tile;
+			float a = acc[i] * corr[rg];
+			for (int r = 0; r < nr; r++)
 				a = fmaf(wg[r], vt[r * ks + c], a);
 			acc[i] = a;
 		}
@@ -225,14 +254,16 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	}
 
 	const size_t stride = (size_t)hd + 2;
-	for (int i = tid; i < G * hd; i += nt) {
-		const int g = i / hd, c = i % hd;
+	for (int i = tid; i < RG * hd; i += nt) {
+		const int rg = i / hd, c = i % hd, r = rg / G, g = rg % G;
+		if (pos[t0 + r] < p0)
+			continue; /* this split is past the row's position */
 		const int32_t h = hk * G + g;
-		float *pp = partial + (((size_t)blockIdx.z * sh.n_head + h) * sh.n_splits + s) * stride;
+		float *pp = partial + (((size_t)(t0 + r - row0) * sh.n_head + h) * sh.n_splits + s) * stride;
 		pp[2 + c] = acc[i];
 		if (c == 0) {
-			pp[0] = m[g];
-			pp[1] = l[g];
+			pp[0] = m[rg];
+			pp[1] = l[rg];
 		}
 	}
 }
@@ -344,13 +375,52 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	sh->n_splits = (int32_t)(((int64_t)table_stride + blocks_per_split - 1) / blocks_per_split);
 	if (sh->n_splits > 65535 * 32)
 		return -ENOTSUP;
+	/* the tile first, as one row needs it (a row's arithmetic depends on
+	 * it), then as many rows per block as fit beside it */
 	int32_t tile = ATTN_MAX_TILE;
-	while (tile > 1 && attn_smem_floats(sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
+	while (tile > 1 && attn_smem_floats(1, sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
 		tile /= 2;
-	if (attn_smem_floats(sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
+	if (attn_smem_floats(1, sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
 		return -ENOTSUP;
 	sh->tile = tile;
+	sh->qrows = ATTN_MAX_QROWS;
+	while (sh->qrows > 1 &&
+	       attn_smem_floats(sh->qrows, sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
+		sh->qrows /= 2;
 	return 0;
+}
+
+/* Bytes of scratch before the row-tile list: the partials of ROWS rows. */
+static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
+{
+	const size_t b = rows * sh.n_head * sh.n_splits * ((size_t)sh.head_dim + 2) * sizeof(float);
+	return (b + 15) / 16 * 16;
+}
+
+/* The row tiles of HOST's rows (see attn_split_kernel): runs of rows of one
+ * table at consecutive positions, cut at QROWS rows and at row chunks. */
+static void attn_row_tiles(const struct bk_rows *host, int32_t qrows, std::vector<int32_t> &tiles)
+{
+	const int32_t T = host->n;
+	tiles.clear();
+	for (int32_t t = 0; t < T;) {
+		int32_t n = 1;
+		while (t + n < T && n < qrows && (t + n) % ATTN_ROW_CHUNK != 0 &&
+		       host->block_table[t + n] == host->block_table[t] &&
+		       host->pos[t + n] == host->pos[t] + n && host->pos[t] >= 0)
+			n++;
+		tiles.push_back(t);
+		tiles.push_back(n);
+		t += n;
+	}
+}
+
+extern "C" int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_attn *a)
+{
+	attn_shape sh;
+	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
+		return 0;
+	return sh.qrows;
 }
 
 extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a,
@@ -360,12 +430,12 @@ extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const str
 	if (T < 1 || !kv || kv_check(kv, 0) || attn_plan(kv, a, table_stride, &sh))
 		return 0;
 	const size_t rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
-	return rows * sh.n_head * sh.n_splits * ((size_t)sh.head_dim + 2) * sizeof(float);
+	return attn_tiles_offset(rows, sh) + (size_t)T * 2 * sizeof(int32_t);
 }
 
 extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
-	float *out, void *scratch, void *stream)
+	float *out, const struct bk_rows *host, void *scratch, void *stream)
 {
 	int err = kv_check(kv, layer);
 	if (err)
@@ -374,27 +444,49 @@ extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, 
 	err = attn_plan(kv, a, table_stride, &sh);
 	if (err)
 		return err;
-	if (T < 0)
+	if (T < 0 || (host && (host->n != T || !host->pos || !host->block_table)))
 		return -EINVAL;
 	if (T == 0)
 		return 0;
 	if (!pos || !tables || !q || !out || !scratch)
 		return -EINVAL;
 	const kv_view view = kv_view_of(kv, layer);
-	const size_t smem = attn_smem_floats(sh.group, sh.head_dim, sh.tile) * sizeof(float);
 	const int red_threads = sh.head_dim < 128 ? (sh.head_dim + 31) / 32 * 32 : 128;
 	cudaStream_t st = (cudaStream_t)stream;
 	float *partial = (float *)scratch;
+	const size_t chunk_rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
+	int32_t *d_tiles = NULL;
+	std::vector<int32_t> tiles;
+	if (host && sh.qrows > 1) {
+		attn_row_tiles(host, sh.qrows, tiles);
+		if (tiles.size() / 2 < (size_t)T) { /* some rows share a block: upload the list */
+			d_tiles = (int32_t *)((char *)scratch + attn_tiles_offset(chunk_rows, sh));
+			if (cudaMemcpyAsync(d_tiles, tiles.data(), tiles.size() * sizeof(int32_t),
+					    cudaMemcpyHostToDevice, st) != cudaSuccess)
+				return -EIO;
+		}
+	}
+	const int32_t R = d_tiles ? sh.qrows : 1;
+	const size_t smem = attn_smem_floats(R, sh.group, sh.head_dim, sh.tile) * sizeof(float);
+	size_t ti = 0; /* the first tile of the chunk */
 	for (int32_t row0 = 0; row0 < T; row0 += ATTN_ROW_CHUNK) {
 		const int32_t rows = T - row0 < ATTN_ROW_CHUNK ? T - row0 : ATTN_ROW_CHUNK;
-		LAUNCH(attn_split_kernel, dim3((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)rows),
-			ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh, row0, q, partial);
+		size_t n_tiles = (size_t)rows, tj = ti;
+		if (d_tiles) {
+			while (tj < tiles.size() / 2 && tiles[2 * tj] < row0 + rows)
+				tj++;
+			n_tiles = tj - ti;
+		}
+		LAUNCH(attn_split_kernel, dim3((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)n_tiles),
+			ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh, row0,
+			(const int32_t *)d_tiles, (int32_t)ti, q, partial);
 		if ((err = launched()))
 			return err;
 		LAUNCH(attn_reduce_kernel, dim3((unsigned)sh.n_head, (unsigned)rows), red_threads, 0, st,
 			pos, sh, row0, (const float *)partial, out);
 		if ((err = launched()))
 			return err;
+		ti = tj;
 	}
 	return 0;
 }

@@ -591,7 +591,8 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 		return r;
 	return cb_launched(cb, "cuda_attention",
 			   cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
-					  cb->table_stride, a, q, out, cb->att_scratch, cb->stream));
+					  cb->table_stride, a, q, out, cb->capturing ? NULL : rows,
+					  cb->att_scratch, cb->stream));
 }
 
 static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out)

@@ -67,18 +67,28 @@ int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_
  * blocks (a fixed number of positions, so a row's arithmetic depends on its
  * position alone: batch invariant), one CUDA block per (row, kv head,
  * split) computes a partial (max, sum, acc) with online softmax, a second
- * kernel combines a row's partials.  Prefill chunks currently take the same
- * path (a tiled flash-attention kernel is the later optimisation).  The
+ * kernel combines a row's partials.  Prefill chunks are tiled: with HOST
+ * (the step's rows as the host sees them: positions and table pointers),
+ * runs of up to cuda_attention_qrows() rows of one table at consecutive
+ * positions share a block, which loads each K/V tile once for all of them
+ * (the list goes up into SCRATCH on STREAM); each row still runs exactly
+ * the steps it runs alone, so its bits do not depend on its neighbours.
+ * HOST NULL: one row per block (what a captured graph records).  The
  * grid is sized from TABLE_STRIDE (a table's capacity: positions below
  * table_stride * block_tokens), never from the device's positions, so a
  * captured graph replays with new positions and tables.  SCRATCH holds the
- * partials: at least cuda_attention_scratch_bytes(kv, a, T, table_stride)
- * bytes of device memory, not shared with a concurrent call; it needs no
- * initialisation.  Limits: head_dim <= 256, n_head / n_head_kv <= 64,
- * Q8_0 needs head_dim a multiple or divisor of 32 (-EINVAL otherwise). */
+ * partials and the tile list: at least cuda_attention_scratch_bytes(kv, a,
+ * T, table_stride) bytes of device memory, not shared with a concurrent
+ * call; it needs no initialisation.  Limits: head_dim <= 256,
+ * n_head / n_head_kv <= 64, Q8_0 needs head_dim a multiple or divisor of 32
+ * (-EINVAL otherwise). */
 int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 		   const int32_t *tables, int32_t table_stride, const struct bk_attn *a,
-		   const float *q, float *out, void *scratch, void *stream);
+		   const float *q, float *out, const struct bk_rows *host, void *scratch,
+		   void *stream);
+/* Rows of one sequence a block of cuda_attention takes at once for these
+ * shapes (1 .. 16; 0 on bad shapes). */
+int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_attn *a);
 /* Bytes of SCRATCH cuda_attention needs for these shapes (0 on bad ones). */
 size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a, int32_t T,
 				    int32_t table_stride);
