@@ -156,6 +156,24 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	if (bad)
 		fprintf(stderr, "  max relative difference %.3g\n", max_rel);
 
+	/* a second weight of the type against the rows left quantized in the
+	 * scratch (a matmul group's shared quantization): its CPU product */
+	{
+		size_t rb2;
+		std::vector<uint8_t> hw2 = random_weights(type, n_in, n_out / 2 + 1, &rb2);
+		dbuf<uint8_t> dw2(hw2.size());
+		dbuf<float> dout2((size_t)T * (n_out / 2 + 1));
+		dw2.put(hw2);
+		bk_weight w2 = { type, n_in, n_out / 2 + 1, hw2.data(), rb2 };
+		bk_weight dw2t = { type, n_in, n_out / 2 + 1, dw2.d, rb2 };
+		CHECK_INT_EQ(cuda_matmul_q_again(&dw2t, T, dout2.d, scratch.d, NULL), 0);
+		std::vector<float> got2 = dout2.get(), want2 = cpu_matmul(w2, hx, T);
+		int bad2 = 0;
+		for (size_t i = 0; i < got2.size(); i++)
+			bad2 += !same_bits(got2[i], want2[i]);
+		CHECK_INT_EQ(bad2, 0);
+	}
+
 	if (invariance) {
 		/* Each row computed alone (T = 1) gives the bits it had in the batch. */
 		dbuf<float> one(n_out);
@@ -218,6 +236,8 @@ static void test_args()
 	CHECK_INT_EQ(cuda_matmul_q(NULL, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_matmul_q(&w, NULL, 1, out.d, scratch.d, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 0, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_again(&w, 0, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_again(&w, 1, out.d, NULL, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, NULL, NULL), -EINVAL);
 	bk_weight bad = w;
 	bad.n_in = 48; /* not whole blocks */

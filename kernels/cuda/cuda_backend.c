@@ -37,8 +37,8 @@
  * the price of batch invariance (a row's arithmetic then depends on the
  * rows beside it).  Recorded (decode) steps always take the integer kernels.
  *
- * TODO(cuda): a tiled flash-attention kernel for prefill chunks; quantize x
- * once per matmul group.
+ * Attention tiles a prefill chunk's rows (cuda_attention with the host's
+ * rows); recorded steps keep one row per block.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -509,6 +509,8 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 	struct bk_weight dw;
 	int r;
 
+	int quantized = 0; /* x sits quantized in mm_scratch for this call's type */
+
 	for (int k = 0; k < nw; k++) {
 		if ((r = cb_weight(cb, w[k], &dw)) < 0)
 			return r;
@@ -525,12 +527,15 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 				 qtype_get(dw.type) ? qtype_get(dw.type)->name : "these");
 			r = -ENOTSUP;
 		} else {
-			/* TODO(cuda): quantize x once for all NW weights */
 			size_t need = cuda_matmul_scratch_bytes(&dw, T);
-			if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) < 0)
-				return r;
-			r = cb_launched(cb, "cuda_matmul_q",
-					cuda_matmul_q(&dw, x, T, out[k], cb->mm_scratch, cb->stream));
+			if (quantized) {
+				r = cb_launched(cb, "cuda_matmul_q_again",
+						cuda_matmul_q_again(&dw, T, out[k], cb->mm_scratch, cb->stream));
+			} else if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0) {
+				r = cb_launched(cb, "cuda_matmul_q",
+						cuda_matmul_q(&dw, x, T, out[k], cb->mm_scratch, cb->stream));
+				quantized = r == 0;
+			}
 		}
 		if (r < 0)
 			return r;

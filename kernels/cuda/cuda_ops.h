@@ -100,6 +100,11 @@ size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn
  * first, into SCRATCH of cuda_matmul_scratch_bytes).  For small T (decode). */
 int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out, void *scratch,
 		  void *stream);
+/* The same for another weight of W's type and n_in, against the T rows a
+ * cuda_matmul_q call left quantized in SCRATCH (a matmul group's q, k, v
+ * share one quantization). */
+int cuda_matmul_q_again(const struct bk_weight *w, int32_t T, float *out, void *scratch,
+			void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
 
 #ifdef __cplusplus

@@ -26,8 +26,8 @@
  * f16), then Q8_1's s (float) or Q8_K's bsums (int32).  Rows are 16-byte
  * aligned.
  *
- * Large T (prefill) would go through dequantized fp16 weight tiles and
- * cublasGemmEx; not here yet (see cuda_matmul_q).
+ * Large T (prefill) may go through dequantized fp16 weight tiles and
+ * cublasGemmEx instead (cuda_backend.c, gemm_rows; rows.cu makes the tiles).
  */
 #include "cuda_compat.h"
 
@@ -523,13 +523,15 @@ extern "C" size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T
 	return mm_xq_stride(w->type, w->n_in) * (size_t)T;
 }
 
-extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
+/* cuda_matmul_q, or with X NULL cuda_matmul_q_again (SCRATCH already holds
+ * the rows quantized). */
+static int matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
 	void *scratch, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	int blck;
 
-	if (!w || !w->data || !x || !out || !scratch || T < 1)
+	if (!w || !w->data || !out || !scratch || T < 1)
 		return -EINVAL;
 	const size_t bb = mm_block_bytes(w->type, &blck);
 	if (!bb)
@@ -541,9 +543,6 @@ extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t 
 	    (uintptr_t)w->data % 2 || (uintptr_t)x % 4 || (uintptr_t)out % 4 ||
 	    (uintptr_t)scratch % 16)
 		return -EINVAL;
-	/* TODO(prefill): for large T, dequantize weight tiles to fp16 and call
-	 * cublasGemmEx with fp32 accumulation here; this path stays the
-	 * decode path (and the reference for it). */
 
 	const int n_in = (int)w->n_in, n_out = (int)w->n_out;
 	const size_t stride = mm_xq_stride(w->type, w->n_in);
@@ -557,10 +556,12 @@ extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t 
 		const long long qblocks = (warps + MMQ_WARPS - 1) / MMQ_WARPS;
 		if (qblocks > 0x7fffffffLL)
 			return -EINVAL;
-		LAUNCH(quantize_q8_kernel, (unsigned)qblocks, MMQ_WARPS * 32, 0, st, x, n_in, (int)T,
-		       w->type == QT_Q4_1 ? 1 : 0, xq, stride);
-		if (mm_launched())
-			return -EIO;
+		if (x) {
+			LAUNCH(quantize_q8_kernel, (unsigned)qblocks, MMQ_WARPS * 32, 0, st, x, n_in,
+			       (int)T, w->type == QT_Q4_1 ? 1 : 0, xq, stride);
+			if (mm_launched())
+				return -EIO;
+		}
 		switch (w->type) {
 		case QT_Q4_0:
 			LAUNCH(matmul_q32_kernel<QT_Q4_0>, mm_blocks, MM_WARPS * 32, 0, st, wd,
@@ -581,9 +582,11 @@ extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t 
 	const int nsb = n_in / QK_K;
 	if ((long long)T * nsb > 0x7fffffffLL)
 		return -EINVAL;
-	LAUNCH(quantize_q8k_kernel, (unsigned)(T * nsb), MMQK_THREADS, 0, st, x, n_in, xq, stride);
-	if (mm_launched())
-		return -EIO;
+	if (x) {
+		LAUNCH(quantize_q8k_kernel, (unsigned)(T * nsb), MMQK_THREADS, 0, st, x, n_in, xq, stride);
+		if (mm_launched())
+			return -EIO;
+	}
 	switch (w->type) {
 	case QT_Q4_K:
 		LAUNCH(matmul_k_kernel<QT_Q4_K>, mm_blocks, MM_WARPS * 32, 0, st, wd, w->row_bytes,
@@ -599,4 +602,16 @@ extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t 
 		break;
 	}
 	return mm_launched();
+}
+
+extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
+	void *scratch, void *stream)
+{
+	return x ? matmul_q(w, x, T, out, scratch, stream) : -EINVAL;
+}
+
+extern "C" int cuda_matmul_q_again(const struct bk_weight *w, int32_t T, float *out, void *scratch,
+	void *stream)
+{
+	return matmul_q(w, NULL, T, out, scratch, stream);
 }
