@@ -148,9 +148,12 @@ static void print_status(json_object *j)
 	       gets_(j, "backend"), (long long)geti(j, "threads"), (long long)geti(j, "n_ctx"),
 	       *gets_(j, "chat_template") ? gets_(j, "chat_template") : "none");
 	if (geti(j, "device.memory_total_bytes") > 0)
-		printf("device       %s (#%lld), %.1f of %.1f GiB free\n", gets_(j, "device.name"),
+		printf("device       %s (#%lld), %.1f of %.1f GiB free, graphs: %lld decode steps "
+		       "recorded, %lld replayed\n", gets_(j, "device.name"),
 		       (long long)geti(j, "device.index"), geti(j, "device.memory_free_bytes") / 1073741824.0,
-		       geti(j, "device.memory_total_bytes") / 1073741824.0);
+		       geti(j, "device.memory_total_bytes") / 1073741824.0,
+		       (long long)geti(j, "device.graphs_recorded"),
+		       (long long)geti(j, "device.graphs_replayed"));
 	else
 		printf("device       %s\n", gets_(j, "device.name"));
 	printf("state        %s, up %s, llmd %s, pid %lld\n", gets_(j, "state"), up,

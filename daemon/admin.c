@@ -147,6 +147,8 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	add_int(dev, "index", sn->device.index);
 	add_int(dev, "memory_total_bytes", (int64_t)sn->device.total_bytes);
 	add_int(dev, "memory_free_bytes", (int64_t)sn->device.free_bytes);
+	add_int(dev, "graphs_recorded", (int64_t)sn->graphs_recorded);
+	add_int(dev, "graphs_replayed", (int64_t)sn->graphs_replayed);
 	json_object_object_add(out, "device", dev);
 	json_object_object_add(pc, "enabled", json_object_new_boolean(d->cfg.prefix_cache));
 	add_int(pc, "lookups", (int64_t)k->prefix_lookups);
@@ -181,6 +183,8 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	add_int(out, "llmd_errors_sent_total", (int64_t)refused);
 	add_int(out, "llmd_bad_frames_total", (int64_t)d->bad_frames);
 	add_int(out, "llmd_generated_tokens_total", (int64_t)k->generated_tokens);
+	add_int(out, "llmd_graph_steps_recorded_total", (int64_t)sn->graphs_recorded);
+	add_int(out, "llmd_graph_steps_replayed_total", (int64_t)sn->graphs_replayed);
 	add_dbl(out, "llmd_generated_tokens_per_second", sn->tok_s);
 	add_int(out, "llmd_queue_waiting", k->waiting);
 	add_int(out, "llmd_queue_running", k->running);

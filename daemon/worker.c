@@ -564,6 +564,7 @@ static void do_query(struct worker *w, uint64_t tag)
 	sched_counters(w->s, &sn->c);
 	sn->kv_capacity_tokens = engine_kv_capacity(w->e);
 	engine_device_info(w->e, &sn->device);
+	engine_graph_stats(w->e, &sn->graphs_recorded, &sn->graphs_replayed);
 	sn->n_conns = w->n_conns;
 	if (w->rate_n >= 2) {
 		int a = w->rate_n >= RATE_SAMPLES ? w->rate_n % RATE_SAMPLES : 0;

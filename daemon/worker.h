@@ -66,6 +66,8 @@ struct worker_snapshot {
 	double tok_s;                /* generated tokens/s over the last ten seconds */
 	int64_t kv_capacity_tokens;
 	struct bk_device_info device; /* what the engine runs on */
+	uint64_t graphs_recorded;    /* decode steps recorded as CUDA graphs */
+	uint64_t graphs_replayed;    /* and replayed from them */
 	int32_t n_conns;             /* connections with a ring attached */
 	int32_t n_reqs;
 	struct worker_snap_req reqs[]; /* (n_reqs) */

@@ -1022,9 +1022,16 @@ static void test_device_memory(const char *model)
 	CHECK(h && generate(h, "Hello", 8, 0, 1, &g) == 0);
 	CHECK(g.n > 0 && g.finish != LLM_FINISH_ERROR);
 	llm_close(h);
+	/* its decode steps were recorded once and replayed (device.graphs) */
+	j = status_of(&d);
+	int64_t rec = j ? jint(j, "device", "graphs_recorded") : -1;
+	int64_t rep = j ? jint(j, "device", "graphs_replayed") : -1;
+	json_object_put(j);
+	CHECK(rec >= 1 && rep >= 1 && rec + rep <= g.n);
 	CHECK_INT_EQ(tdaemon_stop(&d), 0);
 	printf("kv.gpu_mem_fraction = 0.5 of a 64 MiB device: %lld tokens in %lld MiB, %lld MiB "
-	       "left free\n", tokens, mib, (long long)(free_b >> 20));
+	       "left free; %lld decode steps recorded as graphs, %lld replayed\n", tokens, mib,
+	       (long long)(free_b >> 20), (long long)rec, (long long)rep);
 }
 
 /* A device that fails mid-step: the emulator's planted fault fails the
