@@ -2,7 +2,8 @@
  * fp16/bf16 rounding, ggml-identical activation quantization, and quant_gemm
  * on every ISA the CPU has (accuracy against a double reference, identical
  * bits to the scalar path, batch invariance).
- * LLMD_QUANT_BENCH=1 also times the kernels on SmolLM2-135M's shapes.
+ * LLMD_QUANT_BENCH=1 also times the kernels on SmolLM2-135M's shapes (rows per
+ * step: LLMD_QUANT_BENCH_T="1,8,32", default 1 and 128).
  */
 #include <immintrin.h>
 #include <errno.h>
@@ -1027,8 +1028,22 @@ static void bench(void)
 	pthread_barrier_init(&bench_start, NULL, 2);
 	pthread_barrier_init(&bench_done, NULL, 2);
 	pthread_create(&worker, NULL, bench_worker, NULL);
+	/* rows per step: LLMD_QUANT_BENCH_T="1,8,32" (each 1..128), else 1 and 128 */
+	int ts[16] = { 1, T }, n_ts = 2;
+	const char *te = getenv("LLMD_QUANT_BENCH_T");
+	if (te) {
+		n_ts = 0;
+		for (char *end; *te && n_ts < 16; te = *end ? end + 1 : end) {
+			long v = strtol(te, &end, 10);
+			if (end == te)
+				break;
+			if (v >= 1 && v <= T)
+				ts[n_ts++] = (int)v;
+		}
+	}
 	for (int threads = 1; threads <= 2; threads++) {
-		for (int t = 1; t <= T; t += T - 1) {
+		for (int ti = 0; ti < n_ts; ti++) {
+			const int t = ts[ti];
 			int reps = t == 1 ? 15 : 5;
 			double times[16];
 			bench_pass(mats, nmats, act, out, t, threads); /* warm */
