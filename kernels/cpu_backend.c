@@ -283,21 +283,30 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 			quant_task(&qj, t, 0);
 
 	/* Decode: about 64 KiB of weights per task (a task's software prefetch
-	 * stops at its end, so longer runs stream faster), but at least two
-	 * tasks per thread to balance them.  Many rows: each task repacks all
-	 * T activation rows, so about four tasks per thread.  Multiples of 16
-	 * rows either way. */
-	int64_t rows = 0;
+	 * stops at its end, so longer runs stream faster), at least two tasks
+	 * per thread, and a multiple of the threads in all, cut as evenly as
+	 * multiples of 4 rows (the decode tile) allow: the threads then end a
+	 * job together rather than one waiting out another's last long task.
+	 * Many rows: each task repacks all T activation rows, so about four
+	 * tasks per thread, multiples of 16 rows (the batch strip). */
+	const int64_t threads = cpu_pool_threads(c->pool);
+	int64_t rows = 0, chunk;
 	for (int k = 0; k < nw; k++)
 		rows += w[k]->n_out;
-	int64_t chunk = (int64_t)(65536 / w[0]->row_bytes) & ~(int64_t)15;
-	int64_t even = (rows / (2 * cpu_pool_threads(c->pool)) + 15) & ~(int64_t)15;
-	if (chunk > even)
-		chunk = even;
-	if (T >= 16)
-		chunk = (rows / (4 * cpu_pool_threads(c->pool)) + 15) & ~(int64_t)15;
-	if (chunk < 16)
-		chunk = 16;
+	if (T >= 16) {
+		chunk = (rows / (4 * threads) + 15) & ~(int64_t)15;
+		if (chunk < 16)
+			chunk = 16;
+	} else {
+		int64_t cap = (int64_t)(65536 / w[0]->row_bytes) & ~(int64_t)3;
+		if (cap < 16)
+			cap = 16;
+		int64_t n = (rows + cap - 1) / cap;
+		if (n < 2 * threads)
+			n = 2 * threads;
+		n = (n + threads - 1) / threads * threads;
+		chunk = ((rows + n - 1) / n + 3) & ~(int64_t)3;
+	}
 	memset(&j, 0, sizeof j);
 	j.w = w;
 	j.out = out;
