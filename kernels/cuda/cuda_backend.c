@@ -352,6 +352,21 @@ static int cb_begin_step(struct backend *be, const struct bk_rows *rows)
 	return 0;
 }
 
+/* Makes the host staging buffer (h_tables) hold at least BYTES. */
+static int cb_stage(struct cuda_backend *cb, size_t bytes)
+{
+	if (bytes <= cb->h_tables_cap)
+		return 0;
+	int32_t *h = realloc(cb->h_tables, bytes);
+	if (!h) {
+		snprintf(cb->last_err, sizeof cb->last_err, "out of memory");
+		return -ENOMEM;
+	}
+	cb->h_tables = h;
+	cb->h_tables_cap = bytes;
+	return 0;
+}
+
 /* Device positions and tables for ROWS (uploaded once per step). */
 static int cb_rows(struct cuda_backend *cb, const struct bk_rows *rows, int32_t bt)
 {
@@ -369,15 +384,8 @@ static int cb_rows(struct cuda_backend *cb, const struct bk_rows *rows, int32_t 
 		if (rows->pos[t] / bt + 1 > stride)
 			stride = rows->pos[t] / bt + 1;
 	size_t bytes = (size_t)rows->n * (size_t)stride * sizeof(int32_t);
-	if (bytes > cb->h_tables_cap) {
-		int32_t *h = realloc(cb->h_tables, bytes);
-		if (!h) {
-			snprintf(cb->last_err, sizeof cb->last_err, "out of memory");
-			return -ENOMEM;
-		}
-		cb->h_tables = h;
-		cb->h_tables_cap = bytes;
-	}
+	if ((r = cb_stage(cb, bytes)) < 0)
+		return r;
 	for (int32_t t = 0; t < rows->n; t++) {
 		int32_t need = rows->pos[t] / bt + 1, *dst = cb->h_tables + (size_t)t * stride;
 		memcpy(dst, rows->block_table[t], (size_t)need * sizeof(int32_t));
@@ -696,15 +704,8 @@ static int cb_graph_inputs(struct cuda_backend *cb, const struct bk_rows *rows, 
 	int32_t *h_ids, *h_pos, *h_tab;
 	int r;
 
-	if (bytes > cb->h_tables_cap) {
-		int32_t *h = realloc(cb->h_tables, bytes);
-		if (!h) {
-			snprintf(cb->last_err, sizeof cb->last_err, "out of memory");
-			return -ENOMEM;
-		}
-		cb->h_tables = h;
-		cb->h_tables_cap = bytes;
-	}
+	if ((r = cb_stage(cb, bytes)) < 0)
+		return r;
 	h_ids = cb->h_tables;
 	h_pos = h_ids + TB;
 	h_tab = h_pos + TB;

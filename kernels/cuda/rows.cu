@@ -167,21 +167,32 @@ static int rows_type_block(uint32_t type, int *ret_bytes)
 	}
 }
 
-extern "C" int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t T, float *out,
-	void *stream)
+/* 0 when W's rows are a layout embed and dequant_f16 read (a type they
+ * know, whole blocks, aligned rows, at most 65535 chunks of elements),
+ * else -ENOTSUP (the type) or -EINVAL. */
+static int rows_weight_check(const struct bk_weight *w)
 {
 	int bytes = 0, blck;
 
-	if (!w || T < 0 || (T && (!ids || !out || !w->data)) || w->n_in <= 0 || w->n_out <= 0)
-		return -EINVAL;
 	if (!(blck = rows_type_block(w->type, &bytes)))
 		return -ENOTSUP;
 	if (w->n_in % blck || w->row_bytes < (size_t)(w->n_in / blck) * (size_t)bytes ||
-	    w->row_bytes % 2 || (w->type == QT_F32 && w->row_bytes % 4))
+	    w->row_bytes % 2 || (w->type == QT_F32 && w->row_bytes % 4) ||
+	    (w->n_in + ROWS_THREADS - 1) / ROWS_THREADS > 65535)
 		return -EINVAL;
+	return 0;
+}
+
+extern "C" int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t T, float *out,
+	void *stream)
+{
+	int err;
+
+	if (!w || T < 0 || (T && (!ids || !out || !w->data)) || w->n_in <= 0 || w->n_out <= 0)
+		return -EINVAL;
+	if ((err = rows_weight_check(w)))
+		return err;
 	const int64_t chunks = (w->n_in + ROWS_THREADS - 1) / ROWS_THREADS;
-	if (chunks > 65535)
-		return -EINVAL;
 	if (!T)
 		return 0;
 	LAUNCH(embed_kernel, dim3((unsigned)T, (unsigned)chunks), ROWS_THREADS, 0,
@@ -207,19 +218,14 @@ static __global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, uint32_
 extern "C" int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,
 	void *stream)
 {
-	int bytes = 0, blck;
+	int err;
 
 	if (!w || !w->data || !out || w->n_in <= 0 || row0 < 0 || n_rows < 0 ||
-	    row0 + n_rows > w->n_out)
+	    row0 + n_rows > w->n_out || n_rows > 0x7fffffff)
 		return -EINVAL;
-	if (!(blck = rows_type_block(w->type, &bytes)))
-		return -ENOTSUP;
-	if (w->n_in % blck || w->row_bytes < (size_t)(w->n_in / blck) * (size_t)bytes ||
-	    w->row_bytes % 2 || (w->type == QT_F32 && w->row_bytes % 4))
-		return -EINVAL;
+	if ((err = rows_weight_check(w)))
+		return err;
 	const int64_t chunks = (w->n_in + ROWS_THREADS - 1) / ROWS_THREADS;
-	if (chunks > 65535 || n_rows > 0x7fffffff)
-		return -EINVAL;
 	if (!n_rows)
 		return 0;
 	LAUNCH(dequant_f16_kernel, dim3((unsigned)n_rows, (unsigned)chunks), ROWS_THREADS, 0,
