@@ -1,0 +1,35 @@
+#!/bin/sh
+# gguf_synth.sh - tools/gguf_synth.py writes models the engine loads and
+# runs: from TinyStories-656K's header (--head), a Q4_K_M-shaped file of
+# another shape (Q4_K and Q6_K weights, separate output) and a Q4_1 one of
+# the source's shape, each generating 4 tokens through llm-bench on the CPU;
+# a shape whose rows are not whole blocks is refused.  Skips (77) without
+# python3 or ../shared/models.
+srcdir=${LLMD_SRCDIR:-$(dirname "$0")/..}
+models=${LLMD_MODELS_DIR:-$srcdir/../shared/models}
+src=$models/derived/TinyStories-656K-q4_0.gguf
+command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+[ -f "$src" ] || { echo "SKIP: $src is absent"; exit 77; }
+tmp=$(mktemp -d) || exit 99
+trap 'rm -rf "$tmp"' EXIT
+synth() { python3 "$srcdir/tools/gguf_synth.py" "$@" || exit 1; }
+run() { # MODEL: 4 tokens, their ids in JSON
+	./llm-bench -m "$1" -p "Once upon a time" -n 4 --temp 0 --ignore-eos --json > "$tmp/out.json" ||
+		{ echo "gguf_synth: llm-bench failed on $1" >&2; exit 1; }
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(len(d["generated_ids"]) != 4)' \
+		"$tmp/out.json" || { echo "gguf_synth: $1 did not give 4 tokens" >&2; exit 1; }
+}
+synth --head "$src" "$tmp/head.gguf"
+[ "$(wc -c < "$tmp/head.gguf")" -lt "$(wc -c < "$src")" ] || { echo "gguf_synth: --head kept data" >&2; exit 1; }
+synth "$tmp/head.gguf" "$tmp/kq.gguf" --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --recipe q4_k_m
+run "$tmp/kq.gguf"
+synth "$tmp/head.gguf" "$tmp/q41.gguf" --recipe q4_1
+run "$tmp/q41.gguf"
+# a shape whose rows are not whole blocks is refused, naming the tensor
+if python3 "$srcdir/tools/gguf_synth.py" "$tmp/head.gguf" "$tmp/bad.gguf" --embd 96 --heads 4 --kv-heads 2 \
+	--recipe q4_k_m 2> "$tmp/err"; then
+	echo "gguf_synth: a 96-wide Q4_K model was written" >&2
+	exit 1
+fi
+grep -q "not whole Q4_K blocks" "$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+echo "gguf_synth: Q4_K_M- and Q4_1-shaped models from TinyStories-656K's header load and generate"
