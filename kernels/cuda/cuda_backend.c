@@ -460,7 +460,10 @@ static int cb_matmul_f32(struct cuda_backend *cb, const struct bk_weight *dw, co
 
 /* out (T, n_out) = x · W^T on cuBLAS in half precision: x rounded to f16
  * (bf16 for BF16 weights) once, W as it is (F16, BF16) or dequantized to
- * f16 a tile of rows at a time, f32 accumulation and output. */
+ * f16 a tile of rows at a time, f32 accumulation and output.  With X NULL,
+ * the scratch already holds x rounded for a weight of this type and n_in
+ * (the rest of a matmul group): the scratch's size depends on those alone,
+ * so it never grows (and loses them) between the group's weights. */
 static int cb_matmul_half(struct cuda_backend *cb, const struct bk_weight *dw, const float *x,
 			  int32_t T, float *out)
 {
@@ -478,18 +481,24 @@ static int cb_matmul_half(struct cuda_backend *cb, const struct bk_weight *dw, c
 			 direct ? "padded half" : "too large", (long long)n_out, (long long)n_in);
 		return -ENOTSUP;
 	}
+	size_t need = xb;
 	if (!direct) {
 		tile = (int64_t)(CB_GEMM_TILE_BYTES / ((size_t)n_in * 2)) / 64 * 64;
 		if (tile < 64)
 			tile = 64;
+		need += (size_t)tile * (size_t)n_in * 2; /* before the cut to n_out: see above */
 		if (tile > n_out)
 			tile = n_out;
 	}
-	if ((r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
-			 xb + (direct ? 0 : (size_t)tile * (size_t)n_in * 2))) < 0)
+	if (!x && need > cb->gemm_scratch_cap) {
+		snprintf(cb->last_err, sizeof cb->last_err, "internal error: no rounded rows to reuse");
+		return -EIO;
+	}
+	if ((r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap, need)) < 0)
 		return r;
 	void *xh = cb->gemm_scratch, *wh = (char *)cb->gemm_scratch + xb;
-	if ((r = cb_launched(cb, "cuda_to_half", cuda_to_half(x, (int64_t)T * n_in, bf16, xh, cb->stream))) < 0)
+	if (x && (r = cb_launched(cb, "cuda_to_half",
+				  cuda_to_half(x, (int64_t)T * n_in, bf16, xh, cb->stream))) < 0)
 		return r;
 	for (int64_t row0 = 0; row0 < n_out; row0 += tile) {
 		const int64_t rows = n_out - row0 < tile ? n_out - row0 : tile;
@@ -518,6 +527,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 	int r;
 
 	int quantized = 0; /* x sits quantized in mm_scratch for this call's type */
+	int halved = 0;    /* x sits rounded to half in gemm_scratch */
 
 	for (int k = 0; k < nw; k++) {
 		if ((r = cb_weight(cb, w[k], &dw)) < 0)
@@ -527,8 +537,8 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 		} else if (dw.type == QT_F16 || dw.type == QT_BF16 ||
 			   (cb->gemm_rows > 0 && T >= cb->gemm_rows && !cb->capturing &&
 			    cuda_matmul_scratch_bytes(&dw, 1) > 0)) {
-			/* TODO(cuda): round x to half once for all NW weights */
-			r = cb_matmul_half(cb, &dw, x, T, out[k]);
+			r = cb_matmul_half(cb, &dw, halved ? NULL : x, T, out[k]);
+			halved = r == 0;
 		} else if (dw.type == QT_Q5_0 || dw.type == QT_Q5_1) {
 			snprintf(cb->last_err, sizeof cb->last_err,
 				 "matmul: %s weights are not supported on CUDA yet",
