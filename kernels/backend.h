@@ -61,6 +61,19 @@ struct bk_rows {
 	                                     covering positions 0..pos */
 };
 
+/* How many rows from row T on (at most CAP) are one sequence's consecutive
+ * positions: the same block table and pos[t + i] = pos[t] + i (a prefill
+ * chunk), which attention may take together. */
+static inline int32_t bk_rows_run(const struct bk_rows *rows, int32_t t, int32_t cap)
+{
+	int32_t n = 1;
+
+	while (t + n < rows->n && n < cap && rows->block_table[t + n] == rows->block_table[t] &&
+	       rows->pos[t + n] == rows->pos[t] + n)
+		n++;
+	return n;
+}
+
 struct bk_attn {
 	int32_t n_head;
 	int32_t n_head_kv;

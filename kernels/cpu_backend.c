@@ -976,10 +976,7 @@ static int attn_avx2_run(struct cpu_backend *c, struct attn_job *j)
 	for (int32_t t = 0; t < rows->n;) {
 		struct attn_group *g = &c->attn_groups[n_groups++];
 		g->t0 = t;
-		g->n = 1;
-		while (t + g->n < rows->n && g->n < cap && rows->block_table[t + g->n] == rows->block_table[t] &&
-		       rows->pos[t + g->n] == rows->pos[t] + g->n)
-			g->n++;
+		g->n = bk_rows_run(rows, t, cap);
 		g->work = (int64_t)g->n * (rows->pos[t] + g->n);
 		t += g->n;
 	}

@@ -336,6 +336,20 @@ INLINE TARGET __m256i q32_short(const uint8_t *p)
 					   _mm256_setr_epi32(0, 1, 7, 7, 2, 3, 7, 7));
 }
 
+/* The lo and hi codes at P: 32 code bytes (Q8_0: lo, then hi 32 bytes on),
+ * or with SHORT a short quad's half, its 16 bytes (Q8_0: 2 x 16) widened by
+ * q32_short. */
+INLINE TARGET void q32_codes(const uint32_t type, const uint8_t *p, const int short_q, __m256i *lo,
+			     __m256i *hi)
+{
+	if (Q32_BYTES(type)) {
+		*lo = short_q ? q32_short(p) : LDU(p);
+		*hi = short_q ? q32_short(p + 16) : LDU(p + 32);
+	} else {
+		q4_split(short_q ? q32_short(p) : LDU(p), lo, hi);
+	}
+}
+
 /* The integer lane sums of one tail quad's half H against activation
  * pieces at AP (lo) and AP + 64 (hi), from INIT. */
 INLINE TARGET __m256i q32_quad_dot(const uint32_t type, __m256i init, __m256i lo, __m256i hi, const uint8_t *ap)
@@ -386,12 +400,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					for (int r = 0; r < mr; r++) {
 						const uint8_t *p = row + (size_t)r * ldw + wo;
 						__m256i lo, hi;
-						if (Q32_BYTES(type)) {
-							lo = LDU(p + 64 * t);
-							hi = LDU(p + 64 * t + 32);
-						} else {
-							q4_split(LDU(p + 32 * t), &lo, &hi);
-						}
+						q32_codes(type, p + (Q32_BYTES(type) ? 64 : 32) * t, 0, &lo, &hi);
 						_Pragma("GCC unroll 4")
 						for (int j = 0; j < na; j++) {
 							const uint8_t *ap = as + (size_t)j * s->arow + ao;
@@ -434,23 +443,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 				for (int r = 0; r < mr; r++) {
 					const uint8_t *pq = row + (size_t)r * ldw + (size_t)s->g16 * grp + (size_t)q * quad;
 					__m256i lo, hi;
-					if (small) {
-						const uint8_t *ph = pq + (size_t)h * (quad / 4);
-						if (Q32_BYTES(type)) {
-							lo = q32_short(ph);
-							hi = q32_short(ph + 16);
-						} else {
-							q4_split(q32_short(ph), &lo, &hi);
-						}
-					} else {
-						const uint8_t *ph = pq + (size_t)h * (quad / 2);
-						if (Q32_BYTES(type)) {
-							lo = LDU(ph);
-							hi = LDU(ph + 32);
-						} else {
-							q4_split(LDU(ph), &lo, &hi);
-						}
-					}
+					q32_codes(type, pq + (size_t)h * (small ? quad / 4 : quad / 2), small, &lo, &hi);
 					const uint8_t *dq = row + (size_t)r * ldw + s->pk_d;
 					__m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dq + 2 * (size_t)b0)));
 					__m256 dw = _mm256_set_m128(d4, d4);

@@ -404,11 +404,8 @@ static void attn_row_tiles(const struct bk_rows *host, int32_t qrows, std::vecto
 	const int32_t T = host->n;
 	tiles.clear();
 	for (int32_t t = 0; t < T;) {
-		int32_t n = 1;
-		while (t + n < T && n < qrows && (t + n) % ATTN_ROW_CHUNK != 0 &&
-		       host->block_table[t + n] == host->block_table[t] &&
-		       host->pos[t + n] == host->pos[t] + n && host->pos[t] >= 0)
-			n++;
+		const int32_t to_chunk = ATTN_ROW_CHUNK - t % ATTN_ROW_CHUNK;
+		const int32_t n = bk_rows_run(host, t, qrows < to_chunk ? qrows : to_chunk);
 		tiles.push_back(t);
 		tiles.push_back(n);
 		t += n;

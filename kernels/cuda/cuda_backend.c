@@ -367,6 +367,29 @@ static int cb_stage(struct cuda_backend *cb, size_t bytes)
 	return 0;
 }
 
+/* Table entries the longest of ROWS' tables needs (positions 0..pos, BT
+ * positions a block). */
+static int32_t cb_table_need(const struct bk_rows *rows, int32_t bt)
+{
+	int32_t need = 1;
+
+	for (int32_t t = 0; t < rows->n; t++)
+		if (rows->pos[t] / bt + 1 > need)
+			need = rows->pos[t] / bt + 1;
+	return need;
+}
+
+/* ROWS' block tables into DST, STRIDE entries each; the entries past a
+ * row's position are 0 (never read). */
+static void cb_flatten_tables(const struct bk_rows *rows, int32_t bt, int32_t stride, int32_t *dst)
+{
+	for (int32_t t = 0; t < rows->n; t++, dst += stride) {
+		int32_t need = rows->pos[t] / bt + 1;
+		memcpy(dst, rows->block_table[t], (size_t)need * sizeof(int32_t));
+		memset(dst + need, 0, (size_t)(stride - need) * sizeof(int32_t));
+	}
+}
+
 /* Device positions and tables for ROWS (uploaded once per step). */
 static int cb_rows(struct cuda_backend *cb, const struct bk_rows *rows, int32_t bt)
 {
@@ -379,19 +402,11 @@ static int cb_rows(struct cuda_backend *cb, const struct bk_rows *rows, int32_t 
 	}
 	if (cb->step_bt == bt)
 		return 0;
-	int32_t stride = 1;
-	for (int32_t t = 0; t < rows->n; t++)
-		if (rows->pos[t] / bt + 1 > stride)
-			stride = rows->pos[t] / bt + 1;
+	int32_t stride = cb_table_need(rows, bt);
 	size_t bytes = (size_t)rows->n * (size_t)stride * sizeof(int32_t);
 	if ((r = cb_stage(cb, bytes)) < 0)
 		return r;
-	for (int32_t t = 0; t < rows->n; t++) {
-		int32_t need = rows->pos[t] / bt + 1, *dst = cb->h_tables + (size_t)t * stride;
-		memcpy(dst, rows->block_table[t], (size_t)need * sizeof(int32_t));
-		for (int32_t i = need; i < stride; i++)
-			dst[i] = 0; /* never read: past the row's position */
-	}
+	cb_flatten_tables(rows, bt, stride, cb->h_tables);
 	if ((r = cb_grow(cb, (void **)&cb->d_tables, &cb->d_tables_cap, bytes)) < 0)
 		return r;
 	/* from pageable memory: h_tables may be rewritten once this returns */
@@ -719,14 +734,12 @@ static int cb_graph_inputs(struct cuda_backend *cb, const struct bk_rows *rows, 
 	h_ids = cb->h_tables;
 	h_pos = h_ids + TB;
 	h_tab = h_pos + TB;
-	memset(h_tab, 0, n_tab * sizeof(int32_t)); /* past a row's position: never read */
 	for (int32_t t = 0; t < TB; t++) {
 		h_ids[t] = t < rows->n ? ids[t] : 0;
 		h_pos[t] = t < rows->n ? rows->pos[t] : -1;
-		if (t < rows->n)
-			memcpy(h_tab + (size_t)t * stride, rows->block_table[t],
-			       (size_t)(rows->pos[t] / bt + 1) * sizeof(int32_t));
 	}
+	cb_flatten_tables(rows, bt, stride, h_tab);
+	memset(h_tab + (size_t)rows->n * stride, 0, (size_t)(TB - rows->n) * stride * sizeof(int32_t));
 	if ((r = cb_grow(cb, (void **)&cb->d_ids, &cb->d_ids_cap, (size_t)TB * sizeof(int32_t))) < 0 ||
 	    (r = cb_grow(cb, (void **)&cb->d_pos, &cb->d_pos_cap, (size_t)TB * sizeof(int32_t))) < 0 ||
 	    (r = cb_grow(cb, (void **)&cb->d_tables, &cb->d_tables_cap, n_tab * sizeof(int32_t))) < 0)
@@ -752,7 +765,7 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 			  int32_t max_rows, int32_t *ret_rows)
 {
 	struct cuda_backend *cb = cbk(be);
-	int32_t TB, need = 1, stride = 4;
+	int32_t TB, need, stride = 4;
 	size_t att;
 	int r;
 
@@ -767,9 +780,7 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 		TB = max_rows;
 	if (TB < rows->n)
 		return 2;
-	for (int32_t t = 0; t < rows->n; t++)
-		if (rows->pos[t] / cb->kv_view.block_tokens + 1 > need)
-			need = rows->pos[t] / cb->kv_view.block_tokens + 1;
+	need = cb_table_need(rows, cb->kv_view.block_tokens);
 	while (stride < need)
 		stride *= 2;
 	att = cuda_attention_scratch_bytes(&cb->kv_view, &cb->attn, TB, stride);
