@@ -127,6 +127,31 @@ out:
 
 static char tgraph_backend[32];
 
+/* An engine on BACKEND (f16 KV pool of 512 tokens, 64-row steps) with
+ * GRAPHS and GEMM_ROWS as given; NULL, a failure counted, when it cannot be
+ * made. */
+static struct engine *tbatch_engine(const struct model *m, int32_t backend, int32_t graphs,
+				    int32_t gemm_rows)
+{
+	struct engine_params ep;
+	struct engine *e = NULL;
+	char err[256];
+
+	engine_params_default(&ep);
+	ep.backend = backend;
+	ep.kv_type = QT_F16;
+	ep.kv_tokens = 512;
+	ep.max_batch = 64;
+	ep.graphs = graphs;
+	ep.gemm_rows = gemm_rows;
+	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
+		fprintf(stderr, "engine_new: %s\n", err);
+		test_failures++;
+		return NULL;
+	}
+	return e;
+}
+
 /* Runs the graph test's workload on an engine with GRAPHS on or off and
  * returns every decode step's logits, concatenated (NULL on failure):
  * three sequences prefilled at once, then 56 decode steps of all of them
@@ -138,10 +163,8 @@ static float *tgraph_run(const struct model *m, int graphs, size_t *n_floats, ui
 {
 	enum { N_SEQ = 3, N_DEC = 56 };
 	static const int plen[N_SEQ] = { 5, 9, 30 };
-	struct engine_params ep;
-	struct engine *e = NULL;
+	struct engine *e = tbatch_engine(m, ENGINE_BACKEND_CUDA, graphs, 0);
 	struct tseq sq[N_SEQ];
-	char err[256];
 	int32_t n_vocab, ids[64], pos[N_SEQ];
 	const int32_t *tab[N_SEQ];
 	uint8_t want[N_SEQ] = { 1, 1, 1 };
@@ -149,17 +172,8 @@ static float *tgraph_run(const struct model *m, int graphs, size_t *n_floats, ui
 	size_t n = 0;
 	int ok = 1;
 
-	engine_params_default(&ep);
-	ep.backend = ENGINE_BACKEND_CUDA;
-	ep.kv_type = QT_F16;
-	ep.kv_tokens = 512;
-	ep.max_batch = 64;
-	ep.graphs = graphs;
-	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
-		fprintf(stderr, "engine_new: %s\n", err);
-		test_failures++;
+	if (!e)
 		return NULL;
-	}
 	n_vocab = engine_n_vocab(e);
 	memset(sq, 0, sizeof sq);
 	all = malloc((size_t)N_DEC * N_SEQ * n_vocab * sizeof(float));
@@ -242,23 +256,13 @@ static void tgraph_check(const char *dir, const char *rel)
 static float *tgemm_run(const struct model *m, int32_t backend, int32_t gemm_rows,
 			const int32_t *prompt, int n, int n_gen, int32_t *gen)
 {
-	struct engine_params ep;
-	struct engine *e = NULL;
+	struct engine *e = tbatch_engine(m, backend, 1, gemm_rows);
 	struct tseq sq;
-	char err[256];
 	float *first = NULL, *lg;
 	int ok;
 
-	engine_params_default(&ep);
-	ep.backend = backend;
-	ep.kv_tokens = 256;
-	ep.max_batch = 64;
-	ep.gemm_rows = gemm_rows;
-	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
-		fprintf(stderr, "engine_new: %s\n", err);
-		test_failures++;
+	if (!e)
 		return NULL;
-	}
 	const int32_t n_vocab = engine_n_vocab(e);
 	memset(&sq, 0, sizeof sq);
 	first = malloc((size_t)n_vocab * sizeof(float));
