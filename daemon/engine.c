@@ -518,8 +518,11 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 	int32_t n_out = 0;
 	int r;
 
-	if ((r = ops->embed(be, &m->tok_embd, b->token, T, e->x)) < 0)
+	if ((r = ops->embed(be, &m->tok_embd, b->token, T, e->x)) < 0 ||
+	    (r = ops->rmsnorm(be, e->x, m->layers[0].attn_norm, T, d, hp->rms_eps, e->xn)) < 0)
 		return r;
+	/* Each residual add is fused with the norm after it: xn holds the
+	 * layer's normed input on entry. */
 	for (int32_t l = 0; l < hp->n_layer; l++) {
 		const struct model_layer *L = &m->layers[l];
 		const struct bk_weight *qkv[3] = { &L->wq, &L->wk, &L->wv };
@@ -528,21 +531,22 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		const struct bk_weight *wd = &L->w_down;
 		float *gu_out[2] = { e->g, e->u };
 
-		if ((r = ops->rmsnorm(be, e->x, L->attn_norm, T, d, hp->rms_eps, e->xn)) < 0 ||
-		    (r = matmul_group(be, qkv, 3, e->xn, T, qkv_out)) < 0 ||
-		    (r = ops->rope(be, e->q, T, hp->n_head, hp->head_dim, hp->n_rot, b->pos,
-				   hp->rope_base, hp->rope_style)) < 0 ||
-		    (r = ops->rope(be, e->k, T, hp->n_head_kv, hp->head_dim, hp->n_rot, b->pos,
-				   hp->rope_base, hp->rope_style)) < 0 ||
-		    (r = ops->kv_store(be, &e->kv->view, l, &rows, e->k, e->v)) < 0 ||
+		if ((r = matmul_group(be, qkv, 3, e->xn, T, qkv_out)) < 0 ||
+		    (r = backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, hp->n_rot, hp->rope_base,
+					       hp->rope_style, e->q, e->k, e->v)) < 0 ||
 		    (r = ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att)) < 0 ||
 		    (r = ops->matmul(be, &wo, 1, e->att, T, &e->xn)) < 0 ||
-		    (r = ops->add(be, e->x, e->xn, (int64_t)T * d)) < 0 ||
-		    (r = ops->rmsnorm(be, e->x, L->ffn_norm, T, d, hp->rms_eps, e->xn)) < 0 ||
+		    (r = backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn)) < 0 ||
 		    (r = matmul_group(be, gu, 2, e->xn, T, gu_out)) < 0 ||
 		    (r = ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g)) < 0 ||
-		    (r = ops->matmul(be, &wd, 1, e->g, T, &e->xn)) < 0 ||
-		    (r = ops->add(be, e->x, e->xn, (int64_t)T * d)) < 0)
+		    (r = ops->matmul(be, &wd, 1, e->g, T, &e->xn)) < 0)
+			return r;
+		if (l + 1 < hp->n_layer)
+			r = backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d, hp->rms_eps,
+						e->xn);
+		else
+			r = ops->add(be, e->x, e->xn, (int64_t)T * d);
+		if (r < 0)
 			return r;
 	}
 

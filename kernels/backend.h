@@ -171,6 +171,18 @@ struct backend_ops {
 	/* The KV pool the kv_store and attention ops will be given: a backend
 	 * with device memory allocates its copy now.  Default: nothing. */
 	int (*kv_attach)(struct backend *be, const struct bk_kv *kv);           /* optional */
+	/* x (T, n) += y, then out = x / rms(x) * g: add and rmsnorm in one
+	 * pass (a device backend saves a launch), with their bits; out may
+	 * equal x or y.  Default: add, then rmsnorm. */
+	int (*add_rmsnorm)(struct backend *be, float *x, const float *y, const float *g,
+			   int32_t T, int64_t n, float eps, float *out);            /* optional */
+	/* rope of q (T, a->n_head heads) and k (a->n_head_kv heads) in place at
+	 * ROWS' positions, then kv_store of k and v: the three ops in one pass,
+	 * with their bits.  Default: rope, rope, kv_store. */
+	int (*rope_kv_store)(struct backend *be, const struct bk_kv *kv, int32_t layer,
+			     const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
+			     float freq_base, enum bk_rope_style style, float *q, float *k,
+			     const float *v);                                       /* optional */
 };
 
 struct backend {
@@ -213,6 +225,33 @@ static inline int backend_copy_rows(struct backend *be, float *dst, const float 
 		return be->ops->copy_rows(be, dst, src, n);
 	memcpy(dst, src, (size_t)n * sizeof(float));
 	return 0;
+}
+
+static inline int backend_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g,
+				      int32_t T, int64_t n, float eps, float *out)
+{
+	int r;
+
+	if (be->ops->add_rmsnorm)
+		return be->ops->add_rmsnorm(be, x, y, g, T, n, eps, out);
+	if ((r = be->ops->add(be, x, y, (int64_t)T * n)) < 0)
+		return r;
+	return be->ops->rmsnorm(be, x, g, T, n, eps, out);
+}
+
+static inline int backend_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
+					const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
+					float freq_base, enum bk_rope_style style, float *q, float *k,
+					const float *v)
+{
+	int r;
+
+	if (be->ops->rope_kv_store)
+		return be->ops->rope_kv_store(be, kv, layer, rows, a, n_rot, freq_base, style, q, k, v);
+	if ((r = be->ops->rope(be, q, rows->n, a->n_head, a->head_dim, n_rot, rows->pos, freq_base, style)) < 0 ||
+	    (r = be->ops->rope(be, k, rows->n, a->n_head_kv, a->head_dim, n_rot, rows->pos, freq_base, style)) < 0)
+		return r;
+	return be->ops->kv_store(be, kv, layer, rows, k, v);
 }
 
 static inline int backend_load_weight(struct backend *be, const struct bk_weight *w)

@@ -91,6 +91,80 @@ struct step {
 static struct backend *cpu;
 static double worst_err;
 
+/* cuda_rope_kv_store equals the CPU's rope of q, rope of k and kv_store,
+ * bit for bit (rotated q and k, every pool byte), for both RoPE styles and
+ * a partial rotation, over the ragged steps FILLS; padding rows (negative
+ * positions) change nothing. */
+template <class Tables, class Rows>
+static void rope_kv_store_vs_cpu(const cfg &c, const struct bk_kv &shape, const std::vector<step> &fills,
+	Tables tables_of, Rows rows_of)
+{
+	const int32_t kv_dim = shape.kv_dim, q_dim = c.n_head * c.head_dim;
+	const size_t pool_bytes = (size_t)shape.n_blocks * shape.block_bytes;
+	const struct bk_attn a = { c.n_head, c.n_head_kv, c.head_dim, 1.0f };
+
+	for (int style = 0; style < 2; style++) {
+		const enum bk_rope_style st = style ? BK_ROPE_NEOX : BK_ROPE_NORMAL;
+		const int32_t n_rot = style ? c.head_dim : (c.head_dim / 2 + 1) / 2 * 2; /* NORMAL: partial */
+		std::vector<uint8_t> cpu_pool(pool_bytes, 0);
+		dbuf<uint8_t> dpool(pool_bytes);
+		dpool.put(cpu_pool);
+		struct bk_kv hkv = shape, dkv = shape;
+		hkv.base = cpu_pool.data();
+		dkv.base = dpool.d;
+		for (int layer = 0; layer < N_LAYER; layer++) {
+			for (const step &s : fills) {
+				const int32_t T = s.T();
+				std::vector<float> q((size_t)T * q_dim), k((size_t)T * kv_dim), v(k.size());
+				for (float &x : q)
+					x = next_f(-2, 2);
+				for (float &x : k)
+					x = next_f(-2, 2);
+				for (float &x : v)
+					x = next_f(-1, 1);
+				std::vector<const int32_t *> ptrs;
+				struct bk_rows rows = rows_of(s, ptrs);
+				dbuf<int32_t> dpos(T), dtab((size_t)T * TABLE_STRIDE);
+				dbuf<float> dq(q.size()), dk(k.size()), dv(v.size());
+				dpos.put(s.pos);
+				dtab.put(tables_of(s));
+				dq.put(q);
+				dk.put(k);
+				dv.put(v);
+				CHECK_INT_EQ(cuda_rope_kv_store(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, n_rot,
+								10000.0f, st, dq.d, dk.d, dv.d, 0), 0);
+				CHECK_INT_EQ(cpu->ops->rope(cpu, q.data(), T, c.n_head, c.head_dim, n_rot, rows.pos,
+							    10000.0f, st), 0);
+				CHECK_INT_EQ(cpu->ops->rope(cpu, k.data(), T, c.n_head_kv, c.head_dim, n_rot, rows.pos,
+							    10000.0f, st), 0);
+				CHECK_INT_EQ(cpu->ops->kv_store(cpu, &hkv, layer, &rows, k.data(), v.data()), 0);
+				CHECK(dq.get() == q);
+				CHECK(dk.get() == k);
+			}
+		}
+		CHECK(dpool.get() == cpu_pool);
+		/* padding rows */
+		std::vector<int32_t> ppos = { -1, -3 }, ptab(2 * TABLE_STRIDE, -1);
+		std::vector<float> x2((size_t)2 * q_dim, 0.5f);
+		dbuf<int32_t> dpos(2), dtab(ptab.size());
+		dbuf<float> dx(x2.size());
+		dpos.put(ppos);
+		dtab.put(ptab);
+		dx.put(x2);
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 2, dpos.d, dtab.d, TABLE_STRIDE, &a, n_rot, 10000.0f, st,
+						dx.d, dx.d, dx.d, 0), 0);
+		CHECK(dpool.get() == cpu_pool);
+		CHECK(dx.get() == x2);
+		/* bad shapes */
+		struct bk_attn bad = a;
+		bad.n_head_kv = c.n_head_kv + 1;
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 2, dpos.d, dtab.d, TABLE_STRIDE, &bad, n_rot, 10000.0f, st,
+						dx.d, dx.d, dx.d, 0), -EINVAL);
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 2, dpos.d, dtab.d, TABLE_STRIDE, &a, 3, 10000.0f, st,
+						dx.d, dx.d, dx.d, 0), -EINVAL);
+	}
+}
+
 static void run_cfg(const cfg &c)
 {
 	const int32_t kv_dim = c.head_dim * c.n_head_kv, hd = c.head_dim;
@@ -176,6 +250,7 @@ static void run_cfg(const cfg &c)
 		fprintf(stderr, "type %u hd %d: kv_store: %zu of %zu pool bytes differ\n", c.type, hd, diff,
 			pool_bytes);
 	CHECK(diff == 0);
+	rope_kv_store_vs_cpu(c, hkv, fills, tables_of, rows_of);
 	dpool.put(cpu_pool); /* attention below reads the CPU's bytes either way */
 	{ /* padding rows (negative positions, tables of holes) store nothing */
 		std::vector<int32_t> ppos = { -1, -1, -7 }, ptab(3 * TABLE_STRIDE, -1);

@@ -7,6 +7,8 @@
  *  - batch invariance: a request's tokens alone equal its tokens beside 3
  *    other sequences through the scheduler;
  *  - decode steps replayed from CUDA graphs give launched steps' logits;
+ *  - a decode step launches 17 kernels per layer and 5 more (the fused
+ *    add + norm and rope + kv_store ops);
  *  - gemm_rows: a prompt's matmuls on f16 cuBLAS stay near the CPU's logits;
  *    F16 and BF16 weights (always cuBLAS) too;
  *  - the backend is named, and a bad device is refused with a message;
@@ -24,6 +26,9 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#ifdef LLMD_EMU_STATS
+#include "cuda_emu.h"
+#endif
 #include "engine.h"
 #include "kv_pool.h"
 #include "model.h"
@@ -210,6 +215,52 @@ static void test_kv_sizing(const struct model *m)
 	engine_free(e);
 }
 
+/* Kernels one decode step launches, uncaptured (graphs off, so every
+ * launch runs and is counted): per layer 4 for q, k, v (one activation
+ * quantization, three matmuls), 1 rope + kv_store, 2 attention (splits,
+ * reduction), 2 for o, 1 add + norm, 3 for gate and up, 1 swiglu, 2 for
+ * down, 1 add + the next layer's norm (the last layer's add alone); then
+ * embed, the first layer's norm, the output norm, quantization and matmul. */
+static void test_launches_per_step(const char *dir)
+{
+#ifdef LLMD_EMU_STATS
+	char path[4096], err[256];
+	struct model *m = NULL;
+	struct engine_params ep;
+	struct engine *e = NULL;
+	static struct tseq s;
+	static const int32_t prompt[4] = { 1, 20, 30, 40 };
+	unsigned long long l0, l1, sw;
+
+	snprintf(path, sizeof path, "%s/derived/TinyStories-656K-q4_0.gguf", dir);
+	if (model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		test_failures++;
+		return;
+	}
+	engine_params_default(&ep);
+	ep.backend = ENGINE_BACKEND_CUDA;
+	ep.kv_tokens = 64;
+	ep.graphs = 0;
+	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), 0);
+	if (e) {
+		float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+		CHECK_INT_EQ(tseq_feed(e, &s, prompt, 4, 4, logits), 1);
+		cuda_emu_stats(&l0, &sw);
+		CHECK_INT_EQ(tseq_feed(e, &s, prompt, 1, 1, logits), 1);
+		cuda_emu_stats(&l1, &sw);
+		printf("kernels per decode step: %llu (%d layers)\n", l1 - l0, (int)m->hp.n_layer);
+		CHECK_INT_EQ((long long)(l1 - l0), 17LL * m->hp.n_layer + 5);
+		tseq_free(e, &s);
+		free(logits);
+		engine_free(e);
+	}
+	model_free(m);
+#else
+	(void)dir;
+#endif
+}
+
 int main(void)
 {
 	const char *golden = test_model_path("golden/greedy-llamacpp.json");
@@ -263,6 +314,7 @@ int main(void)
 	json_object_put(root);
 	tbatch_invariance(dir, "stories260K.gguf", batch_engine);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
+	test_launches_per_step(dir);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);

@@ -1,5 +1,5 @@
 /* test_cuda_rows.cc - kernels/cuda/rows.cu (embed, rmsnorm, rope, swiglu,
- * add, the half-precision copies for cuBLAS), compiled here as C++ against the CUDA emulator, equals the CPU
+ * add, add fused with rmsnorm, the half-precision copies for cuBLAS), compiled here as C++ against the CUDA emulator, equals the CPU
  * backend on random inputs of several shapes, in every thread order.
  *
  * Tolerances, in ulps of the CPU's value (measured figures are printed):
@@ -9,7 +9,7 @@
  *     powf and its theta the same running float product), and the emulator's
  *     expf/sinf/cosf are the host's.  On a GPU, swiglu and rope may differ
  *     by CUDA's expf/sinf/cosf error (<= 2 ulp) - not tested here.
- *   rmsnorm: 2.  Both sum the squares in double, but in a different order
+ *   rmsnorm (and add_rmsnorm's output): 2.  Both sum the squares in double, but in a different order
  *     (per-thread strides, warp butterfly, warps in order, vs sequential),
  *     so the double sum may differ in its last bits, and then, rarely, the
  *     float mean and the scale by one ulp, which moves an output by <= 2 ulp.
@@ -231,6 +231,63 @@ static void test_rmsnorm()
 	CHECK_INT_EQ(cuda_rmsnorm(d.d, d.d, 1, 0, 1e-5f, d.d, NULL), -EINVAL);
 }
 
+/* ---- add + rmsnorm fused ---- */
+
+/* cuda_add_rmsnorm: x equals the CPU's add bit for bit, out is the CPU's
+ * add-then-rmsnorm within rmsnorm's tolerance and cuda_add + cuda_rmsnorm's
+ * bits exactly, written over y (as the engine does) or over x. */
+static void test_add_rmsnorm()
+{
+	static const int32_t Ts[] = { 1, 5 };
+	static const int64_t ns[] = { 64, 576, 2049 };
+	int64_t unfused = 0; /* distance from the two launches it replaces */
+
+	for (int64_t n : ns) {
+		for (int32_t T : Ts) {
+			const float eps = 1e-5f;
+			std::vector<float> x((size_t)T * n), y(x.size()), g(n);
+			for (size_t i = 0; i < x.size(); i++) {
+				x[i] = frand(-3, 3);
+				y[i] = frand(-2, 2) * (i % 5 == 0 ? 8.0f : 1.0f);
+			}
+			for (float &v : g)
+				v = frand(-1.5f, 1.5f);
+			std::vector<float> want_x = x, want(x.size());
+			CHECK_INT_EQ(cpu->ops->add(cpu, want_x.data(), y.data(), (int64_t)T * n), 0);
+			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, want_x.data(), g.data(), T, n, eps, want.data()), 0);
+			dbuf<float> dx(x.size()), dy(x.size()), dg(n), dout(x.size());
+			dg.put(g);
+			char what[64];
+			snprintf(what, sizeof what, "n=%lld T=%d", (long long)n, T);
+			for_each_order([&](const char *) {
+				/* the two launches it replaces */
+				dx.put(x);
+				dy.put(y);
+				CHECK_INT_EQ(cuda_add(dx.d, dy.d, (int64_t)T * n, NULL), 0);
+				CHECK_INT_EQ(cuda_rmsnorm(dx.d, dg.d, T, n, eps, dout.d, NULL), 0);
+				std::vector<float> two = dout.get();
+				expect_close("add", what, dx.get(), want_x, 0, &worst_add);
+
+				dx.put(x);
+				CHECK_INT_EQ(cuda_add_rmsnorm(dx.d, dy.d, dg.d, T, n, eps, dy.d, NULL), 0);
+				expect_close("add_rmsnorm x", what, dx.get(), want_x, 0, &worst_add);
+				expect_close("add_rmsnorm over y", what, dy.get(), want, 2, &worst_rmsnorm);
+				expect_close("add_rmsnorm vs add + rmsnorm", what, dy.get(), two, 0, &unfused);
+
+				dx.put(x);
+				dy.put(y);
+				CHECK_INT_EQ(cuda_add_rmsnorm(dx.d, dy.d, dg.d, T, n, eps, dx.d, NULL), 0);
+				expect_close("add_rmsnorm over x vs add + rmsnorm", what, dx.get(), two, 0, &unfused);
+			});
+		}
+	}
+	dbuf<float> d(64);
+	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, d.d, d.d, 0, 64, 1e-5f, d.d, NULL), 0);
+	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, d.d, d.d, -1, 64, 1e-5f, d.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, NULL, d.d, 1, 64, 1e-5f, d.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, d.d, d.d, 1, 0, 1e-5f, d.d, NULL), -EINVAL);
+}
+
 /* ---- rope ---- */
 
 static void test_rope()
@@ -392,6 +449,7 @@ int main()
 		return test_result();
 	test_embed();
 	test_rmsnorm();
+	test_add_rmsnorm();
 	test_rope();
 	test_elementwise();
 	test_half();

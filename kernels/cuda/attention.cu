@@ -27,6 +27,7 @@ extern "C" {
 }
 
 #include "cuda_ops.h"
+#include "rope.cuh"
 
 /* Positions per split (rounded up to whole KV blocks); a test may set it. */
 #ifndef ATTN_SPLIT_TOKENS
@@ -81,17 +82,9 @@ static __device__ __forceinline__ float kv_elem(const char *row, uint32_t type, 
  * gives each 32-element block to one warp: amax by shuffles, then
  * d = amax / 127, id = 127 / amax, q = round-half-even(x * id) as quant.c's
  * quantize_q8_0 (IEEE divisions and a lone multiply: nothing to contract). */
-static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ pos,
-	const int32_t *__restrict__ tables, int32_t table_stride, const float *__restrict__ k,
-	const float *__restrict__ v)
+/* SRC (kv_dim floats) into the pool row at DST, converted to the pool's type. */
+static __device__ __forceinline__ void kv_store_row(const kv_view &kv, char *dst, const float *src)
 {
-	const int32_t t = blockIdx.x;
-	const int which = blockIdx.y;
-	if (pos[t] < 0) /* a padding row: nothing to store */
-		return;
-	const float *src = (which ? v : k) + (size_t)t * kv.kv_dim;
-	char *dst = kv_row(kv, tables + (size_t)t * table_stride, which, pos[t]);
-
 	if (kv.type == QT_F32) {
 		for (int c = threadIdx.x; c < kv.kv_dim; c += blockDim.x)
 			reinterpret_cast<float *>(dst)[c] = src[c];
@@ -113,6 +106,48 @@ static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ p
 				*reinterpret_cast<__half *>(blk) = __float2half_rn(d);
 		}
 	}
+}
+
+static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ pos,
+	const int32_t *__restrict__ tables, int32_t table_stride, const float *__restrict__ k,
+	const float *__restrict__ v)
+{
+	const int32_t t = blockIdx.x;
+	const int which = blockIdx.y;
+	if (pos[t] < 0) /* a padding row: nothing to store */
+		return;
+	kv_store_row(kv, kv_row(kv, tables + (size_t)t * table_stride, which, pos[t]),
+		     (which ? v : k) + (size_t)t * kv.kv_dim);
+}
+
+/* rope_kernel on q and k, then kv_store_kernel, in one launch: grid (T, 3),
+ * blockIdx.y 0 rotates the row's q heads, 1 its k heads and then stores
+ * them (the barrier makes the block's rotated k visible to all its
+ * threads), 2 stores its v.  The cos/sin table is in dynamic shared memory
+ * (rope.cuh).  A padding row (negative position) is left alone. */
+static __global__ void rope_kv_store_kernel(kv_view kv, const int32_t *__restrict__ pos,
+	const int32_t *__restrict__ tables, int32_t table_stride, float *q, float *k,
+	const float *__restrict__ v, int32_t n_head, int32_t head_dim, int32_t n_rot,
+	float theta_scale, int neox)
+{
+	DYN_SHARED(float2, cs);
+	const int32_t t = blockIdx.x;
+	const int which = blockIdx.y;
+	const int32_t p = pos[t];
+	if (p < 0)
+		return;
+	if (which < 2) {
+		rope_table(cs, p, n_rot / 2, theta_scale);
+		__syncthreads();
+		if (which == 0) {
+			rope_rotate(q + (size_t)t * n_head * head_dim, cs, n_head, head_dim, n_rot / 2, neox);
+			return;
+		}
+		rope_rotate(k + (size_t)t * kv.kv_dim, cs, kv.kv_dim / head_dim, head_dim, n_rot / 2, neox);
+		__syncthreads();
+	}
+	const float *src = (which == 1 ? k : v) + (size_t)t * kv.kv_dim;
+	kv_store_row(kv, kv_row(kv, tables + (size_t)t * table_stride, which - 1, p), src);
 }
 
 /* ---- attention ---- */
@@ -350,6 +385,31 @@ extern "C" int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, c
 		return -EINVAL;
 	LAUNCH(kv_store_kernel, dim3((unsigned)T, 2), KV_STORE_THREADS, 0, (cudaStream_t)stream,
 		kv_view_of(kv, layer), pos, tables, table_stride, k, v);
+	return launched();
+}
+
+extern "C" int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, int32_t n_rot,
+	float freq_base, enum bk_rope_style style, float *q, float *k, const float *v, void *stream)
+{
+	int err = kv_check(kv, layer);
+	if (err)
+		return err;
+	if (T < 0 || table_stride < 1 || !a || a->n_head < 1 || a->n_head_kv < 1 || a->head_dim < 1 ||
+	    (int64_t)a->n_head_kv * a->head_dim != kv->kv_dim || n_rot < 0 || n_rot > a->head_dim ||
+	    n_rot % 2 || n_rot > ROPE_MAX_ROT || (style != BK_ROPE_NORMAL && style != BK_ROPE_NEOX) ||
+	    (int64_t)a->n_head * (n_rot / 2) > INT32_MAX)
+		return -EINVAL;
+	if (T == 0)
+		return 0;
+	if (!pos || !tables || !q || !k || !v)
+		return -EINVAL;
+	/* the CPU's theta_scale, from the host's powf (n_rot 0 rotates nothing) */
+	const float theta_scale = n_rot ? powf(freq_base, -2.0f / (float)n_rot) : 1.0f;
+	LAUNCH(rope_kv_store_kernel, dim3((unsigned)T, 3), KV_STORE_THREADS,
+		(size_t)(n_rot / 2) * sizeof(float2), (cudaStream_t)stream, kv_view_of(kv, layer), pos,
+		tables, table_stride, q, k, v, a->n_head, a->head_dim, n_rot, theta_scale,
+		style == BK_ROPE_NEOX);
 	return launched();
 }
 

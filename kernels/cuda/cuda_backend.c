@@ -608,6 +608,21 @@ static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer
 					 cb->table_stride, k, v, cb->stream));
 }
 
+static int cb_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
+			    const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
+			    float freq_base, enum bk_rope_style style, float *q, float *k, const float *v)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct bk_kv dkv;
+	int r;
+
+	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
+		return r;
+	return cb_launched(cb, "cuda_rope_kv_store",
+			   cuda_rope_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables, cb->table_stride,
+					      a, n_rot, freq_base, style, q, k, v, cb->stream));
+}
+
 static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
 			const struct bk_rows *rows, const struct bk_attn *a, const float *q, float *out)
 {
@@ -641,6 +656,18 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
 {
 	return cb_launched(cbk(be), "cuda_add", cuda_add(x, y, n, cbk(be)->stream));
+}
+
+static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g, int32_t T,
+			  int64_t n, float eps, float *out)
+{
+	struct cuda_backend *cb = cbk(be);
+	void *dg;
+	int r;
+
+	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0)
+		return r;
+	return cb_launched(cb, "cuda_add_rmsnorm", cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream));
 }
 
 /* ---- memory hooks ---- */
@@ -925,6 +952,8 @@ static const struct backend_ops cuda_ops = {
 	.graph_end = cb_graph_end,
 	.load_weight = cb_load_weight,
 	.kv_attach = cb_kv_attach,
+	.add_rmsnorm = cb_add_rmsnorm,
+	.rope_kv_store = cb_rope_kv_store,
 };
 
 int cuda_backend_emulated(void)

@@ -46,6 +46,10 @@ int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_r
 int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, void *stream);
 /* x (n) += y. */
 int cuda_add(float *x, const float *y, int64_t n, void *stream);
+/* x (T, n) += y, then out = x / rms(x) * g: cuda_add and cuda_rmsnorm in
+ * one launch, with their bits.  out may equal x or y. */
+int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
+		     float *out, void *stream);
 /* out (n_rows, w->n_in) __half = rows ROW0.. of W as cuda_embed dequantizes
  * them, each rounded to nearest even f16: weight tiles for cuBLAS. */
 int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,
@@ -60,6 +64,14 @@ int cuda_to_half(const float *x, int64_t n, int bf16, void *out, void *stream);
 int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 		  const int32_t *tables, int32_t table_stride, const float *k, const float *v,
 		  void *stream);
+/* cuda_rope of q (T, a->n_head heads) and k (T, a->n_head_kv heads) in
+ * place, then cuda_kv_store of k and v: one launch, their bits.  Rows with
+ * a negative position are left alone.  kv->kv_dim must be
+ * a->n_head_kv * a->head_dim. */
+int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+		       const int32_t *tables, int32_t table_stride, const struct bk_attn *a,
+		       int32_t n_rot, float freq_base, enum bk_rope_style style, float *q, float *k,
+		       const float *v, void *stream);
 /* out (T, n_head * head_dim) = softmax(q K^T * scale) V over positions
  * 0..pos[t] of row t's sequence, read through its block table (causal).
  * Query heads h of a group share kv head h / (n_head / n_head_kv) (GQA).

@@ -1,7 +1,8 @@
 /* rows.cu - the CUDA backend's element-wise and row ops: embedding gather
  * (dequantizing every weight type the CPU backend takes), RMSNorm, RoPE,
- * SwiGLU and the residual add; and the fp16/bf16 copies of weight rows and
- * activations that the cuBLAS GEMM path takes.
+ * SwiGLU, the residual add (alone or fused with the RMSNorm after it); and
+ * the fp16/bf16 copies of weight rows and activations that the cuBLAS GEMM
+ * path takes.
  *
  * Each op repeats the CPU backend's (kernels/cpu_backend.c, kernels/quant.c)
  * arithmetic operation for operation, so that on the emulator the results
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
+#include "rope.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,7 +32,6 @@ extern "C" {
 
 #define ROWS_THREADS 256     /* threads per block of every kernel here */
 #define ROWS_WARPS (ROWS_THREADS / 32)
-#define ROPE_MAX_ROT 1024    /* as the CPU backend */
 #define EW_MAX_BLOCKS 65536  /* grid of the element-wise grid-stride loops */
 
 /* ---- shared helpers ---- */
@@ -310,35 +311,53 @@ extern "C" int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n
 	return rows_launched();
 }
 
+/* add_kernel then rmsnorm_kernel in one block per row: x += y, then
+ * out = x / rms(x) * g with the same operations, so the same bits.  Each
+ * thread reads y and writes x and out at its own elements only, so OUT may
+ * equal Y (the engine norms into the buffer it added from) or X. */
+static __global__ void add_rmsnorm_kernel(float *x, const float *y, const float *__restrict__ g,
+	int64_t n, float eps, float *out)
+{
+	__shared__ double s_warp[ROWS_WARPS];
+	float *xr = x + (int64_t)blockIdx.x * n;
+	const float *yr = y + (int64_t)blockIdx.x * n;
+	float *o = out + (int64_t)blockIdx.x * n;
+	double part = 0;
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
+		const float v = xr[i] + yr[i];
+		xr[i] = v;
+		part += (double)__fmul_rn(v, v);
+	}
+	const double sum = rows_block_sum(part, s_warp);
+	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS)
+		o[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
+}
+
+extern "C" int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_t T, int64_t n,
+	float eps, float *out, void *stream)
+{
+	if (T < 0 || n <= 0 || (T && (!x || !y || !g || !out)))
+		return -EINVAL;
+	if (!T)
+		return 0;
+	LAUNCH(add_rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
+		eps, out);
+	return rows_launched();
+}
+
 /* ---- rope ---- */
 
-/* One block per row.  The cos/sin table goes into dynamic shared memory
- * first: entry i is cos/sin of pos * theta_scale^i, the power taken by i
- * float multiplications in order, exactly as the CPU's running product
- * (THETA_SCALE itself comes from the host's powf, the CPU's). */
+/* One block per row: the cos/sin table of its position into dynamic
+ * shared memory first (rope.cuh), then every head's pairs. */
 static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot,
 	const int32_t *__restrict__ pos, float theta_scale, int neox)
 {
 	DYN_SHARED(float2, cs);
-	const int n_pair = n_rot / 2;
 	const int64_t t = blockIdx.x;
-	for (int i = threadIdx.x; i < n_pair; i += ROWS_THREADS) {
-		float theta = (float)pos[t];
-		for (int k = 0; k < i; k++)
-			theta = __fmul_rn(theta, theta_scale);
-		cs[i] = make_float2(cosf(theta), sinf(theta));
-	}
+	rope_table(cs, pos[t], n_rot / 2, theta_scale);
 	__syncthreads();
-	float *row = x + t * n_head * head_dim;
-	const int pairs = n_head * n_pair;
-	for (int p = threadIdx.x; p < pairs; p += ROWS_THREADS) {
-		const int h = p / n_pair, i = p % n_pair;
-		float *v = row + (int64_t)h * head_dim;
-		const int a = neox ? i : 2 * i, b = neox ? i + n_pair : 2 * i + 1;
-		const float x0 = v[a], x1 = v[b], c = cs[i].x, s = cs[i].y;
-		v[a] = __fmul_rn(x0, c) - __fmul_rn(x1, s);
-		v[b] = __fmul_rn(x0, s) + __fmul_rn(x1, c);
-	}
+	rope_rotate(x + t * n_head * head_dim, cs, n_head, head_dim, n_rot / 2, neox);
 }
 
 extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_rot,
