@@ -93,8 +93,7 @@ static double worst_err;
 
 /* cuda_rope_kv_store equals the CPU's rope of q, rope of k and kv_store,
  * bit for bit (rotated q and k, every pool byte), for both RoPE styles and
- * a partial rotation, over the ragged steps FILLS; padding rows (negative
- * positions) change nothing. */
+ * a partial rotation, over the ragged steps FILLS (padding rows: run_cfg). */
 template <class Tables, class Rows>
 static void rope_kv_store_vs_cpu(const cfg &c, const struct bk_kv &shape, const std::vector<step> &fills,
 	Tables tables_of, Rows rows_of)
@@ -143,24 +142,14 @@ static void rope_kv_store_vs_cpu(const cfg &c, const struct bk_kv &shape, const 
 			}
 		}
 		CHECK(dpool.get() == cpu_pool);
-		/* padding rows */
-		std::vector<int32_t> ppos = { -1, -3 }, ptab(2 * TABLE_STRIDE, -1);
-		std::vector<float> x2((size_t)2 * q_dim, 0.5f);
-		dbuf<int32_t> dpos(2), dtab(ptab.size());
-		dbuf<float> dx(x2.size());
-		dpos.put(ppos);
-		dtab.put(ptab);
-		dx.put(x2);
-		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 2, dpos.d, dtab.d, TABLE_STRIDE, &a, n_rot, 10000.0f, st,
-						dx.d, dx.d, dx.d, 0), 0);
-		CHECK(dpool.get() == cpu_pool);
-		CHECK(dx.get() == x2);
 		/* bad shapes */
 		struct bk_attn bad = a;
 		bad.n_head_kv = c.n_head_kv + 1;
-		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 2, dpos.d, dtab.d, TABLE_STRIDE, &bad, n_rot, 10000.0f, st,
+		dbuf<int32_t> dpos(1), dtab(TABLE_STRIDE);
+		dbuf<float> dx(q_dim);
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 1, dpos.d, dtab.d, TABLE_STRIDE, &bad, n_rot, 10000.0f, st,
 						dx.d, dx.d, dx.d, 0), -EINVAL);
-		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 2, dpos.d, dtab.d, TABLE_STRIDE, &a, 3, 10000.0f, st,
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 1, dpos.d, dtab.d, TABLE_STRIDE, &a, 3, 10000.0f, st,
 						dx.d, dx.d, dx.d, 0), -EINVAL);
 	}
 }
@@ -252,16 +241,22 @@ static void run_cfg(const cfg &c)
 	CHECK(diff == 0);
 	rope_kv_store_vs_cpu(c, hkv, fills, tables_of, rows_of);
 	dpool.put(cpu_pool); /* attention below reads the CPU's bytes either way */
-	{ /* padding rows (negative positions, tables of holes) store nothing */
+	{ /* padding rows (negative positions, tables of holes) store nothing,
+	   * and rope_kv_store rotates nothing of theirs either */
+		const struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f };
 		std::vector<int32_t> ppos = { -1, -1, -7 }, ptab(3 * TABLE_STRIDE, -1);
-		std::vector<float> kv3((size_t)3 * kv_dim, 0.5f);
+		std::vector<float> x3((size_t)3 * c.n_head * hd, 0.5f); /* q-sized: k, v fit too */
 		dbuf<int32_t> dpos(3), dtab(ptab.size());
-		dbuf<float> dk(kv3.size());
+		dbuf<float> dx(x3.size());
 		dpos.put(ppos);
 		dtab.put(ptab);
-		dk.put(kv3);
-		CHECK_INT_EQ(cuda_kv_store(&dkv, 0, 3, dpos.d, dtab.d, TABLE_STRIDE, dk.d, dk.d, 0), 0);
+		dx.put(x3);
+		CHECK_INT_EQ(cuda_kv_store(&dkv, 0, 3, dpos.d, dtab.d, TABLE_STRIDE, dx.d, dx.d, 0), 0);
 		CHECK(dpool.get() == cpu_pool);
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 3, dpos.d, dtab.d, TABLE_STRIDE, &a, hd, 10000.0f,
+						BK_ROPE_NORMAL, dx.d, dx.d, dx.d, 0), 0);
+		CHECK(dpool.get() == cpu_pool);
+		CHECK(dx.get() == x3);
 	}
 
 	/* ---- attention: a ragged batch ---- */

@@ -224,25 +224,12 @@ static void test_kv_sizing(const struct model *m)
 static void test_launches_per_step(const char *dir)
 {
 #ifdef LLMD_EMU_STATS
-	char path[4096], err[256];
-	struct model *m = NULL;
-	struct engine_params ep;
-	struct engine *e = NULL;
 	static struct tseq s;
 	static const int32_t prompt[4] = { 1, 20, 30, 40 };
 	unsigned long long l0, l1, sw;
+	struct model *m = tbatch_model(dir, "derived/TinyStories-656K-q4_0.gguf");
+	struct engine *e = m ? tbatch_engine(m, ENGINE_BACKEND_CUDA, 0, 0) : NULL;
 
-	snprintf(path, sizeof path, "%s/derived/TinyStories-656K-q4_0.gguf", dir);
-	if (model_load(path, &m, err, sizeof err) < 0) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		test_failures++;
-		return;
-	}
-	engine_params_default(&ep);
-	ep.backend = ENGINE_BACKEND_CUDA;
-	ep.kv_tokens = 64;
-	ep.graphs = 0;
-	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), 0);
 	if (e) {
 		float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
 		CHECK_INT_EQ(tseq_feed(e, &s, prompt, 4, 4, logits), 1);

@@ -35,6 +35,22 @@ struct tbatch_result {
 
 static struct tbatch_result tbatch_results[4];
 
+/* The model at DIR/REL, or NULL with the error printed and a failure
+ * counted. */
+static struct model *tbatch_model(const char *dir, const char *rel)
+{
+	char path[4096], err[512];
+	struct model *m = NULL;
+
+	snprintf(path, sizeof path, "%s/%s", dir, rel);
+	if (model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		test_failures++;
+		return NULL;
+	}
+	return m;
+}
+
 static void tbatch_on_event(void *ctx, const struct sched_event *ev)
 {
 	struct tbatch_result *r = &tbatch_results[ev->id];
@@ -60,7 +76,7 @@ static void tbatch_invariance(const char *models_dir, const char *rel,
 	static const char *prompts[4] = { "Once upon a time", "The little dog ran to the park and",
 					  "Hello", "Lily and Tom were best friends. One day" };
 	static const int max_tokens[4] = { 24, 16, 20, 12 };
-	char path[4096], err[512];
+	char err[512];
 	struct model *m = NULL;
 	struct engine *e = NULL;
 	struct sched *s = NULL;
@@ -69,12 +85,8 @@ static void tbatch_invariance(const char *models_dir, const char *rel,
 	int n_ids[4];
 	struct tbatch_result alone;
 
-	snprintf(path, sizeof path, "%s/%s", models_dir, rel);
-	if (model_load(path, &m, err, sizeof err) < 0) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		test_failures++;
+	if (!(m = tbatch_model(models_dir, rel)))
 		return;
-	}
 	e = make(m);
 	sched_params_default(&sp);
 	sp.max_seqs = 4;
@@ -220,17 +232,12 @@ static float *tgraph_run(const struct model *m, int graphs, size_t *n_floats, ui
  * ones, and graphs are recorded once per shape and replayed. */
 static void tgraph_check(const char *dir, const char *rel)
 {
-	char path[4096], err[512];
 	struct model *m = NULL;
 	size_t n_on = 0, n_off = 0;
 	uint64_t cap_on, rep_on, cap_off, rep_off;
 
-	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	if (model_load(path, &m, err, sizeof err) < 0) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		test_failures++;
+	if (!(m = tbatch_model(dir, rel)))
 		return;
-	}
 	float *on = tgraph_run(m, 1, &n_on, &cap_on, &rep_on);
 	float *off = tgraph_run(m, 0, &n_off, &cap_off, &rep_off);
 	CHECK(on && off && n_on == n_off && n_on > 0);
@@ -295,16 +302,11 @@ static float *tgemm_run(const struct model *m, int32_t backend, int32_t gemm_row
 static void tgemm_check(const char *dir, const char *rel, float tol)
 {
 	enum { N = 40, N_GEN = 16 };
-	char path[4096], err[512];
 	struct model *m = NULL;
 	int32_t prompt[N], g_cpu[N_GEN], g_q[N_GEN], g_h[N_GEN];
 
-	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	if (model_load(path, &m, err, sizeof err) < 0) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		test_failures++;
+	if (!(m = tbatch_model(dir, rel)))
 		return;
-	}
 	const char *text = "Once upon a time, there was a little girl named Lily. She loved to play "
 			   "outside in the park with her friends and her dog.";
 	int n = tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, prompt, N);
@@ -342,18 +344,13 @@ static void tgemm_check(const char *dir, const char *rel, float tol)
 static void thalf_check(const char *dir, uint32_t type, float tol)
 {
 	enum { N = 40, N_GEN = 16 };
-	char path[4096], err[512];
 	struct model *m = NULL;
 	int32_t prompt[N], g_cpu[N_GEN], g_cuda[N_GEN];
 	void *bufs[512];
 	int n_bufs = 0;
 
-	snprintf(path, sizeof path, "%s/derived/TinyStories-656K-f32.gguf", dir);
-	if (model_load(path, &m, err, sizeof err) < 0) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		test_failures++;
+	if (!(m = tbatch_model(dir, "derived/TinyStories-656K-f32.gguf")))
 		return;
-	}
 	for (int32_t l = 0; l <= m->hp.n_layer; l++) {
 		struct model_layer *L = &m->layers[l < m->hp.n_layer ? l : 0];
 		struct bk_weight *ws[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
