@@ -717,10 +717,11 @@ out:
 
 static void test_gemm(void)
 {
-	/* 576 and 1536 are SmolLM2's; 544, 640 and 1120 end in 1, 4 and 3
-	 * blocks past a whole group of 16, 800 in two whole quads and one
-	 * block; 32, 64 and 96 have no whole group */
-	static const int64_t sizes[] = { 32, 64, 96, 256, 544, 576, 640, 800, 1120, 1536 };
+	/* 576, 960 and 1536 are SmolLM2's (AVX2 has kernels compiled for
+	 * them); 544, 640 and 1120 end in 1, 4 and 3 blocks past a whole group
+	 * of 16, 800 in two whole quads and one block; 32, 64 and 96 have no
+	 * whole group */
+	static const int64_t sizes[] = { 32, 64, 96, 256, 544, 576, 640, 800, 960, 1120, 1536 };
 	static const int64_t odd[] = { 1, 7, 17, 33 };
 
 	for (size_t t = 0; t < sizeof weight_types / sizeof weight_types[0]; t++) {
@@ -786,7 +787,7 @@ static uint8_t *guarded(size_t bytes, void **ret_map, size_t *ret_len)
  * load under masks), for every type, ISA and both AVX-512 paths. */
 static void test_gemm_bounds(void)
 {
-	static const int64_t sizes[] = { 32, 96, 256, 544, 576 };
+	static const int64_t sizes[] = { 32, 96, 256, 544, 576, 960, 1536 };
 	for (size_t t = 0; t < sizeof weight_types / sizeof weight_types[0]; t++) {
 		uint32_t type = weight_types[t];
 		for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
