@@ -466,21 +466,39 @@ fail:
 
 /* ---- the step ---- */
 
-/* The N weights W (one input each) against X: one call when they share a
- * type, else one per weight (K-quant files mix them within a layer: Q5_0
- * q/k beside a Q6_K v).  A row's arithmetic is the same either way. */
+/* The N (<= 3) weights W (one input each) against X: one call per
+ * activation type among them, which is one call for a layer's q, k and v
+ * even where a K-quant file mixes their types (Q4_K q and k beside a Q6_K
+ * v); they share one quantization of X.  A row's arithmetic is the same
+ * either way. */
+static uint32_t vec_type_of(const struct bk_weight *w)
+{
+	const struct qtype_info *qi = qtype_get(w->type);
+	return qi ? qi->vec_type : w->type;
+}
+
 static int matmul_group(struct backend *be, const struct bk_weight *const *w, int n, const float *x, int32_t T,
 			float *const *out)
 {
-	int same = 1, r;
+	const struct bk_weight *sw[3];
+	float *so[3];
+	int done[3] = { 0 }, r;
 
-	for (int k = 1; k < n; k++)
-		same &= w[k]->type == w[0]->type;
-	if (same)
-		return be->ops->matmul(be, w, n, x, T, out);
-	for (int k = 0; k < n; k++)
-		if ((r = be->ops->matmul(be, &w[k], 1, x, T, &out[k])) < 0)
+	if (n > 3)
+		return -EINVAL;
+	for (int k = 0; k < n; k++) {
+		if (done[k])
+			continue;
+		int m = 0;
+		for (int i = k; i < n; i++)
+			if (!done[i] && vec_type_of(w[i]) == vec_type_of(w[k])) {
+				sw[m] = w[i];
+				so[m++] = out[i];
+				done[i] = 1;
+			}
+		if ((r = be->ops->matmul(be, sw, m, x, T, so)) < 0)
 			return r;
+	}
 	return 0;
 }
 

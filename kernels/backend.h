@@ -101,7 +101,8 @@ struct backend_ops {
 	int (*rmsnorm)(struct backend *be, const float *x, const float *g, int32_t T,
 		       int64_t n, float eps, float *out);
 	/* For each k < NW: out[k] (T, w[k].n_out) = x (T, n_in) · w[k]^T.
-	 * All w[k] share n_in and type, so x is quantized once. */
+	 * All w[k] share n_in and the activations' type (their qtype's
+	 * vec_type: Q4_K and Q6_K both take Q8_K), so x is quantized once. */
 	int (*matmul)(struct backend *be, const struct bk_weight *const *w, int nw,
 		      const float *x, int32_t T, float *const *out);
 	/* Rotates the first n_rot dims of every head of x (T, n_head*head_dim) in place. */

@@ -262,9 +262,13 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 		return -ENOTSUP;
 	n_in = w[0]->n_in;
 	vec_type = qi->vec_type;
-	for (int k = 1; k < nw; k++)
-		if (w[k]->type != w[0]->type || w[k]->n_in != n_in)
+	for (int k = 1; k < nw; k++) {
+		const struct qtype_info *qk = qtype_get(w[k]->type);
+		if (!qk || !qk->weight_ok)
+			return -ENOTSUP;
+		if (qk->vec_type != vec_type || w[k]->n_in != n_in)
 			return -EINVAL;
+	}
 
 	size_t lda = qtype_row_bytes(vec_type, n_in);
 	size_t need = lda * (size_t)T;

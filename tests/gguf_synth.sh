@@ -2,8 +2,9 @@
 # gguf_synth.sh - tools/gguf_synth.py writes models the engine loads and
 # runs: from TinyStories-656K's header (--head), a Q4_K_M-shaped file of
 # another shape (Q4_K and Q6_K weights, separate output) and a Q4_1 one of
-# the source's shape, each generating 4 tokens through llm-bench on the CPU;
-# a shape whose rows are not whole blocks is refused.  Skips (77) without
+# the source's shape, each generating 4 tokens through llm-bench on the CPU
+# (the Q4_K_M one also on the emulated CUDA backend, where the build has it,
+# with the CPU's tokens); a shape whose rows are not whole blocks is refused.  Skips (77) without
 # python3 or ../shared/models.
 srcdir=${LLMD_SRCDIR:-$(dirname "$0")/..}
 models=${LLMD_MODELS_DIR:-$srcdir/../shared/models}
@@ -13,16 +14,28 @@ command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 synth() { python3 "$srcdir/tools/gguf_synth.py" "$@" || exit 1; }
-run() { # MODEL: 4 tokens, their ids in JSON
-	./llm-bench -m "$1" -p "Once upon a time" -n 4 --temp 0 --ignore-eos --json > "$tmp/out.json" ||
-		{ echo "gguf_synth: llm-bench failed on $1" >&2; exit 1; }
-	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(len(d["generated_ids"]) != 4)' \
-		"$tmp/out.json" || { echo "gguf_synth: $1 did not give 4 tokens" >&2; exit 1; }
+run() { # MODEL [ARGS]: 4 tokens, their ids in $tmp/ids
+	m=$1
+	shift
+	./llm-bench -m "$m" -p "Once upon a time" -n 4 --temp 0 --ignore-eos --json "$@" > "$tmp/out.json" ||
+		{ echo "gguf_synth: llm-bench $* failed on $m" >&2; exit 1; }
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["generated_ids"]); sys.exit(len(d["generated_ids"]) != 4)' \
+		"$tmp/out.json" > "$tmp/ids" || { echo "gguf_synth: $m did not give 4 tokens" >&2; exit 1; }
 }
 synth --head "$src" "$tmp/head.gguf"
 [ "$(wc -c < "$tmp/head.gguf")" -lt "$(wc -c < "$src")" ] || { echo "gguf_synth: --head kept data" >&2; exit 1; }
 synth "$tmp/head.gguf" "$tmp/kq.gguf" --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --recipe q4_k_m
 run "$tmp/kq.gguf"
+# Its first layer mixes Q4_K q, k and a Q6_K v, which share one
+# quantization of their input (one matmul call); the emulated CUDA backend,
+# where the build has it, runs q and k as one launch and v against the same
+# quantized rows: the same tokens as the CPU.
+if grep -q '^#define HAVE_CUDA_EMU 1' config.h 2>/dev/null; then
+	mv "$tmp/ids" "$tmp/ids.cpu"
+	run "$tmp/kq.gguf" --backend cuda
+	cmp -s "$tmp/ids" "$tmp/ids.cpu" ||
+		{ echo "gguf_synth: cuda $(cat "$tmp/ids"), cpu $(cat "$tmp/ids.cpu")" >&2; exit 1; }
+fi
 synth "$tmp/head.gguf" "$tmp/q41.gguf" --recipe q4_1
 run "$tmp/q41.gguf"
 # a shape whose rows are not whole blocks is refused, naming the tensor

@@ -237,7 +237,7 @@ static void test_launches_per_step(const char *dir)
 		CHECK_INT_EQ(tseq_feed(e, &s, prompt, 1, 1, logits), 1);
 		cuda_emu_stats(&l1, &sw);
 		printf("kernels per decode step: %llu (%d layers)\n", l1 - l0, (int)m->hp.n_layer);
-		CHECK_INT_EQ((long long)(l1 - l0), 17LL * m->hp.n_layer + 5);
+		CHECK_INT_EQ((long long)(l1 - l0), 14LL * m->hp.n_layer + 5);
 		tseq_free(e, &s);
 		free(logits);
 		engine_free(e);

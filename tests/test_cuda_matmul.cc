@@ -166,12 +166,37 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 		dw2.put(hw2);
 		bk_weight w2 = { type, n_in, n_out / 2 + 1, hw2.data(), rb2 };
 		bk_weight dw2t = { type, n_in, n_out / 2 + 1, dw2.d, rb2 };
-		CHECK_INT_EQ(cuda_matmul_q_again(&dw2t, T, dout2.d, scratch.d, NULL), 0);
+		const bk_weight *w2p = &dw2t;
+		float *o2 = dout2.d;
+		CHECK_INT_EQ(cuda_matmul_q_group(&w2p, 1, NULL, T, &o2, scratch.d, NULL), 0);
 		std::vector<float> got2 = dout2.get(), want2 = cpu_matmul(w2, hx, T);
 		int bad2 = 0;
 		for (size_t i = 0; i < got2.size(); i++)
 			bad2 += !same_bits(got2[i], want2[i]);
 		CHECK_INT_EQ(bad2, 0);
+
+		/* the three in one grouped launch (a layer's q, k, v), a third
+		 * weight of 5 rows making the grid ragged: each output has its
+		 * bits from the single launches */
+		size_t rb3;
+		std::vector<uint8_t> hw3 = random_weights(type, n_in, 5, &rb3);
+		dbuf<uint8_t> dw3(hw3.size());
+		dw3.put(hw3);
+		bk_weight w3 = { type, n_in, 5, hw3.data(), rb3 };
+		bk_weight dw3t = { type, n_in, 5, dw3.d, rb3 };
+		dbuf<float> g0((size_t)T * n_out), g1((size_t)T * (n_out / 2 + 1)), g2((size_t)T * 5);
+		const bk_weight *gw[3] = { &dwt, &dw2t, &dw3t };
+		float *go[3] = { g0.d, g1.d, g2.d };
+		CHECK_INT_EQ(cuda_matmul_q_group(gw, 3, dx.d, T, go, scratch.d, NULL), 0);
+		std::vector<float> h0 = g0.get(), h1 = g1.get(), h2 = g2.get(), want3 = cpu_matmul(w3, hx, T);
+		int bad3 = 0;
+		for (size_t i = 0; i < h0.size(); i++)
+			bad3 += !same_bits(h0[i], got[i]);
+		for (size_t i = 0; i < h1.size(); i++)
+			bad3 += !same_bits(h1[i], want2[i]);
+		for (size_t i = 0; i < h2.size(); i++)
+			bad3 += !same_bits(h2[i], want3[i]);
+		CHECK_INT_EQ(bad3, 0);
 	}
 
 	if (invariance) {
@@ -236,8 +261,6 @@ static void test_args()
 	CHECK_INT_EQ(cuda_matmul_q(NULL, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_matmul_q(&w, NULL, 1, out.d, scratch.d, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 0, out.d, scratch.d, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_matmul_q_again(&w, 0, out.d, scratch.d, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_matmul_q_again(&w, 1, out.d, NULL, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, NULL, NULL), -EINVAL);
 	bk_weight bad = w;
 	bad.n_in = 48; /* not whole blocks */
@@ -252,6 +275,27 @@ static void test_args()
 	bad.type = QT_Q4_K; /* n_in 64 is not a super-block */
 	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
 	CHECK(cuda_matmul_scratch_bytes(&w, 3) == 3 * cuda_matmul_scratch_bytes(&w, 1));
+
+	/* groups: 1 .. CUDA_MM_GROUP weights of one type and n_in */
+	const bk_weight *g[CUDA_MM_GROUP + 1] = { &w, &w, &w, &w, &w };
+	float *go[CUDA_MM_GROUP + 1] = { out.d, out.d + 2, out.d + 4, out.d + 6, out.d + 8 };
+	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP, x.d, 1, go, scratch.d, NULL), 0);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP, NULL, 1, go, scratch.d, NULL), 0);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 0, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP + 1, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	bk_weight other = w;
+	other.type = QT_Q4_0; /* another type in the group */
+	other.row_bytes = 36;
+	g[1] = &other;
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	other = w;
+	other.n_in = 32; /* another n_in */
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	g[1] = NULL;
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	g[1] = &w;
+	go[1] = NULL;
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
 }
 
 int main(void)

@@ -534,44 +534,65 @@ static int cb_matmul_half(struct cuda_backend *cb, const struct bk_weight *dw, c
 	return 0;
 }
 
+/* Whether device weight DW goes through cuBLAS in half precision for T rows. */
+static int cb_mm_half(const struct cuda_backend *cb, const struct bk_weight *dw, int32_t T)
+{
+	return dw->type == QT_F16 || dw->type == QT_BF16 ||
+	       (cb->gemm_rows > 0 && T >= cb->gemm_rows && !cb->capturing &&
+		cuda_matmul_scratch_bytes(dw, 1) > 0);
+}
+
+/* Each weight on its path; runs of quantized ones of a type (a layer's q,
+ * k and v) take one launch, and all share one quantization of x (the
+ * weights share its type: Q4_K and Q6_K both take Q8_K). */
 static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int nw, const float *x,
 		     int32_t T, float *const *out)
 {
 	struct cuda_backend *cb = cbk(be);
-	struct bk_weight dw;
+	struct bk_weight dw[CUDA_MM_GROUP];
+	const struct bk_weight *run[CUDA_MM_GROUP];
 	int r;
 
-	int quantized = 0; /* x sits quantized in mm_scratch for this call's type */
+	int quantized = 0; /* x sits quantized in mm_scratch for this call */
 	int halved = 0;    /* x sits rounded to half in gemm_scratch */
 
-	for (int k = 0; k < nw; k++) {
-		if ((r = cb_weight(cb, w[k], &dw)) < 0)
+	for (int k = 0; k < nw;) {
+		if ((r = cb_weight(cb, w[k], &dw[0])) < 0)
 			return r;
-		if (dw.type == QT_F32) {
-			r = cb_matmul_f32(cb, &dw, x, T, out[k]);
-		} else if (dw.type == QT_F16 || dw.type == QT_BF16 ||
-			   (cb->gemm_rows > 0 && T >= cb->gemm_rows && !cb->capturing &&
-			    cuda_matmul_scratch_bytes(&dw, 1) > 0)) {
-			r = cb_matmul_half(cb, &dw, halved ? NULL : x, T, out[k]);
+		if (dw[0].type == QT_F32) {
+			r = cb_matmul_f32(cb, &dw[0], x, T, out[k]);
+		} else if (cb_mm_half(cb, &dw[0], T)) {
+			r = cb_matmul_half(cb, &dw[0], halved ? NULL : x, T, out[k]);
 			halved = r == 0;
-		} else if (dw.type == QT_Q5_0 || dw.type == QT_Q5_1) {
+		} else if (dw[0].type == QT_Q5_0 || dw[0].type == QT_Q5_1) {
 			snprintf(cb->last_err, sizeof cb->last_err,
 				 "matmul: %s weights are not supported on CUDA yet",
-				 qtype_get(dw.type) ? qtype_get(dw.type)->name : "these");
+				 qtype_get(dw[0].type) ? qtype_get(dw[0].type)->name : "these");
 			r = -ENOTSUP;
 		} else {
-			size_t need = cuda_matmul_scratch_bytes(&dw, T);
-			if (quantized) {
-				r = cb_launched(cb, "cuda_matmul_q_again",
-						cuda_matmul_q_again(&dw, T, out[k], cb->mm_scratch, cb->stream));
-			} else if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0) {
-				r = cb_launched(cb, "cuda_matmul_q",
-						cuda_matmul_q(&dw, x, T, out[k], cb->mm_scratch, cb->stream));
-				quantized = r == 0;
+			/* this weight and those after it of its type, up to a launch's worth */
+			int n = 1;
+			run[0] = &dw[0];
+			while (n < CUDA_MM_GROUP && k + n < nw && w[k + n]->type == dw[0].type) {
+				if ((r = cb_weight(cb, w[k + n], &dw[n])) < 0)
+					return r;
+				run[n] = &dw[n];
+				n++;
 			}
+			size_t need = cuda_matmul_scratch_bytes(&dw[0], T);
+			if (quantized || (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0)
+				r = cb_launched(cb, "cuda_matmul_q_group",
+						cuda_matmul_q_group(run, n, quantized ? NULL : x, T, out + k,
+								    cb->mm_scratch, cb->stream));
+			if (r < 0)
+				return r;
+			quantized = 1;
+			k += n;
+			continue;
 		}
 		if (r < 0)
 			return r;
+		k++;
 	}
 	return 0;
 }

@@ -112,11 +112,14 @@ size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn
  * first, into SCRATCH of cuda_matmul_scratch_bytes).  For small T (decode). */
 int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out, void *scratch,
 		  void *stream);
-/* The same for another weight of W's type and n_in, against the T rows a
- * cuda_matmul_q call left quantized in SCRATCH (a matmul group's q, k, v
- * share one quantization). */
-int cuda_matmul_q_again(const struct bk_weight *w, int32_t T, float *out, void *scratch,
-			void *stream);
+/* Weights a grouped matmul takes in one launch. */
+#define CUDA_MM_GROUP 4
+/* out[k] (T, w[k]->n_out) = x · W[k]^T for NW (1 .. CUDA_MM_GROUP) weights
+ * of one type and n_in (a layer's q, k and v; gate and up): x quantized
+ * once (with X NULL, SCRATCH already holds it), then one launch over every
+ * weight's rows.  Each output has the bits cuda_matmul_q gives it. */
+int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
+			float *const *out, void *scratch, void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
 
 #ifdef __cplusplus

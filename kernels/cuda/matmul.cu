@@ -2,7 +2,8 @@
  * = x (T, n_in) · W^T with W in its ggml block format.
  *
  * Two launches per call, as the CPU backend does it (kernels/cpu_backend.c,
- * kernels/quant.c):
+ * kernels/quant.c), for up to CUDA_MM_GROUP weights sharing the input (a
+ * layer's q, k and v; gate and up), whose rows one grid covers:
  *   1. the activation rows are quantized on the device into the weight
  *      type's vec type (Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for the
  *      K-quants) with the CPU's arithmetic (id = 127 / amax, round half to
@@ -32,6 +33,7 @@
 #include "cuda_compat.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 
 extern "C" {
@@ -45,6 +47,17 @@ extern "C" {
 #define MM_TB 4         /* activation rows a warp keeps in registers at once */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS 256 /* one Q8_K super-block per block of its quantizer */
+
+/* The weights of one launch: a matmul group's q, k and v (or gate and up)
+ * share their activations and take one grid, weight k its blocks
+ * first[k] .. first[k + 1] - 1.  Unused entries start at INT_MAX. */
+struct mm_group {
+	const uint8_t *w[CUDA_MM_GROUP];
+	float *out[CUDA_MM_GROUP];
+	size_t row_bytes[CUDA_MM_GROUP];
+	int n_out[CUDA_MM_GROUP];
+	int first[CUDA_MM_GROUP + 1];
+};
 
 #ifdef __CUDACC__
 #define MM_UNROLL _Pragma("unroll")
@@ -230,6 +243,31 @@ static __device__ __forceinline__ int dot4(int w, int a)
 	return s;
 }
 
+/* This block's weight in G and its warp's row of it (or -1 past the end):
+ * member by member with constant indices, so the parameters stay in the
+ * constant bank rather than a local copy. */
+static __device__ __forceinline__ int mm_pick(const mm_group &g, const uint8_t **w, float **out,
+	size_t *row_bytes, int *n_out)
+{
+	/* first[] rises, so the last member this block reaches is its own */
+	int first = g.first[0];
+	*w = g.w[0];
+	*out = g.out[0];
+	*row_bytes = g.row_bytes[0];
+	*n_out = g.n_out[0];
+MM_UNROLL
+	for (int k = 1; k < CUDA_MM_GROUP; k++)
+		if ((int)blockIdx.x >= g.first[k]) {
+			first = g.first[k];
+			*w = g.w[k];
+			*out = g.out[k];
+			*row_bytes = g.row_bytes[k];
+			*n_out = g.n_out[k];
+		}
+	const int row = ((int)blockIdx.x - first) * MM_WARPS + (int)threadIdx.x / 32;
+	return row < *n_out ? row : -1;
+}
+
 /* One warp per weight row; lane l (< 16) and l + 16 hold quant.c's float
  * lane l.  Full groups of 16 blocks: block b goes to lane b % 16, lane
  * l + 16 taking elements 16..31.  Then the ragged blocks, block b feeding
@@ -237,13 +275,16 @@ static __device__ __forceinline__ int dot4(int w, int a)
  * 16+4t..16+4t+3 (half 1).  Every loop bound is uniform over the warp, so
  * the shuffles always see all 32 lanes. */
 template <int TYPE>
-static __global__ void matmul_q32_kernel(const uint8_t *__restrict__ w, size_t row_bytes,
-	int n_out, int nb, const uint8_t *__restrict__ xq, size_t stride, int T,
-	float *__restrict__ out)
+static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
+	size_t stride, int T)
 {
+	const uint8_t *w;
+	float *out;
+	size_t row_bytes;
+	int n_out;
 	const int lane = threadIdx.x % 32;
-	const int row = blockIdx.x * MM_WARPS + threadIdx.x / 32;
-	if (row >= n_out) /* whole warps only */
+	const int row = mm_pick(g, &w, &out, &row_bytes, &n_out);
+	if (row < 0) /* whole warps only */
 		return;
 	const int l = lane % 16, h = lane / 16;
 	const uint8_t *wrow = w + (size_t)row * row_bytes;
@@ -433,13 +474,16 @@ MM_UNROLL
  * sums, then the warp walks the 32 in order with one float accumulator, as
  * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
 template <int TYPE>
-static __global__ void matmul_k_kernel(const uint8_t *__restrict__ w, size_t row_bytes,
-	int n_out, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
-	float *__restrict__ out)
+static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T)
 {
+	const uint8_t *w;
+	float *out;
+	size_t row_bytes;
+	int n_out;
 	const int lane = threadIdx.x % 32;
-	const int row = blockIdx.x * MM_WARPS + threadIdx.x / 32;
-	if (row >= n_out) /* whole warps only */
+	const int row = mm_pick(g, &w, &out, &row_bytes, &n_out);
+	if (row < 0) /* whole warps only */
 		return;
 	const uint8_t *wrow = w + (size_t)row * row_bytes;
 	const int n_in = nsb * QK_K;
@@ -523,32 +567,65 @@ extern "C" size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T
 	return mm_xq_stride(w->type, w->n_in) * (size_t)T;
 }
 
-/* cuda_matmul_q, or with X NULL cuda_matmul_q_again (SCRATCH already holds
- * the rows quantized). */
-static int matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
-	void *scratch, void *stream)
+/* Weight W's checks against the group's first, G0 (NULL: W is the first). */
+static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32_t T)
 {
-	cudaStream_t st = (cudaStream_t)stream;
 	int blck;
 
-	if (!w || !w->data || !out || !scratch || T < 1)
+	if (!w || !w->data || T < 1)
 		return -EINVAL;
 	const size_t bb = mm_block_bytes(w->type, &blck);
 	if (!bb)
 		return -ENOTSUP; /* F32/F16/BF16 weights: not on this path */
+	if (g0 && (w->type != g0->type || w->n_in != g0->n_in))
+		return -EINVAL;
 	if (w->n_in <= 0 || w->n_in % blck || w->n_in > (1 << 24) || w->n_out <= 0 ||
 	    w->n_out > (1 << 24) || (int64_t)T * w->n_out > ((int64_t)1 << 31) - 1)
 		return -EINVAL;
-	if (w->row_bytes < (size_t)(w->n_in / blck) * bb || w->row_bytes % 2 ||
-	    (uintptr_t)w->data % 2 || (uintptr_t)x % 4 || (uintptr_t)out % 4 ||
-	    (uintptr_t)scratch % 16)
+	if (w->row_bytes < (size_t)(w->n_in / blck) * bb || w->row_bytes % 2 || (uintptr_t)w->data % 2)
 		return -EINVAL;
+	return 0;
+}
 
-	const int n_in = (int)w->n_in, n_out = (int)w->n_out;
+/* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
+ * quantized. */
+static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, int32_t T,
+	float *const *outs, void *scratch, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	struct mm_group g;
+	long long blocks = 0;
+	int blck, r;
+
+	if (!ws || !outs || nw < 1 || nw > CUDA_MM_GROUP || !scratch || (uintptr_t)scratch % 16 ||
+	    (uintptr_t)x % 4)
+		return -EINVAL;
+	for (int k = 0; k < nw; k++) {
+		if ((r = mm_check(ws[k], k ? ws[0] : NULL, T)) < 0)
+			return r;
+		if (!outs[k] || (uintptr_t)outs[k] % 4)
+			return -EINVAL;
+	}
+	for (int k = 0; k < CUDA_MM_GROUP; k++) {
+		const int used = k < nw;
+		g.w[k] = used ? (const uint8_t *)ws[k]->data : NULL;
+		g.out[k] = used ? outs[k] : NULL;
+		g.row_bytes[k] = used ? ws[k]->row_bytes : 0;
+		g.n_out[k] = used ? (int)ws[k]->n_out : 0;
+		g.first[k] = used ? (int)blocks : INT_MAX;
+		if (used)
+			blocks += (ws[k]->n_out + MM_WARPS - 1) / MM_WARPS;
+	}
+	if (blocks > 0x7fffffffLL)
+		return -EINVAL;
+	g.first[CUDA_MM_GROUP] = INT_MAX;
+
+	const struct bk_weight *w = ws[0];
+	mm_block_bytes(w->type, &blck);
+	const int n_in = (int)w->n_in;
 	const size_t stride = mm_xq_stride(w->type, w->n_in);
 	uint8_t *xq = (uint8_t *)scratch;
-	const uint8_t *wd = (const uint8_t *)w->data;
-	const int mm_blocks = (n_out + MM_WARPS - 1) / MM_WARPS;
+	const unsigned mm_blocks = (unsigned)blocks;
 
 	if (blck == QK) {
 		const int nb = n_in / QK;
@@ -564,16 +641,16 @@ static int matmul_q(const struct bk_weight *w, const float *x, int32_t T, float 
 		}
 		switch (w->type) {
 		case QT_Q4_0:
-			LAUNCH(matmul_q32_kernel<QT_Q4_0>, mm_blocks, MM_WARPS * 32, 0, st, wd,
-			       w->row_bytes, n_out, nb, (const uint8_t *)xq, stride, (int)T, out);
+			LAUNCH(matmul_q32_kernel<QT_Q4_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
+			       (const uint8_t *)xq, stride, (int)T);
 			break;
 		case QT_Q4_1:
-			LAUNCH(matmul_q32_kernel<QT_Q4_1>, mm_blocks, MM_WARPS * 32, 0, st, wd,
-			       w->row_bytes, n_out, nb, (const uint8_t *)xq, stride, (int)T, out);
+			LAUNCH(matmul_q32_kernel<QT_Q4_1>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
+			       (const uint8_t *)xq, stride, (int)T);
 			break;
 		default:
-			LAUNCH(matmul_q32_kernel<QT_Q8_0>, mm_blocks, MM_WARPS * 32, 0, st, wd,
-			       w->row_bytes, n_out, nb, (const uint8_t *)xq, stride, (int)T, out);
+			LAUNCH(matmul_q32_kernel<QT_Q8_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
+			       (const uint8_t *)xq, stride, (int)T);
 			break;
 		}
 		return mm_launched();
@@ -589,29 +666,29 @@ static int matmul_q(const struct bk_weight *w, const float *x, int32_t T, float 
 	}
 	switch (w->type) {
 	case QT_Q4_K:
-		LAUNCH(matmul_k_kernel<QT_Q4_K>, mm_blocks, MM_WARPS * 32, 0, st, wd, w->row_bytes,
-		       n_out, nsb, (const uint8_t *)xq, stride, (int)T, out);
+		LAUNCH(matmul_k_kernel<QT_Q4_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
+		       (const uint8_t *)xq, stride, (int)T);
 		break;
 	case QT_Q5_K:
-		LAUNCH(matmul_k_kernel<QT_Q5_K>, mm_blocks, MM_WARPS * 32, 0, st, wd, w->row_bytes,
-		       n_out, nsb, (const uint8_t *)xq, stride, (int)T, out);
+		LAUNCH(matmul_k_kernel<QT_Q5_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
+		       (const uint8_t *)xq, stride, (int)T);
 		break;
 	default:
-		LAUNCH(matmul_k_kernel<QT_Q6_K>, mm_blocks, MM_WARPS * 32, 0, st, wd, w->row_bytes,
-		       n_out, nsb, (const uint8_t *)xq, stride, (int)T, out);
+		LAUNCH(matmul_k_kernel<QT_Q6_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
+		       (const uint8_t *)xq, stride, (int)T);
 		break;
 	}
 	return mm_launched();
 }
 
+extern "C" int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
+	float *const *out, void *scratch, void *stream)
+{
+	return matmul_q(w, nw, x, T, out, scratch, stream);
+}
+
 extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
 	void *scratch, void *stream)
 {
-	return x ? matmul_q(w, x, T, out, scratch, stream) : -EINVAL;
-}
-
-extern "C" int cuda_matmul_q_again(const struct bk_weight *w, int32_t T, float *out, void *scratch,
-	void *stream)
-{
-	return matmul_q(w, NULL, T, out, scratch, stream);
+	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream) : -EINVAL;
 }
