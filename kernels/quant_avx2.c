@@ -367,6 +367,11 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 {
 	const __m256i ones = _mm256_set1_epi16(1);
 	const size_t grp = Q32_BYTES(type) ? 512 : 256, quad = grp / 4;
+	const uint8_t *arows[Q32_NA]; /* the activation rows, computed once */
+
+	_Pragma("GCC unroll 4")
+	for (int j = 0; j < na; j++)
+		arows[j] = as + (size_t)j * s->arow;
 
 	for (int i = 0; i < nw; i += mr) {
 		const uint8_t *row = w + (size_t)i * ldw;
@@ -388,6 +393,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 				_Pragma("GCC unroll 4")
 				for (int r = 0; r < mr; r++) {
 					if (h == 0)
+						_Pragma("GCC unroll 8")
 						for (size_t o = 0; o < grp; o += 64)
 							_mm_prefetch((const char *)row + (size_t)r * ldw + wo + ahead + o, _MM_HINT_T0);
 					_Pragma("GCC unroll 4")
@@ -403,7 +409,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 						q32_codes(type, p + (Q32_BYTES(type) ? 64 : 32) * t, 0, &lo, &hi);
 						_Pragma("GCC unroll 4")
 						for (int j = 0; j < na; j++) {
-							const uint8_t *ap = as + (size_t)j * s->arow + ao;
+							const uint8_t *ap = arows[j] + ao;
 							if (Q32_BYTES(type)) {
 								sum[r][j] = q8_idot(q8_idot(sum[r][j], lo, LD(ap + 64 * t)), hi,
 										    LD(ap + 64 * t + 256));
@@ -422,7 +428,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dq + 2 * (16 * (size_t)g + 8 * h))));
 					_Pragma("GCC unroll 4")
 					for (int j = 0; j < na; j++) {
-						const uint8_t *ar = as + (size_t)j * s->arow;
+						const uint8_t *ar = arows[j];
 						__m256i isum = sum[r][j];
 						if (!Q32_BYTES(type))
 							isum = _mm256_madd_epi16(isum, ones);
@@ -449,7 +455,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					__m256 dw = _mm256_set_m128(d4, d4);
 					_Pragma("GCC unroll 4")
 					for (int j = 0; j < na; j++) {
-						const uint8_t *ar = as + (size_t)j * s->arow;
+						const uint8_t *ar = arows[j];
 						__m256i init = Q32_INIT(type)
 							? LD((const int32_t *)(ar + s->init_off) + s->tinit + 16 * (size_t)q + 8 * h)
 							: _mm256_setzero_si256();
@@ -468,33 +474,46 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 		_Pragma("GCC unroll 4")
 		for (int r = 0; r < mr; r++) {
 			const uint8_t *mq = row + (size_t)r * ldw + s->pk_m;
+			/* m_w * s_a of block b into lane b % 16, in block order: each
+			 * weight vector once for every activation row */
+			__m256 m0[Q32_NA], m1[Q32_NA];
+			if (Q32_M(type)) {
+				_Pragma("GCC unroll 4")
+				for (int j = 0; j < na; j++)
+					m0[j] = m1[j] = _mm256_setzero_ps();
+				for (int g = 0; g < s->g16; g++) {
+					__m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mq + 32 * (size_t)g)));
+					__m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mq + 32 * (size_t)g + 16)));
+					_Pragma("GCC unroll 4")
+					for (int j = 0; j < na; j++) {
+						const float *sa = (const float *)(arows[j] + s->as_off);
+						m0[j] = _mm256_fmadd_ps(w0, _mm256_load_ps(sa + 16 * g), m0[j]);
+						m1[j] = _mm256_fmadd_ps(w1, _mm256_load_ps(sa + 16 * g + 8), m1[j]);
+					}
+				}
+				for (int q = 0; q < s->gt; q++) {
+					const int b0 = 16 * s->g16 + 4 * q;
+					/* lanes 4q..4q+3 of the 16: the rest multiply zero */
+					__m256 mw = _mm256_zextps128_ps256(
+						_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(mq + 2 * (size_t)b0))));
+					if (q % 2)
+						mw = _mm256_permute2f128_ps(mw, mw, 0x08);
+					_Pragma("GCC unroll 4")
+					for (int j = 0; j < na; j++) {
+						const float *sa = (const float *)(arows[j] + s->as_off);
+						if (q < 2)
+							m0[j] = _mm256_fmadd_ps(mw, _mm256_load_ps(sa + 16 * s->g16), m0[j]);
+						else
+							m1[j] = _mm256_fmadd_ps(mw, _mm256_load_ps(sa + 16 * s->g16 + 8), m1[j]);
+					}
+				}
+			}
 			_Pragma("GCC unroll 4")
 			for (int j = 0; j < na; j++) {
 				__m256 lo = fin[r][j][0], hi = fin[r][j][1];
 				if (Q32_M(type)) {
-					/* m_w * s_a of block b into lane b % 16, in block order */
-					const float *sa = (const float *)(as + (size_t)j * s->arow + s->as_off);
-					__m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
-					for (int g = 0; g < s->g16; g++) {
-						m0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mq + 32 * (size_t)g))),
-								     _mm256_load_ps(sa + 16 * g), m0);
-						m1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mq + 32 * (size_t)g + 16))),
-								     _mm256_load_ps(sa + 16 * g + 8), m1);
-					}
-					for (int q = 0; q < s->gt; q++) {
-						const int b0 = 16 * s->g16 + 4 * q;
-						/* lanes 4q..4q+3 of the 16: the rest multiply zero */
-						__m256 mw = _mm256_zextps128_ps256(
-							_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(mq + 2 * (size_t)b0))));
-						if (q % 2)
-							mw = _mm256_permute2f128_ps(mw, mw, 0x08);
-						if (q < 2)
-							m0 = _mm256_fmadd_ps(mw, _mm256_load_ps(sa + 16 * s->g16), m0);
-						else
-							m1 = _mm256_fmadd_ps(mw, _mm256_load_ps(sa + 16 * s->g16 + 8), m1);
-					}
-					lo = _mm256_add_ps(lo, m0);
-					hi = _mm256_add_ps(hi, m1);
+					lo = _mm256_add_ps(lo, m0[j]);
+					hi = _mm256_add_ps(hi, m1[j]);
 				}
 				c[(size_t)j * ldc + i + r] = hsum16(lo, hi);
 			}
