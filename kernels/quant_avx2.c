@@ -881,25 +881,109 @@ INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const st
 	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)hsum_i32(off)), _mm_set_ss(u->dmin * y->d), _mm_set_ss(acc)));
 }
 
+/* Lane k: the sum of S[k]'s eight int32 lanes (exact, in any order). */
+INLINE TARGET __m256i hsum8_i32(const __m256i s[8])
+{
+	__m256i t0 = _mm256_hadd_epi32(s[0], s[1]), t1 = _mm256_hadd_epi32(s[2], s[3]);
+	__m256i t2 = _mm256_hadd_epi32(s[4], s[5]), t3 = _mm256_hadd_epi32(s[6], s[7]);
+	__m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+	return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* Eight activation rows' block b, interleaved so one pointer reaches all of
+ * it at constant offsets: chunk c8 of row k at 256 c8 + 32 k, row k's
+ * bsums at KQ8_BSUMS + 32 k, the eight d at KQ8_D. */
+#define KQ8_BSUMS 2048
+#define KQ8_D 2304
+#define KQ8_BYTES 2336
+
+/* Rows A (LDA apart), eight of them, NSB blocks each, into DST. */
+static TARGET void kq_pack8(const uint8_t *a, size_t lda, int nsb, uint8_t *dst)
+{
+	for (int b = 0; b < nsb; b++, dst += KQ8_BYTES)
+		for (int k = 0; k < 8; k++) {
+			const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)k * lda) + b;
+			for (int c8 = 0; c8 < 8; c8++)
+				_mm256_store_si256((__m256i *)(dst + 256 * c8 + 32 * k),
+						   _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c8)));
+			_mm256_store_si256((__m256i *)(dst + KQ8_BSUMS + 32 * k),
+					   _mm256_loadu_si256((const __m256i *)y->bsums));
+			((float *)(dst + KQ8_D))[k] = y->d;
+		}
+}
+
+/* kq_step for eight activation rows at once (P: their block, kq_pack8's
+ * layout), their accumulators the lanes of ACC: each lane's float steps are
+ * kq_step's, so its bits too; the integer sums' horizontal adds are shared. */
+INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const uint8_t *p, __m256 acc)
+{
+	__m256i s[8];
+
+	/* each chunk's codes and scales once for the eight rows */
+	_Pragma("GCC unroll 8")
+	for (int k = 0; k < 8; k++)
+		s[k] = _mm256_setzero_si256();
+	_Pragma("GCC unroll 8")
+	for (int c8 = 0; c8 < 8; c8++) {
+		__m256i q = _mm256_load_si256((const __m256i *)(u->q + 32 * c8)), sc = u->scv[c8];
+		_Pragma("GCC unroll 8")
+		for (int k = 0; k < 8; k++) {
+			__m256i a = _mm256_load_si256((const __m256i *)(p + 256 * c8 + 32 * k));
+			s[k] = _mm256_add_epi32(s[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), sc));
+		}
+	}
+	__m256i isum = hsum8_i32(s);
+	const __m256i uoff = _mm256_load_si256((const __m256i *)u->off);
+	_Pragma("GCC unroll 8")
+	for (int k = 0; k < 8; k++)
+		s[k] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p + KQ8_BSUMS + 32 * k)), uoff);
+	__m256i ioff = hsum8_i32(s);
+	__m256 da = _mm256_load_ps((const float *)(p + KQ8_D));
+	if (type == QT_Q6_K)
+		return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, ioff)),
+				       _mm256_mul_ps(_mm256_set1_ps(u->d), da), acc);
+	acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_set1_ps(u->d), da), acc);
+	/* -(float)off as kq_step negates it: a sign flip, so -0 stays -0 */
+	__m256 noff = _mm256_xor_ps(_mm256_cvtepi32_ps(ioff), _mm256_set1_ps(-0.0f));
+	return _mm256_fmadd_ps(noff, _mm256_mul_ps(_mm256_set1_ps(u->dmin), da), acc);
+}
+
 #define KQ_JCHUNK 64
 
+/* Each weight super-block unpacked once for up to KQ_JCHUNK activation
+ * rows: eight at a time from an interleaved copy (kq_pack8, kq_step8),
+ * the last few one by one from A. */
 static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
 			  const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
 {
 	struct kq_unpacked u __attribute__((aligned(32)));
-	float acc[KQ_JCHUNK];
-	int nsb = (int)(n / QK_K);
-	size_t bbytes = qtype_get(type)->bytes;
+	float acc[KQ_JCHUNK] __attribute__((aligned(32)));
+	int nsb = (int)(n / QK_K), na8 = na & ~7;
+	size_t bbytes = qtype_get(type)->bytes, g8 = (size_t)nsb * KQ8_BYTES;
+	uint8_t *ap = NULL;
 
+	if (na8) {
+		if (!(ap = quant_scratch((size_t)(na8 / 8) * g8)))
+			return -ENOMEM;
+		for (int j = 0; j < na8; j += 8)
+			kq_pack8(a + (size_t)j * lda, lda, nsb, ap + (size_t)(j / 8) * g8);
+	}
 	for (int j0 = 0; j0 < na; j0 += KQ_JCHUNK) {
 		int nj = na - j0 < KQ_JCHUNK ? na - j0 : KQ_JCHUNK;
+		int nj8 = na8 - j0 < nj ? na8 - j0 : nj; /* j0 is a multiple of 8 */
 		for (int i = 0; i < nw; i++) {
 			const uint8_t *row = w + (size_t)i * ldw;
 			for (int j = 0; j < nj; j++)
 				acc[j] = 0;
 			for (int b = 0; b < nsb; b++) {
 				kq_unpack(type, row + b * bbytes, &u);
-				for (int j = 0; j < nj; j++) {
+				for (int j = 0; j < nj8; j += 8) {
+					const uint8_t *p = ap + (size_t)((j0 + j) / 8) * g8 + (size_t)b * KQ8_BYTES;
+					__m256 v = _mm256_load_ps(acc + j);
+					v = type == QT_Q6_K ? kq_step8(QT_Q6_K, &u, p, v) : kq_step8(QT_Q4_K, &u, p, v);
+					_mm256_store_ps(acc + j, v);
+				}
+				for (int j = nj8; j < nj; j++) {
 					const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)(j0 + j) * lda) + b;
 					acc[j] = type == QT_Q6_K ? kq_step(QT_Q6_K, &u, y, acc[j]) : kq_step(QT_Q4_K, &u, y, acc[j]);
 				}
