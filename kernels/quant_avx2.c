@@ -796,72 +796,103 @@ struct kq_unpacked {
 	float d, dmin;          /* d_w and dmin_w (0 for Q6_K) */
 };
 
-static TARGET void kq_unpack(uint32_t type, const void *blk, struct kq_unpacked *u)
+/* A super-block's scales: S32 (dword c: the scales of chunk c's two groups
+ * of 16 as int16), OFF (per group: Q4/5_K its min, Q6_K -32 * its scale),
+ * d and dmin (0 for Q6_K). */
+INLINE TARGET void kq_scales(uint32_t type, const void *blk, __m256i *s32, __m256i *off, float *d, float *dmin)
 {
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	__m256i s32; /* dword c: the scales of chunk c's two groups of 16 as int16 */
-
 	if (type == QT_Q6_K) {
 		const struct block_q6_k *x = blk;
-		const __m256i m2 = _mm256_set1_epi8(3);
-		for (int h = 0; h < 2; h++) {
-			__m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
-			__m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
-			__m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-			__m256i lows[4] = {
-				_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
-				_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-				_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-			};
-			for (int qtr = 0; qtr < 4; qtr++) {
-				__m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * qtr), m2);
-				_mm256_store_si256((__m256i *)(u->q + 128 * h + 32 * qtr),
-						   _mm256_or_si256(lows[qtr], _mm256_slli_epi16(hb, 4)));
-			}
-		}
-		s32 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+		*s32 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
 		/* -32 * scale, the offset of the 6-bit codes, against bsums */
-		_mm256_store_si256((__m256i *)u->off, _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s32, 5)));
-		u->d = h2f(x->d);
-		u->dmin = 0;
-	} else {
-		const struct block_q4_k *x4 = blk;
-		const struct block_q5_k *x5 = blk;
-		int five = type == QT_Q5_K;
-		const uint8_t *qs = five ? x5->qs : x4->qs, *scales = five ? x5->scales : x4->scales;
-		__m256i qh = five ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
-		const __m256i one = _mm256_set1_epi8(1);
-		for (int c4 = 0; c4 < 4; c4++) {
-			__m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c4));
-			__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-			if (five) {
-				__m256i bl = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c4), one);
-				__m256i bh = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c4 + 1), one);
-				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
-				hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
-			}
-			_mm256_store_si256((__m256i *)(u->q + 64 * c4), lo);
-			_mm256_store_si256((__m256i *)(u->q + 64 * c4 + 32), hi);
-		}
-		/* the eight 6-bit scales and mins, unpacked 32 bits at a time */
-		uint32_t t[3], sc[2], mn[2];
-		memcpy(t, scales, 12);
-		sc[0] = t[0] & 0x3f3f3f3f;
-		sc[1] = (t[2] & 0x0f0f0f0f) | ((t[0] >> 6) & 0x03030303) << 4;
-		mn[0] = t[1] & 0x3f3f3f3f;
-		mn[1] = ((t[2] >> 4) & 0x0f0f0f0f) | ((t[1] >> 6) & 0x03030303) << 4;
-		__m128i scb = _mm_set_epi32(0, 0, (int)sc[1], (int)sc[0]), mnb = _mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]);
-		__m256i d32 = _mm256_cvtepu8_epi32(scb);
-		s32 = _mm256_or_si256(d32, _mm256_slli_epi32(d32, 16)); /* a sub-block covers both groups */
-		_mm256_store_si256((__m256i *)u->off, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb)));
-		u->d = h2f(five ? x5->d : x4->d);
-		u->dmin = h2f(five ? x5->dmin : x4->dmin);
+		*off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(*s32, 5));
+		*d = h2f(x->d);
+		*dmin = 0;
+		return;
 	}
-	/* chunk c: dword c's low scale in int16 lanes 0..7, its high one in 8..15 */
+	const struct block_q4_k *x4 = blk;
+	const struct block_q5_k *x5 = blk;
+	int five = type == QT_Q5_K;
+	const uint8_t *scales = five ? x5->scales : x4->scales;
+	/* the eight 6-bit scales and mins, unpacked 32 bits at a time */
+	uint32_t t[3], sc[2], mn[2];
+	memcpy(t, scales, 12);
+	sc[0] = t[0] & 0x3f3f3f3f;
+	sc[1] = (t[2] & 0x0f0f0f0f) | ((t[0] >> 6) & 0x03030303) << 4;
+	mn[0] = t[1] & 0x3f3f3f3f;
+	mn[1] = ((t[2] >> 4) & 0x0f0f0f0f) | ((t[1] >> 6) & 0x03030303) << 4;
+	__m128i scb = _mm_set_epi32(0, 0, (int)sc[1], (int)sc[0]), mnb = _mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]);
+	__m256i d32 = _mm256_cvtepu8_epi32(scb);
+	*s32 = _mm256_or_si256(d32, _mm256_slli_epi32(d32, 16)); /* a sub-block covers both groups */
+	*off = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+	*d = h2f(five ? x5->d : x4->d);
+	*dmin = h2f(five ? x5->dmin : x4->dmin);
+}
+
+/* Chunk C's scales from S32: its low group's in int16 lanes 0..7, its high
+ * one's in 8..15. */
+INLINE TARGET __m256i kq_chunk_scales(__m256i s32, int c)
+{
 	const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
 						2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+	return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s32, _mm256_set1_epi32(c)), spread);
+}
+
+/* The unsigned codes of chunks 2 P and 2 P + 1 (32 elements each) of a
+ * super-block: Q4_K/Q5_K's P-th 32 bytes of nibbles (and QH's bits),
+ * Q6_K's low nibbles and high bits. */
+INLINE TARGET void kq_codes(uint32_t type, const void *blk, int p, __m256i *c0, __m256i *c1)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+
+	if (type == QT_Q6_K) {
+		/* chunk 4h + qtr: nibbles of ql (h, qtr) with two bits of qh (h) */
+		const struct block_q6_k *x = blk;
+		const __m256i m2 = _mm256_set1_epi8(3);
+		const int h = p / 2;
+		__m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+		for (int k = 0; k < 2; k++) {
+			const int qtr = 2 * (p % 2) + k;
+			__m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (qtr % 2)));
+			__m256i lo = qtr < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+			__m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * qtr), m2);
+			*(k ? c1 : c0) = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+		}
+		return;
+	}
+	const struct block_q4_k *x4 = blk;
+	const struct block_q5_k *x5 = blk;
+	const uint8_t *qs = type == QT_Q5_K ? x5->qs : x4->qs;
+	__m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+	*c0 = _mm256_and_si256(v, m4);
+	*c1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+	if (type == QT_Q5_K) {
+		const __m256i one = _mm256_set1_epi8(1);
+		__m256i qh = _mm256_loadu_si256((const __m256i *)x5->qh);
+		*c0 = _mm256_or_si256(*c0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
+		*c1 = _mm256_or_si256(*c1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
+	}
+}
+
+static TARGET void kq_unpack(uint32_t type, const void *blk, struct kq_unpacked *u)
+{
+	__m256i s32, off;
+
+	for (int p = 0; p < 4; p++) {
+		__m256i c0, c1;
+		if (type == QT_Q6_K)
+			kq_codes(QT_Q6_K, blk, p, &c0, &c1);
+		else if (type == QT_Q5_K)
+			kq_codes(QT_Q5_K, blk, p, &c0, &c1);
+		else
+			kq_codes(QT_Q4_K, blk, p, &c0, &c1);
+		_mm256_store_si256((__m256i *)(u->q + 64 * p), c0);
+		_mm256_store_si256((__m256i *)(u->q + 64 * p + 32), c1);
+	}
+	kq_scales(type, blk, &s32, &off, &u->d, &u->dmin);
+	_mm256_store_si256((__m256i *)u->off, off);
 	for (int c8 = 0; c8 < 8; c8++)
-		u->scv[c8] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s32, _mm256_set1_epi32(c8)), spread);
+		u->scv[c8] = kq_chunk_scales(s32, c8);
 }
 
 INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const struct block_q8_k *y, float acc)
@@ -879,6 +910,33 @@ INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const st
 						  _mm_set_ss(u->d * y->d), _mm_set_ss(acc)));
 	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(sum)), _mm_set_ss(u->d * y->d), _mm_set_ss(acc)));
 	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)hsum_i32(off)), _mm_set_ss(u->dmin * y->d), _mm_set_ss(acc)));
+}
+
+/* kq_step for one activation row straight from the weight block BLK: its
+ * codes and scales stay in registers (for a few rows, unpacking a block to
+ * memory first costs more than the products).  The same integer sums and
+ * float steps, so the same bits. */
+INLINE TARGET float kq_dot1(uint32_t type, const void *blk, const struct block_q8_k *y, float acc)
+{
+	__m256i s32, uoff, sum = _mm256_setzero_si256();
+	float d, dmin;
+
+	kq_scales(type, blk, &s32, &uoff, &d, &dmin);
+	_Pragma("GCC unroll 4")
+	for (int p = 0; p < 4; p++) {
+		__m256i c0, c1;
+		kq_codes(type, blk, p, &c0, &c1);
+		__m256i a0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p));
+		__m256i a1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p + 32));
+		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c0, a0), kq_chunk_scales(s32, 2 * p)));
+		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c1, a1), kq_chunk_scales(s32, 2 * p + 1)));
+	}
+	__m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), uoff);
+	if (type == QT_Q6_K)
+		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(_mm256_add_epi32(sum, off))),
+						  _mm_set_ss(d * y->d), _mm_set_ss(acc)));
+	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(sum)), _mm_set_ss(d * y->d), _mm_set_ss(acc)));
+	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)hsum_i32(off)), _mm_set_ss(dmin * y->d), _mm_set_ss(acc)));
 }
 
 /* Lane k: the sum of S[k]'s eight int32 lanes (exact, in any order). */
@@ -949,10 +1007,14 @@ INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const 
 }
 
 #define KQ_JCHUNK 64
+/* Activation rows up to which each takes its products straight from the
+ * weight block (kq_dot1) rather than from an unpacked copy. */
+#define KQ_DIRECT 2
 
 /* Each weight super-block unpacked once for up to KQ_JCHUNK activation
  * rows: eight at a time from an interleaved copy (kq_pack8, kq_step8),
- * the last few one by one from A. */
+ * the last few one by one from A; one or two rows (decode) read it
+ * directly instead (kq_dot1). */
 static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
 			  const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
 {
@@ -976,7 +1038,19 @@ static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw
 			for (int j = 0; j < nj; j++)
 				acc[j] = 0;
 			for (int b = 0; b < nsb; b++) {
-				kq_unpack(type, row + b * bbytes, &u);
+				const uint8_t *blk = row + b * bbytes;
+				if (nj <= KQ_DIRECT) { /* decode: no unpacking */
+					for (int j = 0; j < nj; j++) {
+						const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)(j0 + j) * lda) + b;
+						switch (type) {
+						case QT_Q4_K: acc[j] = kq_dot1(QT_Q4_K, blk, y, acc[j]); break;
+						case QT_Q5_K: acc[j] = kq_dot1(QT_Q5_K, blk, y, acc[j]); break;
+						default:      acc[j] = kq_dot1(QT_Q6_K, blk, y, acc[j]); break;
+						}
+					}
+					continue;
+				}
+				kq_unpack(type, blk, &u);
 				for (int j = 0; j < nj8; j += 8) {
 					const uint8_t *p = ap + (size_t)((j0 + j) / 8) * g8 + (size_t)b * KQ8_BYTES;
 					__m256 v = _mm256_load_ps(acc + j);
