@@ -466,17 +466,18 @@ fail:
 
 /* ---- the step ---- */
 
-/* The N (<= 3) weights W (one input each) against X: one call per
- * activation type among them, which is one call for a layer's q, k and v
- * even where a K-quant file mixes their types (Q4_K q and k beside a Q6_K
- * v); they share one quantization of X.  A row's arithmetic is the same
- * either way. */
+/* The type W's activations are quantized to. */
 static uint32_t vec_type_of(const struct bk_weight *w)
 {
 	const struct qtype_info *qi = qtype_get(w->type);
 	return qi ? qi->vec_type : w->type;
 }
 
+/* The N (<= 3) weights W (one input each) against X: one call per
+ * activation type among them, which is one call for a layer's q, k and v
+ * even where a K-quant file mixes their types (Q4_K q and k beside a Q6_K
+ * v); they share one quantization of X.  A row's arithmetic is the same
+ * either way. */
 static int matmul_group(struct backend *be, const struct bk_weight *const *w, int n, const float *x, int32_t T,
 			float *const *out)
 {
