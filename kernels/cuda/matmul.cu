@@ -243,29 +243,36 @@ static __device__ __forceinline__ int dot4(int w, int a)
 	return s;
 }
 
-/* This block's weight in G and its warp's row of it (or -1 past the end):
- * member by member with constant indices, so the parameters stay in the
- * constant bank rather than a local copy. */
-static __device__ __forceinline__ int mm_pick(const mm_group &g, const uint8_t **w, float **out,
-	size_t *row_bytes, int *n_out)
+/* A warp's row of a group: its weight row W (NULL past the end of its
+ * weight) and its output column OUT, N_OUT floats between rows of T. */
+struct mm_row {
+	const uint8_t *w;
+	float *out;
+	int n_out;
+};
+
+/* This warp's row of G, found member by member with constant indices, so
+ * the parameters stay in the constant bank rather than a local copy. */
+static __device__ __forceinline__ mm_row mm_pick(const mm_group &g)
 {
 	/* first[] rises, so the last member this block reaches is its own */
-	int first = g.first[0];
-	*w = g.w[0];
-	*out = g.out[0];
-	*row_bytes = g.row_bytes[0];
-	*n_out = g.n_out[0];
+	int k0 = 0;
 MM_UNROLL
 	for (int k = 1; k < CUDA_MM_GROUP; k++)
-		if ((int)blockIdx.x >= g.first[k]) {
-			first = g.first[k];
-			*w = g.w[k];
-			*out = g.out[k];
-			*row_bytes = g.row_bytes[k];
-			*n_out = g.n_out[k];
+		if ((int)blockIdx.x >= g.first[k])
+			k0 = k;
+	mm_row m = { NULL, NULL, 0 };
+MM_UNROLL
+	for (int k = 0; k < CUDA_MM_GROUP; k++)
+		if (k == k0) {
+			const int row = ((int)blockIdx.x - g.first[k]) * MM_WARPS + (int)threadIdx.x / 32;
+			if (row < g.n_out[k]) {
+				m.w = g.w[k] + (size_t)row * g.row_bytes[k];
+				m.out = g.out[k] + row;
+				m.n_out = g.n_out[k];
+			}
 		}
-	const int row = ((int)blockIdx.x - first) * MM_WARPS + (int)threadIdx.x / 32;
-	return row < *n_out ? row : -1;
+	return m;
 }
 
 /* One warp per weight row; lane l (< 16) and l + 16 hold quant.c's float
@@ -278,16 +285,12 @@ template <int TYPE>
 static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
 	size_t stride, int T)
 {
-	const uint8_t *w;
-	float *out;
-	size_t row_bytes;
-	int n_out;
 	const int lane = threadIdx.x % 32;
-	const int row = mm_pick(g, &w, &out, &row_bytes, &n_out);
-	if (row < 0) /* whole warps only */
+	const mm_row m = mm_pick(g);
+	if (!m.w) /* whole warps only */
 		return;
 	const int l = lane % 16, h = lane / 16;
-	const uint8_t *wrow = w + (size_t)row * row_bytes;
+	const uint8_t *wrow = m.w;
 	const int b16 = nb - nb % 16;
 	const int n_in = nb * QK;
 	const int bytes = q32_traits<TYPE>::bytes;
@@ -377,7 +380,7 @@ MM_UNROLL
 			for (int off = 8; off > 0; off /= 2)
 				v += __shfl_xor_sync(MM_FULL, v, off);
 			if (lane == 0)
-				out[(size_t)(t0 + j) * n_out + row] = v;
+				m.out[(size_t)(t0 + j) * m.n_out] = v;
 		}
 	}
 }
@@ -477,15 +480,11 @@ template <int TYPE>
 static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T)
 {
-	const uint8_t *w;
-	float *out;
-	size_t row_bytes;
-	int n_out;
 	const int lane = threadIdx.x % 32;
-	const int row = mm_pick(g, &w, &out, &row_bytes, &n_out);
-	if (row < 0) /* whole warps only */
+	const mm_row m = mm_pick(g);
+	if (!m.w) /* whole warps only */
 		return;
-	const uint8_t *wrow = w + (size_t)row * row_bytes;
+	const uint8_t *wrow = m.w;
 	const int n_in = nsb * QK_K;
 	const int bytes = k_traits<TYPE>::bytes;
 
@@ -534,7 +533,7 @@ MM_UNROLL
 			if (j >= nt)
 				break;
 			if (lane == 0)
-				out[(size_t)(t0 + j) * n_out + row] = acc[j];
+				m.out[(size_t)(t0 + j) * m.n_out] = acc[j];
 		}
 	}
 }
