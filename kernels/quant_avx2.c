@@ -829,13 +829,33 @@ INLINE TARGET void kq_scales(uint32_t type, const void *blk, __m256i *s32, __m25
 	*dmin = h2f(five ? x5->dmin : x4->dmin);
 }
 
-/* Chunk C's scales from S32: its low group's in int16 lanes 0..7, its high
- * one's in 8..15. */
-INLINE TARGET __m256i kq_chunk_scales(__m256i s32, int c)
+/* Chunk C's scales from S32, its low group's in int16 lanes 0..7, its high
+ * one's in 8..15: one byte shuffle of S32's half holding dword C, which
+ * SHALF has in both lanes (kq_scale_halves). */
+INLINE TARGET __m256i kq_chunk_scales(const __m256i shalf[2], int c)
 {
-	const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-						2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-	return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s32, _mm256_set1_epi32(c)), spread);
+	const int k = 4 * (c % 4);
+	const __m256i pick = _mm256_setr_epi8(k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1,
+					      k + 2, k + 3, k + 2, k + 3, k + 2, k + 3, k + 2, k + 3, k + 2, k + 3, k + 2, k + 3,
+					      k + 2, k + 3, k + 2, k + 3);
+	return _mm256_shuffle_epi8(shalf[c / 4], pick);
+}
+
+/* S32's low and high halves, each in both lanes. */
+INLINE TARGET void kq_scale_halves(__m256i s32, __m256i shalf[2])
+{
+	shalf[0] = _mm256_permute2x128_si256(s32, s32, 0x00);
+	shalf[1] = _mm256_permute2x128_si256(s32, s32, 0x11);
+}
+
+/* The sums of S's and O's int32 lanes (exact, in any order). */
+INLINE TARGET void hsum2_i32(__m256i s, __m256i o, int *rs, int *ro)
+{
+	__m256i t = _mm256_hadd_epi32(s, o); /* s01 s23 o01 o23 | s45 s67 o45 o67 */
+	__m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+	u = _mm_hadd_epi32(u, u);            /* S O S O */
+	*rs = _mm_cvtsi128_si32(u);
+	*ro = _mm_extract_epi32(u, 1);
 }
 
 /* The unsigned codes of chunks 2 P and 2 P + 1 (32 elements each) of a
@@ -891,8 +911,11 @@ static TARGET void kq_unpack(uint32_t type, const void *blk, struct kq_unpacked 
 	}
 	kq_scales(type, blk, &s32, &off, &u->d, &u->dmin);
 	_mm256_store_si256((__m256i *)u->off, off);
+	__m256i shalf[2];
+	kq_scale_halves(s32, shalf);
+	_Pragma("GCC unroll 8")
 	for (int c8 = 0; c8 < 8; c8++)
-		u->scv[c8] = kq_chunk_scales(s32, c8);
+		u->scv[c8] = kq_chunk_scales(shalf, c8);
 }
 
 INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const struct block_q8_k *y, float acc)
@@ -918,25 +941,28 @@ INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const st
  * float steps, so the same bits. */
 INLINE TARGET float kq_dot1(uint32_t type, const void *blk, const struct block_q8_k *y, float acc)
 {
-	__m256i s32, uoff, sum = _mm256_setzero_si256();
+	__m256i s32, uoff, shalf[2], sum = _mm256_setzero_si256();
 	float d, dmin;
+	int isum, ioff;
 
 	kq_scales(type, blk, &s32, &uoff, &d, &dmin);
+	kq_scale_halves(s32, shalf);
 	_Pragma("GCC unroll 4")
 	for (int p = 0; p < 4; p++) {
 		__m256i c0, c1;
 		kq_codes(type, blk, p, &c0, &c1);
 		__m256i a0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p));
 		__m256i a1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p + 32));
-		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c0, a0), kq_chunk_scales(s32, 2 * p)));
-		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c1, a1), kq_chunk_scales(s32, 2 * p + 1)));
+		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c0, a0), kq_chunk_scales(shalf, 2 * p)));
+		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c1, a1), kq_chunk_scales(shalf, 2 * p + 1)));
 	}
 	__m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), uoff);
-	if (type == QT_Q6_K)
-		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(_mm256_add_epi32(sum, off))),
+	hsum2_i32(sum, off, &isum, &ioff);
+	if (type == QT_Q6_K) /* int32 sums wrap alike in any order */
+		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)(int)((uint32_t)isum + (uint32_t)ioff)),
 						  _mm_set_ss(d * y->d), _mm_set_ss(acc)));
-	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(sum)), _mm_set_ss(d * y->d), _mm_set_ss(acc)));
-	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)hsum_i32(off)), _mm_set_ss(dmin * y->d), _mm_set_ss(acc)));
+	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)isum), _mm_set_ss(d * y->d), _mm_set_ss(acc)));
+	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)ioff), _mm_set_ss(dmin * y->d), _mm_set_ss(acc)));
 }
 
 /* Lane k: the sum of S[k]'s eight int32 lanes (exact, in any order). */
