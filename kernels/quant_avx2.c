@@ -974,55 +974,68 @@ INLINE TARGET __m256i hsum8_i32(const __m256i s[8])
 	return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* Eight activation rows' block b, interleaved so one pointer reaches all of
- * it at constant offsets: chunk c8 of row k at 256 c8 + 32 k, row k's
- * bsums at KQ8_BSUMS + 32 k, the eight d at KQ8_D. */
-#define KQ8_BSUMS 2048
-#define KQ8_D 2304
-#define KQ8_BYTES 2336
+/* NR (8 or 4) activation rows' block b, interleaved so one pointer reaches
+ * all of it at constant offsets: chunk c8 of row k at 32 (NR c8 + k), row
+ * k's bsums at KQ_BSUMS(NR) + 32 k, the NR d at KQ_D(NR); KQ_BYTES(NR) in
+ * all, whole 32-byte vectors. */
+#define KQ_BSUMS(nr) (256 * (nr))
+#define KQ_D(nr) (288 * (nr))
+#define KQ_BYTES(nr) ((292 * (size_t)(nr) + 31) & ~(size_t)31)
 
-/* Rows A (LDA apart), eight of them, NSB blocks each, into DST. */
-static TARGET void kq_pack8(const uint8_t *a, size_t lda, int nsb, uint8_t *dst)
+/* NR rows A (LDA apart), NSB blocks each, into DST. */
+static TARGET void kq_pack(const uint8_t *a, size_t lda, int nr, int nsb, uint8_t *dst)
 {
-	for (int b = 0; b < nsb; b++, dst += KQ8_BYTES)
-		for (int k = 0; k < 8; k++) {
+	for (int b = 0; b < nsb; b++, dst += KQ_BYTES(nr))
+		for (int k = 0; k < nr; k++) {
 			const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)k * lda) + b;
 			for (int c8 = 0; c8 < 8; c8++)
-				_mm256_store_si256((__m256i *)(dst + 256 * c8 + 32 * k),
+				_mm256_store_si256((__m256i *)(dst + 32 * (nr * c8 + k)),
 						   _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c8)));
-			_mm256_store_si256((__m256i *)(dst + KQ8_BSUMS + 32 * k),
+			_mm256_store_si256((__m256i *)(dst + KQ_BSUMS(nr) + 32 * k),
 					   _mm256_loadu_si256((const __m256i *)y->bsums));
-			((float *)(dst + KQ8_D))[k] = y->d;
+			((float *)(dst + KQ_D(nr)))[k] = y->d;
 		}
 }
 
-/* kq_step for eight activation rows at once (P: their block, kq_pack8's
+/* The integer sums of NR rows at P (kq_pack's layout) against U: each
+ * chunk's codes and scales once for all of them. */
+INLINE TARGET void kq_isums(const struct kq_unpacked *u, const uint8_t *p, const int nr, __m256i s[8])
+{
+	_Pragma("GCC unroll 8")
+	for (int k = 0; k < nr; k++)
+		s[k] = _mm256_setzero_si256();
+	_Pragma("GCC unroll 8")
+	for (int c8 = 0; c8 < 8; c8++) {
+		__m256i q = _mm256_load_si256((const __m256i *)(u->q + 32 * c8)), sc = u->scv[c8];
+		_Pragma("GCC unroll 8")
+		for (int k = 0; k < nr; k++) {
+			__m256i a = _mm256_load_si256((const __m256i *)(p + 32 * (nr * c8 + k)));
+			s[k] = _mm256_add_epi32(s[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), sc));
+		}
+	}
+}
+
+/* Their min offsets: bsums against U's per-group offsets. */
+INLINE TARGET void kq_offs(const struct kq_unpacked *u, const uint8_t *p, const int nr, __m256i o[8])
+{
+	const __m256i uoff = _mm256_load_si256((const __m256i *)u->off);
+	_Pragma("GCC unroll 8")
+	for (int k = 0; k < nr; k++)
+		o[k] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p + KQ_BSUMS(nr) + 32 * k)), uoff);
+}
+
+/* kq_step for eight activation rows at once (P: their block, kq_pack's
  * layout), their accumulators the lanes of ACC: each lane's float steps are
  * kq_step's, so its bits too; the integer sums' horizontal adds are shared. */
 INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const uint8_t *p, __m256 acc)
 {
 	__m256i s[8];
 
-	/* each chunk's codes and scales once for the eight rows */
-	_Pragma("GCC unroll 8")
-	for (int k = 0; k < 8; k++)
-		s[k] = _mm256_setzero_si256();
-	_Pragma("GCC unroll 8")
-	for (int c8 = 0; c8 < 8; c8++) {
-		__m256i q = _mm256_load_si256((const __m256i *)(u->q + 32 * c8)), sc = u->scv[c8];
-		_Pragma("GCC unroll 8")
-		for (int k = 0; k < 8; k++) {
-			__m256i a = _mm256_load_si256((const __m256i *)(p + 256 * c8 + 32 * k));
-			s[k] = _mm256_add_epi32(s[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), sc));
-		}
-	}
+	kq_isums(u, p, 8, s);
 	__m256i isum = hsum8_i32(s);
-	const __m256i uoff = _mm256_load_si256((const __m256i *)u->off);
-	_Pragma("GCC unroll 8")
-	for (int k = 0; k < 8; k++)
-		s[k] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p + KQ8_BSUMS + 32 * k)), uoff);
+	kq_offs(u, p, 8, s);
 	__m256i ioff = hsum8_i32(s);
-	__m256 da = _mm256_load_ps((const float *)(p + KQ8_D));
+	__m256 da = _mm256_load_ps((const float *)(p + KQ_D(8)));
 	if (type == QT_Q6_K)
 		return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, ioff)),
 				       _mm256_mul_ps(_mm256_set1_ps(u->d), da), acc);
@@ -1032,33 +1045,62 @@ INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const 
 	return _mm256_fmadd_ps(noff, _mm256_mul_ps(_mm256_set1_ps(u->dmin), da), acc);
 }
 
+/* Lane k: the sum of S[k]'s eight int32 lanes, for four rows. */
+INLINE TARGET __m128i hsum4_i32(const __m256i s[4])
+{
+	__m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+	return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+/* kq_step8 for four rows (a group of four after the eights), in 4 lanes. */
+INLINE TARGET __m128 kq_step4(uint32_t type, const struct kq_unpacked *u, const uint8_t *p, __m128 acc)
+{
+	__m256i s[8];
+
+	kq_isums(u, p, 4, s);
+	__m128i isum = hsum4_i32(s);
+	kq_offs(u, p, 4, s);
+	__m128i ioff = hsum4_i32(s);
+	__m128 da = _mm_load_ps((const float *)(p + KQ_D(4)));
+	if (type == QT_Q6_K)
+		return _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_add_epi32(isum, ioff)), _mm_mul_ps(_mm_set1_ps(u->d), da), acc);
+	acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_set1_ps(u->d), da), acc);
+	__m128 noff = _mm_xor_ps(_mm_cvtepi32_ps(ioff), _mm_set1_ps(-0.0f));
+	return _mm_fmadd_ps(noff, _mm_mul_ps(_mm_set1_ps(u->dmin), da), acc);
+}
+
 #define KQ_JCHUNK 64
 /* Activation rows up to which each takes its products straight from the
  * weight block (kq_dot1) rather than from an unpacked copy. */
 #define KQ_DIRECT 2
 
 /* Each weight super-block unpacked once for up to KQ_JCHUNK activation
- * rows: eight at a time from an interleaved copy (kq_pack8, kq_step8),
- * the last few one by one from A; one or two rows (decode) read it
- * directly instead (kq_dot1). */
+ * rows: eight at a time from an interleaved copy (kq_pack, kq_step8),
+ * then four, the last few one by one from A; one or two rows (decode) read
+ * it directly instead (kq_dot1). */
 static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
 			  const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
 {
 	struct kq_unpacked u __attribute__((aligned(32)));
 	float acc[KQ_JCHUNK] __attribute__((aligned(32)));
-	int nsb = (int)(n / QK_K), na8 = na & ~7;
-	size_t bbytes = qtype_get(type)->bytes, g8 = (size_t)nsb * KQ8_BYTES;
-	uint8_t *ap = NULL;
+	int nsb = (int)(n / QK_K), na8 = na & ~7, na4 = na - na8 >= 4 ? na8 + 4 : na8;
+	size_t bbytes = qtype_get(type)->bytes, g8 = (size_t)nsb * KQ_BYTES(8), g4 = (size_t)nsb * KQ_BYTES(4);
+	uint8_t *ap = NULL, *ap4 = NULL;
 
-	if (na8) {
-		if (!(ap = quant_scratch((size_t)(na8 / 8) * g8)))
+	if (na4 > KQ_DIRECT) {
+		if (!(ap = quant_scratch((size_t)(na8 / 8) * g8 + g4)))
 			return -ENOMEM;
 		for (int j = 0; j < na8; j += 8)
-			kq_pack8(a + (size_t)j * lda, lda, nsb, ap + (size_t)(j / 8) * g8);
+			kq_pack(a + (size_t)j * lda, lda, 8, nsb, ap + (size_t)(j / 8) * g8);
+		ap4 = ap + (size_t)(na8 / 8) * g8;
+		if (na4 > na8)
+			kq_pack(a + (size_t)na8 * lda, lda, 4, nsb, ap4);
 	}
 	for (int j0 = 0; j0 < na; j0 += KQ_JCHUNK) {
+		/* j0 <= na8, both multiples of 8, so the four after the eights
+		 * lie in one chunk */
 		int nj = na - j0 < KQ_JCHUNK ? na - j0 : KQ_JCHUNK;
-		int nj8 = na8 - j0 < nj ? na8 - j0 : nj; /* j0 is a multiple of 8 */
+		int nj8 = na8 - j0 < nj ? na8 - j0 : nj, nj4 = na4 - j0 < nj ? na4 - j0 : nj;
 		for (int i = 0; i < nw; i++) {
 			const uint8_t *row = w + (size_t)i * ldw;
 			for (int j = 0; j < nj; j++)
@@ -1078,12 +1120,18 @@ static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw
 				}
 				kq_unpack(type, blk, &u);
 				for (int j = 0; j < nj8; j += 8) {
-					const uint8_t *p = ap + (size_t)((j0 + j) / 8) * g8 + (size_t)b * KQ8_BYTES;
+					const uint8_t *p = ap + (size_t)((j0 + j) / 8) * g8 + (size_t)b * KQ_BYTES(8);
 					__m256 v = _mm256_load_ps(acc + j);
 					v = type == QT_Q6_K ? kq_step8(QT_Q6_K, &u, p, v) : kq_step8(QT_Q4_K, &u, p, v);
 					_mm256_store_ps(acc + j, v);
 				}
-				for (int j = nj8; j < nj; j++) {
+				if (nj4 > nj8) {
+					const uint8_t *p = ap4 + (size_t)b * KQ_BYTES(4);
+					__m128 v = _mm_load_ps(acc + nj8);
+					v = type == QT_Q6_K ? kq_step4(QT_Q6_K, &u, p, v) : kq_step4(QT_Q4_K, &u, p, v);
+					_mm_store_ps(acc + nj8, v);
+				}
+				for (int j = nj4; j < nj; j++) {
 					const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)(j0 + j) * lda) + b;
 					acc[j] = type == QT_Q6_K ? kq_step(QT_Q6_K, &u, y, acc[j]) : kq_step(QT_Q4_K, &u, y, acc[j]);
 				}
