@@ -1024,18 +1024,12 @@ INLINE TARGET void kq_offs(const struct kq_unpacked *u, const uint8_t *p, const 
 		o[k] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p + KQ_BSUMS(nr) + 32 * k)), uoff);
 }
 
-/* kq_step for eight activation rows at once (P: their block, kq_pack's
- * layout), their accumulators the lanes of ACC: each lane's float steps are
- * kq_step's, so its bits too; the integer sums' horizontal adds are shared. */
-INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const uint8_t *p, __m256 acc)
+/* kq_step's float steps in each lane: ISUM and IOFF a row's integer sums,
+ * DA its activations' d, ACC its accumulator; so each lane has kq_step's
+ * bits. */
+INLINE TARGET __m256 kq_finish(uint32_t type, const struct kq_unpacked *u, __m256i isum, __m256i ioff, __m256 da,
+			       __m256 acc)
 {
-	__m256i s[8];
-
-	kq_isums(u, p, 8, s);
-	__m256i isum = hsum8_i32(s);
-	kq_offs(u, p, 8, s);
-	__m256i ioff = hsum8_i32(s);
-	__m256 da = _mm256_load_ps((const float *)(p + KQ_D(8)));
 	if (type == QT_Q6_K)
 		return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, ioff)),
 				       _mm256_mul_ps(_mm256_set1_ps(u->d), da), acc);
@@ -1045,6 +1039,19 @@ INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const 
 	return _mm256_fmadd_ps(noff, _mm256_mul_ps(_mm256_set1_ps(u->dmin), da), acc);
 }
 
+/* kq_step for eight activation rows at once (P: their block, kq_pack's
+ * layout), their accumulators the lanes of ACC; the integer sums'
+ * horizontal adds are shared. */
+INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const uint8_t *p, __m256 acc)
+{
+	__m256i s[8];
+
+	kq_isums(u, p, 8, s);
+	__m256i isum = hsum8_i32(s);
+	kq_offs(u, p, 8, s);
+	return kq_finish(type, u, isum, hsum8_i32(s), _mm256_load_ps((const float *)(p + KQ_D(8))), acc);
+}
+
 /* Lane k: the sum of S[k]'s eight int32 lanes, for four rows. */
 INLINE TARGET __m128i hsum4_i32(const __m256i s[4])
 {
@@ -1052,7 +1059,8 @@ INLINE TARGET __m128i hsum4_i32(const __m256i s[4])
 	return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
 }
 
-/* kq_step8 for four rows (a group of four after the eights), in 4 lanes. */
+/* kq_step8 for four rows (a group of four after the eights), in the low
+ * four lanes. */
 INLINE TARGET __m128 kq_step4(uint32_t type, const struct kq_unpacked *u, const uint8_t *p, __m128 acc)
 {
 	__m256i s[8];
@@ -1061,12 +1069,9 @@ INLINE TARGET __m128 kq_step4(uint32_t type, const struct kq_unpacked *u, const 
 	__m128i isum = hsum4_i32(s);
 	kq_offs(u, p, 4, s);
 	__m128i ioff = hsum4_i32(s);
-	__m128 da = _mm_load_ps((const float *)(p + KQ_D(4)));
-	if (type == QT_Q6_K)
-		return _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_add_epi32(isum, ioff)), _mm_mul_ps(_mm_set1_ps(u->d), da), acc);
-	acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_set1_ps(u->d), da), acc);
-	__m128 noff = _mm_xor_ps(_mm_cvtepi32_ps(ioff), _mm_set1_ps(-0.0f));
-	return _mm_fmadd_ps(noff, _mm_mul_ps(_mm_set1_ps(u->dmin), da), acc);
+	__m256 da = _mm256_zextps128_ps256(_mm_load_ps((const float *)(p + KQ_D(4))));
+	return _mm256_castps256_ps128(kq_finish(type, u, _mm256_zextsi128_si256(isum), _mm256_zextsi128_si256(ioff),
+						da, _mm256_zextps128_ps256(acc)));
 }
 
 #define KQ_JCHUNK 64
