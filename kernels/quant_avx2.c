@@ -918,6 +918,32 @@ static TARGET void kq_unpack(uint32_t type, const void *blk, struct kq_unpacked 
 		u->scv[c8] = kq_chunk_scales(shalf, c8);
 }
 
+/* A super-block's float steps in each lane, for every K-quant path: ISUM
+ * and IOFF a row's integer sums and min offsets, DA its activations' d,
+ * ACC its accumulator, D and DMIN the weights'.  acc += isum * (d * da),
+ * then (Q4_K/Q5_K) acc += -ioff * (dmin * da); Q6_K's offsets join isum. */
+INLINE TARGET __m256 kq_finish(uint32_t type, float d, float dmin, __m256i isum, __m256i ioff, __m256 da,
+			       __m256 acc)
+{
+	if (type == QT_Q6_K)
+		return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, ioff)),
+				       _mm256_mul_ps(_mm256_set1_ps(d), da), acc);
+	acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_set1_ps(d), da), acc);
+	/* a sign flip: -0 stays -0 */
+	__m256 noff = _mm256_xor_ps(_mm256_cvtepi32_ps(ioff), _mm256_set1_ps(-0.0f));
+	return _mm256_fmadd_ps(noff, _mm256_mul_ps(_mm256_set1_ps(dmin), da), acc);
+}
+
+/* kq_finish for one row, from its unreduced sums SUM and OFF. */
+INLINE TARGET float kq_finish1(uint32_t type, float d, float dmin, __m256i sum, __m256i off, float da, float acc)
+{
+	int isum, ioff;
+
+	hsum2_i32(sum, off, &isum, &ioff);
+	return _mm256_cvtss_f32(kq_finish(type, d, dmin, _mm256_set1_epi32(isum), _mm256_set1_epi32(ioff),
+					  _mm256_set1_ps(da), _mm256_set1_ps(acc)));
+}
+
 INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const struct block_q8_k *y, float acc)
 {
 	__m256i sum = _mm256_setzero_si256();
@@ -928,11 +954,7 @@ INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const st
 	}
 	__m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums),
 					_mm256_load_si256((const __m256i *)u->off));
-	if (type == QT_Q6_K)
-		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(_mm256_add_epi32(sum, off))),
-						  _mm_set_ss(u->d * y->d), _mm_set_ss(acc)));
-	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)hsum_i32(sum)), _mm_set_ss(u->d * y->d), _mm_set_ss(acc)));
-	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)hsum_i32(off)), _mm_set_ss(u->dmin * y->d), _mm_set_ss(acc)));
+	return kq_finish1(type, u->d, u->dmin, sum, off, y->d, acc);
 }
 
 /* kq_step for one activation row straight from the weight block BLK: its
@@ -943,7 +965,6 @@ INLINE TARGET float kq_dot1(uint32_t type, const void *blk, const struct block_q
 {
 	__m256i s32, uoff, shalf[2], sum = _mm256_setzero_si256();
 	float d, dmin;
-	int isum, ioff;
 
 	kq_scales(type, blk, &s32, &uoff, &d, &dmin);
 	kq_scale_halves(s32, shalf);
@@ -957,12 +978,7 @@ INLINE TARGET float kq_dot1(uint32_t type, const void *blk, const struct block_q
 		sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c1, a1), kq_chunk_scales(shalf, 2 * p + 1)));
 	}
 	__m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), uoff);
-	hsum2_i32(sum, off, &isum, &ioff);
-	if (type == QT_Q6_K) /* int32 sums wrap alike in any order */
-		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)(int)((uint32_t)isum + (uint32_t)ioff)),
-						  _mm_set_ss(d * y->d), _mm_set_ss(acc)));
-	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)isum), _mm_set_ss(d * y->d), _mm_set_ss(acc)));
-	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-(float)ioff), _mm_set_ss(dmin * y->d), _mm_set_ss(acc)));
+	return kq_finish1(type, d, dmin, sum, off, y->d, acc);
 }
 
 /* Lane k: the sum of S[k]'s eight int32 lanes (exact, in any order). */
@@ -1024,21 +1040,6 @@ INLINE TARGET void kq_offs(const struct kq_unpacked *u, const uint8_t *p, const 
 		o[k] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p + KQ_BSUMS(nr) + 32 * k)), uoff);
 }
 
-/* kq_step's float steps in each lane: ISUM and IOFF a row's integer sums,
- * DA its activations' d, ACC its accumulator; so each lane has kq_step's
- * bits. */
-INLINE TARGET __m256 kq_finish(uint32_t type, const struct kq_unpacked *u, __m256i isum, __m256i ioff, __m256 da,
-			       __m256 acc)
-{
-	if (type == QT_Q6_K)
-		return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, ioff)),
-				       _mm256_mul_ps(_mm256_set1_ps(u->d), da), acc);
-	acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_set1_ps(u->d), da), acc);
-	/* -(float)off as kq_step negates it: a sign flip, so -0 stays -0 */
-	__m256 noff = _mm256_xor_ps(_mm256_cvtepi32_ps(ioff), _mm256_set1_ps(-0.0f));
-	return _mm256_fmadd_ps(noff, _mm256_mul_ps(_mm256_set1_ps(u->dmin), da), acc);
-}
-
 /* kq_step for eight activation rows at once (P: their block, kq_pack's
  * layout), their accumulators the lanes of ACC; the integer sums'
  * horizontal adds are shared. */
@@ -1049,7 +1050,7 @@ INLINE TARGET __m256 kq_step8(uint32_t type, const struct kq_unpacked *u, const 
 	kq_isums(u, p, 8, s);
 	__m256i isum = hsum8_i32(s);
 	kq_offs(u, p, 8, s);
-	return kq_finish(type, u, isum, hsum8_i32(s), _mm256_load_ps((const float *)(p + KQ_D(8))), acc);
+	return kq_finish(type, u->d, u->dmin, isum, hsum8_i32(s), _mm256_load_ps((const float *)(p + KQ_D(8))), acc);
 }
 
 /* Lane k: the sum of S[k]'s eight int32 lanes, for four rows. */
@@ -1070,8 +1071,8 @@ INLINE TARGET __m128 kq_step4(uint32_t type, const struct kq_unpacked *u, const 
 	kq_offs(u, p, 4, s);
 	__m128i ioff = hsum4_i32(s);
 	__m256 da = _mm256_zextps128_ps256(_mm_load_ps((const float *)(p + KQ_D(4))));
-	return _mm256_castps256_ps128(kq_finish(type, u, _mm256_zextsi128_si256(isum), _mm256_zextsi128_si256(ioff),
-						da, _mm256_zextps128_ps256(acc)));
+	return _mm256_castps256_ps128(kq_finish(type, u->d, u->dmin, _mm256_zextsi128_si256(isum),
+						_mm256_zextsi128_si256(ioff), da, _mm256_zextps128_ps256(acc)));
 }
 
 #define KQ_JCHUNK 64
