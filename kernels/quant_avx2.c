@@ -848,14 +848,13 @@ INLINE TARGET void kq_scale_halves(__m256i s32, __m256i shalf[2])
 	shalf[1] = _mm256_permute2x128_si256(s32, s32, 0x11);
 }
 
-/* The sums of S's and O's int32 lanes (exact, in any order). */
-INLINE TARGET void hsum2_i32(__m256i s, __m256i o, int *rs, int *ro)
+/* The sums of S's and O's int32 lanes (exact, in any order): lanes 0
+ * and 1. */
+INLINE TARGET __m128i hsum2_i32(__m256i s, __m256i o)
 {
 	__m256i t = _mm256_hadd_epi32(s, o); /* s01 s23 o01 o23 | s45 s67 o45 o67 */
 	__m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-	u = _mm_hadd_epi32(u, u);            /* S O S O */
-	*rs = _mm_cvtsi128_si32(u);
-	*ro = _mm_extract_epi32(u, 1);
+	return _mm_hadd_epi32(u, u);         /* S O S O */
 }
 
 /* The unsigned codes of chunks 2 P and 2 P + 1 (32 elements each) of a
@@ -934,14 +933,21 @@ INLINE TARGET __m256 kq_finish(uint32_t type, float d, float dmin, __m256i isum,
 	return _mm256_fmadd_ps(noff, _mm256_mul_ps(_mm256_set1_ps(dmin), da), acc);
 }
 
-/* kq_finish for one row, from its unreduced sums SUM and OFF. */
+/* kq_finish for one row, from its unreduced sums SUM and OFF, in scalar
+ * lanes: the same roundings, without broadcasting each value to eight. */
 INLINE TARGET float kq_finish1(uint32_t type, float d, float dmin, __m256i sum, __m256i off, float da, float acc)
 {
-	int isum, ioff;
+	__m128i so = hsum2_i32(sum, off); /* isum ioff . . */
+	__m128 vda = _mm_set_ss(da), vacc = _mm_set_ss(acc);
 
-	hsum2_i32(sum, off, &isum, &ioff);
-	return _mm256_cvtss_f32(kq_finish(type, d, dmin, _mm256_set1_epi32(isum), _mm256_set1_epi32(ioff),
-					  _mm256_set1_ps(da), _mm256_set1_ps(acc)));
+	if (type == QT_Q6_K)
+		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_cvtepi32_ps(_mm_add_epi32(so, _mm_srli_si128(so, 4))),
+						  _mm_mul_ss(_mm_set_ss(d), vda), vacc));
+	__m128 f = _mm_cvtepi32_ps(so);
+	vacc = _mm_fmadd_ss(f, _mm_mul_ss(_mm_set_ss(d), vda), vacc);
+	/* a sign flip: -0 stays -0 */
+	__m128 noff = _mm_xor_ps(_mm_movehdup_ps(f), _mm_set_ss(-0.0f));
+	return _mm_cvtss_f32(_mm_fmadd_ss(noff, _mm_mul_ss(_mm_set_ss(dmin), vda), vacc));
 }
 
 INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const struct block_q8_k *y, float acc)
@@ -1075,6 +1081,23 @@ INLINE TARGET __m128 kq_step4(uint32_t type, const struct kq_unpacked *u, const 
 						_mm256_zextsi128_si256(ioff), da, _mm256_zextps128_ps256(acc)));
 }
 
+/* Weight rows W (LDW apart, NSB blocks of BBYTES each) against one or two
+ * activation rows A (decode), their products straight from the blocks:
+ * kq_dot1 in a loop of its own per row, the type a constant in each. */
+INLINE TARGET void kq_rows_direct(uint32_t type, int nsb, size_t bbytes, const uint8_t *w, size_t ldw, int nw,
+				  const uint8_t *a, size_t lda, int na, float *c, size_t ldc)
+{
+	for (int i = 0; i < nw; i++)
+		for (int j = 0; j < na; j++) {
+			const uint8_t *row = w + (size_t)i * ldw;
+			const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)j * lda);
+			float acc = 0;
+			for (int b = 0; b < nsb; b++)
+				acc = kq_dot1(type, row + (size_t)b * bbytes, y + b, acc);
+			c[(size_t)j * ldc + i] = acc;
+		}
+}
+
 #define KQ_JCHUNK 64
 /* Activation rows up to which each takes its products straight from the
  * weight block (kq_dot1) rather than from an unpacked copy. */
@@ -1093,7 +1116,15 @@ static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw
 	size_t bbytes = qtype_get(type)->bytes, g8 = (size_t)nsb * KQ_BYTES(8), g4 = (size_t)nsb * KQ_BYTES(4);
 	uint8_t *ap = NULL, *ap4 = NULL;
 
-	if (na4 > KQ_DIRECT) {
+	if (na <= KQ_DIRECT) {
+		switch (type) {
+		case QT_Q4_K: kq_rows_direct(QT_Q4_K, nsb, bbytes, w, ldw, nw, a, lda, na, c, ldc); break;
+		case QT_Q5_K: kq_rows_direct(QT_Q5_K, nsb, bbytes, w, ldw, nw, a, lda, na, c, ldc); break;
+		default:      kq_rows_direct(QT_Q6_K, nsb, bbytes, w, ldw, nw, a, lda, na, c, ldc); break;
+		}
+		return 0;
+	}
+	if (na4 > 0) {
 		if (!(ap = quant_scratch((size_t)(na8 / 8) * g8 + g4)))
 			return -ENOMEM;
 		for (int j = 0; j < na8; j += 8)
@@ -1113,17 +1144,6 @@ static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw
 				acc[j] = 0;
 			for (int b = 0; b < nsb; b++) {
 				const uint8_t *blk = row + b * bbytes;
-				if (nj <= KQ_DIRECT) { /* decode: no unpacking */
-					for (int j = 0; j < nj; j++) {
-						const struct block_q8_k *y = (const struct block_q8_k *)(a + (size_t)(j0 + j) * lda) + b;
-						switch (type) {
-						case QT_Q4_K: acc[j] = kq_dot1(QT_Q4_K, blk, y, acc[j]); break;
-						case QT_Q5_K: acc[j] = kq_dot1(QT_Q5_K, blk, y, acc[j]); break;
-						default:      acc[j] = kq_dot1(QT_Q6_K, blk, y, acc[j]); break;
-						}
-					}
-					continue;
-				}
 				kq_unpack(type, blk, &u);
 				for (int j = 0; j < nj8; j += 8) {
 					const uint8_t *p = ap + (size_t)((j0 + j) / 8) * g8 + (size_t)b * KQ_BYTES(8);
