@@ -43,6 +43,7 @@ struct bench_opts {
 	int gemm_rows;
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	int sequential;             /* submit the --parallel requests one after another */
+	int profile;                /* time each op of the forward pass */
 	const char *socket;         /* through this llmd instead of in-process */
 	uint32_t kv_type;
 	const char *backend;        /* "auto" (default), "cpu" or "cuda" */
@@ -96,6 +97,8 @@ static void usage(FILE *f)
 		"      --sequential        submit the --parallel requests one after another, each when\n"
 		"                          the previous one has finished (the prefix cache carries over)\n"
 		"      --logits            print the logits after the prompt and exit\n"
+		"      --profile           time each op of the forward pass, per row, apart for\n"
+		"                          one-row (decode) steps and bigger ones\n"
 		"      --socket PATH       run the --parallel workload through a running llmd at PATH,\n"
 		"                          one connection and thread per sequence (no --model needed)\n"
 		"      --json              one JSON object on stdout\n");
@@ -129,11 +132,66 @@ static char *read_file(const char *path)
 	return buf;
 }
 
+/* ---- --profile ---- */
+
+static void profile_add(struct engine_profile *sum, const struct engine_profile *p)
+{
+	for (int k = 0; k < 2; k++) {
+		for (int op = 0; op < ENGINE_N_OPS; op++)
+			sum->op_s[k][op] += p->op_s[k][op];
+		sum->steps[k] += p->steps[k];
+		sum->rows[k] += p->rows[k];
+	}
+}
+
+/* {"decode": {...}, "batched": {...}}: each kind of step's count, rows and
+ * microseconds per row of every op, all repetitions together. */
+static json_object *profile_json(const struct engine_profile *p)
+{
+	static const char *const kind[2] = { "decode", "batched" };
+	json_object *root = json_object_new_object();
+
+	for (int k = 0; k < 2; k++) {
+		json_object *one = json_object_new_object(), *us = json_object_new_object();
+		double total = 0;
+		json_object_object_add(one, "steps", json_object_new_int64((int64_t)p->steps[k]));
+		json_object_object_add(one, "rows", json_object_new_int64((int64_t)p->rows[k]));
+		for (int op = 0; op < ENGINE_N_OPS; op++) {
+			double v = p->rows[k] ? 1e6 * p->op_s[k][op] / (double)p->rows[k] : 0;
+			json_object_object_add(us, engine_op_name((enum engine_op)op), json_object_new_double(v));
+			total += v;
+		}
+		json_object_object_add(one, "us_per_row", us);
+		json_object_object_add(one, "total_us_per_row", json_object_new_double(total));
+		json_object_object_add(root, kind[k], one);
+	}
+	return root;
+}
+
+static void profile_print(const struct engine_profile *p)
+{
+	static const char *const kind[2] = { "one-row (decode) steps", "steps of more rows" };
+
+	for (int k = 0; k < 2; k++) {
+		double total = 0;
+		if (!p->rows[k])
+			continue;
+		for (int op = 0; op < ENGINE_N_OPS; op++)
+			total += p->op_s[k][op];
+		fprintf(stderr, "llm-bench: profile of %llu %s (%llu rows), microseconds per row:\n",
+			(unsigned long long)p->steps[k], kind[k], (unsigned long long)p->rows[k]);
+		for (int op = 0; op < ENGINE_N_OPS; op++)
+			fprintf(stderr, "  %-10s %9.1f  %5.1f%%\n", engine_op_name((enum engine_op)op),
+				1e6 * p->op_s[k][op] / (double)p->rows[k], total > 0 ? 100 * p->op_s[k][op] / total : 0);
+		fprintf(stderr, "  %-10s %9.1f\n", "total", 1e6 * total / (double)p->rows[k]);
+	}
+}
+
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
-	       O_DEVICE };
+	       O_DEVICE, O_PROF };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -152,7 +210,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "kv-mib", required_argument, 0, O_KVM }, { "sequential", no_argument, 0, O_SEQ },
 		{ "socket", required_argument, 0, O_SOCK }, { "backend", required_argument, 0, O_BACKEND },
 		{ "device", required_argument, 0, O_DEVICE }, { "no-graphs", no_argument, 0, O_NOGRAPH },
-		{ "gemm-rows", required_argument, 0, O_GEMM },
+		{ "gemm-rows", required_argument, 0, O_GEMM }, { "profile", no_argument, 0, O_PROF },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -198,6 +256,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			o->stops[o->n_stops++] = optarg;
 			break;
 		case O_LOGITS: o->logits = 1; break;
+		case O_PROF: o->profile = 1; break;
 		case O_JSON: o->json = 1; break;
 		case O_CHAT: o->chat = 1; break;
 		case O_IGN: o->ignore_eos = 1; break;
@@ -239,8 +298,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		usage(stderr);
 		return -1;
 	}
-	if (o->socket && (o->sequential || o->logits || o->n_stops)) {
-		fprintf(stderr, "llm-bench: --socket does not go with --sequential, --logits or --stop\n");
+	if (o->socket && (o->sequential || o->logits || o->n_stops || o->profile)) {
+		fprintf(stderr, "llm-bench: --socket does not go with --sequential, --logits, --stop or --profile\n");
 		return -1;
 	}
 	if (o->n_predict < 1 || o->threads < 1 || o->repeat < 1 || o->batch < 1 || o->parallel < 1 ||
@@ -630,6 +689,7 @@ int main(int argc, char **argv)
 	char err[512], *text = NULL;
 	double *pf = NULL, *dc = NULL, *agg = NULL, *ttft = NULL, *later = NULL;
 	double *first_ms = NULL, *later_p50 = NULL, *later_max = NULL;
+	struct engine_profile prof = { 0 };
 	int64_t kv_tokens = 0;
 	int rc = 1, r;
 
@@ -721,11 +781,18 @@ int main(int argc, char **argv)
 			}
 		}
 		br.e = e;
+		if (o.profile)
+			engine_set_profile(e, 1);
 		if (sched_new(e, m, &sp, on_event, &br, &sc, err, sizeof err) < 0) {
 			fprintf(stderr, "llm-bench: cannot start the scheduler: %s\n", err);
 			goto out;
 		}
 		double wall = run_all(sc, &o, &br, &cnt);
+		if (o.profile) {
+			struct engine_profile p;
+			engine_get_profile(e, &p);
+			profile_add(&prof, &p);
+		}
 		int64_t total = 0, dsteps = 0;
 		double dtime = 0;
 		if (wall < 0)
@@ -805,6 +872,8 @@ int main(int argc, char **argv)
 			}
 			json_object_object_add(root, "results", res);
 		}
+		if (o.profile)
+			json_object_object_add(root, "profile", profile_json(&prof));
 		puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(root);
 	} else {
@@ -824,6 +893,8 @@ int main(int argc, char **argv)
 				"prefix cache, %lld prompt rows computed\n", f, lp, 100 * lp / f, lm,
 				100 * lm / f, (long long)cnt.prefix_hit_tokens, (long long)cnt.prefill_rows);
 		}
+		if (o.profile)
+			profile_print(&prof);
 	}
 	rc = 0;
 out:

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "kv_pool.h"
@@ -36,6 +37,8 @@ struct engine {
 	uint64_t n_replayed;         /* steps replayed from them */
 	float *logits;               /* (max_batch, n_vocab) when the backend's memory is
 	                                not the host's (ops->download), else NULL */
+	int profile;                 /* engine_set_profile */
+	struct engine_profile prof;
 };
 
 void engine_params_default(struct engine_params *p)
@@ -525,6 +528,13 @@ static int check_batch(const struct engine *e, const struct engine_batch *b)
  * recorded step's padded rows, whose host arrays the backend no longer
  * reads), up to the logits of the rows that want them, gathered to the
  * front.  Returns how many rows got logits, or a negative errno. */
+static double prof_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, float *logits)
 {
 	const struct model *m = e->m;
@@ -536,10 +546,27 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 	struct bk_attn attn = { hp->n_head, hp->n_head_kv, hp->head_dim, 1.0f / sqrtf((float)hp->head_dim) };
 	int32_t n_out = 0;
 	int r;
+	/* the profile's slot for this step, or NULL when it is off */
+	double *prof = e->profile ? e->prof.op_s[T > 1] : NULL, t0 = 0;
 
-	if ((r = ops->embed(be, &m->tok_embd, b->token, T, e->x)) < 0 ||
-	    (r = ops->rmsnorm(be, e->x, m->layers[0].attn_norm, T, d, hp->rms_eps, e->xn)) < 0)
-		return r;
+	if (prof) {
+		e->prof.steps[T > 1]++;
+		e->prof.rows[T > 1] += (uint64_t)T;
+	}
+/* R = CALL, its time added to OP's when the profile is on; returns on error */
+#define OP(op, call)                                         \
+	do {                                                 \
+		if (prof)                                    \
+			t0 = prof_now();                     \
+		r = (call);                                  \
+		if (prof)                                    \
+			prof[op] += prof_now() - t0;         \
+		if (r < 0)                                   \
+			return r;                            \
+	} while (0)
+
+	OP(ENGINE_OP_EMBED, ops->embed(be, &m->tok_embd, b->token, T, e->x));
+	OP(ENGINE_OP_EMBED, ops->rmsnorm(be, e->x, m->layers[0].attn_norm, T, d, hp->rms_eps, e->xn));
 	/* Each residual add is fused with the norm after it: xn holds the
 	 * layer's normed input on entry. */
 	for (int32_t l = 0; l < hp->n_layer; l++) {
@@ -550,23 +577,20 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		const struct bk_weight *wd = &L->w_down;
 		float *gu_out[2] = { e->g, e->u };
 
-		if ((r = matmul_group(be, qkv, 3, e->xn, T, qkv_out)) < 0 ||
-		    (r = backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, hp->n_rot, hp->rope_base,
-					       hp->rope_style, e->q, e->k, e->v)) < 0 ||
-		    (r = ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att)) < 0 ||
-		    (r = ops->matmul(be, &wo, 1, e->att, T, &e->xn)) < 0 ||
-		    (r = backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn)) < 0 ||
-		    (r = matmul_group(be, gu, 2, e->xn, T, gu_out)) < 0 ||
-		    (r = ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g)) < 0 ||
-		    (r = ops->matmul(be, &wd, 1, e->g, T, &e->xn)) < 0)
-			return r;
+		OP(ENGINE_OP_QKV, matmul_group(be, qkv, 3, e->xn, T, qkv_out));
+		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, hp->n_rot,
+							    hp->rope_base, hp->rope_style, e->q, e->k, e->v));
+		OP(ENGINE_OP_ATTENTION, ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att));
+		OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
+		OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn));
+		OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
+		OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g));
+		OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
 		if (l + 1 < hp->n_layer)
-			r = backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d, hp->rms_eps,
-						e->xn);
+			OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d,
+								   hp->rms_eps, e->xn));
 		else
-			r = ops->add(be, e->x, e->xn, (int64_t)T * d);
-		if (r < 0)
-			return r;
+			OP(ENGINE_OP_ADD_NORM, ops->add(be, e->x, e->xn, (int64_t)T * d));
 	}
 
 	/* Gather the rows that want logits, then norm and project only those
@@ -583,9 +607,9 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		return 0;
 	const struct bk_weight *out_w = &m->output;
 	float *out = e->logits ? e->logits : logits;
-	if ((r = ops->rmsnorm(be, e->x, m->output_norm, n_out, d, hp->rms_eps, e->xn)) < 0 ||
-	    (r = ops->matmul(be, &out_w, 1, e->xn, n_out, &out)) < 0)
-		return r;
+	OP(ENGINE_OP_OUTPUT, ops->rmsnorm(be, e->x, m->output_norm, n_out, d, hp->rms_eps, e->xn));
+	OP(ENGINE_OP_OUTPUT, ops->matmul(be, &out_w, 1, e->xn, n_out, &out));
+#undef OP
 	return n_out;
 }
 
@@ -649,6 +673,29 @@ void engine_graph_stats(const struct engine *e, uint64_t *recorded, uint64_t *re
 {
 	*recorded = e->n_recorded;
 	*replayed = e->n_replayed;
+}
+
+void engine_set_profile(struct engine *e, int on)
+{
+	e->profile = on != 0;
+	memset(&e->prof, 0, sizeof e->prof);
+}
+
+void engine_get_profile(const struct engine *e, struct engine_profile *p)
+{
+	*p = e->prof;
+}
+
+const char *engine_op_name(enum engine_op op)
+{
+	static const char *const names[ENGINE_N_OPS] = {
+		[ENGINE_OP_EMBED] = "embed",         [ENGINE_OP_QKV] = "qkv",
+		[ENGINE_OP_ROPE_KV] = "rope_kv",     [ENGINE_OP_ATTENTION] = "attention",
+		[ENGINE_OP_O] = "o",                 [ENGINE_OP_ADD_NORM] = "add_norm",
+		[ENGINE_OP_GATE_UP] = "gate_up",     [ENGINE_OP_SWIGLU] = "swiglu",
+		[ENGINE_OP_DOWN] = "down",           [ENGINE_OP_OUTPUT] = "output",
+	};
+	return (int)op >= 0 && op < ENGINE_N_OPS ? names[op] : "?";
 }
 
 int32_t engine_n_vocab(const struct engine *e)

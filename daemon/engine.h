@@ -118,6 +118,40 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits);
  * replayed from them, so far. */
 void engine_graph_stats(const struct engine *e, uint64_t *recorded, uint64_t *replayed);
 
+/* ---- where a step's time goes ----
+ *
+ * With the profile on, engine_step times each op of the forward pass (wall
+ * clock around the backend call) and adds it up per kind, apart for steps
+ * of one row (a lone decode) and steps of more.  The times are the host's:
+ * on the CPU backend, the op's whole run; on a device backend, which runs
+ * ops asynchronously, little more than the launches, and nothing of steps
+ * replayed from a graph.  Costs two clock reads per op when on. */
+enum engine_op {
+	ENGINE_OP_EMBED,     /* embedding rows and the first norm */
+	ENGINE_OP_QKV,       /* the q, k and v projections */
+	ENGINE_OP_ROPE_KV,   /* RoPE and the K/V stores into the pool */
+	ENGINE_OP_ATTENTION,
+	ENGINE_OP_O,         /* the attention output projection */
+	ENGINE_OP_ADD_NORM,  /* residual adds with the norms after them */
+	ENGINE_OP_GATE_UP,   /* the FFN's gate and up projections */
+	ENGINE_OP_SWIGLU,
+	ENGINE_OP_DOWN,      /* the FFN's down projection */
+	ENGINE_OP_OUTPUT,    /* the output norm and the logits' projection */
+	ENGINE_N_OPS
+};
+
+struct engine_profile {
+	double op_s[2][ENGINE_N_OPS]; /* [0: one-row steps, 1: others][op]: seconds */
+	uint64_t steps[2];            /* forward passes timed */
+	uint64_t rows[2];             /* their token rows */
+};
+
+/* Turns the profile on (clearing it) or off. */
+void engine_set_profile(struct engine *e, int on);
+void engine_get_profile(const struct engine *e, struct engine_profile *p);
+/* "qkv", "attention", ...: a short name for OP. */
+const char *engine_op_name(enum engine_op op);
+
 int32_t engine_n_vocab(const struct engine *e);
 int32_t engine_n_ctx(const struct engine *e);
 int32_t engine_max_batch(const struct engine *e);

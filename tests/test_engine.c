@@ -3,11 +3,12 @@
  * KV allocation, the automatic pool on the CPU, clean errors for bad batches
  * and bad model files, weight types mixed within a layer, packed weights'
  * file pages out of the resident set, a coherent greedy chat answer from the default model
- * (SmolLM2), and what backend auto, cpu and cuda choose for every kind of
- * build and device count.
+ * (SmolLM2), what backend auto, cpu and cuda choose for every kind of
+ * build and device count, and the per-op profile.
  */
 #include <errno.h>
 #include <math.h>
+#include <time.h>
 
 #include "backend.h"
 #include "engine.h"
@@ -81,6 +82,56 @@ static void test_chunked_prefill_and_batch_invariance(const struct model *m)
 	free(a);
 	free(b);
 	free(two);
+}
+
+/* The profile counts each step by its rows, times every op it runs, adds
+ * up to no more than the steps took, changes no logit, and starts over
+ * when turned on again. */
+static void test_profile(const struct model *m)
+{
+	const char *text = "Once upon a time there was a little girl.";
+	int32_t ids[64], n_vocab = m->hp.n_vocab;
+	int n = tokenizer_encode(m->tok, text, strlen(text), 1, 0, ids, 64);
+	float *a = malloc((size_t)n_vocab * sizeof(float)), *b = malloc((size_t)n_vocab * sizeof(float));
+	struct engine *e = new_engine(m, 256, QT_F32, 64);
+	struct tseq s0 = { .len = 0 }, s1 = { .len = 0 };
+	struct engine_profile p;
+
+	CHECK(e != NULL && n > 4);
+	if (!e)
+		goto out;
+	CHECK_INT_EQ(tseq_feed(e, &s0, ids, n, 64, a), 1);
+	engine_get_profile(e, &p);
+	CHECK(p.steps[0] == 0 && p.steps[1] == 0); /* off until asked */
+	engine_set_profile(e, 1);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* a prefill of n - 1 rows, then the last token alone */
+	CHECK_INT_EQ(tseq_feed(e, &s1, ids, n - 1, 64, b), 1);
+	CHECK_INT_EQ(tseq_feed(e, &s1, ids + n - 1, 1, 64, b), 1);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK(memcmp(a, b, (size_t)n_vocab * sizeof(float)) == 0);
+	engine_get_profile(e, &p);
+	CHECK(p.steps[1] == 1 && p.rows[1] == (uint64_t)n - 1);
+	CHECK(p.steps[0] == 1 && p.rows[0] == 1);
+	double total = 0;
+	for (int k = 0; k < 2; k++)
+		for (int op = 0; op < ENGINE_N_OPS; op++) {
+			CHECK(p.op_s[k][op] > 0);
+			CHECK(strcmp(engine_op_name((enum engine_op)op), "?") != 0);
+			total += p.op_s[k][op];
+		}
+	CHECK(total <= (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+	engine_set_profile(e, 1);
+	engine_get_profile(e, &p);
+	CHECK(p.steps[0] == 0 && p.rows[1] == 0 && p.op_s[1][ENGINE_OP_QKV] == 0);
+	engine_set_profile(e, 0);
+	tseq_free(e, &s0);
+	tseq_free(e, &s1);
+	engine_free(e);
+out:
+	free(a);
+	free(b);
 }
 
 static void test_f16_kv_close_to_f32(const struct model *m)
@@ -607,6 +658,7 @@ int main(void)
 	CHECK(model_load(p, &m, err, sizeof err) == 0);
 	test_chunked_prefill_and_batch_invariance(m);
 	test_f16_kv_close_to_f32(m);
+	test_profile(m);
 	test_bad_batches(m);
 	test_kv_sizing(m);
 	test_q8_0_attention_exact();
