@@ -40,6 +40,14 @@ struct cpu_backend {
 	size_t attn_groups_cap;
 	float *attn_scratch;     /* attention's per-worker state; owned */
 	size_t attn_scratch_cap; /* floats of attn_scratch */
+	/* RoPE's cos and sin of the last rows it rotated, for the next call
+	 * with the same positions and parameters: every layer's q and k in a
+	 * step. */
+	float *rope_cs;          /* (rope_T, rope_n_rot / 2, 2); owned */
+	int32_t *rope_pos;       /* (rope_T) their positions; owned */
+	size_t rope_cap;         /* pairs of room in rope_cs, positions in rope_pos */
+	int32_t rope_T, rope_n_rot;
+	float rope_base;
 };
 
 static struct cpu_backend *cpu(struct backend *be)
@@ -329,31 +337,69 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 
 /* ---- rope ---- */
 
-static int cpu_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
-		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
+/* The cos and sin pairs of T rows at POS, from C's cache or computed into
+ * it; NULL when out of memory. */
+static const float *rope_table(struct cpu_backend *c, int32_t T, const int32_t *pos, int32_t n_rot,
+			       float freq_base)
 {
+	const size_t pairs = (size_t)n_rot / 2;
+
+	if (T == c->rope_T && n_rot == c->rope_n_rot && memcmp(&freq_base, &c->rope_base, sizeof freq_base) == 0 &&
+	    memcmp(pos, c->rope_pos, (size_t)T * sizeof *pos) == 0)
+		return c->rope_cs;
+	if ((size_t)T * pairs > c->rope_cap) { /* T rows of PAIRS, positions as many */
+		float *cs = malloc((size_t)T * pairs * 2 * sizeof *cs);
+		int32_t *p = malloc((size_t)T * pairs * sizeof *p);
+		if (!cs || !p) {
+			free(cs);
+			free(p);
+			return NULL;
+		}
+		free(c->rope_cs);
+		free(c->rope_pos);
+		c->rope_cs = cs;
+		c->rope_pos = p;
+		c->rope_cap = (size_t)T * pairs;
+	}
 	/* As ggml: theta_i = pos * base^(-2i/n_rot), advanced by repeated
 	 * multiplication in float. */
 	const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-	float cs[512][2];
+	for (int32_t t = 0; t < T; t++) {
+		float theta = (float)pos[t], *cs = c->rope_cs + (size_t)t * pairs * 2;
+		for (size_t i = 0; i < pairs; i++) {
+			cs[2 * i] = cosf(theta);
+			cs[2 * i + 1] = sinf(theta);
+			theta *= theta_scale;
+		}
+	}
+	memcpy(c->rope_pos, pos, (size_t)T * sizeof *pos);
+	c->rope_T = T;
+	c->rope_n_rot = n_rot;
+	c->rope_base = freq_base;
+	return c->rope_cs;
+}
+
+static int cpu_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
+		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
+{
+	const float *tab;
 
 	if (n_rot > head_dim || n_rot % 2 || n_rot > 1024)
 		return -EINVAL;
+	if (n_rot == 0 || T < 1)
+		return 0;
+	if (!(tab = rope_table(cpu(be), T, pos, n_rot, freq_base)))
+		return -ENOMEM;
 	for (int32_t t = 0; t < T; t++) {
-		float theta = (float)pos[t];
-		for (int32_t i = 0; i < n_rot / 2; i++) {
-			cs[i][0] = cosf(theta);
-			cs[i][1] = sinf(theta);
-			theta *= theta_scale;
-		}
+		const float *cs = tab + (size_t)t * n_rot;
 		for (int32_t h = 0; h < n_head; h++) {
 			float *v = x + ((size_t)t * n_head + h) * head_dim;
 			for (int32_t i = 0; i < n_rot / 2; i++) {
 				int32_t a = style == BK_ROPE_NORMAL ? 2 * i : i;
 				int32_t b = style == BK_ROPE_NORMAL ? 2 * i + 1 : i + n_rot / 2;
 				float x0 = v[a], x1 = v[b];
-				v[a] = x0 * cs[i][0] - x1 * cs[i][1];
-				v[b] = x0 * cs[i][1] + x1 * cs[i][0];
+				v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+				v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
 			}
 		}
 	}
@@ -377,14 +423,9 @@ static void *kv_slot(const struct bk_kv *kv, const int32_t *table, int32_t layer
 static void kv_write(const struct bk_kv *kv, void *dst, const float *src)
 {
 	switch (kv->type) {
-	case QT_F16: {
-		qt_f16 *d = dst;
-		for (int32_t c = 0; c < kv->kv_dim; c++)
-			d[c] = qt_f32_to_f16(src[c]);
-		break;
-	}
+	case QT_F16: /* F16C where the CPU has it: qt_f32_to_f16's bits */
 	case QT_Q8_0:
-		quant_quantize_row(QT_Q8_0, src, dst, kv->kv_dim);
+		quant_quantize_row(kv->type, src, dst, kv->kv_dim);
 		break;
 	default:
 		memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float));
@@ -1100,6 +1141,8 @@ static void cpu_free(struct backend *be)
 	free(c->packed);
 	free(c->attn_groups);
 	free(c->attn_scratch);
+	free(c->rope_cs);
+	free(c->rope_pos);
 	free(c->xq);
 	free(c);
 }

@@ -3,7 +3,8 @@
  * whatever the step around the row: prefill chunks from the start and from
  * the middle of a sequence, decode rows, ragged mixes of sequences, block
  * tables with holes, f32, f16 and q8_0 pools, several head sizes and group
- * sizes, and any number of threads.  SwiGLU gives the scalar formula's bits.
+ * sizes, and any number of threads.  SwiGLU gives the scalar formula's bits,
+ * and RoPE reusing its last cos and sin table gives a fresh backend's.
  */
 #include <math.h>
 #include <stdint.h>
@@ -512,10 +513,54 @@ static void test_swiglu_matches_scalar(void)
 	free(out);
 }
 
+/* RoPE keeps the cos and sin of its last positions for the next call (a
+ * step's layers): each call gives what a fresh backend gives, whether the
+ * positions, their count, the rotated width or the base change between
+ * calls or not. */
+static void test_rope_reuse(void)
+{
+	enum { T = 5, H = 3, HD = 64 };
+	static const struct {
+		int32_t pos[T], T, n_rot;
+		float base;
+	} calls[] = {
+		{ { 0, 1, 2, 3, 4 }, 5, 64, 10000.0f }, { { 0, 1, 2, 3, 4 }, 5, 64, 10000.0f },
+		{ { 7, 1, 2, 3, 4 }, 5, 64, 10000.0f }, { { 7, 1, 2, 3, 4 }, 3, 64, 10000.0f },
+		{ { 7, 1, 2, 3, 4 }, 3, 32, 10000.0f }, { { 7, 1, 2, 3, 4 }, 3, 32, 500000.0f },
+		{ { 900, 901, 2, 3, 4 }, 2, 64, 500000.0f }, { { 900, 901, 2, 3, 4 }, 5, 64, 500000.0f },
+	};
+	struct backend *be = NULL;
+	float x[T * H * HD], want[T * H * HD], got[T * H * HD];
+
+	CHECK(cpu_backend_new(1, &be) == 0);
+	for (int i = 0; i < T * H * HD; i++)
+		x[i] = frand(2.0f);
+	for (size_t k = 0; be && k < sizeof calls / sizeof calls[0]; k++)
+		for (int style = 0; style < 2; style++) {
+			enum bk_rope_style st = style ? BK_ROPE_NEOX : BK_ROPE_NORMAL;
+			struct backend *fresh = NULL;
+			CHECK(cpu_backend_new(1, &fresh) == 0);
+			if (!fresh)
+				break;
+			memcpy(want, x, sizeof x);
+			memcpy(got, x, sizeof x);
+			CHECK(fresh->ops->rope(fresh, want, calls[k].T, H, HD, calls[k].n_rot, calls[k].pos, calls[k].base,
+					       st) == 0);
+			CHECK(be->ops->rope(be, got, calls[k].T, H, HD, calls[k].n_rot, calls[k].pos, calls[k].base, st) == 0);
+			if (memcmp(want, got, sizeof x) != 0) {
+				fprintf(stderr, "rope call %zu (style %d): differs from a fresh backend's\n", k, style);
+				CHECK(0);
+			}
+			backend_free(fresh);
+		}
+	backend_free(be);
+}
+
 int main(void)
 {
 	test_attention_matches_oracle();
 	test_swiglu_matches_scalar();
+	test_rope_reuse();
 	report_speed();
 	return test_result();
 }
