@@ -524,10 +524,6 @@ static int check_batch(const struct engine *e, const struct engine_batch *b)
 	return 0;
 }
 
-/* The forward pass of B's first TK rows' worth of kernels (TK >= b->n: a
- * recorded step's padded rows, whose host arrays the backend no longer
- * reads), up to the logits of the rows that want them, gathered to the
- * front.  Returns how many rows got logits, or a negative errno. */
 static double prof_now(void)
 {
 	struct timespec ts;
@@ -535,6 +531,10 @@ static double prof_now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The forward pass of B's first TK rows' worth of kernels (TK >= b->n: a
+ * recorded step's padded rows, whose host arrays the backend no longer
+ * reads), up to the logits of the rows that want them, gathered to the
+ * front.  Returns how many rows got logits, or a negative errno. */
 static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, float *logits)
 {
 	const struct model *m = e->m;
