@@ -8,10 +8,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "bench_socket.h"
 #include "chat.h"
@@ -44,6 +48,7 @@ struct bench_opts {
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	int sequential;             /* submit the --parallel requests one after another */
 	int profile;                /* time each op of the forward pass */
+	int bandwidth;              /* measure memory read bandwidth instead */
 	const char *socket;         /* through this llmd instead of in-process */
 	uint32_t kv_type;
 	const char *backend;        /* "auto" (default), "cpu" or "cuda" */
@@ -99,6 +104,9 @@ static void usage(FILE *f)
 		"      --logits            print the logits after the prompt and exit\n"
 		"      --profile           time each op of the forward pass, per row, apart for\n"
 		"                          one-row (decode) steps and bigger ones\n"
+		"      --bandwidth         measure memory read bandwidth with --threads threads and,\n"
+		"                          with --model, the bytes of weights a decode token reads\n"
+		"                          and the decode speed they bound; generates nothing\n"
 		"      --socket PATH       run the --parallel workload through a running llmd at PATH,\n"
 		"                          one connection and thread per sequence (no --model needed)\n"
 		"      --json              one JSON object on stdout\n");
@@ -191,7 +199,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
-	       O_DEVICE, O_PROF };
+	       O_DEVICE, O_PROF, O_BW };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -211,6 +219,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "socket", required_argument, 0, O_SOCK }, { "backend", required_argument, 0, O_BACKEND },
 		{ "device", required_argument, 0, O_DEVICE }, { "no-graphs", no_argument, 0, O_NOGRAPH },
 		{ "gemm-rows", required_argument, 0, O_GEMM }, { "profile", no_argument, 0, O_PROF },
+		{ "bandwidth", no_argument, 0, O_BW },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -257,6 +266,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			break;
 		case O_LOGITS: o->logits = 1; break;
 		case O_PROF: o->profile = 1; break;
+		case O_BW: o->bandwidth = 1; break;
 		case O_JSON: o->json = 1; break;
 		case O_CHAT: o->chat = 1; break;
 		case O_IGN: o->ignore_eos = 1; break;
@@ -294,7 +304,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		default: usage(stderr); return -1;
 		}
 	}
-	if ((!o->model && !o->socket) || !o->prompt) {
+	if (o->bandwidth && o->socket) {
+		fprintf(stderr, "llm-bench: --bandwidth measures this machine, not through --socket\n");
+		return -1;
+	}
+	if (!o->bandwidth && ((!o->model && !o->socket) || !o->prompt)) {
 		usage(stderr);
 		return -1;
 	}
@@ -676,6 +690,153 @@ out:
 	return rc;
 }
 
+/* ---- --bandwidth ---- */
+
+#define BW_BYTES ((size_t)512 << 20) /* far past any last-level cache here */
+#define BW_PASSES 5
+#define BW_READS 4 /* of its slice per thread per pass */
+
+struct bw_part {
+	const uint64_t *p;
+	size_t n;      /* words */
+	uint64_t sum;  /* keeps the loads */
+};
+
+#if defined(__x86_64__)
+/* 128 bytes a step in four 32-byte loads: one thread then reads faster
+ * than its share of DRAM gives (the portable loop's 16-byte loads did not) */
+__attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const uint64_t *p, size_t n)
+{
+	__m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+
+	for (size_t i = 0; i + 16 <= n; i += 16) {
+		s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + i)));
+		s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(p + i + 4)));
+		s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(p + i + 8)));
+		s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(p + i + 12)));
+	}
+	s0 = _mm256_xor_si256(_mm256_xor_si256(s0, s1), _mm256_xor_si256(s2, s3));
+	return (uint64_t)_mm256_extract_epi64(s0, 0) ^ (uint64_t)_mm256_extract_epi64(s0, 3);
+}
+#endif
+
+/* Reads its slice BW_READS times. */
+static void *bw_read(void *arg)
+{
+	struct bw_part *a = arg;
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+
+	for (int r = 0; r < BW_READS; r++) {
+#if defined(__x86_64__)
+		if (__builtin_cpu_supports("avx2")) {
+			s0 ^= bw_sum_avx2(a->p, a->n);
+			continue;
+		}
+#endif
+		for (size_t i = 0; i + 4 <= a->n; i += 4) {
+			s0 += a->p[i];
+			s1 += a->p[i + 1];
+			s2 += a->p[i + 2];
+			s3 += a->p[i + 3];
+		}
+	}
+	a->sum = s0 ^ s1 ^ s2 ^ s3;
+	return NULL;
+}
+
+/* Bytes of weights one decode token reads: every layer's projections and
+ * the output matrix (the embedding's single row and the norms are left
+ * out: a few KiB). */
+static uint64_t decode_weight_bytes(const struct model *m)
+{
+	uint64_t b = (uint64_t)m->output.row_bytes * (uint64_t)m->output.n_out;
+
+	for (int32_t l = 0; l < m->hp.n_layer; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct bk_weight *w[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		for (int k = 0; k < 7; k++)
+			b += (uint64_t)w[k]->row_bytes * (uint64_t)w[k]->n_out;
+	}
+	return b;
+}
+
+/* GB/s that THREADS threads read a 512 MiB buffer at, each its own slice
+ * four times over: the median of five passes; negative when out of memory
+ * or threads. */
+static double read_bandwidth(int threads)
+{
+	uint64_t *buf = aligned_alloc(64, BW_BYTES); /* no load crosses a line */
+	struct bw_part *parts = calloc((size_t)threads, sizeof *parts);
+	pthread_t *th = calloc((size_t)threads, sizeof *th);
+	double gbs[BW_PASSES], r = -1;
+	size_t words = BW_BYTES / sizeof *buf, per = words / (size_t)threads / 16 * 16;
+
+	if (!buf || !parts || !th)
+		goto out;
+	for (size_t i = 0; i < words; i++) /* every page touched, no zero-page tricks */
+		buf[i] = i * 0x9e3779b97f4a7c15ull;
+	for (int pass = 0; pass < BW_PASSES; pass++) {
+		int started = 0;
+		double t0 = now_s();
+		for (; started < threads; started++) {
+			parts[started] = (struct bw_part){ buf + (size_t)started * per, per, 0 };
+			if (pthread_create(&th[started], NULL, bw_read, &parts[started]) != 0)
+				break;
+		}
+		for (int i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
+		if (started < threads)
+			goto out;
+		gbs[pass] = (double)per * sizeof *buf * threads * BW_READS / (now_s() - t0) / 1e9;
+	}
+	r = median(gbs, BW_PASSES);
+out:
+	free(buf);
+	free(parts);
+	free(th);
+	return r;
+}
+
+static int run_bandwidth(const struct bench_opts *o)
+{
+	struct model *m = NULL;
+	char err[512];
+	double gbs;
+
+	if (o->model && model_load(o->model, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "llm-bench: cannot load model %s: %s\n", o->model, err);
+		return 1;
+	}
+	gbs = read_bandwidth(o->threads);
+	if (gbs < 0) {
+		fprintf(stderr, "llm-bench: --bandwidth: out of memory or threads\n");
+		model_free(m);
+		return 1;
+	}
+	uint64_t wb = m ? decode_weight_bytes(m) : 0;
+	double bound = wb ? gbs * 1e9 / (double)wb : 0;
+	if (o->json) {
+		json_object *root = json_object_new_object();
+		json_object_object_add(root, "threads", json_object_new_int(o->threads));
+		json_object_object_add(root, "read_gb_s", json_object_new_double(gbs));
+		if (m) {
+			json_object_object_add(root, "model", json_object_new_string(m->name));
+			json_object_object_add(root, "weight_bytes_per_token", json_object_new_int64((int64_t)wb));
+			json_object_object_add(root, "decode_bound_tok_s", json_object_new_double(bound));
+		}
+		puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(root);
+	} else {
+		printf("llm-bench: memory read bandwidth, %d threads: %.1f GB/s (median of %d passes over %zu MiB)\n",
+		       o->threads, gbs, BW_PASSES, BW_BYTES >> 20);
+		if (m)
+			printf("llm-bench: %s: a decode token reads %.1f MB of weights: at most %.0f tok/s\n", m->name,
+			       (double)wb / 1e6, bound);
+	}
+	model_free(m);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
@@ -697,6 +858,11 @@ int main(int argc, char **argv)
 		return 2;
 	if (o.socket) {
 		rc = run_socket(&o);
+		free(o.prompt);
+		return rc;
+	}
+	if (o.bandwidth) {
+		rc = run_bandwidth(&o);
 		free(o.prompt);
 		return rc;
 	}
