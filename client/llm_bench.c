@@ -2,8 +2,10 @@
  *
  * Loads a model in-process, runs one generation (or R of them) and reports
  * the prompt and generated token ids, the text and the prefill / decode
- * speeds, as text or one JSON object.  --logits prints the full logit vector
- * after the prompt instead.  It talks to no daemon.
+ * speeds, as text or one JSON object; --profile adds the time of each op.
+ * --logits prints the full logit vector after the prompt instead, and
+ * --bandwidth the memory read speed and the decode speed it bounds.  Only
+ * --socket (bench_socket.c) talks to a daemon.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -744,22 +746,6 @@ static void *bw_read(void *arg)
 	return NULL;
 }
 
-/* Bytes of weights one decode token reads: every layer's projections and
- * the output matrix (the embedding's single row and the norms are left
- * out: a few KiB). */
-static uint64_t decode_weight_bytes(const struct model *m)
-{
-	uint64_t b = (uint64_t)m->output.row_bytes * (uint64_t)m->output.n_out;
-
-	for (int32_t l = 0; l < m->hp.n_layer; l++) {
-		const struct model_layer *L = &m->layers[l];
-		const struct bk_weight *w[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-		for (int k = 0; k < 7; k++)
-			b += (uint64_t)w[k]->row_bytes * (uint64_t)w[k]->n_out;
-	}
-	return b;
-}
-
 /* GB/s that THREADS threads read a 512 MiB buffer at, each its own slice
  * four times over: the median of five passes; negative when out of memory
  * or threads. */
@@ -813,7 +799,7 @@ static int run_bandwidth(const struct bench_opts *o)
 		model_free(m);
 		return 1;
 	}
-	uint64_t wb = m ? decode_weight_bytes(m) : 0;
+	uint64_t wb = m ? model_decode_bytes(m) : 0;
 	double bound = wb ? gbs * 1e9 / (double)wb : 0;
 	if (o->json) {
 		json_object *root = json_object_new_object();

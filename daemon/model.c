@@ -307,6 +307,19 @@ void model_drop_weight(const struct model *m, const struct bk_weight *w)
 		madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure changes nothing */
 }
 
+uint64_t model_decode_bytes(const struct model *m)
+{
+	uint64_t b = (uint64_t)m->output.row_bytes * (uint64_t)m->output.n_out;
+
+	for (int32_t l = 0; l < m->hp.n_layer; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct bk_weight *w[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		for (int k = 0; k < 7; k++)
+			b += (uint64_t)w[k]->row_bytes * (uint64_t)w[k]->n_out;
+	}
+	return b;
+}
+
 void model_free(struct model *m)
 {
 	if (!m)

@@ -64,6 +64,10 @@ struct model {
  * corrupt file).  Any thread. */
 int model_load(const char *path, struct model **ret, char *err, size_t errlen);
 void model_free(struct model *m); /* NULL-safe */
+/* Bytes of weights one decode token reads whole: every layer's projections
+ * and the output matrix (the embedding's one row and the norms, a few KiB,
+ * left out).  What decode speed is measured against: bandwidth / this. */
+uint64_t model_decode_bytes(const struct model *m);
 /* W's bytes in the file mapping are not needed in memory now (a backend
  * keeps its own copy): the pages wholly inside them leave the resident
  * set, and come back from the file if touched.  A W outside the mapping

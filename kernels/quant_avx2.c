@@ -933,21 +933,16 @@ INLINE TARGET __m256 kq_finish(uint32_t type, float d, float dmin, __m256i isum,
 	return _mm256_fmadd_ps(noff, _mm256_mul_ps(_mm256_set1_ps(dmin), da), acc);
 }
 
-/* kq_finish for one row, from its unreduced sums SUM and OFF, in scalar
- * lanes: the same roundings, without broadcasting each value to eight. */
+/* kq_finish for one row, from its unreduced sums SUM and OFF: its values
+ * in lane 0 of vectors whose other lanes are zero (broadcasting each to
+ * eight cost more than the float steps themselves). */
 INLINE TARGET float kq_finish1(uint32_t type, float d, float dmin, __m256i sum, __m256i off, float da, float acc)
 {
 	__m128i so = hsum2_i32(sum, off); /* isum ioff . . */
-	__m128 vda = _mm_set_ss(da), vacc = _mm_set_ss(acc);
 
-	if (type == QT_Q6_K)
-		return _mm_cvtss_f32(_mm_fmadd_ss(_mm_cvtepi32_ps(_mm_add_epi32(so, _mm_srli_si128(so, 4))),
-						  _mm_mul_ss(_mm_set_ss(d), vda), vacc));
-	__m128 f = _mm_cvtepi32_ps(so);
-	vacc = _mm_fmadd_ss(f, _mm_mul_ss(_mm_set_ss(d), vda), vacc);
-	/* a sign flip: -0 stays -0 */
-	__m128 noff = _mm_xor_ps(_mm_movehdup_ps(f), _mm_set_ss(-0.0f));
-	return _mm_cvtss_f32(_mm_fmadd_ss(noff, _mm_mul_ss(_mm_set_ss(dmin), vda), vacc));
+	return _mm256_cvtss_f32(kq_finish(type, d, dmin, _mm256_zextsi128_si256(so),
+					  _mm256_zextsi128_si256(_mm_srli_si128(so, 4)),
+					  _mm256_zextps128_ps256(_mm_set_ss(da)), _mm256_zextps128_ps256(_mm_set_ss(acc))));
 }
 
 INLINE TARGET float kq_step(uint32_t type, const struct kq_unpacked *u, const struct block_q8_k *y, float acc)
@@ -1143,8 +1138,7 @@ static TARGET int gemm_kq(uint32_t type, int64_t n, const uint8_t *w, size_t ldw
 			for (int j = 0; j < nj; j++)
 				acc[j] = 0;
 			for (int b = 0; b < nsb; b++) {
-				const uint8_t *blk = row + b * bbytes;
-				kq_unpack(type, blk, &u);
+				kq_unpack(type, row + b * bbytes, &u);
 				for (int j = 0; j < nj8; j += 8) {
 					const uint8_t *p = ap + (size_t)((j0 + j) / 8) * g8 + (size_t)b * KQ_BYTES(8);
 					__m256 v = _mm256_load_ps(acc + j);
