@@ -4,7 +4,9 @@
  * the middle of a sequence, decode rows, ragged mixes of sequences, block
  * tables with holes, f32, f16 and q8_0 pools, several head sizes and group
  * sizes, and any number of threads.  SwiGLU gives the scalar formula's bits,
- * and RoPE reusing its last cos and sin table gives a fresh backend's.
+ * RoPE reusing its last cos and sin table gives a fresh backend's, and
+ * RMSNorm stays within an ulp of ggml's order, fused with the residual add
+ * or not.
  */
 #include <math.h>
 #include <stdint.h>
@@ -556,11 +558,97 @@ static void test_rope_reuse(void)
 	backend_free(be);
 }
 
+/* RMSNorm against ggml's one-term-at-a-time double sum, within an ulp of
+ * the float result (the backend sums 16 lanes, then them); add_rmsnorm
+ * gives add then rmsnorm's bits, for x and out, with out in place of x or
+ * of y, on every path, thread count and row length (inline and parallel,
+ * tails of 1..15). */
+static void test_rmsnorm(void)
+{
+	static const struct {
+		int32_t T;
+		int64_t n;
+	} shapes[] = { { 1, 576 }, { 3, 7 }, { 2, 17 }, { 1, 2048 }, { 173, 576 }, { 60, 1543 } };
+	const float eps = 1e-5f;
+
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		int32_t T = shapes[k].T;
+		int64_t n = shapes[k].n, tn = (int64_t)T * n;
+		float *x = malloc(tn * sizeof(float)), *y = malloc(tn * sizeof(float)), *g = malloc(n * sizeof(float));
+		float *want = malloc(tn * sizeof(float)), *xa = malloc(tn * sizeof(float)), *out = malloc(tn * sizeof(float));
+		float *xb = malloc(tn * sizeof(float)), *yb = malloc(tn * sizeof(float)), *ref = malloc(tn * sizeof(float));
+		int bad = 0;
+
+		for (int64_t i = 0; i < tn; i++) {
+			/* rows of very different scales */
+			x[i] = frand(i / n % 3 == 0 ? 1e-3f : i / n % 3 == 1 ? 3.0f : 200.0f);
+			y[i] = frand(1.0f);
+		}
+		for (int64_t i = 0; i < n; i++)
+			g[i] = frand(2.0f);
+		for (int32_t t = 0; t < T; t++) {
+			const float *r = x + (size_t)t * n;
+			double sum = 0;
+			for (int64_t i = 0; i < n; i++)
+				sum += (double)(r[i] * r[i]);
+			float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+			for (int64_t i = 0; i < n; i++)
+				ref[(size_t)t * n + i] = (r[i] * scale) * g[i];
+		}
+		for (int threads = 1; threads <= 2; threads++)
+			for (int path = 0; path < 2; path++) {
+				struct backend *be = NULL;
+				CHECK(cpu_backend_new(threads, &be) == 0);
+				if (!be)
+					break;
+				quant_set_isa(path ? QUANT_ISA_SCALAR : quant_isa_best());
+				CHECK(be->ops->rmsnorm(be, x, g, T, n, eps, out) == 0);
+				for (int64_t i = 0; i < tn && !bad; i++) {
+					float w = ref[i], d = fabsf(out[i] - w);
+					if (d > 2 * fabsf(nextafterf(w, INFINITY) - w)) {
+						fprintf(stderr, "rmsnorm T=%d n=%lld [%lld]: %.9g, ggml's order %.9g\n", T,
+							(long long)n, (long long)i, out[i], w);
+						bad = 1;
+					}
+				}
+				/* add then rmsnorm, the reference for add_rmsnorm */
+				memcpy(xa, x, tn * sizeof(float));
+				CHECK(be->ops->add(be, xa, y, tn) == 0);
+				CHECK(be->ops->rmsnorm(be, xa, g, T, n, eps, want) == 0);
+				for (int alias = 0; alias < 3; alias++) {
+					memcpy(xb, x, tn * sizeof(float));
+					memcpy(yb, y, tn * sizeof(float));
+					float *o = alias == 0 ? out : alias == 1 ? xb : yb;
+					CHECK(backend_add_rmsnorm(be, xb, yb, g, T, n, eps, o) == 0);
+					if ((alias != 1 && memcmp(xb, xa, tn * sizeof(float))) ||
+					    memcmp(o, want, tn * sizeof(float))) {
+						fprintf(stderr, "add_rmsnorm T=%d n=%lld (out %s, %d threads): not add + rmsnorm's bits\n",
+							T, (long long)n, alias == 0 ? "apart" : alias == 1 ? "= x" : "= y", threads);
+						bad = 1;
+					}
+				}
+				backend_free(be);
+			}
+		CHECK(!bad);
+		quant_set_isa(quant_isa_best());
+		free(x);
+		free(y);
+		free(g);
+		free(want);
+		free(xa);
+		free(out);
+		free(xb);
+		free(yb);
+		free(ref);
+	}
+}
+
 int main(void)
 {
 	test_attention_matches_oracle();
 	test_swiglu_matches_scalar();
 	test_rope_reuse();
+	test_rmsnorm();
 	report_speed();
 	return test_result();
 }
