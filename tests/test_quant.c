@@ -1069,6 +1069,55 @@ static void bench(void)
 	free(out);
 }
 
+/* Packed weights against many activation rows run in strips of up to
+ * 128 KiB of weight rows (quant_avx2.c): rows across several strips, a
+ * ragged last one, the fixed 1536-wide kernel and the general one, give
+ * the scalar path's bits. */
+static void test_gemm_packed_strips(void)
+{
+	static const uint32_t types[] = { QT_Q4_0, QT_Q4_1, QT_Q8_0 };
+	static const int64_t sizes[] = { 1536, 4096 };
+	enum { NW = 300, NA = 9 };
+
+	if (quant_isa_best() < QUANT_ISA_AVX2)
+		return;
+	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+		for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+			uint32_t type = types[t];
+			int64_t n = sizes[k];
+			size_t ldw = qtype_row_bytes(type, n), lda = vec_row_bytes(type, n);
+			uint8_t *w = malloc(ldw * NW), *a = malloc(lda * NA);
+			float *want = malloc(sizeof(float) * NW * NA), *c = malloc(sizeof(float) * NW * NA);
+			struct quant_packed *pk = NULL;
+
+			fill_weights(type, w, ldw, NW, n);
+			fill_acts(type, a, lda, NA, n);
+			quant_set_isa(QUANT_ISA_SCALAR);
+			quant_gemm(type, n, w, ldw, NW, a, lda, NA, want, NW);
+			quant_set_isa(QUANT_ISA_AVX2);
+			CHECK(quant_pack(type, n, w, ldw, NW, &pk) == 0);
+			if (pk) {
+				/* all rows, then a range starting inside the first strip */
+				quant_gemm_packed(pk, 0, NW, a, lda, NA, c, NW);
+				CHECK(memcmp(c, want, sizeof(float) * NW * NA) == 0);
+				quant_gemm_packed(pk, 3, NW - 5, a, lda, NA, c, NW);
+				for (int j = 0; j < NA; j++)
+					if (memcmp(c + j * NW, want + j * NW + 3, sizeof(float) * (NW - 5))) {
+						fprintf(stderr, "%s n=%lld packed rows 3..%d, activation row %d: not the scalar bits\n",
+							qtype_get(type)->name, (long long)n, NW - 3, j);
+						CHECK(0);
+						break;
+					}
+			}
+			quant_packed_free(pk);
+			quant_set_isa(quant_isa_best());
+			free(w);
+			free(a);
+			free(want);
+			free(c);
+		}
+}
+
 int main(void)
 {
 	const char *b = getenv("LLMD_QUANT_BENCH");
@@ -1090,6 +1139,7 @@ int main(void)
 	test_isa();
 	test_gemm();
 	test_gemm_q8_0_extremes();
+	test_gemm_packed_strips();
 	test_gemm_bounds();
 	return test_result();
 }
