@@ -33,6 +33,8 @@ struct cpu_backend {
 	struct cpu_pool *pool;   /* workers; owned */
 	void *xq;                /* quantized activations scratch; owned */
 	size_t xq_cap;           /* bytes of xq */
+	void *xp;                /* xq in a packed matrix's layout; owned, 64-byte aligned */
+	size_t xp_cap;           /* bytes of xp */
 	struct cpu_packed *packed; /* (packed_cap) open addressing; owned */
 	size_t packed_cap;       /* power of two, 0 before the first weight */
 	size_t packed_n;         /* slots in use */
@@ -289,6 +291,7 @@ struct mm_job {
 	int32_t T;
 	const void *xq;               /* (T, lda) activations in the vec type */
 	size_t lda;
+	const void *xp;               /* (T) activations packed for pk[*], or NULL */
 	int64_t chunk;                /* weight rows per task */
 	int first_task[MM_MAX_WEIGHTS + 1]; /* task index where weight k starts */
 };
@@ -299,12 +302,18 @@ struct quant_job {
 	int64_t n;
 	size_t lda;
 	uint32_t vec_type;
+	const struct quant_packed *pk; /* with XP: pack each row for it too */
+	void *xp;
+	size_t xrow;                   /* bytes of a row in XP */
 };
 
 static void quant_task(void *ctx, int t, int worker)
 {
 	struct quant_job *j = ctx;
-	quant_quantize_row(j->vec_type, j->x + (size_t)t * j->n, (char *)j->xq + (size_t)t * j->lda, j->n);
+	char *row = (char *)j->xq + (size_t)t * j->lda;
+	quant_quantize_row(j->vec_type, j->x + (size_t)t * j->n, row, j->n);
+	if (j->xp)
+		quant_packed_pack_acts(j->pk, row, j->lda, 1, (char *)j->xp + (size_t)t * j->xrow);
 }
 
 static void mm_task(void *ctx, int task, int worker)
@@ -316,7 +325,9 @@ static void mm_task(void *ctx, int task, int worker)
 	const struct bk_weight *w = j->w[k];
 	int64_t r0 = (int64_t)(task - j->first_task[k]) * j->chunk;
 	int64_t nr = w->n_out - r0 < j->chunk ? w->n_out - r0 : j->chunk;
-	if (j->pk[k])
+	if (j->xp)
+		quant_gemm_packed_acts(j->pk[k], (int)r0, (int)nr, j->xp, j->T, j->out[k] + r0, (size_t)w->n_out);
+	else if (j->pk[k])
 		quant_gemm_packed(j->pk[k], (int)r0, (int)nr, j->xq, j->lda, j->T, j->out[k] + r0, (size_t)w->n_out);
 	else
 		quant_gemm(w->type, w->n_in, (const char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
@@ -356,7 +367,26 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 		c->xq = p;
 		c->xq_cap = need;
 	}
-	struct quant_job qj = { x, c->xq, n_in, lda, vec_type };
+	/* Packed matrices of one type share their activations' packed layout:
+	 * each row packed once here rather than by every task. */
+	struct quant_packed *pk[MM_MAX_WEIGHTS];
+	size_t xrow = 0;
+	for (int k = 0; k < nw; k++)
+		pk[k] = packed_find(c, w[k]);
+	if (pk[0]) {
+		xrow = quant_packed_acts_bytes(pk[0], 1);
+		for (int k = 1; k < nw; k++)
+			if (!pk[k] || w[k]->type != w[0]->type)
+				xrow = 0;
+	}
+	if (xrow * (size_t)T > c->xp_cap) {
+		free(c->xp);
+		c->xp_cap = 0;
+		if (!(c->xp = aligned_alloc(64, (xrow * (size_t)T + 63) & ~(size_t)63)))
+			return -ENOMEM;
+		c->xp_cap = xrow * (size_t)T;
+	}
+	struct quant_job qj = { x, c->xq, n_in, lda, vec_type, pk[0], xrow ? c->xp : NULL, xrow };
 	if (T >= 4)
 		cpu_pool_run(c->pool, quant_task, &qj, T);
 	else
@@ -368,8 +398,8 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 	 * per thread, and a multiple of the threads in all, cut as evenly as
 	 * multiples of 4 rows (the decode tile) allow: the threads then end a
 	 * job together rather than one waiting out another's last long task.
-	 * Many rows: each task repacks all T activation rows, so about four
-	 * tasks per thread, multiples of 16 rows (the batch strip). */
+	 * Many rows: about four tasks per thread (the K-quant kernels repack
+	 * all T activation rows in each), multiples of 16 rows. */
 	const int64_t threads = cpu_pool_threads(c->pool);
 	int64_t rows = 0, chunk;
 	for (int k = 0; k < nw; k++)
@@ -395,9 +425,10 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 	j.T = T;
 	j.xq = c->xq;
 	j.lda = lda;
+	j.xp = qj.xp;
 	j.chunk = chunk;
 	for (int k = 0; k < nw; k++) {
-		j.pk[k] = packed_find(c, w[k]);
+		j.pk[k] = pk[k];
 		j.first_task[k + 1] = j.first_task[k] + (int)((w[k]->n_out + chunk - 1) / chunk);
 	}
 	cpu_pool_run(c->pool, mm_task, &j, j.first_task[nw]);
@@ -1213,6 +1244,7 @@ static void cpu_free(struct backend *be)
 	free(c->rope_cs);
 	free(c->rope_pos);
 	free(c->xq);
+	free(c->xp);
 	free(c);
 }
 

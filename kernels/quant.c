@@ -811,3 +811,25 @@ void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,
 		return;
 	quant_gemm(p->type, p->n, (const char *)p->w + (size_t)r0 * p->ldw, p->ldw, nw, a, lda, na, c, ldc);
 }
+
+size_t quant_packed_acts_bytes(const struct quant_packed *p, int na)
+{
+	if (!p || na <= 0 || !packs_for(p->type, quant_get_isa()))
+		return 0;
+	return quant_avx2_acts_row_bytes(p->type, p->n) * (size_t)na;
+}
+
+void quant_packed_pack_acts(const struct quant_packed *p, const void *a, size_t lda, int na, void *dst)
+{
+	if (na > 0 && quant_packed_acts_bytes(p, na))
+		quant_avx2_pack_acts(p->type, p->n, a, lda, na, dst);
+}
+
+void quant_gemm_packed_acts(const struct quant_packed *p, int r0, int nw, const void *acts, int na, float *c,
+			    size_t ldc)
+{
+	if (r0 < 0 || nw <= 0 || r0 + nw > p->nw || na <= 0 || !quant_packed_acts_bytes(p, na))
+		return;
+	quant_avx2_gemm_packed_acts(p->type, p->n, (const char *)p->data + (size_t)r0 * p->prow, p->prow, nw, acts,
+				    na, c, ldc);
+}

@@ -128,6 +128,20 @@ size_t quant_packed_bytes(const struct quant_packed *p);
 /* quant_gemm over rows [R0, R0 + NW) of P, with the same results. */
 void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,
 		       const void *a, size_t lda, int na, float *c, size_t ldc);
+/* The activations in the layout P's kernels read, made once for every
+ * quant_gemm_packed_acts over P's rows (quant_gemm_packed makes it anew
+ * each call: 5-9% of the instructions of a decode task of 64 KiB of
+ * weights).  Bytes for NA rows, each quant_packed_acts_bytes(P, 1) after
+ * the last; 0 when the ISA in use has no such layout for P (then call
+ * quant_gemm_packed).  Matrices of one type and row length share it. */
+size_t quant_packed_acts_bytes(const struct quant_packed *p, int na);
+/* NA rows of P's vec type (LDA bytes apart at A) into DST (64-byte
+ * aligned); rows are independent, so threads may pack rows apart. */
+void quant_packed_pack_acts(const struct quant_packed *p, const void *a, size_t lda, int na, void *dst);
+/* quant_gemm_packed over rows [R0, R0 + NW) of P against NA rows ACTS
+ * packed as above, with the same results. */
+void quant_gemm_packed_acts(const struct quant_packed *p, int r0, int nw, const void *acts, int na, float *c,
+			    size_t ldc);
 
 enum quant_isa {
 	QUANT_ISA_SCALAR = 0,

@@ -613,6 +613,38 @@ static TARGET void q32_rows(const struct q32_shape *s, const uint8_t *w, size_t 
 	}
 }
 
+/* NW weight rows W (LDW apart; file rows when WS, packed a strip at a time
+ * into WS, else packed) against NA activation rows AS in S's layout. */
+static TARGET void q32_gemm(const struct q32_shape *s, const uint8_t *w, size_t ldw, int nw, const uint8_t *as,
+			    int na, float *c, size_t ldc, uint8_t *ws)
+{
+	/* Up to four activation rows: one pass streams the weights.  More:
+	 * a strip of weight rows at a time against every four of them, the
+	 * four in L1 while the strip streams from L2 (a quarter of Zen 3's:
+	 * measured, a prefill of 173 rows ran about 3% faster in strips of
+	 * all a task's rows than in the 16 rows of a packed strip). */
+	int strip = Q32_STRIP;
+	if (!ws) {
+		strip = na <= Q32_NA ? nw : (int)(Q32_STRIP_BYTES / ldw);
+		if (strip < Q32_STRIP)
+			strip = Q32_STRIP;
+	}
+	for (int i0 = 0; i0 < nw; i0 += strip) {
+		int mr = nw - i0 < strip ? nw - i0 : strip;
+		const uint8_t *wp = w + (size_t)i0 * ldw;
+		size_t ldp = ldw;
+		if (ws) {
+			for (int r = 0; r < mr; r++)
+				q32_pack_row(s, wp + (size_t)r * ldw, ws + (size_t)r * s->prow);
+			wp = ws;
+			ldp = s->prow;
+		}
+		for (int j0 = 0; j0 < na; j0 += Q32_NA)
+			q32_rows(s, wp, ldp, mr, as + (size_t)j0 * s->arow, na - j0 < Q32_NA ? na - j0 : Q32_NA,
+				 c + (size_t)j0 * ldc + i0, ldc);
+	}
+}
+
 static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ldw, int nw,
 			   const uint8_t *a, size_t lda, int na, float *c, size_t ldc, int packed)
 {
@@ -624,33 +656,8 @@ static TARGET int gemm_q32(uint32_t type, int64_t n, const uint8_t *w, size_t ld
 	uint8_t *as = quant_scratch(abytes + (packed ? 0 : Q32_STRIP * s.prow));
 	if (!as)
 		return -ENOMEM;
-	uint8_t *ws = as + abytes;
 	q32_pack_acts(&s, a, lda, na, as);
-	/* Up to four activation rows: one pass streams the weights.  More:
-	 * a strip of weight rows at a time against every four of them, the
-	 * four in L1 while the strip streams from L2 (a quarter of Zen 3's:
-	 * measured, a prefill of 173 rows ran about 3% faster in strips of
-	 * all a task's rows than in the 16 rows of a packed strip). */
-	int strip = Q32_STRIP;
-	if (packed) {
-		strip = na <= Q32_NA ? nw : (int)(Q32_STRIP_BYTES / ldw);
-		if (strip < Q32_STRIP)
-			strip = Q32_STRIP;
-	}
-	for (int i0 = 0; i0 < nw; i0 += strip) {
-		int mr = nw - i0 < strip ? nw - i0 : strip;
-		const uint8_t *wp = w + (size_t)i0 * ldw;
-		size_t ldp = ldw;
-		if (!packed) {
-			for (int r = 0; r < mr; r++)
-				q32_pack_row(&s, wp + (size_t)r * ldw, ws + (size_t)r * s.prow);
-			wp = ws;
-			ldp = s.prow;
-		}
-		for (int j0 = 0; j0 < na; j0 += Q32_NA)
-			q32_rows(&s, wp, ldp, mr, as + (size_t)j0 * s.arow, na - j0 < Q32_NA ? na - j0 : Q32_NA,
-				 c + (size_t)j0 * ldc + i0, ldc);
-	}
+	q32_gemm(&s, w, ldw, nw, as, na, c, ldc, packed ? NULL : as + abytes);
 	return 0;
 }
 
@@ -1418,4 +1425,31 @@ int quant_avx2_gemm_packed(uint32_t type, int64_t n, const void *w, size_t ldw, 
 	if (!quant_avx2_packed_row_bytes(type, n))
 		return -ENOTSUP;
 	return gemm_q32(type, n, w, ldw, nw, a, lda, na, c, ldc, 1);
+}
+
+size_t quant_avx2_acts_row_bytes(uint32_t type, int64_t n)
+{
+	struct q32_shape s;
+
+	if (!quant_avx2_packed_row_bytes(type, n))
+		return 0;
+	q32_shape_init(&s, type, n);
+	return s.arow;
+}
+
+void quant_avx2_pack_acts(uint32_t type, int64_t n, const void *a, size_t lda, int na, void *dst)
+{
+	struct q32_shape s;
+
+	q32_shape_init(&s, type, n);
+	q32_pack_acts(&s, a, lda, na, dst);
+}
+
+void quant_avx2_gemm_packed_acts(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+				 const void *as, int na, float *c, size_t ldc)
+{
+	struct q32_shape s;
+
+	q32_shape_init(&s, type, n);
+	q32_gemm(&s, w, ldw, nw, as, na, c, ldc, NULL);
 }

@@ -26,6 +26,14 @@ size_t quant_avx2_packed_row_bytes(uint32_t type, int64_t n);
 void quant_avx2_pack_row(uint32_t type, int64_t n, const void *src, void *dst);
 int quant_avx2_gemm_packed(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 			   const void *a, size_t lda, int na, float *c, size_t ldc);
+/* Activation rows in the layout the packed kernels read: bytes of one
+ * (0 when TYPE has no packed layout), NA rows packed (DST 64-byte
+ * aligned, rows that many bytes apart), and the gemm over packed rows
+ * that reads them. */
+size_t quant_avx2_acts_row_bytes(uint32_t type, int64_t n);
+void quant_avx2_pack_acts(uint32_t type, int64_t n, const void *a, size_t lda, int na, void *dst);
+void quant_avx2_gemm_packed_acts(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
+				 const void *as, int na, float *c, size_t ldc);
 
 /* Per-thread scratch of at least BYTES (quant.c), or NULL. */
 void *quant_scratch(size_t bytes);

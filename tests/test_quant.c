@@ -690,20 +690,34 @@ static void test_gemm_type(uint32_t type, int64_t n)
 		CHECK(q32 ? r == 0 : r == -ENOTSUP);
 		for (int isa = QUANT_ISA_AVX2; pk && isa >= QUANT_ISA_SCALAR; isa -= QUANT_ISA_AVX2) {
 			quant_set_isa((enum quant_isa)isa);
-			for (int na = 1; na <= 7; na += (na < 5 ? 1 : 2)) {
+			/* the activations packed once (AVX2), each row apart */
+			size_t xrow = quant_packed_acts_bytes(pk, 1);
+			CHECK(isa == QUANT_ISA_AVX2 ? xrow > 0 : xrow == 0);
+			uint8_t *xp = xrow ? aligned_alloc(64, xrow * NA) : NULL;
+			for (int j = 0; xp && j < NA; j++)
+				quant_packed_pack_acts(pk, a + j * lda, lda, 1, xp + j * xrow);
+			for (int na = 1; na <= 9; na += (na < 5 ? 1 : 2)) {
 				int i0 = na % 3, j0 = 19 - na - 3, nw = NW - 2 * (na % 3);
-				quant_gemm_packed(pk, i0, nw, a + j0 * lda, lda, na, c, ldc);
-				for (int j = 0; j < na; j++)
-					for (int i = 0; i < nw; i++)
-						if (c[j * ldc + i] != want[(j0 + j) * ldc + i0 + i]) {
-							fprintf(stderr, "%s packed on %s: %d rows: c[%d][%d] = %.9g, scalar %.9g\n",
-								what, quant_isa_name((enum quant_isa)isa), na, j0 + j, i0 + i,
-								c[j * ldc + i], want[(j0 + j) * ldc + i0 + i]);
-							CHECK(0);
-							quant_packed_free(pk);
-							goto out;
-						}
+				for (int how = 0; how < (xp ? 2 : 1); how++) {
+					if (how)
+						quant_gemm_packed_acts(pk, i0, nw, xp + j0 * xrow, na, c, ldc);
+					else
+						quant_gemm_packed(pk, i0, nw, a + j0 * lda, lda, na, c, ldc);
+					for (int j = 0; j < na; j++)
+						for (int i = 0; i < nw; i++)
+							if (c[j * ldc + i] != want[(j0 + j) * ldc + i0 + i]) {
+								fprintf(stderr, "%s packed%s on %s: %d rows: c[%d][%d] = %.9g, scalar %.9g\n",
+									what, how ? " with packed activations" : "",
+									quant_isa_name((enum quant_isa)isa), na, j0 + j, i0 + i,
+									c[j * ldc + i], want[(j0 + j) * ldc + i0 + i]);
+								CHECK(0);
+								free(xp);
+								quant_packed_free(pk);
+								goto out;
+							}
+				}
 			}
+			free(xp);
 		}
 		quant_packed_free(pk);
 	}
@@ -1071,8 +1085,9 @@ static void bench(void)
 
 /* Packed weights against many activation rows run in strips of up to
  * 128 KiB of weight rows (quant_avx2.c): rows across several strips, a
- * ragged last one, the fixed 1536-wide kernel and the general one, give
- * the scalar path's bits. */
+ * ragged last one, the fixed 1536-wide kernel and the general one give
+ * the scalar path's bits, with the activations packed by each call or
+ * once beforehand. */
 static void test_gemm_packed_strips(void)
 {
 	static const uint32_t types[] = { QT_Q4_0, QT_Q4_1, QT_Q8_0 };
@@ -1100,14 +1115,27 @@ static void test_gemm_packed_strips(void)
 				/* all rows, then a range starting inside the first strip */
 				quant_gemm_packed(pk, 0, NW, a, lda, NA, c, NW);
 				CHECK(memcmp(c, want, sizeof(float) * NW * NA) == 0);
-				quant_gemm_packed(pk, 3, NW - 5, a, lda, NA, c, NW);
-				for (int j = 0; j < NA; j++)
-					if (memcmp(c + j * NW, want + j * NW + 3, sizeof(float) * (NW - 5))) {
-						fprintf(stderr, "%s n=%lld packed rows 3..%d, activation row %d: not the scalar bits\n",
-							qtype_get(type)->name, (long long)n, NW - 3, j);
-						CHECK(0);
-						break;
-					}
+				/* through activations packed once, all rows together */
+				size_t xrow = quant_packed_acts_bytes(pk, 1);
+				uint8_t *xp = aligned_alloc(64, xrow * NA);
+				CHECK(xrow > 0 && xp);
+				if (xp)
+					quant_packed_pack_acts(pk, a, lda, NA, xp);
+				for (int how = 0; how < (xp ? 2 : 1); how++) {
+					if (how)
+						quant_gemm_packed_acts(pk, 3, NW - 5, xp, NA, c, NW);
+					else
+						quant_gemm_packed(pk, 3, NW - 5, a, lda, NA, c, NW);
+					for (int j = 0; j < NA; j++)
+						if (memcmp(c + j * NW, want + j * NW + 3, sizeof(float) * (NW - 5))) {
+							fprintf(stderr, "%s n=%lld packed rows 3..%d%s, activation row %d: not the scalar bits\n",
+								qtype_get(type)->name, (long long)n, NW - 3,
+								how ? " (packed activations)" : "", j);
+							CHECK(0);
+							break;
+						}
+				}
+				free(xp);
 			}
 			quant_packed_free(pk);
 			quant_set_isa(quant_isa_best());
