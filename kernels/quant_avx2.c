@@ -23,6 +23,24 @@ INLINE TARGET float hsum16(__m256 lo, __m256 hi)
 	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+/* hsum16's last steps for four rows at once, the same additions: S8[j]
+ * is row j's lo + hi; its sum goes to C[j * LDC]. */
+INLINE TARGET void hsum8x4(const __m256 s8[4], float *c, size_t ldc)
+{
+	/* [s4 of row 0 | of row 1], [row 2 | row 3]: lanes l and 4 + l */
+	__m256 t01 = _mm256_add_ps(_mm256_permute2f128_ps(s8[0], s8[1], 0x20), _mm256_permute2f128_ps(s8[0], s8[1], 0x31));
+	__m256 t23 = _mm256_add_ps(_mm256_permute2f128_ps(s8[2], s8[3], 0x20), _mm256_permute2f128_ps(s8[2], s8[3], 0x31));
+	/* s2: lanes 0 + 2 and 1 + 3 of each: [r0 r0 r2 r2 | r1 r1 r3 r3] */
+	__m256 w = _mm256_add_ps(_mm256_shuffle_ps(t01, t23, 0x44), _mm256_shuffle_ps(t01, t23, 0xee));
+	/* s2's two lanes: [r0 r2 . . | r1 r3 . .] */
+	__m256 f = _mm256_add_ps(_mm256_shuffle_ps(w, w, 0x88), _mm256_shuffle_ps(w, w, 0xdd));
+	__m128 f02 = _mm256_castps256_ps128(f), f13 = _mm256_extractf128_ps(f, 1);
+	_mm_store_ss(c, f02);
+	_mm_store_ss(c + 2 * ldc, _mm_movehdup_ps(f02));
+	_mm_store_ss(c + ldc, f13);
+	_mm_store_ss(c + 3 * ldc, _mm_movehdup_ps(f13));
+}
+
 INLINE TARGET int hsum_i32(__m256i v)
 {
 	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -511,6 +529,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					}
 				}
 			}
+			__m256 s8[Q32_NA];
 			_Pragma("GCC unroll 4")
 			for (int j = 0; j < na; j++) {
 				__m256 lo = fin[r][j][0], hi = fin[r][j][1];
@@ -518,8 +537,13 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					lo = _mm256_add_ps(lo, m0[j]);
 					hi = _mm256_add_ps(hi, m1[j]);
 				}
-				c[(size_t)j * ldc + i + r] = hsum16(lo, hi);
+				if (na == 4)
+					s8[j] = _mm256_add_ps(lo, hi);
+				else
+					c[(size_t)j * ldc + i + r] = hsum16(lo, hi);
 			}
+			if (na == 4)
+				hsum8x4(s8, c + i + r, ldc);
 		}
 	}
 }
