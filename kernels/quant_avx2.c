@@ -76,11 +76,15 @@ INLINE TARGET float h2f(qt_f16 h)
  *          t (64 bytes; t = 0..7, lo then hi) holds block l's piece at
  *          byte 4l; then gt x 128 bytes for the tail's groups ("quads") of
  *          four blocks: lo then hi, byte 4*(4t+k)+u = piece t of block k,
- *          lane 4t+k as in quant.c's tail.  Signed bytes.
+ *          lane 4t+k as in quant.c's tail.  A last quad of one or two
+ *          blocks ("short") holds lo then hi, at the same places, in 32
+ *          bytes each: dword 4(t%2) + 2(t/2) + k = piece t of block k, so
+ *          one vector holds both halves' lanes (half t/2, lanes 4(t%2)+k).
+ *          Signed bytes.
  *   d      f32 d of every block in order, zero-padded to nd (multiple of 16).
  *   init   Q4_0: the int32 a lane starts from, -8 times the activations it
  *          covers (the nibbles' offset): 16 per group (one per block), 16
- *          per quad (4t+k).
+ *          per quad (4t+k; a short quad's 8 in its dword order).
  *   s      Q4_1: s per block, f32, zero-padded to nd.
  * Blocks past the end of the row are zero and add exact zeros.
  */
@@ -95,7 +99,9 @@ INLINE TARGET float h2f(qt_f16 h)
  * a hi vector after each lo one).  A tail quad holds per half h its
  * pieces t = 2h, 2h+1 of blocks k = 0..3 (byte 16(t-2h) + 4k + u; Q8_0:
  * lo then hi); a last quad of one or two blocks only blocks 0 and 1, in
- * half the bytes.  Then the fp16 d of every block, then (Q4_1) every fp16
+ * half the bytes, in one vector (Q8_0: lo, then hi) of the activations'
+ * short-quad order (dword 4(t%2) + 2(t/2) + k).  Then the fp16 d of every
+ * block, then (Q4_1) every fp16
  * m, both zero-padded to whole quads.  Rows follow each other unpadded.
  */
 
@@ -221,10 +227,23 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 										      _mm_maddubs_epi16(ones8, hi[k])), ones16));
 			}
 			int full = q4 < 4 * s->g16, g = q4 / 4, qt = q4 - 4 * s->g16;
+			int short_q = !full && s->half && qt == s->gt - 1;
 			uint8_t *c = full ? out + (size_t)g * 512 + 16 * (q4 % 4) : out + s->tail_off + (size_t)qt * 128;
 			size_t stride = full ? 64 : 16;
-			q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
-			q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
+			if (short_q) {
+				/* piece t of blocks 0, 1 to dwords 4(t%2) + 2(t/2) */
+				uint8_t tmp[128];
+				q32_store_pieces(tmp, 16, lo[0], lo[1], lo[2], lo[3]);
+				q32_store_pieces(tmp + 64, 16, hi[0], hi[1], hi[2], hi[3]);
+				memset(c, 0, 128);
+				for (int t = 0; t < 4; t++) {
+					memcpy(c + 16 * (t % 2) + 8 * (t / 2), tmp + 16 * t, 8);
+					memcpy(c + 64 + 16 * (t % 2) + 8 * (t / 2), tmp + 64 + 16 * t, 8);
+				}
+			} else {
+				q32_store_pieces(c, stride, lo[0], lo[1], lo[2], lo[3]);
+				q32_store_pieces(c + (full ? 256 : 64), stride, hi[0], hi[1], hi[2], hi[3]);
+			}
 			if (!Q32_INIT(s->type))
 				continue;
 			for (int k = 0; k < 4; k++) {
@@ -232,8 +251,12 @@ static TARGET void q32_pack_acts(const struct q32_shape *s, const uint8_t *a, si
 					init[(size_t)g * 16 + 4 * (q4 % 4) + k] = mult * (p[k][0] + p[k][1] + p[k][2] + p[k][3]);
 					continue;
 				}
-				for (int t = 0; t < 4; t++)
-					init[s->tinit + (size_t)qt * 16 + 4 * t + k] = mult * p[k][t];
+				for (int t = 0; t < 4; t++) {
+					/* a short quad's 8 in its dword order, then 8 unused */
+					size_t at = !short_q ? 4 * (size_t)t + k
+						: k < 2 ? 4 * (size_t)(t % 2) + 2 * (size_t)(t / 2) + k : 8 + 4 * (size_t)(k - 2) + t;
+					init[s->tinit + (size_t)qt * 16 + at] = k < 2 || !short_q ? mult * p[k][t] : 0;
+				}
 			}
 		}
 		for (int b = 4 * nq; b < s->nd; b++) {
@@ -313,11 +336,11 @@ static TARGET void q32_pack_row(const struct q32_shape *s, const uint8_t *src, u
 			} else if (!(s->half && qt == s->gt - 1)) {
 				o = dst + (size_t)s->g16 * grp + (size_t)qt * quad + (size_t)(t / 2) * (quad / 2) + 16 * (t % 2);
 				his = 32;
-			} else { /* a short quad: blocks 0 and 1 only */
-				o = dst + (size_t)s->g16 * grp + (size_t)qt * quad + (size_t)(t / 2) * (quad / 4) + 8 * (t % 2);
+			} else { /* a short quad: blocks 0 and 1, the activations' order */
+				o = dst + (size_t)s->g16 * grp + (size_t)qt * quad + 16 * (t % 2) + 8 * (t / 2);
 				_mm_storel_epi64((__m128i *)o, pl[t]);
 				if (q8)
-					_mm_storel_epi64((__m128i *)(o + 16), ph[t]);
+					_mm_storel_epi64((__m128i *)(o + 32), ph[t]);
 				continue;
 			}
 			_mm_storeu_si128((__m128i *)o, pl[t]);
@@ -349,25 +372,14 @@ INLINE TARGET void q4_split(__m256i q, __m256i *lo, __m256i *hi)
 	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
 }
 
-/* A short quad's 16 bytes (pieces of blocks 0, 1 for t = 2h, 2h+1) to the
- * lanes 4(t-2h)+k of a full one; the other lanes zero. */
-INLINE TARGET __m256i q32_short(const uint8_t *p)
-{
-	return _mm256_permutevar8x32_epi32(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p)),
-					   _mm256_setr_epi32(0, 1, 7, 7, 2, 3, 7, 7));
-}
-
-/* The lo and hi codes at P: 32 code bytes (Q8_0: lo, then hi 32 bytes on),
- * or with SHORT a short quad's half, its 16 bytes (Q8_0: 2 x 16) widened by
- * q32_short. */
-INLINE TARGET void q32_codes(const uint32_t type, const uint8_t *p, const int short_q, __m256i *lo,
-			     __m256i *hi)
+/* The lo and hi codes at P: 32 code bytes (Q8_0: lo, then hi 32 bytes on). */
+INLINE TARGET void q32_codes(const uint32_t type, const uint8_t *p, __m256i *lo, __m256i *hi)
 {
 	if (Q32_BYTES(type)) {
-		*lo = short_q ? q32_short(p) : LDU(p);
-		*hi = short_q ? q32_short(p + 16) : LDU(p + 32);
+		*lo = LDU(p);
+		*hi = LDU(p + 32);
 	} else {
-		q4_split(short_q ? q32_short(p) : LDU(p), lo, hi);
+		q4_split(LDU(p), lo, hi);
 	}
 }
 
@@ -427,7 +439,7 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 					for (int r = 0; r < mr; r++) {
 						const uint8_t *p = row + (size_t)r * ldw + wo;
 						__m256i lo, hi;
-						q32_codes(type, p + (Q32_BYTES(type) ? 64 : 32) * t, 0, &lo, &hi);
+						q32_codes(type, p + (Q32_BYTES(type) ? 64 : 32) * t, &lo, &hi);
 						_Pragma("GCC unroll 4")
 						for (int j = 0; j < na; j++) {
 							const uint8_t *ap = arows[j] + ao;
@@ -464,13 +476,13 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 				for (int r = 0; r < mr; r++)
 					for (size_t o = (size_t)s->g16 * grp; o < ldw; o += 64)
 						_mm_prefetch((const char *)row + (size_t)r * ldw + ahead + o, _MM_HINT_T0);
-			for (int q = 0; q < s->gt; q++) {
-				const int b0 = 16 * s->g16 + 4 * q, small = s->half && q == s->gt - 1;
+			for (int q = 0; q < s->gt - s->half; q++) {
+				const int b0 = 16 * s->g16 + 4 * q;
 				_Pragma("GCC unroll 4")
 				for (int r = 0; r < mr; r++) {
 					const uint8_t *pq = row + (size_t)r * ldw + (size_t)s->g16 * grp + (size_t)q * quad;
 					__m256i lo, hi;
-					q32_codes(type, pq + (size_t)h * (small ? quad / 4 : quad / 2), small, &lo, &hi);
+					q32_codes(type, pq + (size_t)h * (quad / 2), &lo, &hi);
 					const uint8_t *dq = row + (size_t)r * ldw + s->pk_d;
 					__m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dq + 2 * (size_t)b0)));
 					__m256 dw = _mm256_set_m128(d4, d4);
@@ -491,6 +503,36 @@ INLINE TARGET void q32_body(const struct q32_shape *s, const uint32_t type, cons
 				_Pragma("GCC unroll 4")
 				for (int j = 0; j < na; j++)
 					fin[r][j][h] = acc[r][j];
+		}
+		/* A short quad last, both halves from one vector: its lanes
+		 * 4(t%2) + k of half t/2 hold dwords 0, 1, 4, 5 (half 0) and 2, 3,
+		 * 6, 7 (half 1); the rest add 0 * 0, as a full quad's empty
+		 * blocks do. */
+		if (s->half) {
+			const int q = s->gt - 1, b0 = 16 * s->g16 + 4 * q;
+			const __m256 keep = _mm256_castsi256_ps(_mm256_setr_epi32(-1, -1, 0, 0, -1, -1, 0, 0));
+			_Pragma("GCC unroll 4")
+			for (int r = 0; r < mr; r++) {
+				const uint8_t *pr = row + (size_t)r * ldw;
+				__m256i lo, hi;
+				q32_codes(type, pr + (size_t)s->g16 * grp + (size_t)q * quad, &lo, &hi);
+				uint32_t d2;
+				memcpy(&d2, pr + s->pk_d + 2 * (size_t)b0, 4);
+				__m256 dw = _mm256_castpd_ps(_mm256_broadcastsd_pd(
+					_mm_castps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128((int)d2)))));
+				_Pragma("GCC unroll 4")
+				for (int j = 0; j < na; j++) {
+					const uint8_t *ar = arows[j];
+					__m256i init = Q32_INIT(type) ? LD((const int32_t *)(ar + s->init_off) + s->tinit + 16 * (size_t)q)
+								      : _mm256_setzero_si256();
+					__m256i p = q32_quad_dot(type, init, lo, hi, ar + s->tail_off + (size_t)q * 128);
+					__m256 da = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)((const float *)(ar + s->d_off) + b0)));
+					__m256 dd = _mm256_and_ps(_mm256_mul_ps(dw, da), keep), f = _mm256_cvtepi32_ps(p);
+					fin[r][j][0] = _mm256_fmadd_ps(_mm256_and_ps(f, keep), dd, fin[r][j][0]);
+					fin[r][j][1] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_srli_si256(_mm256_castps_si256(f), 8)),
+								       dd, fin[r][j][1]);
+				}
+			}
 		}
 		_Pragma("GCC unroll 4")
 		for (int r = 0; r < mr; r++) {
