@@ -825,6 +825,9 @@ static void test_bench_socket(const struct tdaemon *d, const char *model)
 		CHECK_STR_EQ(json_object_to_json_string(gb), json_object_to_json_string(ga));
 	}
 	CHECK(jb && json_object_object_get(jb, "aggregate_tok_s"));
+	/* in-process: the decode phase (after every first token) has tokens */
+	json_object *tg = ja ? json_object_object_get(ja, "decode_phase_tok_s") : NULL;
+	CHECK(tg && json_object_get_double(tg) > 0);
 	json_object_put(ja);
 	json_object_put(jb);
 	/* one sequence still reports the --parallel figures (its own) */
@@ -834,6 +837,10 @@ static void test_bench_socket(const struct tdaemon *d, const char *model)
 	ja = json_tokener_parse(a);
 	CHECK(ja && json_object_object_get(ja, "aggregate_tok_s") && json_object_object_get(ja, "ttft_ms_p50") &&
 	      json_object_object_get(ja, "ttft_ms_p95"));
+	/* one sequence's decode phase is its decode */
+	json_object *dp = ja ? json_object_object_get(ja, "decode_phase_tok_s") : NULL;
+	json_object *dt = ja ? json_object_object_get(ja, "decode_tok_s") : NULL;
+	CHECK(dp && dt && json_object_get_double(dp) > 0 && json_object_get_double(dp) == json_object_get_double(dt));
 	json_object_put(ja);
 	printf("llm-bench --socket: 6 sequences through the daemon equal the in-process ones\n");
 }
