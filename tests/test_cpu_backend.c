@@ -558,6 +558,40 @@ static void test_rope_reuse(void)
 	backend_free(be);
 }
 
+/* RoPE's AVX2 loop gives the portable loop's bits, both styles, for
+ * rotated widths whose pairs fill its vectors, leave a tail, or are fewer
+ * than one vector. */
+static void test_rope_paths(void)
+{
+	enum { T = 7, H = 5, HD = 80 };
+	static const int32_t n_rots[] = { 80, 64, 24, 18, 6, 2 };
+	int32_t pos[T] = { 0, 1, 17, 300, 301, 4095, 9 };
+	float x[T * H * HD], want[T * H * HD], got[T * H * HD];
+
+	for (int i = 0; i < T * H * HD; i++)
+		x[i] = frand(3.0f);
+	for (size_t k = 0; k < sizeof n_rots / sizeof n_rots[0]; k++)
+		for (int style = 0; style < 2; style++) {
+			enum bk_rope_style st = style ? BK_ROPE_NEOX : BK_ROPE_NORMAL;
+			struct backend *be = NULL;
+			CHECK(cpu_backend_new(1, &be) == 0);
+			if (!be)
+				return;
+			memcpy(want, x, sizeof x);
+			memcpy(got, x, sizeof x);
+			quant_set_isa(QUANT_ISA_SCALAR);
+			CHECK(be->ops->rope(be, want, T, H, HD, n_rots[k], pos, 10000.0f, st) == 0);
+			quant_set_isa(quant_isa_best());
+			CHECK(be->ops->rope(be, got, T, H, HD, n_rots[k], pos, 10000.0f, st) == 0);
+			if (memcmp(want, got, sizeof x) != 0) {
+				fprintf(stderr, "rope n_rot %d (style %d): the %s path differs from the portable one\n",
+					n_rots[k], style, quant_isa_name(quant_get_isa()));
+				CHECK(0);
+			}
+			backend_free(be);
+		}
+}
+
 /* RMSNorm against ggml's one-term-at-a-time double sum, within an ulp of
  * the float result (the backend sums 16 lanes, then them); add_rmsnorm
  * gives add then rmsnorm's bits, for x and out, with out in place of x or
@@ -648,6 +682,7 @@ int main(void)
 	test_attention_matches_oracle();
 	test_swiglu_matches_scalar();
 	test_rope_reuse();
+	test_rope_paths();
 	test_rmsnorm();
 	report_speed();
 	return test_result();
