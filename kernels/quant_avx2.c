@@ -101,8 +101,8 @@ INLINE TARGET float h2f(qt_f16 h)
  * lo then hi); a last quad of one or two blocks only blocks 0 and 1, in
  * half the bytes, in one vector (Q8_0: lo, then hi) of the activations'
  * short-quad order (dword 4(t%2) + 2(t/2) + k).  Then the fp16 d of every
- * block, then (Q4_1) every fp16
- * m, both zero-padded to whole quads.  Rows follow each other unpadded.
+ * block, then (Q4_1) every fp16 m, both zero-padded to whole quads.  Rows
+ * follow each other unpadded.
  */
 
 /* Tiles of weight rows ahead that the kernel prefetches: decoding streams
