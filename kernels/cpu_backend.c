@@ -65,6 +65,12 @@ static struct cpu_backend *cpu(struct backend *be)
  * function they become one zmm, two ymm or four xmm per operation, whatever
  * the optimization level; the summation order is the same on every ISA. */
 typedef float v16f __attribute__((vector_size(64), aligned(4)));
+/* For new code, types no wider than the ymm of the x86-64-v3 clones: GCC
+ * moves a vector wider than the target's registers through the stack
+ * between operations (seen with v16f in an AVX2 clone's loop). */
+typedef float v4f __attribute__((vector_size(16), aligned(4)));
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+typedef double v4d __attribute__((vector_size(32), aligned(8)));
 
 /* Dot product with 16 partial sums and a fixed final order. */
 static inline float vec_dot_f32(const float *a, const float *b, int n)
@@ -88,6 +94,16 @@ static inline void vec_scale_add(float *y, const float *x, float a, int n)
 		*(v16f *)(y + i) += a * *(const v16f *)(x + i);
 	for (; i < n; i++)
 		y[i] += a * x[i];
+}
+
+/* y += x, element by element. */
+static inline void vec_add(float *y, const float *x, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		*(v8f *)(y + i) += *(const v8f *)(x + i);
+	for (; i < n; i++)
+		y[i] += x[i];
 }
 
 static inline void vec_scale(float *y, float a, int n)
@@ -114,12 +130,6 @@ static int cpu_embed(struct backend *be, const struct bk_weight *w, const int32_
 }
 
 /* ---- rmsnorm ---- */
-
-/* Vector types no wider than a ymm: GCC splits wider generic vectors
- * through the stack. */
-typedef float v4f __attribute__((vector_size(16), aligned(4)));
-typedef float v8f __attribute__((vector_size(32), aligned(4)));
-typedef double v4d __attribute__((vector_size(32), aligned(8)));
 
 /* The sum of x[i] * x[i] (each square rounded to float, as ggml's) in
  * double: 16 partial sums, lane i % 16, then the tail and the lanes in
@@ -165,21 +175,15 @@ struct norm_job {
 	float eps;
 };
 
-/* Row T: x += y (add_task's sums), then out = x * scale * g.  A row's y is
+/* Row T: x += y (vec_add, as cpu_add), then out = x * scale * g.  A row's y is
  * read before its out is written, so out may be y. */
 VEC_CLONES
 static void norm_row(const struct norm_job *j, int t)
 {
 	float *x = j->x + (size_t)t * j->n, *y = j->out + (size_t)t * j->n;
 
-	if (j->y) {
-		const float *a = j->y + (size_t)t * j->n;
-		int64_t i = 0;
-		for (; i + 8 <= j->n; i += 8)
-			*(v8f *)(x + i) += *(const v8f *)(a + i);
-		for (; i < j->n; i++)
-			x[i] += a[i];
-	}
+	if (j->y)
+		vec_add(x, j->y + (size_t)t * j->n, j->n);
 	float scale = 1.0f / sqrtf((float)(sum_squares(x, j->n) / j->n) + j->eps);
 	int64_t i = 0;
 	for (; i + 8 <= j->n; i += 8)
@@ -528,9 +532,8 @@ static int32_t rope_avx2(float *x, int32_t T, int32_t n_head, int32_t head_dim, 
 static int cpu_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
 		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
 {
-	int32_t i0 = 0;
-
 	const float *tab;
+	int32_t i0 = 0; /* pairs the AVX2 loop did */
 
 	if (n_rot > head_dim || n_rot % 2 || n_rot > 1024)
 		return -EINVAL;
@@ -1237,15 +1240,12 @@ static void swiglu_task(void *ctx, int i, int worker)
 		j->out[k] = j->a[k] / (1.0f + expf(-j->a[k])) * j->b[k];
 }
 
+VEC_CLONES
 static void add_task(void *ctx, int i, int worker)
 {
 	const struct ew_job *j = ctx;
 	int64_t lo = (int64_t)i * EW_CHUNK, hi = lo + EW_CHUNK < j->n ? lo + EW_CHUNK : j->n;
-	int k = 0;
-	for (; lo + k + 8 <= hi; k += 8)
-		*(v8f *)(j->out + lo + k) += *(const v8f *)(j->a + lo + k);
-	for (; lo + k < hi; k++)
-		j->out[lo + k] += j->a[lo + k];
+	vec_add(j->out + lo, j->a + lo, hi - lo);
 }
 
 /* Runs FN over N elements in EW_CHUNK pieces: inline when small. */

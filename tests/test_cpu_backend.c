@@ -4,8 +4,9 @@
  * the middle of a sequence, decode rows, ragged mixes of sequences, block
  * tables with holes, f32, f16 and q8_0 pools, several head sizes and group
  * sizes, and any number of threads.  SwiGLU gives the scalar formula's bits,
- * RoPE reusing its last cos and sin table gives a fresh backend's, and
- * RMSNorm stays within an ulp of ggml's order, fused with the residual add
+ * RoPE reusing its last cos and sin table gives a fresh backend's portable
+ * loop's, and
+ * RMSNorm stays within two ulps of ggml's order, fused with the residual add
  * or not.
  */
 #include <math.h>
@@ -566,11 +567,11 @@ static void test_rope_reuse(void)
 	backend_free(be);
 }
 
-/* RMSNorm against ggml's one-term-at-a-time double sum, within an ulp of
- * the float result (the backend sums 16 lanes, then them); add_rmsnorm
- * gives add then rmsnorm's bits, for x and out, with out in place of x or
- * of y, on every path, thread count and row length (inline and parallel,
- * tails of 1..15). */
+/* RMSNorm against ggml's one-term-at-a-time double sum, within two ulps
+ * of the float result (the backend sums 16 lanes, then them); add gives
+ * x + y and add_rmsnorm add then rmsnorm's bits, for x and out, with out
+ * in place of x or of y, on every path, thread count and row length
+ * (inline and parallel, tails of 1..15). */
 static void test_rmsnorm(void)
 {
 	static const struct {
@@ -622,6 +623,12 @@ static void test_rmsnorm(void)
 				/* add then rmsnorm, the reference for add_rmsnorm */
 				memcpy(xa, x, tn * sizeof(float));
 				CHECK(be->ops->add(be, xa, y, tn) == 0);
+				for (int64_t i = 0; i < tn && !bad; i++)
+					if (xa[i] != x[i] + y[i]) {
+						fprintf(stderr, "add T=%d n=%lld [%lld]: %.9g, not x + y\n", T, (long long)n,
+							(long long)i, xa[i]);
+						bad = 1;
+					}
 				CHECK(be->ops->rmsnorm(be, xa, g, T, n, eps, want) == 0);
 				for (int alias = 0; alias < 3; alias++) {
 					memcpy(xb, x, tn * sizeof(float));
