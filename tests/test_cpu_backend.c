@@ -5,9 +5,8 @@
  * tables with holes, f32, f16 and q8_0 pools, several head sizes and group
  * sizes, and any number of threads.  SwiGLU gives the scalar formula's bits,
  * RoPE reusing its last cos and sin table gives a fresh backend's portable
- * loop's, and
- * RMSNorm stays within two ulps of ggml's order, fused with the residual add
- * or not.
+ * loop's, and RMSNorm stays within two ulps of ggml's order, fused with the
+ * residual add or not.
  */
 #include <math.h>
 #include <stdint.h>
