@@ -725,7 +725,7 @@ out:
 #define BW_READS 4 /* of its slice per thread per pass */
 
 struct bw_part {
-	const uint64_t *p;
+	const uint64_t *p; /* (n) this thread's slice of the buffer */
 	size_t n;      /* words */
 	uint64_t sum;  /* keeps the loads */
 };

@@ -38,7 +38,7 @@ struct engine {
 	float *logits;               /* (max_batch, n_vocab) when the backend's memory is
 	                                not the host's (ops->download), else NULL */
 	int profile;                 /* engine_set_profile */
-	struct engine_profile prof;
+	struct engine_profile prof;  /* times since it was turned on */
 };
 
 void engine_params_default(struct engine_params *p)

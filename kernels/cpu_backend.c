@@ -48,8 +48,9 @@ struct cpu_backend {
 	float *rope_cs;          /* (rope_T, rope_n_rot / 2, 2); owned */
 	int32_t *rope_pos;       /* (rope_T) their positions; owned */
 	size_t rope_cap;         /* pairs of room in rope_cs, positions in rope_pos */
-	int32_t rope_T, rope_n_rot;
-	float rope_base;
+	int32_t rope_T;          /* rows in rope_cs, 0 before the first call */
+	int32_t rope_n_rot;      /* rotated elements per head they were made for */
+	float rope_base;         /* and the frequency base */
 };
 
 static struct cpu_backend *cpu(struct backend *be)
@@ -307,7 +308,7 @@ struct quant_job {
 	size_t lda;
 	uint32_t vec_type;
 	const struct quant_packed *pk; /* with XP: pack each row for it too */
-	void *xp;
+	void *xp;                      /* (T, xrow) rows in PK's activation layout, or NULL */
 	size_t xrow;                   /* bytes of a row in XP */
 };
 
