@@ -605,9 +605,10 @@ static int cpu_kv_store(struct backend *be, const struct bk_kv *kv, int32_t laye
  * Two paths that give the same bits.  The portable one (attn_task) runs one
  * task per (row, kv head).  The AVX2 one (x86-64-v3 CPUs, head_dim a
  * multiple of 16) lets the rows of a prefill chunk share each K/V chunk
- * they read, converts f16 inside its dot products, splits a kv head's query
- * heads across tasks when there are fewer tasks than threads, and works on
- * eight positions at once.  Yet every row still does the portable path's
+ * they read, converts f16 inside its dot products (a decode row's query
+ * heads, up to three at once, sharing each load and conversion), splits a
+ * kv head's query heads across tasks when there are fewer tasks than
+ * threads, and works on eight positions at once.  Yet every row still does the portable path's
  * arithmetic exactly, whatever rows share its step: the same chunks, the
  * same 16 FMA partial sums added in the same order, the same online-softmax
  * updates, and glibc's expf to the bit.  The portable path is compiled per
@@ -991,6 +992,172 @@ ATTN_INLINE void attn_chunk(const float *q, const char *k, const char *v, size_t
 		attn_vblock(acc, e, nr, v, vs, c, 2, f16, upd, corr, NULL);
 }
 
+/* ---- several query heads of one row at once ----
+ *
+ * A decode row's query heads of one kv head read the same K/V rows.  Alone,
+ * each head loads and converts every f16 element itself; here up to three
+ * heads share each load and conversion, which is what a decode step's
+ * attention spends most of its time on where vcvtph2ps is slow (it is two
+ * cycles a ymm on Zen 1, the kind of machine this was measured on).  Every
+ * head still does attn_chunk's arithmetic exactly: the same FMA chains,
+ * transposes, sums, softmax updates and V order.
+ */
+
+#define ATTN_HEADS 3 /* query heads that share a chunk's loads */
+
+/* *S += lanes 0..7 of each R[j] in lane order, eight rows as lanes. */
+ATTN_INLINE void attn_tr8_sum(__m256 *s, __m256 r[8])
+{
+	attn_tr8(r);
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++)
+		*s = _mm256_add_ps(*s, r[j]);
+}
+
+/* attn_dot8 for NH (1..3) queries Q[h] at once: S[h] lane j is
+ * vec_dot_f32(Q[h], row j).  Four rows at a time run NH x 4 FMA chains
+ * from one load of each K vector; per half, heads 0 and 1 of four rows then
+ * share a transpose, and head NH - 1 (unless NH is 2) transposes its eight
+ * rows as attn_dot8 does. */
+ATTN_INLINE void attn_dot8_heads(const int nh, const float *const q[], const char *k, size_t ks, int nv, int hd,
+				 int f16, __m256 s[])
+{
+	const char *kr[8];
+	__m256 s01[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() }, sl = _mm256_setzero_ps();
+
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++)
+		kr[j] = k + (size_t)(j < nv ? j : nv - 1) * ks;
+	for (int half = 0; half < 16; half += 8) {
+		__m256 last[8]; /* head NH - 1's chains for rows 0..7 */
+#pragma GCC unroll 2
+		for (int sub = 0; sub < 2; sub++) {
+			__m256 p[ATTN_HEADS][4];
+#pragma GCC unroll 3
+			for (int h = 0; h < nh; h++)
+#pragma GCC unroll 4
+				for (int j = 0; j < 4; j++)
+					p[h][j] = _mm256_setzero_ps();
+			for (int c = half; c < hd; c += 16)
+#pragma GCC unroll 4
+				for (int j = 0; j < 4; j++) {
+					__m256 kv = attn_ld8(kr[4 * sub + j], c, f16);
+#pragma GCC unroll 3
+					for (int h = 0; h < nh; h++)
+						p[h][j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + c), kv, p[h][j]);
+				}
+			if (nh >= 2) {
+				__m256 r[8] = { p[0][0], p[0][1], p[0][2], p[0][3], p[1][0], p[1][1], p[1][2], p[1][3] };
+				attn_tr8_sum(&s01[sub], r);
+			}
+#pragma GCC unroll 4
+			for (int j = 0; j < 4; j++)
+				last[4 * sub + j] = p[nh - 1][j];
+		}
+		if (nh != 2)
+			attn_tr8_sum(&sl, last);
+	}
+	if (nh >= 2) { /* [head 0 | head 1] of rows 0..3, then of rows 4..7 */
+		s[0] = _mm256_insertf128_ps(s01[0], _mm256_castps256_ps128(s01[1]), 1);
+		s[1] = _mm256_permute2f128_ps(s01[0], s01[1], 0x31);
+	}
+	if (nh != 2)
+		s[nh - 1] = sl;
+}
+
+/* attn_vblock for NH heads at once (ACC[h], E[h], UPD[h], CORR[h]), each V
+ * element loaded and converted once for all of them. */
+ATTN_INLINE void attn_vblock_heads(const int nh, float *const acc[], const float *const e[], int nr, const char *v,
+				   size_t vs, int c, const int nb, int f16, const int upd[], const float corr[])
+{
+	__m256 r[ATTN_HEADS][4];
+
+#pragma GCC unroll 3
+	for (int h = 0; h < nh; h++)
+#pragma GCC unroll 4
+		for (int b = 0; b < nb; b++) {
+			r[h][b] = _mm256_loadu_ps(acc[h] + c + 8 * b);
+			if (upd[h])
+				r[h][b] = _mm256_mul_ps(r[h][b], _mm256_set1_ps(corr[h]));
+		}
+	for (int i = 0; i < nr; i++) {
+		const char *row = v + (size_t)i * vs;
+		__m256 eb[ATTN_HEADS];
+#pragma GCC unroll 3
+		for (int h = 0; h < nh; h++)
+			eb[h] = _mm256_broadcast_ss(e[h] + i);
+#pragma GCC unroll 4
+		for (int b = 0; b < nb; b++) {
+			__m256 x = attn_ld8(row, c + 8 * b, f16);
+#pragma GCC unroll 3
+			for (int h = 0; h < nh; h++)
+				r[h][b] = _mm256_fmadd_ps(eb[h], x, r[h][b]);
+		}
+	}
+#pragma GCC unroll 3
+	for (int h = 0; h < nh; h++)
+#pragma GCC unroll 4
+		for (int b = 0; b < nb; b++)
+			_mm256_storeu_ps(acc[h] + c + 8 * b, r[h][b]);
+}
+
+/* attn_chunk for NH (2 or 3) query heads of one row, which reach the same
+ * NR positions: queries Q[h], running max M[h] and sum L[h], ACC[h]. */
+ATTN_INLINE void attn_chunk_heads(const int nh, const float *const q[], const char *k, const char *v, size_t vs,
+				  int nr, int hd, float scale, float *m, float *l, float *const acc[], int f16)
+{
+	float sc[ATTN_HEADS][ATTN_CHUNK] __attribute__((aligned(32)));
+	float e[ATTN_HEADS][ATTN_CHUNK] __attribute__((aligned(32)));
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	const float *ep[ATTN_HEADS];
+	__m256 mxv[ATTN_HEADS];
+	float corr[ATTN_HEADS];
+	int upd[ATTN_HEADS];
+
+#pragma GCC unroll 3
+	for (int h = 0; h < nh; h++)
+		mxv[h] = _mm256_set1_ps(m[h]);
+	for (int i = 0; i < nr; i += 8) {
+		int nv = nr - i < 8 ? nr - i : 8;
+		__m256 s[ATTN_HEADS];
+		attn_dot8_heads(nh, q, k + (size_t)i * vs, vs, nv, hd, f16, s);
+#pragma GCC unroll 3
+		for (int h = 0; h < nh; h++) {
+			s[h] = _mm256_mul_ps(s[h], _mm256_set1_ps(scale));
+			if (nv < 8) /* as attn_chunk: copies of the first score past the end */
+				s[h] = _mm256_blendv_ps(s[h], _mm256_permutevar8x32_ps(s[h], _mm256_setzero_si256()),
+							_mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(nv - 1))));
+			_mm256_store_ps(sc[h] + i, s[h]);
+			mxv[h] = _mm256_max_ps(s[h], mxv[h]);
+		}
+	}
+	/* attn_chunk's softmax step, head by head; l's sums as attn_vblock's */
+	for (int h = 0; h < nh; h++) {
+		__m128 x = _mm_max_ps(_mm256_castps256_ps128(mxv[h]), _mm256_extractf128_ps(mxv[h], 1));
+		x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+		x = _mm_max_ss(x, _mm_movehdup_ps(x));
+		float mx = _mm_cvtss_f32(x), ll = l[h];
+		corr[h] = 1.0f;
+		upd[h] = mx > m[h];
+		if (upd[h]) {
+			corr[h] = expf(m[h] - mx); /* 0 on the first chunk */
+			ll *= corr[h];
+			m[h] = mx;
+		}
+		for (int i = 0; i < nr; i += 8)
+			_mm256_store_ps(e[h] + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc[h] + i), _mm256_set1_ps(mx))));
+		for (int i = 0; i < nr; i++)
+			ll += e[h][i];
+		l[h] = ll;
+		ep[h] = e[h];
+	}
+	int c = 0;
+	for (; c + 32 <= hd; c += 32)
+		attn_vblock_heads(nh, acc, ep, nr, v, vs, c, 4, f16, upd, corr);
+	if (c < hd)
+		attn_vblock_heads(nh, acc, ep, nr, v, vs, c, 2, f16, upd, corr);
+}
+
 /* N rows of HD elements (F16 or Q8_0 at element C0 of each pool row, ROW
  * bytes apart) as floats in DST: the values kv_rows gives. */
 ATTN_INLINE void attn_convert(const struct bk_kv *kv, const char *src, int32_t c0, int32_t n, int32_t hd,
@@ -1075,13 +1242,29 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 		/* rows before p - pos0 do not reach this chunk */
 		for (int32_t r = p > pos0 ? p - pos0 : 0; r < gr->n; r++) {
 			int32_t nr = pos0 + r + 1 - p < n ? pos0 + r + 1 - p : n;
-			for (int32_t g = 0; g < ng; g++) {
+			const int f16 = !buffered && kv->type == QT_F16;
+			for (int32_t g = 0; g < ng;) {
 				int32_t qi = r * ng + g;
 				const float *q = j->q + ((size_t)(gr->t0 + r) * a->n_head + hk * group + g0 + g) * hd;
-				if (!buffered && kv->type == QT_F16)
-					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], acc + (size_t)qi * hd, 1);
+				/* Unconverted rows: up to three heads share each load
+				 * (converted ones are already f32 in L1). */
+				int32_t nh = buffered || ng - g == 1 ? 1 : ng - g >= ATTN_HEADS ? ATTN_HEADS : ng - g;
+				const float *qs[ATTN_HEADS] = { q, q + hd, q + 2 * hd };
+				float *as[ATTN_HEADS] = { acc + (size_t)qi * hd, acc + (size_t)(qi + 1) * hd,
+							  acc + (size_t)(qi + 2) * hd };
+				if (nh == 3 && f16)
+					attn_chunk_heads(3, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 1);
+				else if (nh == 3)
+					attn_chunk_heads(3, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 0);
+				else if (nh == 2 && f16)
+					attn_chunk_heads(2, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 1);
+				else if (nh == 2)
+					attn_chunk_heads(2, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 0);
+				else if (f16)
+					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as[0], 1);
 				else
-					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], acc + (size_t)qi * hd, 0);
+					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as[0], 0);
+				g += nh;
 			}
 		}
 		p += n;
