@@ -986,6 +986,30 @@ ATTN_INLINE void attn_vblock(float *acc, const float *e, int nr, const char *v, 
 		*l = ll;
 }
 
+/* attn_task's softmax step for a chunk's NR scores SC, their running max
+ * with *M's in MXV's lanes: *M becomes the chunk's max where that is
+ * larger (*UPD), *L is scaled as the sums will be, E gets expf(score -
+ * max); returns the scale (1 when the max stayed). */
+ATTN_INLINE float attn_softmax(__m256 mxv, const float *sc, float *e, int nr, float *m, float *l, int *upd)
+{
+	/* The lanes hold no NaN, so this is the loop's maximum; only the sign of
+	 * a zero maximum can differ, and no result depends on it. */
+	__m128 h = _mm_max_ps(_mm256_castps256_ps128(mxv), _mm256_extractf128_ps(mxv, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	float mx = _mm_cvtss_f32(h), corr = 1.0f;
+
+	*upd = mx > *m;
+	if (*upd) {
+		corr = expf(*m - mx); /* 0 on the first chunk */
+		*l *= corr;
+		*m = mx;
+	}
+	for (int i = 0; i < nr; i += 8)
+		_mm256_store_ps(e + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc + i), _mm256_set1_ps(mx))));
+	return corr;
+}
+
 /* One query's step over the NR positions of a chunk (rows K, V, VS bytes
  * apart): attn_task's loop body for one query head. */
 ATTN_INLINE void attn_chunk(const float *q, const char *k, const char *v, size_t vs, int nr, int hd,
@@ -1005,22 +1029,8 @@ ATTN_INLINE void attn_chunk(const float *q, const char *k, const char *v, size_t
 		/* sc > mx ? sc : mx, as attn_task's loop: NaN scores never win */
 		mxv = _mm256_max_ps(s, mxv);
 	}
-	/* The lanes hold no NaN, so this is the loop's maximum; only the sign of
-	 * a zero maximum can differ, and no result depends on it. */
-	__m128 h = _mm_max_ps(_mm256_castps256_ps128(mxv), _mm256_extractf128_ps(mxv, 1));
-	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-	h = _mm_max_ss(h, _mm_movehdup_ps(h));
-	float mx = _mm_cvtss_f32(h), corr = 1.0f, ll = *l;
-	int upd = mx > *m;
-
-	if (upd) {
-		corr = expf(*m - mx); /* 0 on the first chunk */
-		ll *= corr;
-		*m = mx;
-	}
-	for (int i = 0; i < nr; i += 8)
-		_mm256_store_ps(e + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc + i), _mm256_set1_ps(mx))));
-	*l = ll;
+	int upd;
+	float corr = attn_softmax(mxv, sc, e, nr, m, l, &upd);
 	/* the first block also sums l */
 	int c = hd >= 64 ? 64 : hd >= 32 ? 32 : 16;
 	if (c == 64)
@@ -1178,21 +1188,10 @@ ATTN_INLINE void attn_chunk_heads(const int nh, const float *const q[], const ch
 			mxv[h] = _mm256_max_ps(s[h], mxv[h]);
 		}
 	}
-	/* attn_chunk's softmax step, head by head; l's sums as attn_vblock's */
+	/* head by head; l summed in attn_vblock's order */
 	for (int h = 0; h < nh; h++) {
-		__m128 x = _mm_max_ps(_mm256_castps256_ps128(mxv[h]), _mm256_extractf128_ps(mxv[h], 1));
-		x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-		x = _mm_max_ss(x, _mm_movehdup_ps(x));
-		float mx = _mm_cvtss_f32(x), ll = l[h];
-		corr[h] = 1.0f;
-		upd[h] = mx > m[h];
-		if (upd[h]) {
-			corr[h] = expf(m[h] - mx); /* 0 on the first chunk */
-			ll *= corr[h];
-			m[h] = mx;
-		}
-		for (int i = 0; i < nr; i += 8)
-			_mm256_store_ps(e[h] + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc[h] + i), _mm256_set1_ps(mx))));
+		corr[h] = attn_softmax(mxv[h], sc[h], e[h], nr, &m[h], &l[h], &upd[h]);
+		float ll = l[h];
 		for (int i = 0; i < nr; i++)
 			ll += e[h][i];
 		l[h] = ll;
