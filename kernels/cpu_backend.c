@@ -1295,9 +1295,12 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 				/* Unconverted rows: up to three heads share each load
 				 * (converted ones are already f32 in L1). */
 				int32_t nh = buffered || ng - g == 1 ? 1 : ng - g >= ATTN_HEADS ? ATTN_HEADS : ng - g;
-				const float *qs[ATTN_HEADS] = { q, q + hd, q + 2 * hd };
-				float *as[ATTN_HEADS] = { acc + (size_t)qi * hd, acc + (size_t)(qi + 1) * hd,
-							  acc + (size_t)(qi + 2) * hd };
+				const float *qs[ATTN_HEADS];
+				float *as[ATTN_HEADS];
+				for (int32_t h = 0; h < nh; h++) {
+					qs[h] = q + (size_t)h * hd;
+					as[h] = acc + (size_t)(qi + h) * hd;
+				}
 				if (nh == 3 && f16)
 					attn_chunk_heads(3, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 1);
 				else if (nh == 3)
