@@ -343,26 +343,26 @@ static void mm_task(void *ctx, int task, int worker)
  * of 16.  Such a job is compute bound and its rows all cost the same, so
  * what matters is that the threads end together: each candidate is played
  * out as the pool runs it (tasks in order, each to the first thread free),
- * a task costing its rows plus MM_TASK_COST for what every task repeats.
- * Of those within 1% of the shortest, with at least two tasks per thread
- * where the rows allow, the one nearest four tasks per thread wins (slack
- * for a thread that falls behind).  Measured on SmolLM2-135M (2 threads, a
+ * a task costing its rows plus MM_TASK_COST for what every task repeats
+ * (ROWS: the weights' rows in all).  Of those within 1% of the shortest,
+ * with at least two tasks per thread where the rows allow, the one nearest
+ * four tasks per thread wins (slack for a thread that falls behind).  Measured on SmolLM2-135M (2 threads, a
  * 173-token prompt), the old fixed four tasks per thread cut o's and
  * down's 576 rows into tasks of 80, ..., 80, 16, one thread idle for a
  * sixth of the job. */
 #define MM_TASK_COST 8
 #define MM_MAX_CAND 512
-static int64_t mm_batch_chunk(const struct bk_weight *const *w, int nw, int64_t threads)
+static int64_t mm_batch_chunk(const struct bk_weight *const *w, int nw, int64_t rows, int64_t threads)
 {
-	int64_t rows = 0, most = 0, span[MM_MAX_CAND], tasks[MM_MAX_CAND], best_span = INT64_MAX;
+	int64_t most = 0, span[MM_MAX_CAND], tasks[MM_MAX_CAND], best_span = INT64_MAX;
 	int n = 0;
 
-	for (int k = 0; k < nw; k++) {
-		rows += w[k]->n_out;
-		most = w[k]->n_out > most ? w[k]->n_out : most;
+	if (threads < 2 || threads > 64) { /* one thread, or more than free_at holds */
+		int64_t chunk = (rows / (4 * threads) + 15) & ~(int64_t)15;
+		return chunk > 16 ? chunk : 16;
 	}
-	if (threads < 2 || threads > 64)
-		return (rows / (4 * (threads > 0 ? threads : 1)) + 15) & ~(int64_t)15;
+	for (int k = 0; k < nw; k++)
+		most = w[k]->n_out > most ? w[k]->n_out : most;
 	for (; n < MM_MAX_CAND && 16 * (int64_t)n < most; n++) {
 		int64_t chunk = 16 * (int64_t)(n + 1), free_at[64] = { 0 };
 		span[n] = tasks[n] = 0;
@@ -459,7 +459,7 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 	for (int k = 0; k < nw; k++)
 		rows += w[k]->n_out;
 	if (T >= 16) {
-		chunk = mm_batch_chunk(w, nw, threads);
+		chunk = mm_batch_chunk(w, nw, rows, threads);
 	} else {
 		int64_t cap = (int64_t)(65536 / w[0]->row_bytes) & ~(int64_t)3;
 		if (cap < 16)
