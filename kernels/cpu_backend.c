@@ -652,10 +652,10 @@ static int cpu_kv_store(struct backend *be, const struct bk_kv *kv, int32_t laye
  * Two paths that give the same bits.  The portable one (attn_task) runs one
  * task per (row, kv head).  The AVX2 one (x86-64-v3 CPUs, head_dim a
  * multiple of 16) lets the rows of a prefill chunk share each K/V chunk
- * they read, converts f16 inside its dot products (a decode row's query
- * heads, up to three at once, sharing each load and conversion), splits a
- * kv head's query heads across tasks when there are fewer tasks than
- * threads, and works on eight positions at once.  Yet every row still does the portable path's
+ * they read, converts f16 inside its dot products, lets up to three query
+ * heads of a row share each load and conversion, splits a kv head's query
+ * heads across tasks when there are fewer tasks than threads, and works on
+ * eight positions at once.  Yet every row still does the portable path's
  * arithmetic exactly, whatever rows share its step: the same chunks, the
  * same 16 FMA partial sums added in the same order, the same online-softmax
  * updates, and glibc's expf to the bit.  The portable path is compiled per
@@ -923,141 +923,14 @@ ATTN_INLINE void attn_tr8(__m256 r[8])
 	r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* Lane j: vec_dot_f32(q, row j) for the rows K + min(j, nv - 1) * ks: the
- * 16 partial sums (lanes 0-7 of a v16f, then 8-15) each an FMA chain along
- * the row, then added to 0 in lane order; transposing them lets eight
- * rows' final sums run as eight lanes.  A half at a time keeps the eight
- * chains of each in registers. */
-ATTN_INLINE __m256 attn_dot8(const float *q, const char *k, size_t ks, int nv, int hd, int f16)
-{
-	__m256 s = _mm256_setzero_ps();
-	const char *kr[8];
-
-#pragma GCC unroll 8
-	for (int j = 0; j < 8; j++)
-		kr[j] = k + (size_t)(j < nv ? j : nv - 1) * ks;
-	for (int half = 0; half < 16; half += 8) {
-		__m256 p[8];
-#pragma GCC unroll 8
-		for (int j = 0; j < 8; j++)
-			p[j] = _mm256_setzero_ps();
-		for (int c = half; c < hd; c += 16) {
-			__m256 qv = _mm256_loadu_ps(q + c);
-#pragma GCC unroll 8
-			for (int j = 0; j < 8; j++)
-				p[j] = _mm256_fmadd_ps(qv, attn_ld8(kr[j], c, f16), p[j]);
-		}
-		attn_tr8(p);
-#pragma GCC unroll 8
-		for (int j = 0; j < 8; j++)
-			s = _mm256_add_ps(s, p[j]);
-	}
-	return s;
-}
-
-/* acc[c, c + 8 NB) = acc * corr (when UPD), then += e[i] * V row i in
- * position order: vec_scale and vec_scale_add, element by element.  With
- * L, also *L += e[i] in order (its chain of adds overlaps the FMAs). */
-ATTN_INLINE void attn_vblock(float *acc, const float *e, int nr, const char *v, size_t vs, int c,
-			     int nb, int f16, int upd, float corr, float *l)
-{
-	__m256 r[8];
-	float ll = l ? *l : 0;
-
-#pragma GCC unroll 8
-	for (int b = 0; b < nb; b++) {
-		r[b] = _mm256_loadu_ps(acc + c + 8 * b);
-		if (upd)
-			r[b] = _mm256_mul_ps(r[b], _mm256_set1_ps(corr));
-	}
-	for (int i = 0; i < nr; i++) {
-		__m256 eb = _mm256_broadcast_ss(e + i);
-		const char *row = v + (size_t)i * vs;
-		if (l)
-			ll += e[i];
-#pragma GCC unroll 8
-		for (int b = 0; b < nb; b++)
-			r[b] = _mm256_fmadd_ps(eb, attn_ld8(row, c + 8 * b, f16), r[b]);
-	}
-#pragma GCC unroll 8
-	for (int b = 0; b < nb; b++)
-		_mm256_storeu_ps(acc + c + 8 * b, r[b]);
-	if (l)
-		*l = ll;
-}
-
-/* attn_task's softmax step for a chunk's NR scores SC, their running max
- * with *M's in MXV's lanes: *M becomes the chunk's max where that is
- * larger (*UPD), *L is scaled as the sums will be, E gets expf(score -
- * max); returns the scale (1 when the max stayed). */
-ATTN_INLINE float attn_softmax(__m256 mxv, const float *sc, float *e, int nr, float *m, float *l, int *upd)
-{
-	/* The lanes hold no NaN, so this is the loop's maximum; only the sign of
-	 * a zero maximum can differ, and no result depends on it. */
-	__m128 h = _mm_max_ps(_mm256_castps256_ps128(mxv), _mm256_extractf128_ps(mxv, 1));
-	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-	h = _mm_max_ss(h, _mm_movehdup_ps(h));
-	float mx = _mm_cvtss_f32(h), corr = 1.0f;
-
-	*upd = mx > *m;
-	if (*upd) {
-		corr = expf(*m - mx); /* 0 on the first chunk */
-		*l *= corr;
-		*m = mx;
-	}
-	for (int i = 0; i < nr; i += 8)
-		_mm256_store_ps(e + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc + i), _mm256_set1_ps(mx))));
-	return corr;
-}
-
-/* One query's step over the NR positions of a chunk (rows K, V, VS bytes
- * apart): attn_task's loop body for one query head. */
-ATTN_INLINE void attn_chunk(const float *q, const char *k, const char *v, size_t vs, int nr, int hd,
-			    float scale, float *m, float *l, float *acc, int f16)
-{
-	float sc[ATTN_CHUNK] __attribute__((aligned(32))), e[ATTN_CHUNK] __attribute__((aligned(32)));
-	__m256 mxv = _mm256_set1_ps(*m);
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-
-	for (int i = 0; i < nr; i += 8) {
-		int nv = nr - i < 8 ? nr - i : 8;
-		__m256 s = _mm256_mul_ps(attn_dot8(q, k + (size_t)i * vs, vs, nv, hd, f16), _mm256_set1_ps(scale));
-		if (nv < 8) /* past the end: copies of the first score, which change nothing */
-			s = _mm256_blendv_ps(s, _mm256_permutevar8x32_ps(s, _mm256_setzero_si256()),
-					     _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(nv - 1))));
-		_mm256_store_ps(sc + i, s);
-		/* sc > mx ? sc : mx, as attn_task's loop: NaN scores never win */
-		mxv = _mm256_max_ps(s, mxv);
-	}
-	int upd;
-	float corr = attn_softmax(mxv, sc, e, nr, m, l, &upd);
-	/* the first block also sums l */
-	int c = hd >= 64 ? 64 : hd >= 32 ? 32 : 16;
-	if (c == 64)
-		attn_vblock(acc, e, nr, v, vs, 0, 8, f16, upd, corr, l);
-	else if (c == 32)
-		attn_vblock(acc, e, nr, v, vs, 0, 4, f16, upd, corr, l);
-	else
-		attn_vblock(acc, e, nr, v, vs, 0, 2, f16, upd, corr, l);
-	for (; c + 64 <= hd; c += 64)
-		attn_vblock(acc, e, nr, v, vs, c, 8, f16, upd, corr, NULL);
-	if (c + 32 <= hd) {
-		attn_vblock(acc, e, nr, v, vs, c, 4, f16, upd, corr, NULL);
-		c += 32;
-	}
-	if (c + 16 <= hd)
-		attn_vblock(acc, e, nr, v, vs, c, 2, f16, upd, corr, NULL);
-}
-
-/* ---- several query heads of one row at once ----
+/* ---- a chunk for one to three query heads of a row ----
  *
- * A decode row's query heads of one kv head read the same K/V rows.  Alone,
- * each head loads and converts every f16 element itself; here up to three
- * heads share each load and conversion, which is what a decode step's
- * attention spends most of its time on where vcvtph2ps is slow (it is two
- * cycles a ymm on Zen 1, the kind of machine this was measured on).  Every
- * head still does attn_chunk's arithmetic exactly: the same FMA chains,
- * transposes, sums, softmax updates and V order.
+ * A decode row's query heads of one kv head read the same K/V rows; up to
+ * three of them share each load and f16 conversion here, which is what a
+ * decode step's attention spends most of its time on where vcvtph2ps is
+ * slow (two cycles a ymm on Zen 1, the kind of machine this was measured
+ * on).  Every head does attn_task's arithmetic exactly, whatever heads
+ * share its pass.
  */
 
 #define ATTN_HEADS 3 /* query heads that share a chunk's loads */
@@ -1071,13 +944,15 @@ ATTN_INLINE void attn_tr8_sum(__m256 *s, __m256 r[8])
 		*s = _mm256_add_ps(*s, r[j]);
 }
 
-/* attn_dot8 for NH (1..3) queries Q[h] at once: S[h] lane j is
- * vec_dot_f32(Q[h], row j).  Four rows at a time run NH x 4 FMA chains
- * from one load of each K vector; per half, heads 0 and 1 of four rows then
- * share a transpose, and head NH - 1 (unless NH is 2) transposes its eight
- * rows as attn_dot8 does. */
-ATTN_INLINE void attn_dot8_heads(const int nh, const float *const q[], const char *k, size_t ks, int nv, int hd,
-				 int f16, __m256 s[])
+/* S[h] lane j: vec_dot_f32(Q[h], row j) for NH (1..3) queries and the rows
+ * K + min(j, nv - 1) * ks: the 16 partial sums (lanes 0-7 of a v16f, then
+ * 8-15) each an FMA chain along the row, then added to 0 in lane order;
+ * transposing them lets eight rows' final sums run as eight lanes.  Per
+ * half, four rows at a time run NH x 4 chains from one load of each K
+ * vector; heads 0 and 1 of four rows then share a transpose, and head
+ * NH - 1 (unless NH is 2) transposes its eight rows. */
+ATTN_INLINE void attn_dot8(const int nh, const float *const q[], const char *k, size_t ks, int nv, int hd, int f16,
+			   __m256 s[])
 {
 	const char *kr[8];
 	__m256 s01[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() }, sl = _mm256_setzero_ps();
@@ -1122,10 +997,12 @@ ATTN_INLINE void attn_dot8_heads(const int nh, const float *const q[], const cha
 		s[nh - 1] = sl;
 }
 
-/* attn_vblock for NH heads at once (ACC[h], E[h], UPD[h], CORR[h]), each V
- * element loaded and converted once for all of them. */
-ATTN_INLINE void attn_vblock_heads(const int nh, float *const acc[], const float *const e[], int nr, const char *v,
-				   size_t vs, int c, const int nb, int f16, const int upd[], const float corr[])
+/* For each of NH heads, elements [c, c + 8 NB) of ACC[h] = acc * CORR[h]
+ * (when UPD[h]), then += E[h][i] * V row i in position order: vec_scale and
+ * vec_scale_add, element by element, each V vector loaded and converted
+ * once for all heads. */
+ATTN_INLINE void attn_vblock(const int nh, float *const acc[], const float *const e[], int nr, const char *v,
+			     size_t vs, int c, const int nb, int f16, const int upd[], const float corr[])
 {
 	__m256 r[ATTN_HEADS][4];
 
@@ -1158,10 +1035,11 @@ ATTN_INLINE void attn_vblock_heads(const int nh, float *const acc[], const float
 			_mm256_storeu_ps(acc[h] + c + 8 * b, r[h][b]);
 }
 
-/* attn_chunk for NH (2 or 3) query heads of one row, which reach the same
- * NR positions: queries Q[h], running max M[h] and sum L[h], ACC[h]. */
-ATTN_INLINE void attn_chunk_heads(const int nh, const float *const q[], const char *k, const char *v, size_t vs,
-				  int nr, int hd, float scale, float *m, float *l, float *const acc[], int f16)
+/* attn_task's loop body for NH (1..3) query heads of one row, which reach
+ * the same NR positions of a chunk (rows K, V, VS bytes apart): queries
+ * Q[h], running max M[h] and sum L[h], accumulators ACC[h]. */
+ATTN_INLINE void attn_chunk(const int nh, const float *const q[], const char *k, const char *v, size_t vs, int nr,
+			    int hd, float scale, float *m, float *l, float *const acc[], int f16)
 {
 	float sc[ATTN_HEADS][ATTN_CHUNK] __attribute__((aligned(32)));
 	float e[ATTN_HEADS][ATTN_CHUNK] __attribute__((aligned(32)));
@@ -1177,21 +1055,35 @@ ATTN_INLINE void attn_chunk_heads(const int nh, const float *const q[], const ch
 	for (int i = 0; i < nr; i += 8) {
 		int nv = nr - i < 8 ? nr - i : 8;
 		__m256 s[ATTN_HEADS];
-		attn_dot8_heads(nh, q, k + (size_t)i * vs, vs, nv, hd, f16, s);
+		attn_dot8(nh, q, k + (size_t)i * vs, vs, nv, hd, f16, s);
 #pragma GCC unroll 3
 		for (int h = 0; h < nh; h++) {
 			s[h] = _mm256_mul_ps(s[h], _mm256_set1_ps(scale));
-			if (nv < 8) /* as attn_chunk: copies of the first score past the end */
+			if (nv < 8) /* past the end: copies of the first score, which change nothing */
 				s[h] = _mm256_blendv_ps(s[h], _mm256_permutevar8x32_ps(s[h], _mm256_setzero_si256()),
 							_mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(nv - 1))));
 			_mm256_store_ps(sc[h] + i, s[h]);
+			/* sc > mx ? sc : mx, as attn_task's loop: NaN scores never win */
 			mxv[h] = _mm256_max_ps(s[h], mxv[h]);
 		}
 	}
-	/* head by head; l summed in attn_vblock's order */
 	for (int h = 0; h < nh; h++) {
-		corr[h] = attn_softmax(mxv[h], sc[h], e[h], nr, &m[h], &l[h], &upd[h]);
-		float ll = l[h];
+		/* The lanes hold no NaN, so this is the loop's maximum; only the
+		 * sign of a zero maximum can differ, and no result depends on it. */
+		__m128 x = _mm_max_ps(_mm256_castps256_ps128(mxv[h]), _mm256_extractf128_ps(mxv[h], 1));
+		x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+		x = _mm_max_ss(x, _mm_movehdup_ps(x));
+		float mx = _mm_cvtss_f32(x), ll = l[h];
+
+		corr[h] = 1.0f;
+		upd[h] = mx > m[h];
+		if (upd[h]) {
+			corr[h] = expf(m[h] - mx); /* 0 on the first chunk */
+			ll *= corr[h];
+			m[h] = mx;
+		}
+		for (int i = 0; i < nr; i += 8)
+			_mm256_store_ps(e[h] + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc[h] + i), _mm256_set1_ps(mx))));
 		for (int i = 0; i < nr; i++)
 			ll += e[h][i];
 		l[h] = ll;
@@ -1199,9 +1091,9 @@ ATTN_INLINE void attn_chunk_heads(const int nh, const float *const q[], const ch
 	}
 	int c = 0;
 	for (; c + 32 <= hd; c += 32)
-		attn_vblock_heads(nh, acc, ep, nr, v, vs, c, 4, f16, upd, corr);
+		attn_vblock(nh, acc, ep, nr, v, vs, c, 4, f16, upd, corr);
 	if (c < hd)
-		attn_vblock_heads(nh, acc, ep, nr, v, vs, c, 2, f16, upd, corr);
+		attn_vblock(nh, acc, ep, nr, v, vs, c, 2, f16, upd, corr);
 }
 
 /* N rows of HD elements (F16 or Q8_0 at element C0 of each pool row, ROW
@@ -1290,29 +1182,23 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 			int32_t nr = pos0 + r + 1 - p < n ? pos0 + r + 1 - p : n;
 			const int f16 = !buffered && kv->type == QT_F16;
 			for (int32_t g = 0; g < ng;) {
-				int32_t qi = r * ng + g;
+				int32_t qi = r * ng + g, nh = ng - g < ATTN_HEADS ? ng - g : ATTN_HEADS;
 				const float *q = j->q + ((size_t)(gr->t0 + r) * a->n_head + hk * group + g0 + g) * hd;
-				/* Unconverted rows: up to three heads share each load
-				 * (converted ones are already f32 in L1). */
-				int32_t nh = buffered || ng - g == 1 ? 1 : ng - g >= ATTN_HEADS ? ATTN_HEADS : ng - g;
 				const float *qs[ATTN_HEADS];
 				float *as[ATTN_HEADS];
 				for (int32_t h = 0; h < nh; h++) {
 					qs[h] = q + (size_t)h * hd;
 					as[h] = acc + (size_t)(qi + h) * hd;
 				}
-				if (nh == 3 && f16)
-					attn_chunk_heads(3, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 1);
-				else if (nh == 3)
-					attn_chunk_heads(3, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 0);
-				else if (nh == 2 && f16)
-					attn_chunk_heads(2, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 1);
-				else if (nh == 2)
-					attn_chunk_heads(2, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 0);
-				else if (f16)
-					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as[0], 1);
-				else
-					attn_chunk(q, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as[0], 0);
+				/* the head count and f16 constants in each copy */
+#define ATTN_CHUNK_CALL(NH) (f16 ? attn_chunk(NH, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 1) \
+			     : attn_chunk(NH, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 0))
+				switch (nh) {
+				case 3: ATTN_CHUNK_CALL(3); break;
+				case 2: ATTN_CHUNK_CALL(2); break;
+				default: ATTN_CHUNK_CALL(1); break;
+				}
+#undef ATTN_CHUNK_CALL
 				g += nh;
 			}
 		}
