@@ -174,9 +174,14 @@ struct backend_ops {
 	int (*kv_attach)(struct backend *be, const struct bk_kv *kv);           /* optional */
 	/* x (T, n) += y, then out = x / rms(x) * g: add and rmsnorm in one
 	 * pass (a device backend saves a launch), with their bits; out may
-	 * equal x or y.  Default: add, then rmsnorm. */
+	 * equal x or y.  NEXT, when not NULL, is the weight of the matmul the
+	 * caller runs next, on out, with no op in between: a backend may
+	 * prepare out for it in the same pass (the CUDA backend quantizes it
+	 * there and the matmul skips its own quantization launch).  Default:
+	 * add, then rmsnorm. */
 	int (*add_rmsnorm)(struct backend *be, float *x, const float *y, const float *g,
-			   int32_t T, int64_t n, float eps, float *out);            /* optional */
+			   int32_t T, int64_t n, float eps, float *out,
+			   const struct bk_weight *next);                           /* optional */
 	/* rope of q (T, a->n_head heads) and k (a->n_head_kv heads) in place at
 	 * ROWS' positions, then kv_store of k and v: the three ops in one pass,
 	 * with their bits.  Default: rope, rope, kv_store. */
@@ -229,12 +234,13 @@ static inline int backend_copy_rows(struct backend *be, float *dst, const float 
 }
 
 static inline int backend_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g,
-				      int32_t T, int64_t n, float eps, float *out)
+				      int32_t T, int64_t n, float eps, float *out,
+				      const struct bk_weight *next)
 {
 	int r;
 
 	if (be->ops->add_rmsnorm)
-		return be->ops->add_rmsnorm(be, x, y, g, T, n, eps, out);
+		return be->ops->add_rmsnorm(be, x, y, g, T, n, eps, out, next);
 	if ((r = be->ops->add(be, x, y, (int64_t)T * n)) < 0)
 		return r;
 	return be->ops->rmsnorm(be, x, g, T, n, eps, out);

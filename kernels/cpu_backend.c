@@ -219,7 +219,7 @@ static int cpu_rmsnorm(struct backend *be, const float *x, const float *g, int32
 
 /* add, then rmsnorm, a row at a time: the same bits, one pass over x. */
 static int cpu_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g,
-			   int32_t T, int64_t n, float eps, float *out)
+			   int32_t T, int64_t n, float eps, float *out, const struct bk_weight *next)
 {
 	struct norm_job j = { x, y, g, out, n, eps };
 	norm_run(be, &j, T);

@@ -633,7 +633,7 @@ static void test_rmsnorm(void)
 					memcpy(xb, x, tn * sizeof(float));
 					memcpy(yb, y, tn * sizeof(float));
 					float *o = alias == 0 ? out : alias == 1 ? xb : yb;
-					CHECK(backend_add_rmsnorm(be, xb, yb, g, T, n, eps, o) == 0);
+					CHECK(backend_add_rmsnorm(be, xb, yb, g, T, n, eps, o, NULL) == 0);
 					if ((alias != 1 && memcmp(xb, xa, tn * sizeof(float))) ||
 					    memcmp(o, want, tn * sizeof(float))) {
 						fprintf(stderr, "add_rmsnorm T=%d n=%lld (out %s, %d threads): not add + rmsnorm's bits\n",

@@ -1,6 +1,8 @@
 /* test_cuda_rows.cc - kernels/cuda/rows.cu (embed, rmsnorm, rope, swiglu,
- * add, add fused with rmsnorm, the half-precision copies for cuBLAS), compiled here as C++ against the CUDA emulator, equals the CPU
- * backend on random inputs of several shapes, in every thread order.
+ * add, add fused with rmsnorm (and with the next matmul's activation
+ * quantization), the half-precision copies for cuBLAS), compiled here as
+ * C++ against the CUDA emulator, equals the CPU backend on random inputs
+ * of several shapes, in every thread order.
  *
  * Tolerances, in ulps of the CPU's value (measured figures are printed):
  *   embed, add, swiglu, rope: 0 (bit-identical).  The kernels repeat the CPU's
@@ -288,6 +290,83 @@ static void test_add_rmsnorm()
 	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, d.d, d.d, 1, 0, 1e-5f, d.d, NULL), -EINVAL);
 }
 
+/* cuda_add_rmsnorm_q8: x and out have cuda_add_rmsnorm's bits, and each
+ * row of the scratch holds out's row quantized as the CPU quantizes it
+ * (quant_quantize_row to Q8_0 or Q8_1): the same codes, and each block's
+ * f16 d (and s) as floats after the codes, in the matmul's layout. */
+static void test_add_rmsnorm_q8()
+{
+	static const int32_t Ts[] = { 1, 5 };
+	static const int64_t ns[] = { 64, 576, 2048 };
+
+	for (int with_sum = 0; with_sum < 2; with_sum++) {
+		const uint32_t vt = with_sum ? QT_Q8_1 : QT_Q8_0;
+		const size_t qb = with_sum ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
+		for (int64_t n : ns) {
+			const int64_t nb = n / QK;
+			const size_t stride = ((size_t)n + (size_t)nb * (with_sum ? 8 : 4) + 15) / 16 * 16;
+			for (int32_t T : Ts) {
+				const float eps = 1e-5f;
+				std::vector<float> x((size_t)T * n), y(x.size()), g(n);
+				for (size_t i = 0; i < x.size(); i++) {
+					x[i] = frand(-3, 3);
+					y[i] = frand(-2, 2) * (i % 7 == 0 ? 8.0f : 1.0f);
+				}
+				for (int64_t i = 0; i < n; i++) /* a zero block: amax 0 */
+					g[i] = i < QK ? 0.0f : frand(-1.5f, 1.5f);
+				dbuf<float> dx(x.size()), dy(x.size()), dg(n);
+				dbuf<uint8_t> dq(stride * (size_t)T);
+				dg.put(g);
+				char what[64];
+				snprintf(what, sizeof what, "n=%lld T=%d %s", (long long)n, T, with_sum ? "Q8_1" : "Q8_0");
+				for_each_order([&](const char *) {
+					dx.put(x);
+					dy.put(y);
+					CHECK_INT_EQ(cuda_add_rmsnorm(dx.d, dy.d, dg.d, T, n, eps, dy.d, NULL), 0);
+					std::vector<float> want_x = dx.get(), want = dy.get();
+					dx.put(x);
+					dy.put(y);
+					CHECK_INT_EQ(cuda_add_rmsnorm_q8(dx.d, dy.d, dg.d, T, n, eps, dy.d, with_sum, dq.d,
+									 stride, NULL), 0);
+					int64_t d0 = 0;
+					expect_close("add_rmsnorm_q8 x", what, dx.get(), want_x, 0, &d0);
+					expect_close("add_rmsnorm_q8 out", what, dy.get(), want, 0, &d0);
+					std::vector<uint8_t> got = dq.get();
+					std::vector<uint8_t> ref((size_t)nb * qb);
+					int bad = 0;
+					for (int32_t t = 0; t < T; t++) {
+						quant_quantize_row(vt, want.data() + (size_t)t * n, ref.data(), n);
+						const uint8_t *row = got.data() + (size_t)t * stride;
+						for (int64_t b = 0; b < nb; b++) {
+							const uint8_t *blk = ref.data() + (size_t)b * qb;
+							uint16_t h[2];
+							float ds[2] = { 0, 0 };
+							memcpy(h, blk, 4);
+							memcpy(ds, row + n + 4 * b, 4);
+							if (with_sum)
+								memcpy(ds + 1, row + n + 4 * (nb + b), 4);
+							bad += memcmp(row + QK * b, blk + (with_sum ? 4 : 2), QK) != 0;
+							bad += ds[0] != qt_f16_to_f32(h[0]);
+							bad += with_sum && ds[1] != qt_f16_to_f32(h[1]);
+						}
+					}
+					if (bad)
+						fprintf(stderr, "add_rmsnorm_q8 %s: %d blocks differ from quant_quantize_row\n",
+							what, bad);
+					CHECK_INT_EQ(bad, 0);
+				});
+			}
+		}
+	}
+	dbuf<float> d(64);
+	dbuf<uint8_t> q(256);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 0, 64, 1e-5f, d.d, 0, q.d, 80, NULL), 0);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 48, 1e-5f, d.d, 0, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, 1, q.d, 64, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, 0, NULL, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, 0, q.d + 1, 80, NULL), -EINVAL);
+}
+
 /* ---- rope ---- */
 
 static void test_rope()
@@ -450,6 +529,7 @@ int main()
 	test_embed();
 	test_rmsnorm();
 	test_add_rmsnorm();
+	test_add_rmsnorm_q8();
 	test_rope();
 	test_elementwise();
 	test_half();

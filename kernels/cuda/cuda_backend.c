@@ -120,6 +120,15 @@ struct cuda_backend {
 	size_t d_pos2_cap;           /* bytes */
 	void *mm_scratch;            /* quantized activations for cuda_matmul_q */
 	size_t mm_scratch_cap;       /* bytes */
+	/* A norm's output that its launch also quantized into mm_scratch for
+	 * the matmul after it (add_rmsnorm's NEXT): valid while no device call
+	 * has been made since (calls == xq_calls). */
+	const float *xq_src;         /* the rows quantized (device); NULL: none */
+	int32_t xq_T;                /* rows */
+	int64_t xq_n;                /* elements per row */
+	uint32_t xq_vec;             /* QT_Q8_0 or QT_Q8_1 */
+	uint64_t xq_calls;           /* calls when it was launched */
+	uint64_t calls;              /* launches and runtime calls made, counted */
 	void *att_scratch;           /* attention partials */
 	size_t att_scratch_cap;      /* bytes */
 	void *gemm_scratch;          /* the cuBLAS path's f16 activations and weight tile */
@@ -162,6 +171,7 @@ static int cb_fail_blas(struct cuda_backend *cb, const char *call, cublasStatus_
 /* A launcher's negative errno, named. */
 static int cb_launched(struct cuda_backend *cb, const char *call, int r)
 {
+	cb->calls++;
 	if (r < 0)
 		snprintf(cb->last_err, sizeof cb->last_err, "%s: %s", call, strerror(-r));
 	return r;
@@ -170,6 +180,7 @@ static int cb_launched(struct cuda_backend *cb, const char *call, int r)
 #define CB_CUDA(cb, call)                                         \
 	do {                                                      \
 		cudaError_t cb_e_ = (call);                       \
+		(cb)->calls++;                                    \
 		if (cb_e_ != cudaSuccess)                         \
 			return cb_fail_cuda((cb), #call, cb_e_);  \
 	} while (0)
@@ -555,6 +566,9 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 
 	int quantized = 0; /* x sits quantized in mm_scratch for this call */
 	int halved = 0;    /* x sits rounded to half in gemm_scratch */
+	/* the norm before quantized x for us (cb_add_rmsnorm), if nothing ran since */
+	const int handed = cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls;
+	cb->xq_src = NULL;
 
 	for (int k = 0; k < nw;) {
 		if ((r = cb_weight(cb, w[k], &dw[0])) < 0)
@@ -580,6 +594,9 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 				n++;
 			}
 			size_t need = cuda_matmul_scratch_bytes(&dw[0], T);
+			if (handed && dw[0].n_in == cb->xq_n && qtype_get(dw[0].type) &&
+			    qtype_get(dw[0].type)->vec_type == cb->xq_vec)
+				quantized = 1;
 			if (quantized || (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0)
 				r = cb_launched(cb, "cuda_matmul_q_group",
 						cuda_matmul_q_group(run, n, quantized ? NULL : x, T, out + k,
@@ -679,15 +696,41 @@ static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
 	return cb_launched(cbk(be), "cuda_add", cuda_add(x, y, n, cbk(be)->stream));
 }
 
+/* With NEXT a Q4_0, Q4_1 or Q8_0 weight that cb_matmul will run on its
+ * integer kernels, out is quantized for it in the same launch (one launch
+ * fewer per norm); cb_matmul takes it from mm_scratch. */
 static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g, int32_t T,
-			  int64_t n, float eps, float *out)
+			  int64_t n, float eps, float *out, const struct bk_weight *next)
 {
 	struct cuda_backend *cb = cbk(be);
+	struct bk_weight dw;
 	void *dg;
 	int r;
 
 	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0)
 		return r;
+	if (next && T > 0 && (next->type == QT_Q4_0 || next->type == QT_Q4_1 || next->type == QT_Q8_0) &&
+	    next->n_in == n && n % QK == 0) {
+		if ((r = cb_weight(cb, next, &dw)) < 0)
+			return r;
+		const size_t stride = cuda_matmul_scratch_bytes(&dw, 1);
+		if (!cb_mm_half(cb, &dw, T) && stride &&
+		    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, stride * (size_t)T)) == 0) {
+			r = cb_launched(cb, "cuda_add_rmsnorm_q8",
+					cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, dw.type == QT_Q4_1,
+							    cb->mm_scratch, stride, cb->stream));
+			if (r < 0)
+				return r;
+			cb->xq_src = out;
+			cb->xq_T = T;
+			cb->xq_n = n;
+			cb->xq_vec = qtype_get(dw.type)->vec_type;
+			cb->xq_calls = cb->calls;
+			return 0;
+		}
+		if (r < 0)
+			return r;
+	}
 	return cb_launched(cb, "cuda_add_rmsnorm", cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream));
 }
 

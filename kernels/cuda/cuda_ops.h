@@ -50,6 +50,14 @@ int cuda_add(float *x, const float *y, int64_t n, void *stream);
  * one launch, with their bits.  out may equal x or y. */
 int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
 		     float *out, void *stream);
+/* cuda_add_rmsnorm that also quantizes out, in the same launch, into the
+ * Q8_0 (or, WITH_SUM, Q8_1) rows cuda_matmul_q_group reads from its
+ * SCRATCH (XQ, rows STRIDE = cuda_matmul_scratch_bytes(w, 1) bytes apart,
+ * 16-byte aligned), with the bytes its own quantizer writes: the matmul
+ * of a Q4_0/Q8_0 (Q4_1) weight of n_in N may then run with X NULL.
+ * N must be a multiple of 32. */
+int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
+			float *out, int with_sum, void *xq, size_t stride, void *stream);
 /* out (n_rows, w->n_in) __half = rows ROW0.. of W as cuda_embed dequantizes
  * them, each rounded to nearest even f16: weight tiles for cuBLAS. */
 int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,

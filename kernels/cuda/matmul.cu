@@ -41,6 +41,7 @@ extern "C" {
 #include "quant.h"
 }
 #include "cuda_ops.h"
+#include "quant_q8.cuh"
 
 #define MM_FULL 0xffffffffu
 #define MM_WARPS 4      /* warps (weight rows) per block of the matmul kernels */
@@ -105,18 +106,6 @@ static __device__ __forceinline__ float ld_f16(const uint8_t *p)
 	return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const uint16_t *>(p))));
 }
 
-static __device__ __forceinline__ float f16_round(float f)
-{
-	return __half2float(__float2half_rn(f));
-}
-
-static __device__ __forceinline__ int warp_sum_i(int v)
-{
-	for (int off = 16; off > 0; off /= 2)
-		v += __shfl_xor_sync(MM_FULL, v, off);
-	return v;
-}
-
 /* ---- activation quantization: Q8_0 / Q8_1 ---- */
 
 /* One warp per 32-element block of one row: lane i takes element i. */
@@ -129,23 +118,8 @@ static __global__ void quantize_q8_kernel(const float *__restrict__ x, int n_in,
 	if (gw >= (long long)T * nb) /* whole warps only */
 		return;
 	const int t = (int)(gw / nb), b = (int)(gw % nb);
-	const float v = x[(size_t)t * n_in + (size_t)b * QK + lane];
-	float amax = fabsf(v);
-	for (int off = 16; off > 0; off /= 2)
-		amax = fmaxf(amax, __shfl_xor_sync(MM_FULL, amax, off));
-	const float d = amax / 127;
-	const float id = amax != 0 ? 127.0f / amax : 0.0f;
-	const int q = __float2int_rn(v * id);
-	uint8_t *row = xq + (size_t)t * stride;
-	reinterpret_cast<int8_t *>(row)[(size_t)b * QK + lane] = (int8_t)q;
-	float *ds = reinterpret_cast<float *>(row + n_in);
-	if (lane == 0)
-		ds[b] = f16_round(d);
-	if (with_sum) {
-		const int sum = warp_sum_i(q);
-		if (lane == 0)
-			ds[nb + b] = f16_round((float)sum * d);
-	}
+	q8_block_store(x[(size_t)t * n_in + (size_t)b * QK + lane], lane, b, nb, n_in, with_sum,
+		       xq + (size_t)t * stride);
 }
 
 /* ---- activation quantization: Q8_K ---- */

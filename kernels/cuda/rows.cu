@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
+#include "quant_q8.cuh"
 #include "rope.cuh"
 
 #ifdef __cplusplus
@@ -343,6 +344,49 @@ extern "C" int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_
 		return 0;
 	LAUNCH(add_rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
 		eps, out);
+	return rows_launched();
+}
+
+/* add_rmsnorm_kernel that also quantizes each row of OUT into Q8_0 or Q8_1
+ * (WITH_SUM) blocks at XQ + t * STRIDE, as the matmul's quantizer would
+ * (quant_q8.cuh): N a multiple of 32.  Element e is thread e % ROWS_THREADS's
+ * in both passes (e = 32 * block + lane, blocks going to the warps in
+ * turn), so a thread still touches only its own elements. */
+static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const float *__restrict__ g,
+	int64_t n, float eps, float *out, int with_sum, uint8_t *__restrict__ xq, size_t stride)
+{
+	__shared__ double s_warp[ROWS_WARPS];
+	float *xr = x + (int64_t)blockIdx.x * n;
+	const float *yr = y + (int64_t)blockIdx.x * n;
+	float *o = out + (int64_t)blockIdx.x * n;
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nb = (int)(n / 32);
+	double part = 0;
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
+		const float v = xr[i] + yr[i];
+		xr[i] = v;
+		part += (double)__fmul_rn(v, v);
+	}
+	const double sum = rows_block_sum(part, s_warp);
+	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	uint8_t *row = xq + (size_t)blockIdx.x * stride;
+	for (int b = warp; b < nb; b += ROWS_WARPS) { /* the same for every lane of a warp */
+		const int64_t i = (int64_t)b * 32 + lane;
+		const float v = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
+		o[i] = v;
+		q8_block_store(v, lane, b, nb, (int)n, with_sum, row);
+	}
+}
+
+extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n,
+	float eps, float *out, int with_sum, void *xq, size_t stride, void *stream)
+{
+	if (T < 0 || n <= 0 || n % 32 || n > INT32_MAX || (T && (!x || !y || !g || !out || !xq)) ||
+	    stride < (size_t)n + (size_t)(n / 32) * (with_sum ? 8 : 4) || stride % 16 || (uintptr_t)xq % 16)
+		return -EINVAL;
+	if (!T)
+		return 0;
+	LAUNCH(add_rmsnorm_q8_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
+		eps, out, with_sum ? 1 : 0, (uint8_t *)xq, stride);
 	return rows_launched();
 }
 
