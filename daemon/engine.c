@@ -585,7 +585,7 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn,
 							   gu[0]));
 		OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
-		OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g));
+		OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
 		OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
 		if (l + 1 < hp->n_layer)
 			OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d,

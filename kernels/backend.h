@@ -117,8 +117,12 @@ struct backend_ops {
 	int (*attention)(struct backend *be, const struct bk_kv *kv, int32_t layer,
 			 const struct bk_rows *rows, const struct bk_attn *a,
 			 const float *q, float *out);
-	/* out (n) = silu(g) * u;  out may equal g */
-	int (*swiglu)(struct backend *be, const float *g, const float *u, int64_t n, float *out);
+	/* out (n) = silu(g) * u;  out may equal g.  NEXT, when not NULL, is
+	 * the weight of the matmul the caller runs next, on out as rows of
+	 * next->n_in (n a multiple of it), with no op in between: a backend may
+	 * prepare out for it in the same pass, as for add_rmsnorm. */
+	int (*swiglu)(struct backend *be, const float *g, const float *u, int64_t n, float *out,
+		      const struct bk_weight *next);
 	/* x (n) += y */
 	int (*add)(struct backend *be, float *x, const float *y, int64_t n);
 

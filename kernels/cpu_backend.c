@@ -1378,7 +1378,8 @@ static void ew_run(struct backend *be, cpu_task_fn fn, struct ew_job *j)
 		cpu_pool_run(cpu(be)->pool, fn, j, tasks);
 }
 
-static int cpu_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out)
+static int cpu_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
+		      const struct bk_weight *next)
 {
 	struct ew_job j = { g, u, out, n };
 	ew_run(be, swiglu_task, &j);

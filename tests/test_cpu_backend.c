@@ -496,7 +496,7 @@ static void test_swiglu_matches_scalar(void)
 			if (!be)
 				return;
 			quant_set_isa(path ? QUANT_ISA_SCALAR : quant_isa_best());
-			CHECK(be->ops->swiglu(be, g, u, N, out) == 0);
+			CHECK(be->ops->swiglu(be, g, u, N, out, NULL) == 0);
 			for (int i = 0; i < N; i++) {
 				float want = g[i] / (1.0f + expf(-g[i])) * u[i];
 				if (memcmp(&want, &out[i], sizeof want) && !(isnan(want) && isnan(out[i]))) {

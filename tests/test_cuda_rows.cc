@@ -1,6 +1,6 @@
 /* test_cuda_rows.cc - kernels/cuda/rows.cu (embed, rmsnorm, rope, swiglu,
- * add, add fused with rmsnorm (and with the next matmul's activation
- * quantization), the half-precision copies for cuBLAS), compiled here as
+ * add, add fused with rmsnorm, those two and swiglu fused with the next
+ * matmul's activation quantization, the half-precision copies for cuBLAS), compiled here as
  * C++ against the CUDA emulator, equals the CPU backend on random inputs
  * of several shapes, in every thread order.
  *
@@ -290,6 +290,39 @@ static void test_add_rmsnorm()
 	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, d.d, d.d, 1, 0, 1e-5f, d.d, NULL), -EINVAL);
 }
 
+/* Each of T rows of the quantized scratch GOT (STRIDE bytes apart) holds
+ * WANT's row (N floats) as quant_quantize_row makes it Q8_0 or (WITH_SUM)
+ * Q8_1: the same codes, then each block's f16 d (and s) as floats. */
+static void expect_q8_rows(const char *op, const char *what, const std::vector<uint8_t> &got,
+			   const std::vector<float> &want, int32_t T, int64_t n, size_t stride, int with_sum)
+{
+	const uint32_t vt = with_sum ? QT_Q8_1 : QT_Q8_0;
+	const size_t qb = with_sum ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
+	const int64_t nb = n / QK;
+	std::vector<uint8_t> ref((size_t)nb * qb);
+	int bad = 0;
+
+	for (int32_t t = 0; t < T; t++) {
+		quant_quantize_row(vt, want.data() + (size_t)t * n, ref.data(), n);
+		const uint8_t *row = got.data() + (size_t)t * stride;
+		for (int64_t b = 0; b < nb; b++) {
+			const uint8_t *blk = ref.data() + (size_t)b * qb;
+			uint16_t h[2];
+			float ds[2] = { 0, 0 };
+			memcpy(h, blk, 4);
+			memcpy(ds, row + n + 4 * b, 4);
+			if (with_sum)
+				memcpy(ds + 1, row + n + 4 * (nb + b), 4);
+			bad += memcmp(row + QK * b, blk + (with_sum ? 4 : 2), QK) != 0;
+			bad += ds[0] != qt_f16_to_f32(h[0]);
+			bad += with_sum && ds[1] != qt_f16_to_f32(h[1]);
+		}
+	}
+	if (bad)
+		fprintf(stderr, "%s %s: %d blocks differ from quant_quantize_row\n", op, what, bad);
+	CHECK_INT_EQ(bad, 0);
+}
+
 /* cuda_add_rmsnorm_q8: x and out have cuda_add_rmsnorm's bits, and each
  * row of the scratch holds out's row quantized as the CPU quantizes it
  * (quant_quantize_row to Q8_0 or Q8_1): the same codes, and each block's
@@ -300,8 +333,6 @@ static void test_add_rmsnorm_q8()
 	static const int64_t ns[] = { 64, 576, 2048 };
 
 	for (int with_sum = 0; with_sum < 2; with_sum++) {
-		const uint32_t vt = with_sum ? QT_Q8_1 : QT_Q8_0;
-		const size_t qb = with_sum ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
 		for (int64_t n : ns) {
 			const int64_t nb = n / QK;
 			const size_t stride = ((size_t)n + (size_t)nb * (with_sum ? 8 : 4) + 15) / 16 * 16;
@@ -331,29 +362,7 @@ static void test_add_rmsnorm_q8()
 					int64_t d0 = 0;
 					expect_close("add_rmsnorm_q8 x", what, dx.get(), want_x, 0, &d0);
 					expect_close("add_rmsnorm_q8 out", what, dy.get(), want, 0, &d0);
-					std::vector<uint8_t> got = dq.get();
-					std::vector<uint8_t> ref((size_t)nb * qb);
-					int bad = 0;
-					for (int32_t t = 0; t < T; t++) {
-						quant_quantize_row(vt, want.data() + (size_t)t * n, ref.data(), n);
-						const uint8_t *row = got.data() + (size_t)t * stride;
-						for (int64_t b = 0; b < nb; b++) {
-							const uint8_t *blk = ref.data() + (size_t)b * qb;
-							uint16_t h[2];
-							float ds[2] = { 0, 0 };
-							memcpy(h, blk, 4);
-							memcpy(ds, row + n + 4 * b, 4);
-							if (with_sum)
-								memcpy(ds + 1, row + n + 4 * (nb + b), 4);
-							bad += memcmp(row + QK * b, blk + (with_sum ? 4 : 2), QK) != 0;
-							bad += ds[0] != qt_f16_to_f32(h[0]);
-							bad += with_sum && ds[1] != qt_f16_to_f32(h[1]);
-						}
-					}
-					if (bad)
-						fprintf(stderr, "add_rmsnorm_q8 %s: %d blocks differ from quant_quantize_row\n",
-							what, bad);
-					CHECK_INT_EQ(bad, 0);
+					expect_q8_rows("add_rmsnorm_q8", what, dq.get(), want, T, n, stride, with_sum);
 				});
 			}
 		}
@@ -429,7 +438,7 @@ static void test_elementwise()
 		for (float &v : u)
 			v = frand(-3, 3);
 		std::vector<float> want_sw(n), want_add = g;
-		CHECK_INT_EQ(cpu->ops->swiglu(cpu, g.data(), u.data(), n, want_sw.data()), 0);
+		CHECK_INT_EQ(cpu->ops->swiglu(cpu, g.data(), u.data(), n, want_sw.data(), NULL), 0);
 		CHECK_INT_EQ(cpu->ops->add(cpu, want_add.data(), u.data(), n), 0);
 		dbuf<float> dg(n), du(n), dout(n);
 		du.put(u);
@@ -521,6 +530,48 @@ static void test_half()
 	CHECK_INT_EQ(cuda_to_half(dx.d, 4, 0, (char *)dh.d + 1, NULL), -EINVAL);
 }
 
+/* cuda_swiglu_q8: out has cuda_swiglu's bits (in place too), and the
+ * scratch holds out's rows quantized as the CPU quantizes them. */
+static void test_swiglu_q8()
+{
+	static const int32_t Ts[] = { 1, 3 };
+	static const int64_t ns[] = { 32, 1536 };
+
+	for (int with_sum = 0; with_sum < 2; with_sum++) {
+		for (int64_t n : ns) {
+			const size_t stride = ((size_t)n + (size_t)(n / QK) * (with_sum ? 8 : 4) + 15) / 16 * 16;
+			for (int32_t T : Ts) {
+				const size_t tn = (size_t)T * (size_t)n;
+				std::vector<float> g(tn), u(tn);
+				for (size_t i = 0; i < tn; i++) {
+					g[i] = i < QK ? 0.0f : frand(-12, 12); /* a zero block: amax 0 */
+					u[i] = frand(-3, 3);
+				}
+				dbuf<float> dg(tn), du(tn), dout(tn);
+				dbuf<uint8_t> dq(stride * (size_t)T);
+				du.put(u);
+				char what[64];
+				snprintf(what, sizeof what, "n=%lld T=%d %s", (long long)n, T, with_sum ? "Q8_1" : "Q8_0");
+				for_each_order([&](const char *) {
+					dg.put(g);
+					CHECK_INT_EQ(cuda_swiglu(dg.d, du.d, (int64_t)tn, dout.d, NULL), 0);
+					std::vector<float> want = dout.get();
+					int64_t d0 = 0;
+					CHECK_INT_EQ(cuda_swiglu_q8(dg.d, du.d, T, n, dg.d, with_sum, dq.d, stride, NULL), 0);
+					expect_close("swiglu_q8 in place", what, dg.get(), want, 0, &d0);
+					expect_q8_rows("swiglu_q8", what, dq.get(), want, T, n, stride, with_sum);
+				});
+			}
+		}
+	}
+	dbuf<float> d(64);
+	dbuf<uint8_t> q(256);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 0, 64, d.d, 0, q.d, 80, NULL), 0);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 48, d.d, 0, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 64, d.d, 1, q.d, 64, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 64, d.d, 0, NULL, 80, NULL), -EINVAL);
+}
+
 int main()
 {
 	CHECK_INT_EQ(cpu_backend_new(1, &cpu), 0);
@@ -532,6 +583,7 @@ int main()
 	test_add_rmsnorm_q8();
 	test_rope();
 	test_elementwise();
+	test_swiglu_q8();
 	test_half();
 	backend_free(cpu);
 	printf("largest distance from the CPU backend, in ulps: embed %lld, rmsnorm %lld, rope %lld, "

@@ -686,9 +686,62 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 					  cb->att_scratch, cb->stream));
 }
 
-static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out)
+/* Whether the op before NEXT's matmul may quantize its output OUT (T rows
+ * of N) for it: NEXT a Q4_0, Q4_1 or Q8_0 weight that cb_matmul will run
+ * on its integer kernels.  Then 1, mm_scratch grown for it, *RET_STRIDE
+ * its row stride and *DW the device weight; else 0, or a negative errno. */
+static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, int32_t T, int64_t n,
+			 struct bk_weight *dw, size_t *ret_stride)
 {
-	return cb_launched(cbk(be), "cuda_swiglu", cuda_swiglu(g, u, n, out, cbk(be)->stream));
+	int r;
+
+	if (!next || T < 1 || (next->type != QT_Q4_0 && next->type != QT_Q4_1 && next->type != QT_Q8_0) ||
+	    next->n_in != n || n % QK)
+		return 0;
+	if ((r = cb_weight(cb, next, dw)) < 0)
+		return r;
+	const size_t stride = cuda_matmul_scratch_bytes(dw, 1);
+	if (cb_mm_half(cb, dw, T) || !stride)
+		return 0;
+	if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, stride * (size_t)T)) < 0)
+		return r;
+	*ret_stride = stride;
+	return 1;
+}
+
+/* The launch R of a kernel that quantized OUT for DW (cb_fuse_begin): the
+ * next cb_matmul on OUT takes mm_scratch as it is, if nothing runs before. */
+static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const float *out, int32_t T,
+		       const struct bk_weight *dw)
+{
+	if ((r = cb_launched(cb, call, r)) < 0)
+		return r;
+	cb->xq_src = out;
+	cb->xq_T = T;
+	cb->xq_n = dw->n_in;
+	cb->xq_vec = qtype_get(dw->type)->vec_type;
+	cb->xq_calls = cb->calls;
+	return 0;
+}
+
+static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
+		     const struct bk_weight *next)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct bk_weight dw;
+	size_t stride;
+	int r = 0;
+
+	if (next && next->n_in > 0 && n % next->n_in == 0 && n / next->n_in <= INT32_MAX &&
+	    (r = cb_fuse_begin(cb, next, (int32_t)(n / next->n_in), next->n_in, &dw, &stride)) < 0)
+		return r;
+	if (r) {
+		const int32_t T = (int32_t)(n / next->n_in);
+		return cb_fuse_end(cb, "cuda_swiglu_q8",
+				   cuda_swiglu_q8(g, u, T, next->n_in, out, dw.type == QT_Q4_1, cb->mm_scratch, stride,
+						  cb->stream), out, T, &dw);
+	}
+	return cb_launched(cb, "cuda_swiglu", cuda_swiglu(g, u, n, out, cb->stream));
 }
 
 static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
@@ -696,41 +749,22 @@ static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
 	return cb_launched(cbk(be), "cuda_add", cuda_add(x, y, n, cbk(be)->stream));
 }
 
-/* With NEXT a Q4_0, Q4_1 or Q8_0 weight that cb_matmul will run on its
- * integer kernels, out is quantized for it in the same launch (one launch
- * fewer per norm); cb_matmul takes it from mm_scratch. */
 static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g, int32_t T,
 			  int64_t n, float eps, float *out, const struct bk_weight *next)
 {
 	struct cuda_backend *cb = cbk(be);
 	struct bk_weight dw;
+	size_t stride;
 	void *dg;
 	int r;
 
-	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0)
+	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0 ||
+	    (r = cb_fuse_begin(cb, next, T, n, &dw, &stride)) < 0)
 		return r;
-	if (next && T > 0 && (next->type == QT_Q4_0 || next->type == QT_Q4_1 || next->type == QT_Q8_0) &&
-	    next->n_in == n && n % QK == 0) {
-		if ((r = cb_weight(cb, next, &dw)) < 0)
-			return r;
-		const size_t stride = cuda_matmul_scratch_bytes(&dw, 1);
-		if (!cb_mm_half(cb, &dw, T) && stride &&
-		    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, stride * (size_t)T)) == 0) {
-			r = cb_launched(cb, "cuda_add_rmsnorm_q8",
-					cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, dw.type == QT_Q4_1,
-							    cb->mm_scratch, stride, cb->stream));
-			if (r < 0)
-				return r;
-			cb->xq_src = out;
-			cb->xq_T = T;
-			cb->xq_n = n;
-			cb->xq_vec = qtype_get(dw.type)->vec_type;
-			cb->xq_calls = cb->calls;
-			return 0;
-		}
-		if (r < 0)
-			return r;
-	}
+	if (r)
+		return cb_fuse_end(cb, "cuda_add_rmsnorm_q8",
+				   cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, dw.type == QT_Q4_1, cb->mm_scratch,
+						       stride, cb->stream), out, T, &dw);
 	return cb_launched(cb, "cuda_add_rmsnorm", cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream));
 }
 

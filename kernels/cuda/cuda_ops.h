@@ -44,6 +44,11 @@ int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_r
 	      const int32_t *pos, float freq_base, enum bk_rope_style style, void *stream);
 /* out (n) = silu(g) * u; out may equal g. */
 int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, void *stream);
+/* cuda_swiglu of T rows of N_IN that also quantizes out as
+ * cuda_add_rmsnorm_q8 does (N_IN a multiple of 32; XQ, STRIDE, WITH_SUM as
+ * there), with cuda_swiglu's bits in out. */
+int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out, int with_sum,
+		   void *xq, size_t stride, void *stream);
 /* x (n) += y. */
 int cuda_add(float *x, const float *y, int64_t n, void *stream);
 /* x (T, n) += y, then out = x / rms(x) * g: cuda_add and cuda_rmsnorm in

@@ -435,6 +435,23 @@ static __global__ void swiglu_kernel(const float *g, const float *__restrict__ u
 	}
 }
 
+/* swiglu_kernel over T rows of N_IN (a multiple of 32) that also quantizes
+ * out's rows as add_rmsnorm_q8_kernel does: one warp per 32-element block,
+ * lane i taking element i (ROWS_WARPS blocks per block of the grid). */
+static __global__ void swiglu_q8_kernel(const float *g, const float *__restrict__ u, int n_in,
+	int64_t n_blocks, float *out, int with_sum, uint8_t *__restrict__ xq, size_t stride)
+{
+	const int64_t gw = (int64_t)blockIdx.x * ROWS_WARPS + threadIdx.x / 32;
+	const int lane = threadIdx.x % 32, nb = n_in / 32;
+	if (gw >= n_blocks) /* whole warps only */
+		return;
+	const int64_t k = gw * 32 + lane, t = gw / nb;
+	const float a = g[k];
+	const float v = a / (1.0f + expf(-a)) * u[k];
+	out[k] = v;
+	q8_block_store(v, lane, (int)(gw % nb), nb, n_in, with_sum, xq + (size_t)t * stride);
+}
+
 static __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t n)
 {
 	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
@@ -456,6 +473,23 @@ extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out
 		return 0;
 	LAUNCH(swiglu_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, (cudaStream_t)stream, g, u, n,
 		out);
+	return rows_launched();
+}
+
+extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out,
+	int with_sum, void *xq, size_t stride, void *stream)
+{
+	if (T < 0 || n_in <= 0 || n_in % 32 || n_in > INT32_MAX || (T && (!g || !u || !out || !xq)) ||
+	    stride < (size_t)n_in + (size_t)(n_in / 32) * (with_sum ? 8 : 4) || stride % 16 ||
+	    (uintptr_t)xq % 16)
+		return -EINVAL;
+	const int64_t n_blocks = (int64_t)T * (n_in / 32), grid = (n_blocks + ROWS_WARPS - 1) / ROWS_WARPS;
+	if (grid > 0x7fffffff)
+		return -EINVAL;
+	if (!T)
+		return 0;
+	LAUNCH(swiglu_q8_kernel, (unsigned)grid, ROWS_THREADS, 0, (cudaStream_t)stream, g, u, (int)n_in,
+		n_blocks, out, with_sum ? 1 : 0, (uint8_t *)xq, stride);
 	return rows_launched();
 }
 
