@@ -291,31 +291,41 @@ static void test_add_rmsnorm()
 }
 
 /* Each of T rows of the quantized scratch GOT (STRIDE bytes apart) holds
- * WANT's row (N floats) as quant_quantize_row makes it Q8_0 or (WITH_SUM)
- * Q8_1: the same codes, then each block's f16 d (and s) as floats. */
+ * WANT's row (N floats) as quant_quantize_row makes it VEC (Q8_0, Q8_1 or
+ * Q8_K): the same codes, then each block's f16 d (and s) as floats, or
+ * each super-block's d and then its 16 bsums as int32. */
 static void expect_q8_rows(const char *op, const char *what, const std::vector<uint8_t> &got,
-			   const std::vector<float> &want, int32_t T, int64_t n, size_t stride, int with_sum)
+			   const std::vector<float> &want, int32_t T, int64_t n, size_t stride, uint32_t vec)
 {
-	const uint32_t vt = with_sum ? QT_Q8_1 : QT_Q8_0;
-	const size_t qb = with_sum ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
-	const int64_t nb = n / QK;
+	const size_t qb = qtype_get(vec)->bytes;
+	const int64_t nb = n / (int64_t)qtype_get(vec)->blck;
 	std::vector<uint8_t> ref((size_t)nb * qb);
 	int bad = 0;
 
 	for (int32_t t = 0; t < T; t++) {
-		quant_quantize_row(vt, want.data() + (size_t)t * n, ref.data(), n);
+		quant_quantize_row(vec, want.data() + (size_t)t * n, ref.data(), n);
 		const uint8_t *row = got.data() + (size_t)t * stride;
 		for (int64_t b = 0; b < nb; b++) {
 			const uint8_t *blk = ref.data() + (size_t)b * qb;
-			uint16_t h[2];
 			float ds[2] = { 0, 0 };
-			memcpy(h, blk, 4);
 			memcpy(ds, row + n + 4 * b, 4);
-			if (with_sum)
+			if (vec == QT_Q8_K) {
+				struct block_q8_k k;
+				int32_t bs[QK_K / 16];
+				memcpy(&k, blk, sizeof k);
+				memcpy(bs, row + n + 4 * nb + sizeof bs * b, sizeof bs);
+				bad += memcmp(row + QK_K * b, k.qs, QK_K) != 0 || ds[0] != k.d;
+				for (int i = 0; i < QK_K / 16; i++)
+					bad += bs[i] != k.bsums[i];
+				continue;
+			}
+			uint16_t h[2];
+			memcpy(h, blk, 4);
+			if (vec == QT_Q8_1)
 				memcpy(ds + 1, row + n + 4 * (nb + b), 4);
-			bad += memcmp(row + QK * b, blk + (with_sum ? 4 : 2), QK) != 0;
+			bad += memcmp(row + QK * b, blk + (vec == QT_Q8_1 ? 4 : 2), QK) != 0;
 			bad += ds[0] != qt_f16_to_f32(h[0]);
-			bad += with_sum && ds[1] != qt_f16_to_f32(h[1]);
+			bad += vec == QT_Q8_1 && ds[1] != qt_f16_to_f32(h[1]);
 		}
 	}
 	if (bad)
@@ -323,19 +333,28 @@ static void expect_q8_rows(const char *op, const char *what, const std::vector<u
 	CHECK_INT_EQ(bad, 0);
 }
 
+/* Bytes of a quantized row in the matmul's layout, rounded to 16. */
+static size_t q8_stride(uint32_t vec, int64_t n)
+{
+	const int64_t nb = n / (int64_t)qtype_get(vec)->blck;
+	const size_t b = (size_t)n + (size_t)nb * (vec == QT_Q8_K ? 4 + 16 * 4 : vec == QT_Q8_1 ? 8 : 4);
+	return (b + 15) / 16 * 16;
+}
+
+static const uint32_t q8_vecs[] = { QT_Q8_0, QT_Q8_1, QT_Q8_K };
+
 /* cuda_add_rmsnorm_q8: x and out have cuda_add_rmsnorm's bits, and each
  * row of the scratch holds out's row quantized as the CPU quantizes it
- * (quant_quantize_row to Q8_0 or Q8_1): the same codes, and each block's
- * f16 d (and s) as floats after the codes, in the matmul's layout. */
+ * (quant_quantize_row to Q8_0, Q8_1 or Q8_K), in the matmul's layout. */
 static void test_add_rmsnorm_q8()
 {
 	static const int32_t Ts[] = { 1, 5 };
-	static const int64_t ns[] = { 64, 576, 2048 };
+	static const int64_t ns[] = { 64, 576, 2048 }, ns_k[] = { 256, 768, 2048 };
 
-	for (int with_sum = 0; with_sum < 2; with_sum++) {
-		for (int64_t n : ns) {
-			const int64_t nb = n / QK;
-			const size_t stride = ((size_t)n + (size_t)nb * (with_sum ? 8 : 4) + 15) / 16 * 16;
+	for (uint32_t vec : q8_vecs) {
+		const int blck = (int)qtype_get(vec)->blck;
+		for (int64_t n : vec == QT_Q8_K ? ns_k : ns) {
+			const size_t stride = q8_stride(vec, n);
 			for (int32_t T : Ts) {
 				const float eps = 1e-5f;
 				std::vector<float> x((size_t)T * n), y(x.size()), g(n);
@@ -344,12 +363,12 @@ static void test_add_rmsnorm_q8()
 					y[i] = frand(-2, 2) * (i % 7 == 0 ? 8.0f : 1.0f);
 				}
 				for (int64_t i = 0; i < n; i++) /* a zero block: amax 0 */
-					g[i] = i < QK ? 0.0f : frand(-1.5f, 1.5f);
+					g[i] = i < blck ? 0.0f : frand(-1.5f, 1.5f);
 				dbuf<float> dx(x.size()), dy(x.size()), dg(n);
 				dbuf<uint8_t> dq(stride * (size_t)T);
 				dg.put(g);
 				char what[64];
-				snprintf(what, sizeof what, "n=%lld T=%d %s", (long long)n, T, with_sum ? "Q8_1" : "Q8_0");
+				snprintf(what, sizeof what, "n=%lld T=%d %s", (long long)n, T, qtype_get(vec)->name);
 				for_each_order([&](const char *) {
 					dx.put(x);
 					dy.put(y);
@@ -357,23 +376,25 @@ static void test_add_rmsnorm_q8()
 					std::vector<float> want_x = dx.get(), want = dy.get();
 					dx.put(x);
 					dy.put(y);
-					CHECK_INT_EQ(cuda_add_rmsnorm_q8(dx.d, dy.d, dg.d, T, n, eps, dy.d, with_sum, dq.d,
-									 stride, NULL), 0);
+					CHECK_INT_EQ(cuda_add_rmsnorm_q8(dx.d, dy.d, dg.d, T, n, eps, dy.d, vec, dq.d, stride,
+									 NULL), 0);
 					int64_t d0 = 0;
 					expect_close("add_rmsnorm_q8 x", what, dx.get(), want_x, 0, &d0);
 					expect_close("add_rmsnorm_q8 out", what, dy.get(), want, 0, &d0);
-					expect_q8_rows("add_rmsnorm_q8", what, dq.get(), want, T, n, stride, with_sum);
+					expect_q8_rows("add_rmsnorm_q8", what, dq.get(), want, T, n, stride, vec);
 				});
 			}
 		}
 	}
 	dbuf<float> d(64);
 	dbuf<uint8_t> q(256);
-	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 0, 64, 1e-5f, d.d, 0, q.d, 80, NULL), 0);
-	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 48, 1e-5f, d.d, 0, q.d, 80, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, 1, q.d, 64, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, 0, NULL, 80, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, 0, q.d + 1, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 0, 64, 1e-5f, d.d, QT_Q8_0, q.d, 80, NULL), 0);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 48, 1e-5f, d.d, QT_Q8_0, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q8_K, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q8_1, q.d, 64, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q4_0, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q8_0, NULL, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q8_0, q.d + 1, 80, NULL), -EINVAL);
 }
 
 /* ---- rope ---- */
@@ -535,41 +556,43 @@ static void test_half()
 static void test_swiglu_q8()
 {
 	static const int32_t Ts[] = { 1, 3 };
-	static const int64_t ns[] = { 32, 1536 };
+	static const int64_t ns[] = { 32, 1536 }, ns_k[] = { 256, 1536 };
 
-	for (int with_sum = 0; with_sum < 2; with_sum++) {
-		for (int64_t n : ns) {
-			const size_t stride = ((size_t)n + (size_t)(n / QK) * (with_sum ? 8 : 4) + 15) / 16 * 16;
+	for (uint32_t vec : q8_vecs) {
+		const int blck = (int)qtype_get(vec)->blck;
+		for (int64_t n : vec == QT_Q8_K ? ns_k : ns) {
+			const size_t stride = q8_stride(vec, n);
 			for (int32_t T : Ts) {
 				const size_t tn = (size_t)T * (size_t)n;
 				std::vector<float> g(tn), u(tn);
 				for (size_t i = 0; i < tn; i++) {
-					g[i] = i < QK ? 0.0f : frand(-12, 12); /* a zero block: amax 0 */
+					g[i] = i < (size_t)blck ? 0.0f : frand(-12, 12); /* a zero block: amax 0 */
 					u[i] = frand(-3, 3);
 				}
 				dbuf<float> dg(tn), du(tn), dout(tn);
 				dbuf<uint8_t> dq(stride * (size_t)T);
 				du.put(u);
 				char what[64];
-				snprintf(what, sizeof what, "n=%lld T=%d %s", (long long)n, T, with_sum ? "Q8_1" : "Q8_0");
+				snprintf(what, sizeof what, "n=%lld T=%d %s", (long long)n, T, qtype_get(vec)->name);
 				for_each_order([&](const char *) {
 					dg.put(g);
 					CHECK_INT_EQ(cuda_swiglu(dg.d, du.d, (int64_t)tn, dout.d, NULL), 0);
 					std::vector<float> want = dout.get();
 					int64_t d0 = 0;
-					CHECK_INT_EQ(cuda_swiglu_q8(dg.d, du.d, T, n, dg.d, with_sum, dq.d, stride, NULL), 0);
+					CHECK_INT_EQ(cuda_swiglu_q8(dg.d, du.d, T, n, dg.d, vec, dq.d, stride, NULL), 0);
 					expect_close("swiglu_q8 in place", what, dg.get(), want, 0, &d0);
-					expect_q8_rows("swiglu_q8", what, dq.get(), want, T, n, stride, with_sum);
+					expect_q8_rows("swiglu_q8", what, dq.get(), want, T, n, stride, vec);
 				});
 			}
 		}
 	}
 	dbuf<float> d(64);
 	dbuf<uint8_t> q(256);
-	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 0, 64, d.d, 0, q.d, 80, NULL), 0);
-	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 48, d.d, 0, q.d, 80, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 64, d.d, 1, q.d, 64, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 64, d.d, 0, NULL, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 0, 64, d.d, QT_Q8_0, q.d, 80, NULL), 0);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 48, d.d, QT_Q8_0, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 64, d.d, QT_Q8_K, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 64, d.d, QT_Q8_1, q.d, 64, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_swiglu_q8(d.d, d.d, 1, 64, d.d, QT_Q8_0, NULL, 80, NULL), -EINVAL);
 }
 
 int main()

@@ -687,16 +687,18 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 }
 
 /* Whether the op before NEXT's matmul may quantize its output OUT (T rows
- * of N) for it: NEXT a Q4_0, Q4_1 or Q8_0 weight that cb_matmul will run
- * on its integer kernels.  Then 1, mm_scratch grown for it, *RET_STRIDE
+ * of N) for it: NEXT a Q4_0, Q4_1, Q8_0 or K-quant weight that cb_matmul
+ * will run on its integer kernels.  Then 1, mm_scratch grown for it, *RET_STRIDE
  * its row stride and *DW the device weight; else 0, or a negative errno. */
 static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, int32_t T, int64_t n,
 			 struct bk_weight *dw, size_t *ret_stride)
 {
 	int r;
 
-	if (!next || T < 1 || (next->type != QT_Q4_0 && next->type != QT_Q4_1 && next->type != QT_Q8_0) ||
-	    next->n_in != n || n % QK)
+	const struct qtype_info *ti = next ? qtype_get(next->type) : NULL;
+	if (!ti || T < 1 || next->n_in != n || n % ti->blck ||
+	    (next->type != QT_Q4_0 && next->type != QT_Q4_1 && next->type != QT_Q8_0 &&
+	     next->type != QT_Q4_K && next->type != QT_Q5_K && next->type != QT_Q6_K))
 		return 0;
 	if ((r = cb_weight(cb, next, dw)) < 0)
 		return r;
@@ -738,8 +740,8 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 	if (r) {
 		const int32_t T = (int32_t)(n / next->n_in);
 		return cb_fuse_end(cb, "cuda_swiglu_q8",
-				   cuda_swiglu_q8(g, u, T, next->n_in, out, dw.type == QT_Q4_1, cb->mm_scratch, stride,
-						  cb->stream), out, T, &dw);
+				   cuda_swiglu_q8(g, u, T, next->n_in, out, qtype_get(dw.type)->vec_type, cb->mm_scratch,
+						  stride, cb->stream), out, T, &dw);
 	}
 	return cb_launched(cb, "cuda_swiglu", cuda_swiglu(g, u, n, out, cb->stream));
 }
@@ -763,8 +765,8 @@ static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const fl
 		return r;
 	if (r)
 		return cb_fuse_end(cb, "cuda_add_rmsnorm_q8",
-				   cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, dw.type == QT_Q4_1, cb->mm_scratch,
-						       stride, cb->stream), out, T, &dw);
+				   cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, qtype_get(dw.type)->vec_type,
+						       cb->mm_scratch, stride, cb->stream), out, T, &dw);
 	return cb_launched(cb, "cuda_add_rmsnorm", cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream));
 }
 

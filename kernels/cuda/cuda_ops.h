@@ -45,9 +45,9 @@ int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_r
 /* out (n) = silu(g) * u; out may equal g. */
 int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, void *stream);
 /* cuda_swiglu of T rows of N_IN that also quantizes out as
- * cuda_add_rmsnorm_q8 does (N_IN a multiple of 32; XQ, STRIDE, WITH_SUM as
+ * cuda_add_rmsnorm_q8 does (VEC, XQ, STRIDE and the limits on N_IN as
  * there), with cuda_swiglu's bits in out. */
-int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out, int with_sum,
+int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out, uint32_t vec,
 		   void *xq, size_t stride, void *stream);
 /* x (n) += y. */
 int cuda_add(float *x, const float *y, int64_t n, void *stream);
@@ -56,13 +56,13 @@ int cuda_add(float *x, const float *y, int64_t n, void *stream);
 int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
 		     float *out, void *stream);
 /* cuda_add_rmsnorm that also quantizes out, in the same launch, into the
- * Q8_0 (or, WITH_SUM, Q8_1) rows cuda_matmul_q_group reads from its
- * SCRATCH (XQ, rows STRIDE = cuda_matmul_scratch_bytes(w, 1) bytes apart,
- * 16-byte aligned), with the bytes its own quantizer writes: the matmul
- * of a Q4_0/Q8_0 (Q4_1) weight of n_in N may then run with X NULL.
- * N must be a multiple of 32. */
+ * rows of VEC (QT_Q8_0, QT_Q8_1 or QT_Q8_K) cuda_matmul_q_group reads from
+ * its SCRATCH (XQ, rows STRIDE = cuda_matmul_scratch_bytes(w, 1) bytes
+ * apart, 16-byte aligned), with the bytes its own quantizer writes: the
+ * matmul of a weight of that vec type and n_in N may then run with X NULL.
+ * N must be a whole number of VEC's blocks (32, or 256 for Q8_K). */
 int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
-			float *out, int with_sum, void *xq, size_t stride, void *stream);
+			float *out, uint32_t vec, void *xq, size_t stride, void *stream);
 /* out (n_rows, w->n_in) __half = rows ROW0.. of W as cuda_embed dequantizes
  * them, each rounded to nearest even f16: weight tiles for cuBLAS. */
 int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,

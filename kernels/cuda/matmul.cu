@@ -47,7 +47,7 @@ extern "C" {
 #define MM_WARPS 4      /* warps (weight rows) per block of the matmul kernels */
 #define MM_TB 4         /* activation rows a warp keeps in registers at once */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
-#define MMQK_THREADS 256 /* one Q8_K super-block per block of its quantizer */
+#define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
 
 /* The weights of one launch: a matmul group's q, k and v (or gate and up)
  * share their activations and take one grid, weight k its blocks
@@ -124,67 +124,17 @@ static __global__ void quantize_q8_kernel(const float *__restrict__ x, int n_in,
 
 /* ---- activation quantization: Q8_K ---- */
 
-/* One block of 256 threads per super-block: thread i takes element i.  The
- * scale comes from the first element of largest magnitude, sign included
- * (quant.c's quantize_q8_k). */
+/* One block of 256 threads per super-block: thread i takes element i. */
 static __global__ void quantize_q8k_kernel(const float *__restrict__ x, int n_in,
 	uint8_t *__restrict__ xq, size_t stride)
 {
-	__shared__ float s_ax[MMQK_THREADS / 32];
-	__shared__ int s_idx[MMQK_THREADS / 32];
+	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
+	__shared__ int s_idx[Q8K_THREADS / 32];
 	const int nsb = n_in / QK_K;
 	const int t = blockIdx.x / nsb, b = blockIdx.x % nsb;
-	const int i = threadIdx.x, lane = i % 32, warp = i / 32;
-	const float *src = x + (size_t)t * n_in + (size_t)b * QK_K;
-	const float v = src[i];
 
-	float ax = fabsf(v);
-	int idx = i;
-	for (int off = 16; off > 0; off /= 2) {
-		const float oax = __shfl_xor_sync(MM_FULL, ax, off);
-		const int oidx = __shfl_xor_sync(MM_FULL, idx, off);
-		if (oax > ax || (oax == ax && oidx < idx)) {
-			ax = oax;
-			idx = oidx;
-		}
-	}
-	if (lane == 0) {
-		s_ax[warp] = ax;
-		s_idx[warp] = idx;
-	}
-	__syncthreads();
-	float amax = s_ax[0];
-	int first = s_idx[0];
-	for (int w = 1; w < MMQK_THREADS / 32; w++)
-		if (s_ax[w] > amax) { /* warps in index order: ties keep the earlier */
-			amax = s_ax[w];
-			first = s_idx[w];
-		}
-
-	uint8_t *row = xq + (size_t)t * stride;
-	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * QK_K;
-	float *ds = reinterpret_cast<float *>(row + n_in);
-	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * (QK_K / 16);
-	if (amax == 0) {
-		qs[i] = 0;
-		if (i < QK_K / 16)
-			bsums[i] = 0;
-		if (i == 0)
-			ds[b] = 0;
-		return;
-	}
-	const float max = src[first];
-	const float iscale = -127.f / max;
-	int q = __float2int_rn(iscale * v);
-	q = q < 127 ? q : 127;
-	qs[i] = (int8_t)q;
-	int s = q; /* sum over the 16-lane group */
-	for (int off = 8; off > 0; off /= 2)
-		s += __shfl_xor_sync(MM_FULL, s, off);
-	if (i % 16 == 0)
-		bsums[i / 16] = s;
-	if (i == 0)
-		ds[b] = 1 / iscale;
+	q8k_block_store(x[(size_t)t * n_in + (size_t)b * QK_K + threadIdx.x], b, nsb, n_in,
+			xq + (size_t)t * stride, s_ax, s_idx, s_v);
 }
 
 /* ---- matmul: 32-element blocks (Q4_0, Q4_1, Q8_0) ---- */

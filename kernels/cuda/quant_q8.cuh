@@ -1,8 +1,10 @@
-/* quant_q8.cuh - one warp's quantization of a 32-element activation block
- * into Q8_0 or Q8_1 (quant.c's arithmetic: id = 127 / amax, round half to
- * even, f16 scales rounded to nearest even), in the device layout the
+/* quant_q8.cuh - the quantization of activation blocks on the device:
+ * one warp's 32-element block into Q8_0 or Q8_1 (quant.c's arithmetic:
+ * id = 127 / amax, round half to even, f16 scales rounded to nearest even),
+ * one 256-thread block's super-block into Q8_K, in the device layout the
  * matmul kernels read (matmul.cu): per row, the n_in int8 codes, then a
- * float d per block, then (Q8_1) a float s = d * sum(codes) per block.
+ * float d per block, then (Q8_1) a float s = d * sum(codes) per block, or
+ * (Q8_K) 16 int32 bsums per super-block.
  * Shared by matmul.cu's quantizer and the fused norm + quantize of rows.cu,
  * so that both write the same bytes.
  */
@@ -33,6 +35,68 @@ static __device__ __forceinline__ void q8_block_store(float v, int lane, int b, 
 		if (lane == 0)
 			ds[nb + b] = __half2float(__float2half_rn((float)sum * d));
 	}
+}
+
+/* Threads of a block that q8k_block_store takes: one per element. */
+#define Q8K_THREADS 256
+
+/* Super-block B (of NSB) of the row at ROW (N_IN codes first): thread i of
+ * a block of Q8K_THREADS holds element 256 * B + i as V; every thread must
+ * call it.  The scale comes from the first element of largest magnitude,
+ * sign included (quant.c's quantize_q8_k).  S_AX, S_IDX and S_V are
+ * __shared__ arrays of Q8K_THREADS / 32, free again when it returns. */
+static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, int n_in, uint8_t *row,
+	float *s_ax, int *s_idx, float *s_v)
+{
+	const int i = threadIdx.x, lane = i % 32, warp = i / 32;
+	float ax = fabsf(v), val = v;
+	int idx = i;
+	for (int off = 16; off > 0; off /= 2) {
+		const float oax = __shfl_xor_sync(0xffffffffu, ax, off);
+		const int oidx = __shfl_xor_sync(0xffffffffu, idx, off);
+		const float oval = __shfl_xor_sync(0xffffffffu, val, off);
+		if (oax > ax || (oax == ax && oidx < idx)) {
+			ax = oax;
+			idx = oidx;
+			val = oval;
+		}
+	}
+	if (lane == 0) {
+		s_ax[warp] = ax;
+		s_idx[warp] = idx;
+		s_v[warp] = val;
+	}
+	__syncthreads();
+	float amax = s_ax[0], max = s_v[0];
+	for (int w = 1; w < Q8K_THREADS / 32; w++)
+		if (s_ax[w] > amax) { /* warps in index order: ties keep the earlier */
+			amax = s_ax[w];
+			max = s_v[w];
+		}
+	__syncthreads(); /* all have read the arrays: the next call may write them */
+
+	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * 256;
+	float *ds = reinterpret_cast<float *>(row + n_in);
+	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * 16;
+	if (amax == 0) {
+		qs[i] = 0;
+		if (i < 16)
+			bsums[i] = 0;
+		if (i == 0)
+			ds[b] = 0;
+		return;
+	}
+	const float iscale = -127.f / max;
+	int q = __float2int_rn(iscale * v);
+	q = q < 127 ? q : 127;
+	qs[i] = (int8_t)q;
+	int s = q; /* sum over the 16-lane group */
+	for (int off = 8; off > 0; off /= 2)
+		s += __shfl_xor_sync(0xffffffffu, s, off);
+	if (i % 16 == 0)
+		bsums[i / 16] = s;
+	if (i == 0)
+		ds[b] = 1 / iscale;
 }
 
 #endif

@@ -34,6 +34,7 @@ extern "C" {
 #define ROWS_THREADS 256     /* threads per block of every kernel here */
 #define ROWS_WARPS (ROWS_THREADS / 32)
 #define EW_MAX_BLOCKS 65536  /* grid of the element-wise grid-stride loops */
+static_assert(ROWS_THREADS == Q8K_THREADS, "the fused Q8_K quantization takes a row block's threads");
 
 /* ---- shared helpers ---- */
 
@@ -377,16 +378,64 @@ static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const flo
 	}
 }
 
-extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n,
-	float eps, float *out, int with_sum, void *xq, size_t stride, void *stream)
+/* The same into Q8_K super-blocks (N a multiple of 256): the block's 256
+ * threads take super-block b's element i, element 256 * b + i being
+ * thread i's in the first pass too. */
+static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const float *__restrict__ g,
+	int64_t n, float eps, float *out, uint8_t *__restrict__ xq, size_t stride)
 {
-	if (T < 0 || n <= 0 || n % 32 || n > INT32_MAX || (T && (!x || !y || !g || !out || !xq)) ||
-	    stride < (size_t)n + (size_t)(n / 32) * (with_sum ? 8 : 4) || stride % 16 || (uintptr_t)xq % 16)
+	__shared__ double s_warp[ROWS_WARPS];
+	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
+	__shared__ int s_idx[Q8K_THREADS / 32];
+	float *xr = x + (int64_t)blockIdx.x * n;
+	const float *yr = y + (int64_t)blockIdx.x * n;
+	float *o = out + (int64_t)blockIdx.x * n;
+	const int nsb = (int)(n / 256);
+	double part = 0;
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
+		const float v = xr[i] + yr[i];
+		xr[i] = v;
+		part += (double)__fmul_rn(v, v);
+	}
+	const double sum = rows_block_sum(part, s_warp);
+	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	uint8_t *row = xq + (size_t)blockIdx.x * stride;
+	for (int b = 0; b < nsb; b++) {
+		const int64_t i = (int64_t)b * 256 + threadIdx.x;
+		const float v = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
+		o[i] = v;
+		q8k_block_store(v, b, nsb, (int)n, row, s_ax, s_idx, s_v);
+	}
+}
+
+/* Bytes of a row of N elements quantized to VEC in the matmul's layout
+ * (codes, then the scales and sums), or 0 when VEC is not one of the three
+ * or N not a whole number of its blocks. */
+static size_t rows_q8_bytes(uint32_t vec, int64_t n)
+{
+	switch (vec) {
+	case QT_Q8_0: return n % 32 ? 0 : (size_t)n + (size_t)(n / 32) * 4;
+	case QT_Q8_1: return n % 32 ? 0 : (size_t)n + (size_t)(n / 32) * 8;
+	case QT_Q8_K: return n % 256 ? 0 : (size_t)n + (size_t)(n / 256) * (4 + 16 * 4);
+	default: return 0;
+	}
+}
+
+extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n,
+	float eps, float *out, uint32_t vec, void *xq, size_t stride, void *stream)
+{
+	const size_t need = rows_q8_bytes(vec, n);
+	if (T < 0 || n <= 0 || n > INT32_MAX || !need || (T && (!x || !y || !g || !out || !xq)) ||
+	    stride < need || stride % 16 || (uintptr_t)xq % 16)
 		return -EINVAL;
 	if (!T)
 		return 0;
-	LAUNCH(add_rmsnorm_q8_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
-		eps, out, with_sum ? 1 : 0, (uint8_t *)xq, stride);
+	if (vec == QT_Q8_K)
+		LAUNCH(add_rmsnorm_q8k_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
+			eps, out, (uint8_t *)xq, stride);
+	else
+		LAUNCH(add_rmsnorm_q8_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
+			eps, out, vec == QT_Q8_1 ? 1 : 0, (uint8_t *)xq, stride);
 	return rows_launched();
 }
 
@@ -452,6 +501,22 @@ static __global__ void swiglu_q8_kernel(const float *g, const float *__restrict_
 	q8_block_store(v, lane, (int)(gw % nb), nb, n_in, with_sum, xq + (size_t)t * stride);
 }
 
+/* The same into Q8_K (N_IN a multiple of 256): one block per super-block,
+ * thread i taking its element i. */
+static __global__ void swiglu_q8k_kernel(const float *g, const float *__restrict__ u, int n_in,
+	float *out, uint8_t *__restrict__ xq, size_t stride)
+{
+	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
+	__shared__ int s_idx[Q8K_THREADS / 32];
+	const int nsb = n_in / 256;
+	const int64_t t = blockIdx.x / nsb, b = blockIdx.x % nsb;
+	const int64_t k = t * n_in + b * 256 + threadIdx.x;
+	const float a = g[k];
+	const float v = a / (1.0f + expf(-a)) * u[k];
+	out[k] = v;
+	q8k_block_store(v, (int)b, nsb, n_in, xq + (size_t)t * stride, s_ax, s_idx, s_v);
+}
+
 static __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t n)
 {
 	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
@@ -477,19 +542,24 @@ extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out
 }
 
 extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out,
-	int with_sum, void *xq, size_t stride, void *stream)
+	uint32_t vec, void *xq, size_t stride, void *stream)
 {
-	if (T < 0 || n_in <= 0 || n_in % 32 || n_in > INT32_MAX || (T && (!g || !u || !out || !xq)) ||
-	    stride < (size_t)n_in + (size_t)(n_in / 32) * (with_sum ? 8 : 4) || stride % 16 ||
-	    (uintptr_t)xq % 16)
+	const size_t need = rows_q8_bytes(vec, n_in);
+	if (T < 0 || n_in <= 0 || n_in > INT32_MAX || !need || (T && (!g || !u || !out || !xq)) ||
+	    stride < need || stride % 16 || (uintptr_t)xq % 16)
 		return -EINVAL;
-	const int64_t n_blocks = (int64_t)T * (n_in / 32), grid = (n_blocks + ROWS_WARPS - 1) / ROWS_WARPS;
+	const int64_t n_blocks = (int64_t)T * (n_in / (vec == QT_Q8_K ? 256 : 32));
+	const int64_t grid = vec == QT_Q8_K ? n_blocks : (n_blocks + ROWS_WARPS - 1) / ROWS_WARPS;
 	if (grid > 0x7fffffff)
 		return -EINVAL;
 	if (!T)
 		return 0;
-	LAUNCH(swiglu_q8_kernel, (unsigned)grid, ROWS_THREADS, 0, (cudaStream_t)stream, g, u, (int)n_in,
-		n_blocks, out, with_sum ? 1 : 0, (uint8_t *)xq, stride);
+	if (vec == QT_Q8_K)
+		LAUNCH(swiglu_q8k_kernel, (unsigned)grid, ROWS_THREADS, 0, (cudaStream_t)stream, g, u, (int)n_in,
+			out, (uint8_t *)xq, stride);
+	else
+		LAUNCH(swiglu_q8_kernel, (unsigned)grid, ROWS_THREADS, 0, (cudaStream_t)stream, g, u, (int)n_in,
+			n_blocks, out, vec == QT_Q8_1 ? 1 : 0, (uint8_t *)xq, stride);
 	return rows_launched();
 }
 
