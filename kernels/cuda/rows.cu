@@ -313,6 +313,21 @@ extern "C" int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n
 	return rows_launched();
 }
 
+/* add_rmsnorm's first pass over a row, by the block: x += y (thread i
+ * taking elements i, i + ROWS_THREADS, ...), then the scale
+ * 1 / sqrt(mean(x^2) + eps), the squares summed as rmsnorm_kernel sums. */
+static __device__ float rows_add_scale(float *xr, const float *yr, int64_t n, float eps, double *s_warp)
+{
+	double part = 0;
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
+		const float v = xr[i] + yr[i];
+		xr[i] = v;
+		part += (double)__fmul_rn(v, v);
+	}
+	const double sum = rows_block_sum(part, s_warp);
+	return 1.0f / sqrtf((float)(sum / (double)n) + eps);
+}
+
 /* add_kernel then rmsnorm_kernel in one block per row: x += y, then
  * out = x / rms(x) * g with the same operations, so the same bits.  Each
  * thread reads y and writes x and out at its own elements only, so OUT may
@@ -324,14 +339,7 @@ static __global__ void add_rmsnorm_kernel(float *x, const float *y, const float 
 	float *xr = x + (int64_t)blockIdx.x * n;
 	const float *yr = y + (int64_t)blockIdx.x * n;
 	float *o = out + (int64_t)blockIdx.x * n;
-	double part = 0;
-	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
-		const float v = xr[i] + yr[i];
-		xr[i] = v;
-		part += (double)__fmul_rn(v, v);
-	}
-	const double sum = rows_block_sum(part, s_warp);
-	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
 	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS)
 		o[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
 }
@@ -361,14 +369,7 @@ static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const flo
 	const float *yr = y + (int64_t)blockIdx.x * n;
 	float *o = out + (int64_t)blockIdx.x * n;
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nb = (int)(n / 32);
-	double part = 0;
-	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
-		const float v = xr[i] + yr[i];
-		xr[i] = v;
-		part += (double)__fmul_rn(v, v);
-	}
-	const double sum = rows_block_sum(part, s_warp);
-	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
 	uint8_t *row = xq + (size_t)blockIdx.x * stride;
 	for (int b = warp; b < nb; b += ROWS_WARPS) { /* the same for every lane of a warp */
 		const int64_t i = (int64_t)b * 32 + lane;
@@ -391,14 +392,7 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 	const float *yr = y + (int64_t)blockIdx.x * n;
 	float *o = out + (int64_t)blockIdx.x * n;
 	const int nsb = (int)(n / 256);
-	double part = 0;
-	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
-		const float v = xr[i] + yr[i];
-		xr[i] = v;
-		part += (double)__fmul_rn(v, v);
-	}
-	const double sum = rows_block_sum(part, s_warp);
-	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
 	uint8_t *row = xq + (size_t)blockIdx.x * stride;
 	for (int b = 0; b < nsb; b++) {
 		const int64_t i = (int64_t)b * 256 + threadIdx.x;
