@@ -120,13 +120,13 @@ struct cuda_backend {
 	size_t d_pos2_cap;           /* bytes */
 	void *mm_scratch;            /* quantized activations for cuda_matmul_q */
 	size_t mm_scratch_cap;       /* bytes */
-	/* A norm's output that its launch also quantized into mm_scratch for
-	 * the matmul after it (add_rmsnorm's NEXT): valid while no device call
-	 * has been made since (calls == xq_calls). */
+	/* An op's output that its launch also quantized into mm_scratch for
+	 * the matmul after it (add_rmsnorm's or swiglu's NEXT): valid while no
+	 * device call has been made since (calls == xq_calls). */
 	const float *xq_src;         /* the rows quantized (device); NULL: none */
 	int32_t xq_T;                /* rows */
 	int64_t xq_n;                /* elements per row */
-	uint32_t xq_vec;             /* QT_Q8_0 or QT_Q8_1 */
+	uint32_t xq_vec;             /* QT_Q8_0, QT_Q8_1 or QT_Q8_K */
 	uint64_t xq_calls;           /* calls when it was launched */
 	uint64_t calls;              /* launches and runtime calls made, counted */
 	void *att_scratch;           /* attention partials */
@@ -566,7 +566,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 
 	int quantized = 0; /* x sits quantized in mm_scratch for this call */
 	int halved = 0;    /* x sits rounded to half in gemm_scratch */
-	/* the norm before quantized x for us (cb_add_rmsnorm), if nothing ran since */
+	/* the op before quantized x for us (cb_fuse_end), if nothing ran since */
 	const int handed = cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls;
 	cb->xq_src = NULL;
 
@@ -686,10 +686,11 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 					  cb->att_scratch, cb->stream));
 }
 
-/* Whether the op before NEXT's matmul may quantize its output OUT (T rows
- * of N) for it: NEXT a Q4_0, Q4_1, Q8_0 or K-quant weight that cb_matmul
- * will run on its integer kernels.  Then 1, mm_scratch grown for it, *RET_STRIDE
- * its row stride and *DW the device weight; else 0, or a negative errno. */
+/* Whether the op before NEXT's matmul may quantize its output (T rows of
+ * N) for it: NEXT a Q4_0, Q4_1, Q8_0 or K-quant weight that cb_matmul
+ * will run on its integer kernels.  Then 1, with mm_scratch grown for it,
+ * *RET_STRIDE its row stride and *DW the device weight; else 0, or a
+ * negative errno. */
 static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, int32_t T, int64_t n,
 			 struct bk_weight *dw, size_t *ret_stride)
 {
@@ -740,8 +741,8 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 	if (r) {
 		const int32_t T = (int32_t)(n / next->n_in);
 		return cb_fuse_end(cb, "cuda_swiglu_q8",
-				   cuda_swiglu_q8(g, u, T, next->n_in, out, qtype_get(dw.type)->vec_type, cb->mm_scratch,
-						  stride, cb->stream), out, T, &dw);
+				   cuda_swiglu_q8(g, u, T, next->n_in, out, qtype_get(dw.type)->vec_type,
+						  cb->mm_scratch, stride, cb->stream), out, T, &dw);
 	}
 	return cb_launched(cb, "cuda_swiglu", cuda_swiglu(g, u, n, out, cb->stream));
 }

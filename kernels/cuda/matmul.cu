@@ -129,12 +129,11 @@ static __global__ void quantize_q8k_kernel(const float *__restrict__ x, int n_in
 	uint8_t *__restrict__ xq, size_t stride)
 {
 	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
-	__shared__ int s_idx[Q8K_THREADS / 32];
 	const int nsb = n_in / QK_K;
 	const int t = blockIdx.x / nsb, b = blockIdx.x % nsb;
 
 	q8k_block_store(x[(size_t)t * n_in + (size_t)b * QK_K + threadIdx.x], b, nsb, n_in,
-			xq + (size_t)t * stride, s_ax, s_idx, s_v);
+			xq + (size_t)t * stride, s_ax, s_v);
 }
 
 /* ---- matmul: 32-element blocks (Q4_0, Q4_1, Q8_0) ---- */

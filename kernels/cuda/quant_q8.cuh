@@ -43,10 +43,11 @@ static __device__ __forceinline__ void q8_block_store(float v, int lane, int b, 
 /* Super-block B (of NSB) of the row at ROW (N_IN codes first): thread i of
  * a block of Q8K_THREADS holds element 256 * B + i as V; every thread must
  * call it.  The scale comes from the first element of largest magnitude,
- * sign included (quant.c's quantize_q8_k).  S_AX, S_IDX and S_V are
+ * sign included (quant.c's quantize_q8_k): each warp's (its lowest index
+ * among equals), then the earliest warp's among equals.  S_AX and S_V are
  * __shared__ arrays of Q8K_THREADS / 32, free again when it returns. */
 static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, int n_in, uint8_t *row,
-	float *s_ax, int *s_idx, float *s_v)
+	float *s_ax, float *s_v)
 {
 	const int i = threadIdx.x, lane = i % 32, warp = i / 32;
 	float ax = fabsf(v), val = v;
@@ -63,7 +64,6 @@ static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, 
 	}
 	if (lane == 0) {
 		s_ax[warp] = ax;
-		s_idx[warp] = idx;
 		s_v[warp] = val;
 	}
 	__syncthreads();

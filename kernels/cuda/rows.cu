@@ -387,7 +387,6 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 {
 	__shared__ double s_warp[ROWS_WARPS];
 	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
-	__shared__ int s_idx[Q8K_THREADS / 32];
 	float *xr = x + (int64_t)blockIdx.x * n;
 	const float *yr = y + (int64_t)blockIdx.x * n;
 	float *o = out + (int64_t)blockIdx.x * n;
@@ -398,7 +397,7 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 		const int64_t i = (int64_t)b * 256 + threadIdx.x;
 		const float v = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
 		o[i] = v;
-		q8k_block_store(v, b, nsb, (int)n, row, s_ax, s_idx, s_v);
+		q8k_block_store(v, b, nsb, (int)n, row, s_ax, s_v);
 	}
 }
 
@@ -501,14 +500,13 @@ static __global__ void swiglu_q8k_kernel(const float *g, const float *__restrict
 	float *out, uint8_t *__restrict__ xq, size_t stride)
 {
 	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
-	__shared__ int s_idx[Q8K_THREADS / 32];
 	const int nsb = n_in / 256;
 	const int64_t t = blockIdx.x / nsb, b = blockIdx.x % nsb;
 	const int64_t k = t * n_in + b * 256 + threadIdx.x;
 	const float a = g[k];
 	const float v = a / (1.0f + expf(-a)) * u[k];
 	out[k] = v;
-	q8k_block_store(v, (int)b, nsb, n_in, xq + (size_t)t * stride, s_ax, s_idx, s_v);
+	q8k_block_store(v, (int)b, nsb, n_in, xq + (size_t)t * stride, s_ax, s_v);
 }
 
 static __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t n)
