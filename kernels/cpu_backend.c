@@ -346,10 +346,10 @@ static void mm_task(void *ctx, int task, int worker)
  * a task costing its rows plus MM_TASK_COST for what every task repeats
  * (ROWS: the weights' rows in all).  Of those within 1% of the shortest,
  * with at least two tasks per thread where the rows allow, the one nearest
- * four tasks per thread wins (slack for a thread that falls behind).  Measured on SmolLM2-135M (2 threads, a
- * 173-token prompt), the old fixed four tasks per thread cut o's and
- * down's 576 rows into tasks of 80, ..., 80, 16, one thread idle for a
- * sixth of the job. */
+ * four tasks per thread wins (slack for a thread that falls behind).
+ * Measured on SmolLM2-135M (2 threads, a 173-token prompt), the old fixed
+ * four tasks per thread cut o's and down's 576 rows into tasks of 80, ...,
+ * 80, 16, one thread idle for a sixth of the job. */
 #define MM_TASK_COST 8
 #define MM_MAX_CAND 512
 static int64_t mm_batch_chunk(const struct bk_weight *const *w, int nw, int64_t rows, int64_t threads)

@@ -687,24 +687,21 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 }
 
 /* Whether the op before NEXT's matmul may quantize its output (T rows of
- * N) for it: NEXT a Q4_0, Q4_1, Q8_0 or K-quant weight that cb_matmul
- * will run on its integer kernels.  Then 1, with mm_scratch grown for it,
- * *RET_STRIDE its row stride and *DW the device weight; else 0, or a
- * negative errno. */
+ * N) for it: NEXT a weight that cb_matmul will run on its integer kernels
+ * (those with a quantized scratch: Q4_0, Q4_1, Q8_0, the K-quants).  Then
+ * 1, with mm_scratch grown for it, *RET_STRIDE its row stride and *DW the
+ * device weight; else 0, or a negative errno. */
 static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, int32_t T, int64_t n,
 			 struct bk_weight *dw, size_t *ret_stride)
 {
+	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
 	int r;
 
-	const struct qtype_info *ti = next ? qtype_get(next->type) : NULL;
-	if (!ti || T < 1 || next->n_in != n || n % ti->blck ||
-	    (next->type != QT_Q4_0 && next->type != QT_Q4_1 && next->type != QT_Q8_0 &&
-	     next->type != QT_Q4_K && next->type != QT_Q5_K && next->type != QT_Q6_K))
+	if (!stride || T < 1)
 		return 0;
 	if ((r = cb_weight(cb, next, dw)) < 0)
 		return r;
-	const size_t stride = cuda_matmul_scratch_bytes(dw, 1);
-	if (cb_mm_half(cb, dw, T) || !stride)
+	if (cb_mm_half(cb, dw, T))
 		return 0;
 	if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, stride * (size_t)T)) < 0)
 		return r;
@@ -734,16 +731,16 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 	struct bk_weight dw;
 	size_t stride;
 	int r = 0;
+	/* out as rows of next's input, when it is that */
+	const int32_t T = next && next->n_in > 0 && n % next->n_in == 0 && n / next->n_in <= INT32_MAX
+		? (int32_t)(n / next->n_in) : 0;
 
-	if (next && next->n_in > 0 && n % next->n_in == 0 && n / next->n_in <= INT32_MAX &&
-	    (r = cb_fuse_begin(cb, next, (int32_t)(n / next->n_in), next->n_in, &dw, &stride)) < 0)
+	if (T && (r = cb_fuse_begin(cb, next, T, next->n_in, &dw, &stride)) < 0)
 		return r;
-	if (r) {
-		const int32_t T = (int32_t)(n / next->n_in);
+	if (r)
 		return cb_fuse_end(cb, "cuda_swiglu_q8",
 				   cuda_swiglu_q8(g, u, T, next->n_in, out, qtype_get(dw.type)->vec_type,
 						  cb->mm_scratch, stride, cb->stream), out, T, &dw);
-	}
 	return cb_launched(cb, "cuda_swiglu", cuda_swiglu(g, u, n, out, cb->stream));
 }
 

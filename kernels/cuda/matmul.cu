@@ -72,24 +72,24 @@ struct mm_group {
  * or 0 when the type is not supported here. */
 static size_t mm_xq_stride(uint32_t type, int64_t n_in)
 {
-	size_t b;
+	uint32_t vec;
 	switch (type) {
 	case QT_Q4_0:
 	case QT_Q8_0:
-		b = (size_t)n_in + (size_t)(n_in / QK) * 4;
+		vec = QT_Q8_0;
 		break;
 	case QT_Q4_1:
-		b = (size_t)n_in + (size_t)(n_in / QK) * 8;
+		vec = QT_Q8_1;
 		break;
 	case QT_Q4_K:
 	case QT_Q5_K:
 	case QT_Q6_K:
-		b = (size_t)n_in + (size_t)(n_in / QK_K) * (4 + 16 * 4);
+		vec = QT_Q8_K;
 		break;
 	default:
 		return 0;
 	}
-	return (b + 15) & ~(size_t)15;
+	return (q8_row_bytes(vec, n_in) + 15) & ~(size_t)15;
 }
 
 /* ---- device helpers ---- */

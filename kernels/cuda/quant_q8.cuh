@@ -11,7 +11,23 @@
 #ifndef LLMD_QUANT_Q8_CUH
 #define LLMD_QUANT_Q8_CUH
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "quant.h"
+
+/* Bytes of a row of N elements quantized to VEC (QT_Q8_0, QT_Q8_1 or
+ * QT_Q8_K) in this layout, or 0 when VEC is another type or N is not a
+ * whole number of its blocks. */
+static inline size_t q8_row_bytes(uint32_t vec, int64_t n)
+{
+	switch (vec) {
+	case QT_Q8_0: return n % QK ? 0 : (size_t)n + (size_t)(n / QK) * 4;
+	case QT_Q8_1: return n % QK ? 0 : (size_t)n + (size_t)(n / QK) * 8;
+	case QT_Q8_K: return n % QK_K ? 0 : (size_t)n + (size_t)(n / QK_K) * (4 + 16 * 4);
+	default: return 0;
+	}
+}
 
 /* Block B (of NB) of the row at ROW (N_IN codes first): lane LANE holds
  * element 32 * B + LANE as V.  Every lane of the warp must call it. */

@@ -401,23 +401,10 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 	}
 }
 
-/* Bytes of a row of N elements quantized to VEC in the matmul's layout
- * (codes, then the scales and sums), or 0 when VEC is not one of the three
- * or N not a whole number of its blocks. */
-static size_t rows_q8_bytes(uint32_t vec, int64_t n)
-{
-	switch (vec) {
-	case QT_Q8_0: return n % 32 ? 0 : (size_t)n + (size_t)(n / 32) * 4;
-	case QT_Q8_1: return n % 32 ? 0 : (size_t)n + (size_t)(n / 32) * 8;
-	case QT_Q8_K: return n % 256 ? 0 : (size_t)n + (size_t)(n / 256) * (4 + 16 * 4);
-	default: return 0;
-	}
-}
-
 extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n,
 	float eps, float *out, uint32_t vec, void *xq, size_t stride, void *stream)
 {
-	const size_t need = rows_q8_bytes(vec, n);
+	const size_t need = q8_row_bytes(vec, n);
 	if (T < 0 || n <= 0 || n > INT32_MAX || !need || (T && (!x || !y || !g || !out || !xq)) ||
 	    stride < need || stride % 16 || (uintptr_t)xq % 16)
 		return -EINVAL;
@@ -536,7 +523,7 @@ extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out
 extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out,
 	uint32_t vec, void *xq, size_t stride, void *stream)
 {
-	const size_t need = rows_q8_bytes(vec, n_in);
+	const size_t need = q8_row_bytes(vec, n_in);
 	if (T < 0 || n_in <= 0 || n_in > INT32_MAX || !need || (T && (!g || !u || !out || !xq)) ||
 	    stride < need || stride % 16 || (uintptr_t)xq % 16)
 		return -EINVAL;
