@@ -566,7 +566,8 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 	} while (0)
 
 	OP(ENGINE_OP_EMBED, ops->embed(be, &m->tok_embd, b->token, T, e->x));
-	OP(ENGINE_OP_EMBED, ops->rmsnorm(be, e->x, m->layers[0].attn_norm, T, d, hp->rms_eps, e->xn));
+	OP(ENGINE_OP_EMBED, ops->rmsnorm(be, e->x, m->layers[0].attn_norm, T, d, hp->rms_eps, e->xn,
+						&m->layers[0].wq));
 	/* Each residual add is fused with the norm after it: xn holds the
 	 * layer's normed input on entry. */
 	for (int32_t l = 0; l < hp->n_layer; l++) {
@@ -580,7 +581,7 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		OP(ENGINE_OP_QKV, matmul_group(be, qkv, 3, e->xn, T, qkv_out));
 		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, hp->n_rot,
 							    hp->rope_base, hp->rope_style, e->q, e->k, e->v));
-		OP(ENGINE_OP_ATTENTION, ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att));
+		OP(ENGINE_OP_ATTENTION, ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att, wo));
 		OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
 		OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn,
 							   gu[0]));
@@ -608,7 +609,7 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		return 0;
 	const struct bk_weight *out_w = &m->output;
 	float *out = e->logits ? e->logits : logits;
-	OP(ENGINE_OP_OUTPUT, ops->rmsnorm(be, e->x, m->output_norm, n_out, d, hp->rms_eps, e->xn));
+	OP(ENGINE_OP_OUTPUT, ops->rmsnorm(be, e->x, m->output_norm, n_out, d, hp->rms_eps, e->xn, out_w));
 	OP(ENGINE_OP_OUTPUT, ops->matmul(be, &out_w, 1, e->xn, n_out, &out));
 #undef OP
 	return n_out;

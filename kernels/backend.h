@@ -97,9 +97,11 @@ struct backend_ops {
 	/* out (T, w->n_in) = rows IDS of W (dequantized) */
 	int (*embed)(struct backend *be, const struct bk_weight *w, const int32_t *ids,
 		     int32_t T, float *out);
-	/* out (T, n) = x / rms(x) * g;  out may equal x */
+	/* out (T, n) = x / rms(x) * g;  out may equal x.  NEXT, when not
+	 * NULL, is the weight of the matmul the caller runs next on out, as
+	 * for add_rmsnorm. */
 	int (*rmsnorm)(struct backend *be, const float *x, const float *g, int32_t T,
-		       int64_t n, float eps, float *out);
+		       int64_t n, float eps, float *out, const struct bk_weight *next);
 	/* For each k < NW: out[k] (T, w[k].n_out) = x (T, n_in) · w[k]^T.
 	 * All w[k] share n_in and the activations' type (their qtype's
 	 * vec_type: Q4_K and Q6_K both take Q8_K), so x is quantized once. */
@@ -113,10 +115,12 @@ struct backend_ops {
 	int (*kv_store)(struct backend *be, const struct bk_kv *kv, int32_t layer,
 			const struct bk_rows *rows, const float *k, const float *v);
 	/* out (T, n_head*head_dim) = softmax(q·K^T * scale) · V over positions
-	 * 0..pos of each row's sequence (causal). */
+	 * 0..pos of each row's sequence (causal).  NEXT, when not NULL, is the
+	 * weight of the matmul the caller runs next on out, as for
+	 * add_rmsnorm. */
 	int (*attention)(struct backend *be, const struct bk_kv *kv, int32_t layer,
 			 const struct bk_rows *rows, const struct bk_attn *a,
-			 const float *q, float *out);
+			 const float *q, float *out, const struct bk_weight *next);
 	/* out (n) = silu(g) * u;  out may equal g.  NEXT, when not NULL, is
 	 * the weight of the matmul the caller runs next, on out as rows of
 	 * next->n_in (n a multiple of it), with no op in between: a backend may
@@ -247,7 +251,7 @@ static inline int backend_add_rmsnorm(struct backend *be, float *x, const float 
 		return be->ops->add_rmsnorm(be, x, y, g, T, n, eps, out, next);
 	if ((r = be->ops->add(be, x, y, (int64_t)T * n)) < 0)
 		return r;
-	return be->ops->rmsnorm(be, x, g, T, n, eps, out);
+	return be->ops->rmsnorm(be, x, g, T, n, eps, out, next);
 }
 
 static inline int backend_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,

@@ -209,10 +209,12 @@ static void norm_run(struct backend *be, struct norm_job *j, int32_t T)
 }
 
 static int cpu_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T,
-		       int64_t n, float eps, float *out)
+		       int64_t n, float eps, float *out, const struct bk_weight *next)
 {
 	/* x is only written with a y */
 	struct norm_job j = { (float *)x, NULL, g, out, n, eps };
+
+	(void)next; /* the matmuls quantize their own input */
 	norm_run(be, &j, T);
 	return 0;
 }
@@ -1319,10 +1321,11 @@ static int attn_avx2_run(struct cpu_backend *c, struct attn_job *j)
 
 static int cpu_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
 			 const struct bk_rows *rows, const struct bk_attn *a,
-			 const float *q, float *out)
+			 const float *q, float *out, const struct bk_weight *next)
 {
 	struct attn_job j = { kv, layer, rows, a, q, out, NULL, 1, NULL, 0 };
 
+	(void)next; /* the matmuls quantize their own input */
 	if (a->n_head_kv < 1 || a->n_head % a->n_head_kv || a->n_head / a->n_head_kv > ATTN_MAX_GROUP ||
 	    a->head_dim > ATTN_MAX_HEAD_DIM || a->head_dim * a->n_head_kv != kv->kv_dim ||
 	    (kv->type == QT_Q8_0 && a->head_dim % QK && QK % a->head_dim))

@@ -320,7 +320,7 @@ static void check_step(const struct pool *p, const struct step *st, const struct
 		for (int32_t layer = 0; layer < N_LAYER; layer++) {
 			const float *w = want + layer * st->n * row_floats;
 			memset(got, 0xff, bytes);
-			CHECK(be->ops->attention(be, &p->kv, layer, &rows, a, q, got) == 0);
+			CHECK(be->ops->attention(be, &p->kv, layer, &rows, a, q, got, NULL) == 0);
 			n_compared++;
 			if (memcmp(got, w, bytes)) {
 				for (int32_t t = 0; t < st->n; t++)
@@ -336,7 +336,7 @@ static void check_step(const struct pool *p, const struct step *st, const struct
 			}
 			for (int32_t t = 0; t < st->n && threads == 1; t++) {
 				struct bk_rows one = { 1, &st->pos[t], &st->tab[t] };
-				CHECK(be->ops->attention(be, &p->kv, layer, &one, a, q + t * row_floats, got) == 0);
+				CHECK(be->ops->attention(be, &p->kv, layer, &one, a, q + t * row_floats, got, NULL) == 0);
 				if (memcmp(got, w + t * row_floats, row_floats * sizeof(float))) {
 					fprintf(stderr, "%s: row %d alone differs\n", what, t);
 					test_failures++;
@@ -459,7 +459,7 @@ static void report_speed(void)
 			best[kind][path] = 1e30;
 			for (int rep = 0; rep < 20; rep++) {
 				double t0 = now();
-				be->ops->attention(be, &p.kv, rep % N_LAYER, &rows, &a, q, o);
+				be->ops->attention(be, &p.kv, rep % N_LAYER, &rows, &a, q, o, NULL);
 				if (now() - t0 < best[kind][path])
 					best[kind][path] = now() - t0;
 			}
@@ -610,7 +610,7 @@ static void test_rmsnorm(void)
 				if (!be)
 					break;
 				quant_set_isa(path ? QUANT_ISA_SCALAR : quant_isa_best());
-				CHECK(be->ops->rmsnorm(be, x, g, T, n, eps, out) == 0);
+				CHECK(be->ops->rmsnorm(be, x, g, T, n, eps, out, NULL) == 0);
 				for (int64_t i = 0; i < tn && !bad; i++) {
 					float w = ref[i], d = fabsf(out[i] - w);
 					if (d > 2 * fabsf(nextafterf(w, INFINITY) - w)) {
@@ -628,7 +628,7 @@ static void test_rmsnorm(void)
 							(long long)i, xa[i]);
 						bad = 1;
 					}
-				CHECK(be->ops->rmsnorm(be, xa, g, T, n, eps, want) == 0);
+				CHECK(be->ops->rmsnorm(be, xa, g, T, n, eps, want, NULL) == 0);
 				for (int alias = 0; alias < 3; alias++) {
 					memcpy(xb, x, tn * sizeof(float));
 					memcpy(yb, y, tn * sizeof(float));

@@ -23,6 +23,7 @@ extern "C" { /* C headers, before cuda_ops.h includes backend.h as C++ */
 #include <vector>
 
 #include "emu_testutil.h"
+#include "q8rows.h"
 
 static uint64_t rng = 7;
 static uint32_t next_u32()
@@ -284,7 +285,7 @@ static void run_cfg(const cfg &c)
 		std::vector<const int32_t *> ptrs;
 		struct bk_rows rows = rows_of(st, ptrs);
 		const int layer = 1;
-		CHECK_INT_EQ(cpu->ops->attention(cpu, &hkv, layer, &rows, &a, q.data(), want.data()), 0);
+		CHECK_INT_EQ(cpu->ops->attention(cpu, &hkv, layer, &rows, &a, q.data(), want.data(), NULL), 0);
 		dbuf<int32_t> dpos(T), dtab((size_t)T * TABLE_STRIDE);
 		dbuf<float> dq(qn), dout(qn, 0xff);
 		const size_t sb = cuda_attention_scratch_bytes(&dkv, &a, T, TABLE_STRIDE);
@@ -318,6 +319,24 @@ static void run_cfg(const cfg &c)
 			else
 				CHECK(memcmp(first.data(), out.data(), qn * sizeof(float)) == 0);
 		});
+		/* quantizing for the o projection in the reduction changes none
+		 * of out's bits, and the rows are the CPU quantizer's */
+		const int64_t row_n = (int64_t)c.n_head * hd;
+		for (uint32_t vec : q8_vecs) {
+			if (!q8_row_bytes(vec, row_n))
+				continue;
+			const size_t qs = q8_stride(vec, row_n);
+			dbuf<uint8_t> dxq(qs * (size_t)T, 0xff);
+			char what[80];
+			snprintf(what, sizeof what, "type %u hd %d T %d %s", c.type, hd, T, qtype_get(vec)->name);
+			for_each_order([&](const char *) {
+				dout.put(std::vector<float>(qn, -1.0f));
+				CHECK_INT_EQ(cuda_attention_q8(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
+							       dout.d, &rows, scratch.d, vec, dxq.d, qs, 0), 0);
+				CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
+				expect_q8_rows("attention_q8", what, dxq.get(), first, T, row_n, qs, vec);
+			});
+		}
 		/* padding rows around the step's own: zeros for them, the same
 		 * bits for the others */
 		{
@@ -390,6 +409,23 @@ static void test_args()
 	k2.type = QT_Q8_0; /* kv_dim 16 is not whole Q8_0 blocks */
 	k2.row_bytes = 34;
 	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);
+	/* the quantized rows: 32 elements (4 heads of 8) are one Q8_0 block,
+	 * but no Q8_K super-block; the stride must hold a row, 16-aligned */
+	dbuf<uint8_t> xq(256);
+	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
+				       xq.d, 48, 0), 0);
+	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_K,
+				       xq.d, 256, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_1,
+				       xq.d, 32, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
+				       xq.d, 40, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q4_0,
+				       xq.d, 48, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
+				       NULL, 48, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
+				       xq.d + 1, 48, 0), -EINVAL);
 }
 
 /* The CPU reference's threads: one in the TSan build, whose reference

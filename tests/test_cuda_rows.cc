@@ -29,6 +29,7 @@ extern "C" {
 #include <vector>
 
 #include "emu_testutil.h"
+#include "q8rows.h"
 
 static uint64_t rng = 20240611;
 static uint32_t next_u32()
@@ -212,7 +213,7 @@ static void test_rmsnorm()
 			for (float &v : g)
 				v = frand(-1.5f, 1.5f);
 			std::vector<float> want(x.size());
-			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, x.data(), g.data(), T, n, eps, want.data()), 0);
+			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, x.data(), g.data(), T, n, eps, want.data(), NULL), 0);
 			dbuf<float> dx(x.size()), dg(n), dout(x.size());
 			dg.put(g);
 			char what[64];
@@ -256,7 +257,7 @@ static void test_add_rmsnorm()
 				v = frand(-1.5f, 1.5f);
 			std::vector<float> want_x = x, want(x.size());
 			CHECK_INT_EQ(cpu->ops->add(cpu, want_x.data(), y.data(), (int64_t)T * n), 0);
-			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, want_x.data(), g.data(), T, n, eps, want.data()), 0);
+			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, want_x.data(), g.data(), T, n, eps, want.data(), NULL), 0);
 			dbuf<float> dx(x.size()), dy(x.size()), dg(n), dout(x.size());
 			dg.put(g);
 			char what[64];
@@ -289,59 +290,6 @@ static void test_add_rmsnorm()
 	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, NULL, d.d, 1, 64, 1e-5f, d.d, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_add_rmsnorm(d.d, d.d, d.d, 1, 0, 1e-5f, d.d, NULL), -EINVAL);
 }
-
-/* Each of T rows of the quantized scratch GOT (STRIDE bytes apart) holds
- * WANT's row (N floats) as quant_quantize_row makes it VEC (Q8_0, Q8_1 or
- * Q8_K): the same codes, then each block's f16 d (and s) as floats, or
- * each super-block's d and then its 16 bsums as int32. */
-static void expect_q8_rows(const char *op, const char *what, const std::vector<uint8_t> &got,
-			   const std::vector<float> &want, int32_t T, int64_t n, size_t stride, uint32_t vec)
-{
-	const size_t qb = qtype_get(vec)->bytes;
-	const int64_t nb = n / (int64_t)qtype_get(vec)->blck;
-	std::vector<uint8_t> ref((size_t)nb * qb);
-	int bad = 0;
-
-	for (int32_t t = 0; t < T; t++) {
-		quant_quantize_row(vec, want.data() + (size_t)t * n, ref.data(), n);
-		const uint8_t *row = got.data() + (size_t)t * stride;
-		for (int64_t b = 0; b < nb; b++) {
-			const uint8_t *blk = ref.data() + (size_t)b * qb;
-			float ds[2] = { 0, 0 };
-			memcpy(ds, row + n + 4 * b, 4);
-			if (vec == QT_Q8_K) {
-				struct block_q8_k k;
-				int32_t bs[QK_K / 16];
-				memcpy(&k, blk, sizeof k);
-				memcpy(bs, row + n + 4 * nb + sizeof bs * b, sizeof bs);
-				bad += memcmp(row + QK_K * b, k.qs, QK_K) != 0 || ds[0] != k.d;
-				for (int i = 0; i < QK_K / 16; i++)
-					bad += bs[i] != k.bsums[i];
-				continue;
-			}
-			uint16_t h[2];
-			memcpy(h, blk, 4);
-			if (vec == QT_Q8_1)
-				memcpy(ds + 1, row + n + 4 * (nb + b), 4);
-			bad += memcmp(row + QK * b, blk + (vec == QT_Q8_1 ? 4 : 2), QK) != 0;
-			bad += ds[0] != qt_f16_to_f32(h[0]);
-			bad += vec == QT_Q8_1 && ds[1] != qt_f16_to_f32(h[1]);
-		}
-	}
-	if (bad)
-		fprintf(stderr, "%s %s: %d blocks differ from quant_quantize_row\n", op, what, bad);
-	CHECK_INT_EQ(bad, 0);
-}
-
-/* Bytes of a quantized row in the matmul's layout, rounded to 16. */
-static size_t q8_stride(uint32_t vec, int64_t n)
-{
-	const int64_t nb = n / (int64_t)qtype_get(vec)->blck;
-	const size_t b = (size_t)n + (size_t)nb * (vec == QT_Q8_K ? 4 + 16 * 4 : vec == QT_Q8_1 ? 8 : 4);
-	return (b + 15) / 16 * 16;
-}
-
-static const uint32_t q8_vecs[] = { QT_Q8_0, QT_Q8_1, QT_Q8_K };
 
 /* cuda_add_rmsnorm_q8: x and out have cuda_add_rmsnorm's bits, and each
  * row of the scratch holds out's row quantized as the CPU quantizes it
@@ -395,6 +343,52 @@ static void test_add_rmsnorm_q8()
 	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q4_0, q.d, 80, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q8_0, NULL, 80, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q8_0, q.d + 1, 80, NULL), -EINVAL);
+}
+
+/* cuda_rmsnorm_q8: out has cuda_rmsnorm's bits (in place too), x is left
+ * alone, and the scratch holds out quantized as the CPU quantizes it. */
+static void test_rmsnorm_q8()
+{
+	static const int64_t ns[] = { 96, 576 }, ns_k[] = { 256, 1024 };
+	const int32_t T = 3;
+
+	for (uint32_t vec : q8_vecs) {
+		for (int64_t n : vec == QT_Q8_K ? ns_k : ns) {
+			const size_t stride = q8_stride(vec, n);
+			const float eps = 1e-5f;
+			std::vector<float> x((size_t)T * n), g(n);
+			for (size_t i = 0; i < x.size(); i++)
+				x[i] = frand(-3, 3) * (i % 5 == 0 ? 6.0f : 1.0f);
+			for (float &v : g)
+				v = frand(-1.5f, 1.5f);
+			dbuf<float> dx(x.size()), dg(n), dout(x.size());
+			dbuf<uint8_t> dq(stride * (size_t)T);
+			dg.put(g);
+			dx.put(x);
+			CHECK_INT_EQ(cuda_rmsnorm(dx.d, dg.d, T, n, eps, dout.d, NULL), 0);
+			const std::vector<float> want = dout.get();
+			char what[64];
+			snprintf(what, sizeof what, "n=%lld %s", (long long)n, qtype_get(vec)->name);
+			for_each_order([&](const char *) {
+				int64_t d0 = 0;
+				dx.put(x);
+				CHECK_INT_EQ(cuda_rmsnorm_q8(dx.d, dg.d, T, n, eps, dout.d, vec, dq.d, stride, NULL), 0);
+				expect_close("rmsnorm_q8 out", what, dout.get(), want, 0, &d0);
+				CHECK(dx.get() == x);
+				expect_q8_rows("rmsnorm_q8", what, dq.get(), want, T, n, stride, vec);
+				CHECK_INT_EQ(cuda_rmsnorm_q8(dx.d, dg.d, T, n, eps, dx.d, vec, dq.d, stride, NULL), 0);
+				expect_close("rmsnorm_q8 in place", what, dx.get(), want, 0, &d0);
+				expect_q8_rows("rmsnorm_q8 in place", what, dq.get(), want, T, n, stride, vec);
+			});
+		}
+	}
+	dbuf<float> d(64);
+	dbuf<uint8_t> q(256);
+	CHECK_INT_EQ(cuda_rmsnorm_q8(d.d, d.d, 0, 64, 1e-5f, d.d, QT_Q8_0, q.d, 80, NULL), 0);
+	CHECK_INT_EQ(cuda_rmsnorm_q8(d.d, d.d, 1, 48, 1e-5f, d.d, QT_Q8_0, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rmsnorm_q8(d.d, d.d, 1, 64, 1e-5f, d.d, QT_Q8_1, q.d, 64, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rmsnorm_q8(NULL, d.d, 1, 64, 1e-5f, d.d, QT_Q8_0, q.d, 80, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(d.d, NULL, d.d, 1, 64, 1e-5f, d.d, QT_Q8_0, q.d, 80, NULL), -EINVAL);
 }
 
 /* ---- rope ---- */
@@ -604,6 +598,7 @@ int main()
 	test_rmsnorm();
 	test_add_rmsnorm();
 	test_add_rmsnorm_q8();
+	test_rmsnorm_q8();
 	test_rope();
 	test_elementwise();
 	test_swiglu_q8();

@@ -287,8 +287,8 @@ static void test_q8_0_attention_exact(void)
 			}
 		CHECK_INT_EQ(exact, 2 * N * kv_dim); /* int8 times scale, on every ISA */
 		CHECK(be->ops->kv_store(be, &p32->view, 0, &rows, k, v) == 0);
-		CHECK(be->ops->attention(be, &p8->view, 0, &rows, &at, q, o8) == 0);
-		CHECK(be->ops->attention(be, &p32->view, 0, &rows, &at, q, o32) == 0);
+		CHECK(be->ops->attention(be, &p8->view, 0, &rows, &at, q, o8, NULL) == 0);
+		CHECK(be->ops->attention(be, &p32->view, 0, &rows, &at, q, o32, NULL) == 0);
 		CHECK(memcmp(o8, o32, sizeof(float) * N * n_head * hd) == 0);
 		printf("q8_0 KV rows, head_dim %d: max |error| %.3g, %.2f of the bound\n",
 		       hd, worst, bound);

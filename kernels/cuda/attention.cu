@@ -10,7 +10,9 @@
  * loaded into shared memory) and writes a partial (max, sum, acc[head_dim])
  * per query head; attn_reduce_kernel combines a row's partials.  The split
  * size is a constant, so a row's arithmetic depends on its position alone
- * (batch invariance).  Prefill rows (several rows of one sequence at
+ * (batch invariance).  The reduction may also quantize its rows for the
+ * o projection's matmul (as the norms do for theirs: quant_q8.cuh), saving
+ * that matmul its own quantization launch.  Prefill rows (several rows of one sequence at
  * consecutive positions) share a split block, up to qrows of them: each K/V
  * tile is read from the pool once for all of them (flash attention over a
  * tile of queries), while each row keeps the very operations it runs alone.
@@ -27,6 +29,7 @@ extern "C" {
 }
 
 #include "cuda_ops.h"
+#include "quant_q8.cuh"
 #include "rope.cuh"
 
 /* Positions per split (rounded up to whole KV blocks); a test may set it. */
@@ -41,6 +44,7 @@ extern "C" {
 #define ATTN_MAX_GROUP 64
 #define ATTN_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without opt-in */
 #define KV_STORE_THREADS 128      /* whole warps: the Q8_0 path shuffles */
+static_assert(Q8K_THREADS == QK_K, "a block of the fused reduction is one Q8_K super-block");
 
 /* The pool of one layer as a kernel sees it (passed by value). */
 struct kv_view {
@@ -303,30 +307,85 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	}
 }
 
-/* grid (n_head, rows of this chunk): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M)
- * over the row's splits that hold positions, M their largest max; zeros for
- * a padding row (no splits). */
-static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_shape sh,
-	int32_t row0, const float *__restrict__ partial, float *__restrict__ out)
+/* The combination of one row's partials for one query head (PP, the
+ * first split's; STRIDE floats apart):
+ * out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the row's
+ * splits that hold positions, M their largest max.  attn_combine_scale
+ * sets *M and returns 1 / sum (0 for a padding row, P < 0, which has no
+ * splits: its output is zeros); attn_combine gives element C. */
+static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
 {
-	const int32_t t = row0 + blockIdx.y, h = blockIdx.x, hd = sh.head_dim;
-	const size_t stride = (size_t)hd + 2;
-	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
-	const int32_t n_act = pos[t] < 0 ? 0 : min((pos[t] + sh.split_pos) / sh.split_pos, sh.n_splits);
+	return p < 0 ? 0 : min((p + sh.split_pos) / sh.split_pos, sh.n_splits);
+}
+
+static __device__ __forceinline__ float attn_combine_scale(const float *pp, size_t stride, int32_t n_act,
+	float *ret_m)
+{
 	float M = -INFINITY;
 	for (int32_t s = 0; s < n_act; s++)
 		M = fmaxf(M, pp[s * stride]);
 	float L = 0.0f;
 	for (int32_t s = 0; s < n_act; s++)
 		L += pp[s * stride + 1] * expf(pp[s * stride] - M);
-	const float inv = n_act > 0 ? 1.0f / L : 0.0f;
+	*ret_m = M;
+	return n_act > 0 ? 1.0f / L : 0.0f;
+}
+
+static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act, float M,
+	float inv, int c)
+{
+	float a = 0.0f;
+	for (int32_t s = 0; s < n_act; s++)
+		a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
+	return a * inv;
+}
+
+/* grid (n_head, rows of this chunk): each row's heads combined (attn_combine). */
+static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_shape sh,
+	int32_t row0, const float *__restrict__ partial, float *__restrict__ out)
+{
+	const int32_t t = row0 + blockIdx.y, h = blockIdx.x, hd = sh.head_dim;
+	const size_t stride = (size_t)hd + 2;
+	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
+	const int32_t n_act = attn_splits_of(pos[t], sh);
+	float M;
+	const float inv = attn_combine_scale(pp, stride, n_act, &M);
 	float *o = out + ((size_t)t * sh.n_head + h) * hd;
-	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-		float a = 0.0f;
-		for (int32_t s = 0; s < n_act; s++)
-			a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
-		o[c] = a * inv;
-	}
+	for (int c = threadIdx.x; c < hd; c += blockDim.x)
+		o[c] = attn_combine(pp, stride, n_act, M, inv, c);
+}
+
+/* attn_reduce_kernel that also quantizes each row of OUT (N = n_head *
+ * head_dim, a whole number of VEC's blocks) into Q8_0, Q8_1 or Q8_K at
+ * XQ + t * XQ_STRIDE, the bytes the matmul's own quantizer writes
+ * (quant_q8.cuh).  grid (N / Q8K_THREADS rounded up, rows of this chunk),
+ * Q8K_THREADS threads: thread i of block b takes element e = b *
+ * Q8K_THREADS + i of its row with its own head's combination, so each
+ * element gets attn_reduce_kernel's bits; a 32-element block (or the
+ * 256-element super-block) is one warp's (the whole block's) whatever
+ * heads it spans. */
+static __global__ void attn_reduce_q8_kernel(const int32_t *__restrict__ pos, attn_shape sh,
+	int32_t row0, const float *__restrict__ partial, float *__restrict__ out, uint32_t vec,
+	uint8_t *__restrict__ xq, size_t xq_stride)
+{
+	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
+	const int32_t t = row0 + blockIdx.y, hd = sh.head_dim, n = sh.n_head * hd;
+	const int32_t e = (int32_t)blockIdx.x * Q8K_THREADS + threadIdx.x;
+	if (e >= n) /* whole warps, past the last 32-element block (never for Q8_K) */
+		return;
+	const int32_t h = e / hd, c = e % hd;
+	const size_t stride = (size_t)hd + 2;
+	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
+	const int32_t n_act = attn_splits_of(pos[t], sh);
+	float M;
+	const float inv = attn_combine_scale(pp, stride, n_act, &M);
+	const float v = attn_combine(pp, stride, n_act, M, inv, c);
+	out[(size_t)t * n + e] = v;
+	uint8_t *row = xq + (size_t)t * xq_stride;
+	if (vec == QT_Q8_K)
+		q8k_block_store(v, (int)blockIdx.x, n / QK_K, n, row, s_ax, s_v);
+	else
+		q8_block_store(v, threadIdx.x % 32, e / 32, n / 32, n, vec == QT_Q8_1, row);
 }
 
 /* ---- launchers ---- */
@@ -490,9 +549,11 @@ extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const str
 	return attn_tiles_offset(rows, sh) + (size_t)T * 2 * sizeof(int32_t);
 }
 
-extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+/* cuda_attention, and with VEC (not 0) cuda_attention_q8. */
+static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
-	float *out, const struct bk_rows *host, void *scratch, void *stream)
+	float *out, const struct bk_rows *host, void *scratch, uint32_t vec, void *xq, size_t xq_stride,
+	void *stream)
 {
 	int err = kv_check(kv, layer);
 	if (err)
@@ -509,6 +570,7 @@ extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, 
 		return -EINVAL;
 	const kv_view view = kv_view_of(kv, layer);
 	const int red_threads = sh.head_dim < 128 ? (sh.head_dim + 31) / 32 * 32 : 128;
+	const int64_t q8_blocks = ((int64_t)sh.n_head * sh.head_dim + Q8K_THREADS - 1) / Q8K_THREADS;
 	cudaStream_t st = (cudaStream_t)stream;
 	float *partial = (float *)scratch;
 	const size_t chunk_rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
@@ -539,11 +601,35 @@ extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, 
 			(const int32_t *)d_tiles, (int32_t)ti, q, partial);
 		if ((err = launched()))
 			return err;
-		LAUNCH(attn_reduce_kernel, dim3((unsigned)sh.n_head, (unsigned)rows), red_threads, 0, st,
-			pos, sh, row0, (const float *)partial, out);
+		if (vec)
+			LAUNCH(attn_reduce_q8_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS, 0, st,
+				pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq, xq_stride);
+		else
+			LAUNCH(attn_reduce_kernel, dim3((unsigned)sh.n_head, (unsigned)rows), red_threads, 0, st,
+				pos, sh, row0, (const float *)partial, out);
 		if ((err = launched()))
 			return err;
 		ti = tj;
 	}
 	return 0;
+}
+
+extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
+	float *out, const struct bk_rows *host, void *scratch, void *stream)
+{
+	return attn_run(kv, layer, T, pos, tables, table_stride, a, q, out, host, scratch, 0, NULL, 0, stream);
+}
+
+extern "C" int cuda_attention_q8(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
+	float *out, const struct bk_rows *host, void *scratch, uint32_t vec, void *xq, size_t xq_stride,
+	void *stream)
+{
+	const int64_t n = a ? (int64_t)a->n_head * a->head_dim : 0;
+	const size_t need = n > 0 && n <= INT32_MAX ? q8_row_bytes(vec, n) : 0;
+	if (!need || xq_stride < need || xq_stride % 16 || (uintptr_t)xq % 16 || (T > 0 && !xq))
+		return -EINVAL;
+	return attn_run(kv, layer, T, pos, tables, table_stride, a, q, out, host, scratch, vec, xq, xq_stride,
+			stream);
 }

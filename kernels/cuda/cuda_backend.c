@@ -36,6 +36,9 @@
  * f16 and cublasGemmEx with f32 accumulation, tensor cores for prefill, at
  * the price of batch invariance (a row's arithmetic then depends on the
  * rows beside it).  Recorded (decode) steps always take the integer kernels.
+ * The op before an integer matmul (the norms, attention, swiglu: their
+ * NEXT) quantizes its output for it in the same launch (cb_fuse_begin), so
+ * the matmul's own quantization launch is skipped.
  *
  * Attention tiles a prefill chunk's rows (cuda_attention with the host's
  * rows); recorded steps keep one row per block.
@@ -448,18 +451,6 @@ static int cb_embed(struct backend *be, const struct bk_weight *w, const int32_t
 	return cb_launched(cb, "cuda_embed", cuda_embed(&dw, cb->d_ids, T, out, cb->stream));
 }
 
-static int cb_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T, int64_t n,
-		      float eps, float *out)
-{
-	struct cuda_backend *cb = cbk(be);
-	void *dg;
-	int r;
-
-	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0)
-		return r;
-	return cb_launched(cb, "cuda_rmsnorm", cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream));
-}
-
 /* out (T, n_out) = x (T, n_in) · W^T for F32 weights, on cuBLAS: in
  * column-major terms out^T (n_out, T) = W (n_in, n_out)^T · x^T (n_in, T).
  * Pedantic fp32 (no TF32).  The reference cuBLAS of the emulator computes
@@ -614,6 +605,63 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 	return 0;
 }
 
+/* Whether the op before NEXT's matmul may quantize its output (T rows of
+ * N) for it: NEXT a weight that cb_matmul will run on its integer kernels
+ * (those with a quantized scratch: Q4_0, Q4_1, Q8_0, the K-quants).  Then
+ * 1, with mm_scratch grown for it, *RET_STRIDE its row stride and *DW the
+ * device weight; else 0, or a negative errno. */
+static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, int32_t T, int64_t n,
+			 struct bk_weight *dw, size_t *ret_stride)
+{
+	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
+	int r;
+
+	if (!stride || T < 1)
+		return 0;
+	if ((r = cb_weight(cb, next, dw)) < 0)
+		return r;
+	if (cb_mm_half(cb, dw, T))
+		return 0;
+	if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, stride * (size_t)T)) < 0)
+		return r;
+	*ret_stride = stride;
+	return 1;
+}
+
+/* The launch R of a kernel that quantized OUT for DW (cb_fuse_begin): the
+ * next cb_matmul on OUT takes mm_scratch as it is, if nothing runs before. */
+static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const float *out, int32_t T,
+		       const struct bk_weight *dw)
+{
+	if ((r = cb_launched(cb, call, r)) < 0)
+		return r;
+	cb->xq_src = out;
+	cb->xq_T = T;
+	cb->xq_n = dw->n_in;
+	cb->xq_vec = qtype_get(dw->type)->vec_type;
+	cb->xq_calls = cb->calls;
+	return 0;
+}
+
+static int cb_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T, int64_t n,
+		      float eps, float *out, const struct bk_weight *next)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct bk_weight dw;
+	size_t stride;
+	void *dg;
+	int r;
+
+	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0 ||
+	    (r = cb_fuse_begin(cb, next, T, n, &dw, &stride)) < 0)
+		return r;
+	if (r)
+		return cb_fuse_end(cb, "cuda_rmsnorm_q8",
+				   cuda_rmsnorm_q8(x, dg, T, n, eps, out, qtype_get(dw.type)->vec_type,
+						   cb->mm_scratch, stride, cb->stream), out, T, &dw);
+	return cb_launched(cb, "cuda_rmsnorm", cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream));
+}
+
 static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
 		   int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
 {
@@ -662,14 +710,17 @@ static int cb_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t 
 }
 
 static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
-			const struct bk_rows *rows, const struct bk_attn *a, const float *q, float *out)
+			const struct bk_rows *rows, const struct bk_attn *a, const float *q, float *out,
+			const struct bk_weight *next)
 {
 	struct cuda_backend *cb = cbk(be);
 	struct bk_kv dkv;
-	size_t need;
-	int r;
+	struct bk_weight dw;
+	size_t need, stride;
+	int r, fused;
 
-	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
+	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0 ||
+	    (fused = r = cb_fuse_begin(cb, next, rows->n, (int64_t)a->n_head * a->head_dim, &dw, &stride)) < 0)
 		return r;
 	cb->attn = *a;
 	cb->has_attn = 1;
@@ -680,48 +731,16 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 	}
 	if ((r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need)) < 0)
 		return r;
+	if (fused)
+		return cb_fuse_end(cb, "cuda_attention_q8",
+				   cuda_attention_q8(&dkv, layer, rows->n, cb->d_pos, cb->d_tables, cb->table_stride,
+						     a, q, out, cb->capturing ? NULL : rows, cb->att_scratch,
+						     qtype_get(dw.type)->vec_type, cb->mm_scratch, stride, cb->stream),
+				   out, rows->n, &dw);
 	return cb_launched(cb, "cuda_attention",
 			   cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
 					  cb->table_stride, a, q, out, cb->capturing ? NULL : rows,
 					  cb->att_scratch, cb->stream));
-}
-
-/* Whether the op before NEXT's matmul may quantize its output (T rows of
- * N) for it: NEXT a weight that cb_matmul will run on its integer kernels
- * (those with a quantized scratch: Q4_0, Q4_1, Q8_0, the K-quants).  Then
- * 1, with mm_scratch grown for it, *RET_STRIDE its row stride and *DW the
- * device weight; else 0, or a negative errno. */
-static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, int32_t T, int64_t n,
-			 struct bk_weight *dw, size_t *ret_stride)
-{
-	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
-	int r;
-
-	if (!stride || T < 1)
-		return 0;
-	if ((r = cb_weight(cb, next, dw)) < 0)
-		return r;
-	if (cb_mm_half(cb, dw, T))
-		return 0;
-	if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, stride * (size_t)T)) < 0)
-		return r;
-	*ret_stride = stride;
-	return 1;
-}
-
-/* The launch R of a kernel that quantized OUT for DW (cb_fuse_begin): the
- * next cb_matmul on OUT takes mm_scratch as it is, if nothing runs before. */
-static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const float *out, int32_t T,
-		       const struct bk_weight *dw)
-{
-	if ((r = cb_launched(cb, call, r)) < 0)
-		return r;
-	cb->xq_src = out;
-	cb->xq_T = T;
-	cb->xq_n = dw->n_in;
-	cb->xq_vec = qtype_get(dw->type)->vec_type;
-	cb->xq_calls = cb->calls;
-	return 0;
 }
 
 static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,

@@ -63,6 +63,9 @@ int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_t T, int64_
  * N must be a whole number of VEC's blocks (32, or 256 for Q8_K). */
 int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
 			float *out, uint32_t vec, void *xq, size_t stride, void *stream);
+/* cuda_rmsnorm that also quantizes out as cuda_add_rmsnorm_q8 does. */
+int cuda_rmsnorm_q8(const float *x, const float *g, int32_t T, int64_t n, float eps, float *out,
+		    uint32_t vec, void *xq, size_t stride, void *stream);
 /* out (n_rows, w->n_in) __half = rows ROW0.. of W as cuda_embed dequantizes
  * them, each rounded to nearest even f16: weight tiles for cuBLAS. */
 int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,
@@ -111,6 +114,14 @@ int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32
 		   const int32_t *tables, int32_t table_stride, const struct bk_attn *a,
 		   const float *q, float *out, const struct bk_rows *host, void *scratch,
 		   void *stream);
+/* cuda_attention that also quantizes out, in its last launch, into the
+ * rows of VEC cuda_matmul_q_group reads from its scratch, as
+ * cuda_add_rmsnorm_q8 does (n_head * head_dim a whole number of VEC's
+ * blocks). */
+int cuda_attention_q8(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
+		      const int32_t *tables, int32_t table_stride, const struct bk_attn *a,
+		      const float *q, float *out, const struct bk_rows *host, void *scratch,
+		      uint32_t vec, void *xq, size_t xq_stride, void *stream);
 /* Rows of one sequence a block of cuda_attention takes at once for these
  * shapes (1 .. 16; 0 on bad shapes). */
 int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_attn *a);

@@ -281,8 +281,26 @@ static __device__ double rows_block_sum(double v, double *s_warp)
 	return sum;
 }
 
-/* One block per row: sum of squares in double (as ggml and the CPU), then
- * y = (x * scale) * g.  Each thread reads and writes the same elements, so
+/* The norms' first pass over a row, by the block: x += y (thread i taking
+ * elements i, i + ROWS_THREADS, ...), then the scale
+ * 1 / sqrt(mean(x^2) + eps), the squares summed in double (as ggml and the
+ * CPU).  Y NULL: rmsnorm's pass, which only reads x. */
+static __device__ float rows_add_scale(float *xr, const float *yr, int64_t n, float eps, double *s_warp)
+{
+	double part = 0;
+	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
+		float v = xr[i];
+		if (yr) {
+			v += yr[i];
+			xr[i] = v;
+		}
+		part += (double)__fmul_rn(v, v);
+	}
+	const double sum = rows_block_sum(part, s_warp);
+	return 1.0f / sqrtf((float)(sum / (double)n) + eps);
+}
+
+/* One block per row: the scale (rows_add_scale), then y = (x * scale) * g.  Each thread reads and writes the same elements, so
  * OUT may equal X. */
 static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ g, int64_t n,
 	float eps, float *out)
@@ -290,13 +308,7 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
 	__shared__ double s_warp[ROWS_WARPS];
 	const float *xr = x + (int64_t)blockIdx.x * n;
 	float *yr = out + (int64_t)blockIdx.x * n;
-	double part = 0;
-	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
-		const float v = xr[i];
-		part += (double)__fmul_rn(v, v);
-	}
-	const double sum = rows_block_sum(part, s_warp);
-	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	const float scale = rows_add_scale(const_cast<float *>(xr), NULL, n, eps, s_warp);
 	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS)
 		yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
 }
@@ -311,21 +323,6 @@ extern "C" int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n
 	LAUNCH(rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, g, n, eps,
 		out);
 	return rows_launched();
-}
-
-/* add_rmsnorm's first pass over a row, by the block: x += y (thread i
- * taking elements i, i + ROWS_THREADS, ...), then the scale
- * 1 / sqrt(mean(x^2) + eps), the squares summed as rmsnorm_kernel sums. */
-static __device__ float rows_add_scale(float *xr, const float *yr, int64_t n, float eps, double *s_warp)
-{
-	double part = 0;
-	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
-		const float v = xr[i] + yr[i];
-		xr[i] = v;
-		part += (double)__fmul_rn(v, v);
-	}
-	const double sum = rows_block_sum(part, s_warp);
-	return 1.0f / sqrtf((float)(sum / (double)n) + eps);
 }
 
 /* add_kernel then rmsnorm_kernel in one block per row: x += y, then
@@ -360,13 +357,14 @@ extern "C" int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_
  * (WITH_SUM) blocks at XQ + t * STRIDE, as the matmul's quantizer would
  * (quant_q8.cuh): N a multiple of 32.  Element e is thread e % ROWS_THREADS's
  * in both passes (e = 32 * block + lane, blocks going to the warps in
- * turn), so a thread still touches only its own elements. */
+ * turn), so a thread still touches only its own elements.  Y NULL:
+ * rmsnorm_kernel's arithmetic (x only read). */
 static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const float *__restrict__ g,
 	int64_t n, float eps, float *out, int with_sum, uint8_t *__restrict__ xq, size_t stride)
 {
 	__shared__ double s_warp[ROWS_WARPS];
 	float *xr = x + (int64_t)blockIdx.x * n;
-	const float *yr = y + (int64_t)blockIdx.x * n;
+	const float *yr = y ? y + (int64_t)blockIdx.x * n : NULL;
 	float *o = out + (int64_t)blockIdx.x * n;
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nb = (int)(n / 32);
 	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
@@ -388,7 +386,7 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 	__shared__ double s_warp[ROWS_WARPS];
 	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
 	float *xr = x + (int64_t)blockIdx.x * n;
-	const float *yr = y + (int64_t)blockIdx.x * n;
+	const float *yr = y ? y + (int64_t)blockIdx.x * n : NULL;
 	float *o = out + (int64_t)blockIdx.x * n;
 	const int nsb = (int)(n / 256);
 	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
@@ -401,11 +399,12 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 	}
 }
 
-extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n,
-	float eps, float *out, uint32_t vec, void *xq, size_t stride, void *stream)
+/* cuda_add_rmsnorm_q8, or cuda_rmsnorm_q8 with Y NULL. */
+static int rows_norm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
+	float *out, uint32_t vec, void *xq, size_t stride, void *stream)
 {
 	const size_t need = q8_row_bytes(vec, n);
-	if (T < 0 || n <= 0 || n > INT32_MAX || !need || (T && (!x || !y || !g || !out || !xq)) ||
+	if (T < 0 || n <= 0 || n > INT32_MAX || !need || (T && (!x || !g || !out || !xq)) ||
 	    stride < need || stride % 16 || (uintptr_t)xq % 16)
 		return -EINVAL;
 	if (!T)
@@ -417,6 +416,21 @@ extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int
 		LAUNCH(add_rmsnorm_q8_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
 			eps, out, vec == QT_Q8_1 ? 1 : 0, (uint8_t *)xq, stride);
 	return rows_launched();
+}
+
+extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n,
+	float eps, float *out, uint32_t vec, void *xq, size_t stride, void *stream)
+{
+	if (T > 0 && !y)
+		return -EINVAL;
+	return rows_norm_q8(x, y, g, T, n, eps, out, vec, xq, stride, stream);
+}
+
+extern "C" int cuda_rmsnorm_q8(const float *x, const float *g, int32_t T, int64_t n, float eps,
+	float *out, uint32_t vec, void *xq, size_t stride, void *stream)
+{
+	/* with no y the kernels only read x */
+	return rows_norm_q8(const_cast<float *>(x), NULL, g, T, n, eps, out, vec, xq, stride, stream);
 }
 
 /* ---- rope ---- */
