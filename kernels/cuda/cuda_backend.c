@@ -643,25 +643,6 @@ static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const f
 	return 0;
 }
 
-static int cb_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T, int64_t n,
-		      float eps, float *out, const struct bk_weight *next)
-{
-	struct cuda_backend *cb = cbk(be);
-	struct bk_weight dw;
-	size_t stride;
-	void *dg;
-	int r;
-
-	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0 ||
-	    (r = cb_fuse_begin(cb, next, T, n, &dw, &stride)) < 0)
-		return r;
-	if (r)
-		return cb_fuse_end(cb, "cuda_rmsnorm_q8",
-				   cuda_rmsnorm_q8(x, dg, T, n, eps, out, qtype_get(dw.type)->vec_type,
-						   cb->mm_scratch, stride, cb->stream), out, T, &dw);
-	return cb_launched(cb, "cuda_rmsnorm", cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream));
-}
-
 static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
 		   int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
 {
@@ -768,8 +749,10 @@ static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
 	return cb_launched(cbk(be), "cuda_add", cuda_add(x, y, n, cbk(be)->stream));
 }
 
-static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g, int32_t T,
-			  int64_t n, float eps, float *out, const struct bk_weight *next)
+/* add_rmsnorm, or rmsnorm with Y NULL (then x is only read), quantizing
+ * out for NEXT when it may (cb_fuse_begin). */
+static int cb_norm(struct backend *be, float *x, const float *y, const float *g, int32_t T, int64_t n,
+		   float eps, float *out, const struct bk_weight *next)
 {
 	struct cuda_backend *cb = cbk(be);
 	struct bk_weight dw;
@@ -780,11 +763,29 @@ static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const fl
 	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0 ||
 	    (r = cb_fuse_begin(cb, next, T, n, &dw, &stride)) < 0)
 		return r;
-	if (r)
-		return cb_fuse_end(cb, "cuda_add_rmsnorm_q8",
-				   cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, qtype_get(dw.type)->vec_type,
-						       cb->mm_scratch, stride, cb->stream), out, T, &dw);
-	return cb_launched(cb, "cuda_add_rmsnorm", cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream));
+	if (r) {
+		const uint32_t vec = qtype_get(dw.type)->vec_type;
+		return cb_fuse_end(cb, y ? "cuda_add_rmsnorm_q8" : "cuda_rmsnorm_q8",
+				   y ? cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, vec, cb->mm_scratch, stride,
+							   cb->stream)
+				     : cuda_rmsnorm_q8(x, dg, T, n, eps, out, vec, cb->mm_scratch, stride, cb->stream),
+				   out, T, &dw);
+	}
+	if (y)
+		return cb_launched(cb, "cuda_add_rmsnorm", cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream));
+	return cb_launched(cb, "cuda_rmsnorm", cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream));
+}
+
+static int cb_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T, int64_t n,
+		      float eps, float *out, const struct bk_weight *next)
+{
+	return cb_norm(be, (float *)x, NULL, g, T, n, eps, out, next);
+}
+
+static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const float *g, int32_t T,
+			  int64_t n, float eps, float *out, const struct bk_weight *next)
+{
+	return cb_norm(be, x, y, g, T, n, eps, out, next);
 }
 
 /* ---- memory hooks ---- */
