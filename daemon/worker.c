@@ -222,10 +222,12 @@ int worker_take_notes(struct worker *w, struct worker_note *out, int max)
 	int n;
 	pthread_mutex_lock(&w->note_lock);
 	n = w->notes.n < (size_t)max ? (int)w->notes.n : max;
-	memcpy(out, w->notes.items, (size_t)n * sizeof *out);
-	memmove(w->notes.items, (struct worker_note *)w->notes.items + n,
-		(w->notes.n - (size_t)n) * sizeof *out);
-	w->notes.n -= (size_t)n;
+	if (n > 0) { /* an empty list may have no array yet: no NULL to memcpy */
+		memcpy(out, w->notes.items, (size_t)n * sizeof *out);
+		memmove(w->notes.items, (struct worker_note *)w->notes.items + n,
+			(w->notes.n - (size_t)n) * sizeof *out);
+		w->notes.n -= (size_t)n;
+	}
 	pthread_mutex_unlock(&w->note_lock);
 	return n;
 }

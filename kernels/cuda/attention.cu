@@ -12,10 +12,11 @@
  * size is a constant, so a row's arithmetic depends on its position alone
  * (batch invariance).  The reduction may also quantize its rows for the
  * o projection's matmul (as the norms do for theirs: quant_q8.cuh), saving
- * that matmul its own quantization launch.  Prefill rows (several rows of one sequence at
- * consecutive positions) share a split block, up to qrows of them: each K/V
- * tile is read from the pool once for all of them (flash attention over a
- * tile of queries), while each row keeps the very operations it runs alone.
+ * that matmul its own quantization launch.  Prefill rows (several rows of
+ * one sequence at consecutive positions) share a split block, up to qrows
+ * of them: each K/V tile is read from the pool once for all of them (flash
+ * attention over a tile of queries), while each row keeps the very
+ * operations it runs alone.
  */
 #include "cuda_compat.h"
 
