@@ -300,8 +300,8 @@ static __device__ float rows_add_scale(float *xr, const float *yr, int64_t n, fl
 	return 1.0f / sqrtf((float)(sum / (double)n) + eps);
 }
 
-/* One block per row: the scale (rows_add_scale), then y = (x * scale) * g.  Each thread reads and writes the same elements, so
- * OUT may equal X. */
+/* One block per row: the scale (rows_add_scale), then y = (x * scale) * g.
+ * Each thread reads and writes the same elements, so OUT may equal X. */
 static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ g, int64_t n,
 	float eps, float *out)
 {
