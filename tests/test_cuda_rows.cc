@@ -26,6 +26,7 @@ extern "C" {
 
 #include <math.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "emu_testutil.h"
@@ -41,6 +42,16 @@ static uint32_t next_u32()
 static float frand(float lo, float hi)
 {
 	return lo + (hi - lo) * (float)(next_u32() >> 8) * 0x1p-24f;
+}
+
+/* N values in [LO, HI), each EVERY-th (0: none) times SCALE: an input with
+ * outliers. */
+static std::vector<float> rand_vec(size_t n, float lo, float hi, size_t every = 0, float scale = 1.0f)
+{
+	std::vector<float> v(n);
+	for (size_t i = 0; i < n; i++)
+		v[i] = frand(lo, hi) * (every && i % every == 0 ? scale : 1.0f);
+	return v;
 }
 
 static struct backend *cpu;
@@ -207,11 +218,7 @@ static void test_rmsnorm()
 	for (int64_t n : ns) {
 		for (int32_t T : Ts) {
 			const float eps = T == 3 ? 1e-6f : 1e-5f;
-			std::vector<float> x((size_t)T * n), g(n);
-			for (size_t i = 0; i < x.size(); i++)
-				x[i] = frand(-3, 3) * (i % 7 == 0 ? 10.0f : 1.0f);
-			for (float &v : g)
-				v = frand(-1.5f, 1.5f);
+			const std::vector<float> x = rand_vec((size_t)T * n, -3, 3, 7, 10), g = rand_vec(n, -1.5f, 1.5f);
 			std::vector<float> want(x.size());
 			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, x.data(), g.data(), T, n, eps, want.data(), NULL), 0);
 			dbuf<float> dx(x.size()), dg(n), dout(x.size());
@@ -248,13 +255,8 @@ static void test_add_rmsnorm()
 	for (int64_t n : ns) {
 		for (int32_t T : Ts) {
 			const float eps = 1e-5f;
-			std::vector<float> x((size_t)T * n), y(x.size()), g(n);
-			for (size_t i = 0; i < x.size(); i++) {
-				x[i] = frand(-3, 3);
-				y[i] = frand(-2, 2) * (i % 5 == 0 ? 8.0f : 1.0f);
-			}
-			for (float &v : g)
-				v = frand(-1.5f, 1.5f);
+			const std::vector<float> x = rand_vec((size_t)T * n, -3, 3), y = rand_vec(x.size(), -2, 2, 5, 8),
+						 g = rand_vec(n, -1.5f, 1.5f);
 			std::vector<float> want_x = x, want(x.size());
 			CHECK_INT_EQ(cpu->ops->add(cpu, want_x.data(), y.data(), (int64_t)T * n), 0);
 			CHECK_INT_EQ(cpu->ops->rmsnorm(cpu, want_x.data(), g.data(), T, n, eps, want.data(), NULL), 0);
@@ -305,13 +307,10 @@ static void test_add_rmsnorm_q8()
 			const size_t stride = q8_stride(vec, n);
 			for (int32_t T : Ts) {
 				const float eps = 1e-5f;
-				std::vector<float> x((size_t)T * n), y(x.size()), g(n);
-				for (size_t i = 0; i < x.size(); i++) {
-					x[i] = frand(-3, 3);
-					y[i] = frand(-2, 2) * (i % 7 == 0 ? 8.0f : 1.0f);
-				}
-				for (int64_t i = 0; i < n; i++) /* a zero block: amax 0 */
-					g[i] = i < blck ? 0.0f : frand(-1.5f, 1.5f);
+				const std::vector<float> x = rand_vec((size_t)T * n, -3, 3),
+							 y = rand_vec(x.size(), -2, 2, 7, 8);
+				std::vector<float> g = rand_vec(n, -1.5f, 1.5f);
+				std::fill_n(g.begin(), blck, 0.0f); /* a zero block: amax 0 */
 				dbuf<float> dx(x.size()), dy(x.size()), dg(n);
 				dbuf<uint8_t> dq(stride * (size_t)T);
 				dg.put(g);
@@ -356,11 +355,7 @@ static void test_rmsnorm_q8()
 		for (int64_t n : vec == QT_Q8_K ? ns_k : ns) {
 			const size_t stride = q8_stride(vec, n);
 			const float eps = 1e-5f;
-			std::vector<float> x((size_t)T * n), g(n);
-			for (size_t i = 0; i < x.size(); i++)
-				x[i] = frand(-3, 3) * (i % 5 == 0 ? 6.0f : 1.0f);
-			for (float &v : g)
-				v = frand(-1.5f, 1.5f);
+			const std::vector<float> x = rand_vec((size_t)T * n, -3, 3, 5, 6), g = rand_vec(n, -1.5f, 1.5f);
 			dbuf<float> dx(x.size()), dg(n), dout(x.size());
 			dbuf<uint8_t> dq(stride * (size_t)T);
 			dg.put(g);
@@ -405,10 +400,8 @@ static void test_rope()
 			for (int style = 0; style < 2; style++) {
 				const float base = style ? 100000.0f : 10000.0f;
 				const size_t n = (size_t)T * s.n_head * s.head_dim;
-				std::vector<float> x(n);
+				const std::vector<float> x = rand_vec(n, -2, 2);
 				std::vector<int32_t> pos(T);
-				for (float &v : x)
-					v = frand(-2, 2);
 				for (int32_t &p : pos)
 					p = (int32_t)(next_u32() % 8192);
 				pos[0] = 0;
@@ -447,11 +440,7 @@ static void test_elementwise()
 	static const int64_t ns[] = { 1, 100, 576, 17 * 576, 70001 };
 
 	for (int64_t n : ns) {
-		std::vector<float> g(n), u(n);
-		for (float &v : g)
-			v = frand(-12, 12);
-		for (float &v : u)
-			v = frand(-3, 3);
+		const std::vector<float> g = rand_vec(n, -12, 12), u = rand_vec(n, -3, 3);
 		std::vector<float> want_sw(n), want_add = g;
 		CHECK_INT_EQ(cpu->ops->swiglu(cpu, g.data(), u.data(), n, want_sw.data(), NULL), 0);
 		CHECK_INT_EQ(cpu->ops->add(cpu, want_add.data(), u.data(), n), 0);
@@ -558,11 +547,9 @@ static void test_swiglu_q8()
 			const size_t stride = q8_stride(vec, n);
 			for (int32_t T : Ts) {
 				const size_t tn = (size_t)T * (size_t)n;
-				std::vector<float> g(tn), u(tn);
-				for (size_t i = 0; i < tn; i++) {
-					g[i] = i < (size_t)blck ? 0.0f : frand(-12, 12); /* a zero block: amax 0 */
-					u[i] = frand(-3, 3);
-				}
+				std::vector<float> g = rand_vec(tn, -12, 12);
+				const std::vector<float> u = rand_vec(tn, -3, 3);
+				std::fill_n(g.begin(), blck, 0.0f); /* a zero block: amax 0 */
 				dbuf<float> dg(tn), du(tn), dout(tn);
 				dbuf<uint8_t> dq(stride * (size_t)T);
 				du.put(u);
