@@ -4,7 +4,10 @@
  * Random valid weight blocks of every supported type (random codes, random
  * f16 scales), random activations (with an all-zero block and a tie for the
  * largest magnitude), several shapes (ragged 32-element tails, K-quant rows
- * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9.
+ * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9 and, for the
+ * 32-element types, 16 and 33.  Those take the tensor-core kernel from
+ * T = 8 on, so some cases run each path; its mma_s8_m16n8k32 is checked on
+ * its own against PTX's fragment layout, on extreme bytes too.
  *
  * Tolerance: none.  The kernels reproduce quant.c's arithmetic (the device
  * quantizes activations exactly as the CPU, the integer sums are exact and
@@ -111,7 +114,7 @@ static bool same_bits(float a, float b)
 	return memcmp(&a, &b, 4) == 0;
 }
 
-static int n_cases;
+static int n_cases, n_mma;
 
 /* One shape of one type: the CUDA path equals the CPU (both ISAs) bit for
  * bit, row by row the same alone as in the batch. */
@@ -131,6 +134,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	CHECK(sb > 0);
 	dbuf<uint8_t> scratch(sb);
 
+	n_mma += mm_use_mma(type, T);
 	std::vector<float> want = cpu_matmul(w, hx, T);
 	enum quant_isa isa = quant_get_isa();
 	quant_set_isa(QUANT_ISA_SCALAR);
@@ -224,7 +228,7 @@ static void test_shapes()
 {
 	const int q32_in[] = { 32, 96, 576, 1536, 1568 }; /* 1, 3, 16+2, 48, 48+1 blocks */
 	const int n_outs[] = { 1, 7, 70 };
-	const int Ts[] = { 1, 2, 5, 9 };
+	const int Ts[] = { 1, 2, 5, 9, 16, 33 };
 	for (uint32_t type : q32_types)
 		for (int n_in : q32_in)
 			for (int n_out : n_outs)
@@ -235,18 +239,78 @@ static void test_shapes()
 		for (int n_in : k_in)
 			for (int n_out : n_outs)
 				for (int T : Ts)
-					check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
+					if (T < 16) /* one kernel for every T: 9 already takes three passes */
+						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
 		/* more than 32 super-blocks: a second round of the warp's broadcast */
 		check_case(type, 33 * QK_K, 3, 2, false);
 	}
+	CHECK(n_mma > 0 && n_mma < n_cases);
+}
+
+/* mma_s8_m16n8k32 on fragments laid out as its comment (PTX's layout)
+ * says: A (16 x 32) and B (32 x 8, stored by columns) loaded lane by lane,
+ * D starting from C, written back by the same map. */
+static __global__ void mma_layout_kernel(const int8_t *A, const int8_t *Bt, const int *C, int *D)
+{
+	const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+	int a[4], b[2], d[4];
+	memcpy(&a[0], A + 32 * g + 4 * q, 4);
+	memcpy(&a[1], A + 32 * (g + 8) + 4 * q, 4);
+	memcpy(&a[2], A + 32 * g + 16 + 4 * q, 4);
+	memcpy(&a[3], A + 32 * (g + 8) + 16 + 4 * q, 4);
+	memcpy(&b[0], Bt + 32 * g + 4 * q, 4);
+	memcpy(&b[1], Bt + 32 * g + 16 + 4 * q, 4);
+	for (int i = 0; i < 4; i++)
+		d[i] = C[8 * (g + 8 * (i / 2)) + 2 * q + i % 2];
+	mma_s8_m16n8k32(d, a, b);
+	for (int i = 0; i < 4; i++)
+		D[8 * (g + 8 * (i / 2)) + 2 * q + i % 2] = d[i];
+}
+
+static void test_mma_layout()
+{
+	for_each_order([&](const char *order) {
+		for (int round = 0; round < 3; round++) {
+			std::vector<int8_t> A(16 * 32), Bt(8 * 32);
+			std::vector<int> C(16 * 8);
+			for (size_t i = 0; i < A.size(); i++) /* round 1: -128 and 127 only */
+				A[i] = (int8_t)(round == 1 ? (next_u32() & 1 ? 127 : -128) : next_u32());
+			for (size_t i = 0; i < Bt.size(); i++)
+				Bt[i] = (int8_t)(round == 1 ? (next_u32() & 1 ? 127 : -128) : next_u32());
+			for (int &c : C)
+				c = round == 2 ? 0 : (int)(next_u32() % 2000001) - 1000000;
+			dbuf<int8_t> dA(A.size()), dB(Bt.size());
+			dbuf<int> dC(C.size()), dD(C.size());
+			dA.put(A);
+			dB.put(Bt);
+			dC.put(C);
+			LAUNCH(mma_layout_kernel, 1, 32, 0, 0, (const int8_t *)dA.d, (const int8_t *)dB.d,
+			       (const int *)dC.d, dD.d);
+			CHECK_INT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+			std::vector<int> D = dD.get();
+			int bad = 0;
+			for (int r = 0; r < 16; r++)
+				for (int n = 0; n < 8; n++) {
+					int want = C[8 * r + n];
+					for (int k = 0; k < 32; k++)
+						want += A[32 * r + k] * Bt[32 * n + k];
+					if (D[8 * r + n] != want && bad++ < 3)
+						fprintf(stderr, "mma %s round %d: D[%d][%d] = %d, want %d\n", order, round, r,
+							n, D[8 * r + n], want);
+				}
+			CHECK_INT_EQ(bad, 0);
+		}
+	});
 }
 
 /* A smaller set in every thread order. */
 static void test_orders()
 {
 	for_each_order([&](const char *) {
-		for (uint32_t type : q32_types)
+		for (uint32_t type : q32_types) {
 			check_case(type, 576, 9, 5, true);
+			check_case(type, 576, 21, 9, true); /* the tensor cores */
+		}
 		for (uint32_t type : k_types)
 			check_case(type, 512, 5, 5, true);
 	});
@@ -306,13 +370,15 @@ int main(void)
 	if (!cpu_be)
 		return test_result();
 	test_args();
+	test_mma_layout();
 	test_shapes();
 	test_orders();
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("test_cuda_matmul: %d cases (cpu isa %s and scalar), all bit-identical: %s, %.1f s\n",
-	       n_cases, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
+	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernel; cpu isa %s and scalar), "
+	       "all bit-identical: %s, %.1f s\n",
+	       n_cases, n_mma, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();
 }

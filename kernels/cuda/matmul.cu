@@ -40,12 +40,16 @@ extern "C" {
 #include "backend.h"
 #include "quant.h"
 }
+#include "cuda_mma.h"
 #include "cuda_ops.h"
 #include "quant_q8.cuh"
 
 #define MM_FULL 0xffffffffu
 #define MM_WARPS 4      /* warps (weight rows) per block of the matmul kernels */
 #define MM_TB 4         /* activation rows a warp keeps in registers at once */
+#define MMA_ROWS 16     /* weight rows per warp of the tensor-core kernel (mma's M) */
+#define MMA_NT 2        /* its tiles of 8 activation rows (mma's N) per pass */
+#define MM_MMA_MIN_T 8  /* T from which the 32-element types take the tensor cores */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
 
@@ -166,17 +170,22 @@ static __device__ __forceinline__ int dot4(int w, int a)
 	return s;
 }
 
-/* A warp's row of a group: its weight row W (NULL past the end of its
- * weight) and its output column OUT, N_OUT floats between rows of T. */
+/* A warp's rows of a group: the first, W (NULL past the end of its
+ * weight), its output column OUT (N_OUT floats between rows of T), and
+ * ROWS of them (at most the warp's share, fewer at the weight's end),
+ * ROW_BYTES apart. */
 struct mm_row {
 	const uint8_t *w;
 	float *out;
 	int n_out;
+	int rows;
+	size_t row_bytes;
 };
 
-/* This warp's row of G, found member by member with constant indices, so
- * the parameters stay in the constant bank rather than a local copy. */
-static __device__ __forceinline__ mm_row mm_pick(const mm_group &g)
+/* This warp's rows of G, RPW per warp, found member by member with
+ * constant indices, so the parameters stay in the constant bank rather
+ * than a local copy. */
+static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw)
 {
 	/* first[] rises, so the last member this block reaches is its own */
 	int k0 = 0;
@@ -184,15 +193,17 @@ MM_UNROLL
 	for (int k = 1; k < CUDA_MM_GROUP; k++)
 		if ((int)blockIdx.x >= g.first[k])
 			k0 = k;
-	mm_row m = { NULL, NULL, 0 };
+	mm_row m = { NULL, NULL, 0, 0, 0 };
 MM_UNROLL
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
 		if (k == k0) {
-			const int row = ((int)blockIdx.x - g.first[k]) * MM_WARPS + (int)threadIdx.x / 32;
+			const int row = (((int)blockIdx.x - g.first[k]) * MM_WARPS + (int)threadIdx.x / 32) * rpw;
 			if (row < g.n_out[k]) {
 				m.w = g.w[k] + (size_t)row * g.row_bytes[k];
 				m.out = g.out[k] + row;
 				m.n_out = g.n_out[k];
+				m.rows = g.n_out[k] - row < rpw ? g.n_out[k] - row : rpw;
+				m.row_bytes = g.row_bytes[k];
 			}
 		}
 	return m;
@@ -209,7 +220,7 @@ static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t
 	size_t stride, int T)
 {
 	const int lane = threadIdx.x % 32;
-	const mm_row m = mm_pick(g);
+	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
 		return;
 	const int l = lane % 16, h = lane / 16;
@@ -305,6 +316,169 @@ MM_UNROLL
 			if (lane == 0)
 				m.out[(size_t)(t0 + j) * m.n_out] = v;
 		}
+	}
+}
+
+/* ---- matmul: 32-element blocks on the tensor cores, T >= MM_MMA_MIN_T ----
+ *
+ * mma_s8_m16n8k32 (cuda_mma.h) takes one block's whole integer dot product
+ * for 16 weight rows by 8 activation rows at once: its k = 32 is a block.
+ * The float steps stay matmul_q32_kernel's, per (weight row, activation
+ * row) pair: the sums are the same integers, so every output has the same
+ * bits on either path, and the path may follow T without breaking batch
+ * invariance.  A warp takes 16 weight rows and walks quant.c's 16 float
+ * lanes one at a time, in the order hsum16's tree adds them (l = 0, 8, 4,
+ * 12, 2, ...: four bits reversed), folding each finished lane into the
+ * tree at once, so it keeps 6 floats per pair rather than 32. */
+
+/* An A fragment's 4 codes of a Q4_0 block as signed bytes: nibble n is
+ * n - 8 (n ^ 8 with bits 4..7 set where n < 8), the same integer sum as
+ * dot4's -8 * sum(a). */
+static __device__ __forceinline__ int q4_0_signed(int n)
+{
+	const unsigned u = (unsigned)n;
+	return (int)(u ^ 0x08080808u ^ ((~u & 0x08080808u) * 0x1eu));
+}
+
+/* This lane's A fragment of block BLK0 (row g) and BLK1 (row g + 8):
+ * elements 4q..4q+3 and 16+4q..16+4q+3 of each. */
+template <int TYPE>
+static __device__ __forceinline__ void mma_a_codes(const uint8_t *blk0, const uint8_t *blk1, int q, int a[4])
+{
+	a[0] = w_codes<TYPE>(blk0, 0, q);
+	a[1] = w_codes<TYPE>(blk1, 0, q);
+	a[2] = w_codes<TYPE>(blk0, 1, q);
+	a[3] = w_codes<TYPE>(blk1, 1, q);
+	if (TYPE == QT_Q4_0)
+MM_UNROLL
+		for (int i = 0; i < 4; i++)
+			a[i] = q4_0_signed(a[i]);
+}
+
+/* Block B of the lane's weight rows W0, W1 against every column tile:
+ * ACC[tile][i] += its integer dot (piece PIECE only where >= 0: the
+ * elements 4 * PIECE.. and 16 + 4 * PIECE.., a ragged block's share of one
+ * lane) times the scales, as matmul_q32_kernel does; Q4_1's m * s into
+ * MACC for whole blocks.  XB: the lane's B column of each tile; DA: the
+ * scales of its D columns 2q, 2q + 1. */
+template <int TYPE>
+static __device__ __forceinline__ void mma_block(const uint8_t *w0, const uint8_t *w1, int b, int q, int piece,
+	const uint8_t *const *xb, const float *const (*da)[2], int nb, float (*acc)[4], float (*macc)[4])
+{
+	const int bytes = q32_traits<TYPE>::bytes;
+	const uint8_t *blk0 = w0 + (size_t)b * bytes, *blk1 = w1 + (size_t)b * bytes;
+	int a[4];
+	mma_a_codes<TYPE>(blk0, blk1, q, a);
+	if (piece >= 0 && piece != q)
+MM_UNROLL
+		for (int i = 0; i < 4; i++)
+			a[i] = 0;
+	const float dw0 = ld_f16(blk0), dw1 = ld_f16(blk1);
+MM_UNROLL
+	for (int n = 0; n < MMA_NT; n++) {
+		const int *x = reinterpret_cast<const int *>(xb[n] + (size_t)b * QK);
+		const int bf[2] = { __ldg(&x[q]), __ldg(&x[4 + q]) };
+		int d[4] = { 0, 0, 0, 0 };
+		mma_s8_m16n8k32(d, a, bf);
+		const float da0 = __ldg(&da[n][0][b]), da1 = __ldg(&da[n][1][b]);
+		acc[n][0] = fmaf((float)d[0], dw0 * da0, acc[n][0]);
+		acc[n][1] = fmaf((float)d[1], dw0 * da1, acc[n][1]);
+		acc[n][2] = fmaf((float)d[2], dw1 * da0, acc[n][2]);
+		acc[n][3] = fmaf((float)d[3], dw1 * da1, acc[n][3]);
+		if (TYPE == QT_Q4_1 && piece < 0) {
+			const float mw0 = ld_f16(blk0 + 2), mw1 = ld_f16(blk1 + 2);
+			const float s0 = __ldg(&da[n][0][nb + b]), s1 = __ldg(&da[n][1][nb + b]);
+			macc[n][0] = fmaf(mw0, s0, macc[n][0]);
+			macc[n][1] = fmaf(mw0, s1, macc[n][1]);
+			macc[n][2] = fmaf(mw1, s0, macc[n][2]);
+			macc[n][3] = fmaf(mw1, s1, macc[n][3]);
+		}
+	}
+}
+
+/* One warp per 16 weight rows (A's rows g, g + 8 in lane 4g + q), MMA_NT
+ * tiles of 8 activation rows per pass over them (D's columns 2q, 2q + 1).
+ * Rows past the weight's end or T read the last real one and are not
+ * stored.  Every loop bound is uniform over the warp. */
+template <int TYPE>
+static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
+	size_t stride, int T)
+{
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
+	const mm_row m = mm_pick(g, MMA_ROWS);
+	if (!m.w) /* whole warps only */
+		return;
+	const uint8_t *w0 = m.w + (size_t)(gr < m.rows ? gr : m.rows - 1) * m.row_bytes;
+	const uint8_t *w1 = m.w + (size_t)(gr + 8 < m.rows ? gr + 8 : m.rows - 1) * m.row_bytes;
+	const int b16 = nb - nb % 16;
+	const int n_in = nb * QK;
+
+	for (int t0 = 0; t0 < T; t0 += 8 * MMA_NT) {
+		const uint8_t *xb[MMA_NT];
+		const float *da[MMA_NT][2];
+MM_UNROLL
+		for (int n = 0; n < MMA_NT; n++) {
+			const int tb = t0 + 8 * n + gr, tc = t0 + 8 * n + 2 * q;
+			xb[n] = xq + (size_t)(tb < T ? tb : T - 1) * stride;
+MM_UNROLL
+			for (int c = 0; c < 2; c++)
+				da[n][c] = reinterpret_cast<const float *>(
+					xq + (size_t)(tc + c < T ? tc + c : T - 1) * stride + n_in);
+		}
+		/* hsum16's tree: level k holds the sum of 2^k finished lanes */
+		float tree[4][MMA_NT][4];
+		float v[MMA_NT][4];
+MM_UNROLL
+		for (int li = 0; li < 16; li++) {
+			const int l = (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
+			float acc[MMA_NT][4], macc[MMA_NT][4];
+MM_UNROLL
+			for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+				for (int i = 0; i < 4; i++)
+					acc[n][i] = macc[n][i] = 0.0f;
+			for (int b = l; b < b16; b += 16)
+				mma_block<TYPE>(w0, w1, b, q, -1, xb, da, nb, acc, macc);
+			/* the ragged end: blocks b16 + 4k + l % 4, piece l / 4 of each */
+			for (int b = b16 + l % 4; b < nb; b += 4)
+				mma_block<TYPE>(w0, w1, b, q, l / 4, xb, da, nb, acc, macc);
+			/* Q4_1's m * s of ragged block b16 + l */
+			if (TYPE == QT_Q4_1 && b16 + l < nb) {
+				const int b = b16 + l;
+				const float mw0 = ld_f16(w0 + (size_t)b * q32_traits<TYPE>::bytes + 2);
+				const float mw1 = ld_f16(w1 + (size_t)b * q32_traits<TYPE>::bytes + 2);
+MM_UNROLL
+				for (int n = 0; n < MMA_NT; n++) {
+					const float s0 = __ldg(&da[n][0][nb + b]), s1 = __ldg(&da[n][1][nb + b]);
+					macc[n][0] = fmaf(mw0, s0, macc[n][0]);
+					macc[n][1] = fmaf(mw0, s1, macc[n][1]);
+					macc[n][2] = fmaf(mw1, s0, macc[n][2]);
+					macc[n][3] = fmaf(mw1, s1, macc[n][3]);
+				}
+			}
+			/* lane l into the tree: merge while li's low bits are ones */
+MM_UNROLL
+			for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+				for (int i = 0; i < 4; i++) {
+					float cur = acc[n][i] + macc[n][i];
+					int k = 0;
+					for (; k < 4 && (li >> k & 1); k++)
+						cur = tree[k][n][i] + cur;
+					if (k < 4)
+						tree[k][n][i] = cur;
+					else
+						v[n][i] = cur;
+				}
+		}
+MM_UNROLL
+		for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+			for (int i = 0; i < 4; i++) {
+				const int row = gr + 8 * (i / 2), col = t0 + 8 * n + 2 * q + i % 2;
+				if (row < m.rows && col < T)
+					m.out[(size_t)col * m.n_out + row] = v[n][i];
+			}
 	}
 }
 
@@ -404,7 +578,7 @@ static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t 
 	size_t stride, int T)
 {
 	const int lane = threadIdx.x % 32;
-	const mm_row m = mm_pick(g);
+	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
 		return;
 	const uint8_t *wrow = m.w;
@@ -509,6 +683,13 @@ static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32
 	return 0;
 }
 
+/* Whether a matmul of TYPE over T activation rows takes the tensor-core
+ * kernel (the same bits as the other; T only picks the faster). */
+static int mm_use_mma(uint32_t type, int32_t T)
+{
+	return T >= MM_MMA_MIN_T && (type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q8_0);
+}
+
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
  * quantized. */
 static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, int32_t T,
@@ -528,6 +709,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		if (!outs[k] || (uintptr_t)outs[k] % 4)
 			return -EINVAL;
 	}
+	const int mma = mm_use_mma(ws[0]->type, T);
+	const int rows_per_block = MM_WARPS * (mma ? MMA_ROWS : 1);
 	for (int k = 0; k < CUDA_MM_GROUP; k++) {
 		const int used = k < nw;
 		g.w[k] = used ? (const uint8_t *)ws[k]->data : NULL;
@@ -536,7 +719,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		g.n_out[k] = used ? (int)ws[k]->n_out : 0;
 		g.first[k] = used ? (int)blocks : INT_MAX;
 		if (used)
-			blocks += (ws[k]->n_out + MM_WARPS - 1) / MM_WARPS;
+			blocks += (ws[k]->n_out + rows_per_block - 1) / rows_per_block;
 	}
 	if (blocks > 0x7fffffffLL)
 		return -EINVAL;
@@ -560,6 +743,23 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 			       (int)T, w->type == QT_Q4_1 ? 1 : 0, xq, stride);
 			if (mm_launched())
 				return -EIO;
+		}
+		if (mma) {
+			switch (w->type) {
+			case QT_Q4_0:
+				LAUNCH(matmul_q32_mma_kernel<QT_Q4_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
+				       (const uint8_t *)xq, stride, (int)T);
+				break;
+			case QT_Q4_1:
+				LAUNCH(matmul_q32_mma_kernel<QT_Q4_1>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
+				       (const uint8_t *)xq, stride, (int)T);
+				break;
+			default:
+				LAUNCH(matmul_q32_mma_kernel<QT_Q8_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
+				       (const uint8_t *)xq, stride, (int)T);
+				break;
+			}
+			return mm_launched();
 		}
 		switch (w->type) {
 		case QT_Q4_0:
