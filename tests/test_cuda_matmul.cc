@@ -4,10 +4,10 @@
  * Random valid weight blocks of every supported type (random codes, random
  * f16 scales), random activations (with an all-zero block and a tie for the
  * largest magnitude), several shapes (ragged 32-element tails, K-quant rows
- * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9 and, for the
- * 32-element types, 16 and 33.  Those take the tensor-core kernel from
- * T = 8 on, so some cases run each path; its mma_s8_m16n8k32 is checked on
- * its own against PTX's fragment layout, on extreme bytes too.
+ * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9, 16, 33.  From
+ * T = 8 on every type takes the tensor-core kernels, so some cases run
+ * each path; their mma_s8_m16n8k32 is checked on its own against PTX's
+ * fragment layout, on extreme bytes too.
  *
  * Tolerance: none.  The kernels reproduce quant.c's arithmetic (the device
  * quantizes activations exactly as the CPU, the integer sums are exact and
@@ -239,10 +239,10 @@ static void test_shapes()
 		for (int n_in : k_in)
 			for (int n_out : n_outs)
 				for (int T : Ts)
-					if (T < 16) /* one kernel for every T: 9 already takes three passes */
-						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
+					check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
 		/* more than 32 super-blocks: a second round of the warp's broadcast */
 		check_case(type, 33 * QK_K, 3, 2, false);
+		check_case(type, 33 * QK_K, 3, 9, false);
 	}
 	CHECK(n_mma > 0 && n_mma < n_cases);
 }
@@ -311,8 +311,10 @@ static void test_orders()
 			check_case(type, 576, 9, 5, true);
 			check_case(type, 576, 21, 9, true); /* the tensor cores */
 		}
-		for (uint32_t type : k_types)
+		for (uint32_t type : k_types) {
 			check_case(type, 512, 5, 5, true);
+			check_case(type, 512, 21, 9, true); /* the tensor cores */
+		}
 	});
 }
 

@@ -17,9 +17,14 @@
  *      same tree sum as hsum16; for the K-quants, one float accumulator over
  *      the super-blocks in order, each lane computing one super-block's
  *      integer sums and the warp broadcasting them in order.
- * So the result equals the CPU backend's bit for bit, and each output
- * depends only on its own weight row and activation row: not on T, on the
- * other rows or on the launch shape (batch invariance).
+ * From MM_MMA_MIN_T rows on, step 2 runs on the int8 tensor cores
+ * instead (mma.sync m16n8k32, cuda_mma.h): one warp per 16 weight rows
+ * takes each 32-element block's (or sub-block's) integer dot for 8
+ * activation rows at a time, exactly the integers dp4a gives, and then the
+ * same float steps per (weight row, activation row) pair.
+ * So the result equals the CPU backend's bit for bit on either path, and
+ * each output depends only on its own weight row and activation row: not
+ * on T, on the other rows or on the launch shape (batch invariance).
  *
  * The scratch rows are not ggml blocks but a device-friendly layout of the
  * same values: per activation row, the int8 codes (n_in bytes), then the
@@ -635,6 +640,150 @@ MM_UNROLL
 	}
 }
 
+/* ---- matmul: K-quants on the tensor cores, T >= MM_MMA_MIN_T ----
+ *
+ * A 32-element slice of a super-block is mma_s8_m16n8k32's k: a Q4_K/Q5_K
+ * sub-block, or two Q6_K sub-blocks of 16 (one mma each, the other half's
+ * codes zero).  Each sub-block's integer dot times its integer scale (and
+ * Q4_K/Q5_K's mins times the bsums) sums exactly into the super-block's
+ * sumi and summ, then matmul_k_kernel's two fmas per super-block in order:
+ * the same integers and float steps, so the same bits. */
+
+/* Q6_K's codes of one A piece as signed bytes: c - 32 (c ^ 32 with bits
+ * 6 and 7 set where c < 32), the same sum as k_sums' -32 * bsums. */
+static __device__ __forceinline__ int q6_k_signed(int c)
+{
+	const unsigned u = (unsigned)c;
+	return (int)(u ^ 0x20202020u ^ ((~u & 0x20202020u) * 6u));
+}
+
+/* The 4 codes at element 32 * S + E (E = 4q or 16 + 4q) of super-block BLK. */
+template <int TYPE>
+static __device__ __forceinline__ int k_codes(const uint8_t *blk, int s, int e)
+{
+	if (TYPE == QT_Q6_K) {
+		const int hf = s / 4, quarter = s % 4;
+		const int lo = (ld_i32(blk + 64 * hf + (quarter & 1) * 32 + e) >> (4 * (quarter >> 1))) & 0x0f0f0f0f;
+		const int hi = (ld_i32(blk + 128 + 32 * hf + e) >> (2 * quarter)) & 0x03030303;
+		return q6_k_signed(lo | hi << 4);
+	}
+	const uint8_t *qs = blk + (TYPE == QT_Q5_K ? 48 : 16);
+	int c = (ld_i32(qs + 32 * (s / 2) + e) >> (4 * (s & 1))) & 0x0f0f0f0f;
+	if (TYPE == QT_Q5_K)
+		c |= ((ld_i32(blk + 16 + e) >> s) & 0x01010101) << 4;
+	return c;
+}
+
+/* One warp per 16 weight rows, as matmul_q32_mma_kernel; one float
+ * accumulator per (weight row, activation row) pair. */
+template <int TYPE>
+static __global__ void matmul_k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T)
+{
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
+	const mm_row m = mm_pick(g, MMA_ROWS);
+	if (!m.w) /* whole warps only */
+		return;
+	const uint8_t *w0 = m.w + (size_t)(gr < m.rows ? gr : m.rows - 1) * m.row_bytes;
+	const uint8_t *w1 = m.w + (size_t)(gr + 8 < m.rows ? gr + 8 : m.rows - 1) * m.row_bytes;
+	const int n_in = nsb * QK_K;
+	const int bytes = k_traits<TYPE>::bytes;
+
+	for (int t0 = 0; t0 < T; t0 += 8 * MMA_NT) {
+		const uint8_t *xb[MMA_NT];
+		const uint8_t *xc[MMA_NT][2];
+MM_UNROLL
+		for (int n = 0; n < MMA_NT; n++) {
+			const int tb = t0 + 8 * n + gr, tc = t0 + 8 * n + 2 * q;
+			xb[n] = xq + (size_t)(tb < T ? tb : T - 1) * stride;
+MM_UNROLL
+			for (int c = 0; c < 2; c++)
+				xc[n][c] = xq + (size_t)(tc + c < T ? tc + c : T - 1) * stride;
+		}
+		float acc[MMA_NT][4];
+MM_UNROLL
+		for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+			for (int i = 0; i < 4; i++)
+				acc[n][i] = 0.0f;
+
+		for (int b = 0; b < nsb; b++) {
+			const uint8_t *blk[2] = { w0 + (size_t)b * bytes, w1 + (size_t)b * bytes };
+			int sumi[MMA_NT][4], summ[MMA_NT][4];
+MM_UNROLL
+			for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+				for (int i = 0; i < 4; i++)
+					sumi[n][i] = summ[n][i] = 0;
+			for (int s = 0; s < QK_K / 32; s++) {
+				int a[4], sc[2][2], mn[2];
+MM_UNROLL
+				for (int r = 0; r < 2; r++) {
+					a[r] = k_codes<TYPE>(blk[r], s, 4 * q);
+					a[2 + r] = k_codes<TYPE>(blk[r], s, 16 + 4 * q);
+					if (TYPE == QT_Q6_K) {
+						const int8_t *scales = reinterpret_cast<const int8_t *>(blk[r] + 192);
+						sc[r][0] = __ldg(&scales[2 * s]);
+						sc[r][1] = __ldg(&scales[2 * s + 1]);
+						mn[r] = 0;
+					} else {
+						scale_min_k4(s, blk[r] + 4, &sc[r][0], &mn[r]);
+					}
+				}
+MM_UNROLL
+				for (int n = 0; n < MMA_NT; n++) {
+					const int *x = reinterpret_cast<const int *>(xb[n] + (size_t)b * QK_K + 32 * s);
+					const int bf[2] = { __ldg(&x[q]), __ldg(&x[4 + q]) };
+					int d[4] = { 0, 0, 0, 0 };
+					if (TYPE == QT_Q6_K) {
+						/* two sub-blocks of 16: elements 0..15 are a[0], a[1] */
+						const int lo[4] = { a[0], a[1], 0, 0 }, hi[4] = { 0, 0, a[2], a[3] };
+						int d1[4] = { 0, 0, 0, 0 };
+						mma_s8_m16n8k32(d, lo, bf);
+						mma_s8_m16n8k32(d1, hi, bf);
+MM_UNROLL
+						for (int i = 0; i < 4; i++)
+							sumi[n][i] += sc[i / 2][0] * d[i] + sc[i / 2][1] * d1[i];
+					} else {
+						mma_s8_m16n8k32(d, a, bf);
+MM_UNROLL
+						for (int i = 0; i < 4; i++)
+							sumi[n][i] += sc[i / 2][0] * d[i];
+MM_UNROLL
+						for (int c = 0; c < 2; c++) {
+							const int *bs = reinterpret_cast<const int *>(xc[n][c] + n_in + (size_t)nsb * 4);
+							const int bsum = __ldg(&bs[b * 16 + 2 * s]) + __ldg(&bs[b * 16 + 2 * s + 1]);
+							summ[n][c] += mn[0] * bsum;
+							summ[n][2 + c] += mn[1] * bsum;
+						}
+					}
+				}
+			}
+			const float dw[2] = { ld_f16(blk[0] + (TYPE == QT_Q6_K ? 208 : 0)),
+					      ld_f16(blk[1] + (TYPE == QT_Q6_K ? 208 : 0)) };
+			const float dm[2] = { TYPE == QT_Q6_K ? 0.0f : ld_f16(blk[0] + 2),
+					      TYPE == QT_Q6_K ? 0.0f : ld_f16(blk[1] + 2) };
+MM_UNROLL
+			for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+				for (int i = 0; i < 4; i++) {
+					const float da = __ldg(reinterpret_cast<const float *>(xc[n][i % 2] + n_in) + b);
+					acc[n][i] = fmaf((float)sumi[n][i], dw[i / 2] * da, acc[n][i]);
+					if (TYPE != QT_Q6_K)
+						acc[n][i] = fmaf((float)-summ[n][i], dm[i / 2] * da, acc[n][i]);
+				}
+		}
+MM_UNROLL
+		for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+			for (int i = 0; i < 4; i++) {
+				const int row = gr + 8 * (i / 2), col = t0 + 8 * n + 2 * q + i % 2;
+				if (row < m.rows && col < T)
+					m.out[(size_t)col * m.n_out + row] = acc[n][i];
+			}
+	}
+}
+
 /* ---- launchers ---- */
 
 static int mm_launched(void)
@@ -687,7 +836,8 @@ static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32
  * kernel (the same bits as the other; T only picks the faster). */
 static int mm_use_mma(uint32_t type, int32_t T)
 {
-	return T >= MM_MMA_MIN_T && (type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q8_0);
+	int blck;
+	return T >= MM_MMA_MIN_T && mm_block_bytes(type, &blck) > 0;
 }
 
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
@@ -785,6 +935,23 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		LAUNCH(quantize_q8k_kernel, (unsigned)(T * nsb), MMQK_THREADS, 0, st, x, n_in, xq, stride);
 		if (mm_launched())
 			return -EIO;
+	}
+	if (mma) {
+		switch (w->type) {
+		case QT_Q4_K:
+			LAUNCH(matmul_k_mma_kernel<QT_Q4_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
+			       (const uint8_t *)xq, stride, (int)T);
+			break;
+		case QT_Q5_K:
+			LAUNCH(matmul_k_mma_kernel<QT_Q5_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
+			       (const uint8_t *)xq, stride, (int)T);
+			break;
+		default:
+			LAUNCH(matmul_k_mma_kernel<QT_Q6_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
+			       (const uint8_t *)xq, stride, (int)T);
+			break;
+		}
+		return mm_launched();
 	}
 	switch (w->type) {
 	case QT_Q4_K:
