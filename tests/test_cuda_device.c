@@ -15,6 +15,8 @@
  *    matmul runs our kernels: cuBLAS's F32 GEMM may pick its algorithm by T);
  *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
  *    give the logits of launched ones bit for bit (the q4_0 model again);
+ *  - 12-row decode steps, whose matmuls run on the int8 tensor cores, give
+ *    each sequence the logits of its one-row (dp4a) steps bit for bit;
  *  - gemm_rows: a prompt's matmuls through f16 tiles and cublasGemmEx stay
  *    near the CPU's logits and give its greedy tokens; so do F16 and BF16
  *    weights;
@@ -273,6 +275,8 @@ int main(void)
 	json_object_put(root);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA);
+	twide_check(dir, "derived/TinyStories-656K-q8_0.gguf", ENGINE_BACKEND_CUDA);
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);
 	thalf_check(dir, QT_BF16, 1e-4f);

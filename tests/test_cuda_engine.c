@@ -7,9 +7,11 @@
  *  - batch invariance: a request's tokens alone equal its tokens beside 3
  *    other sequences through the scheduler;
  *  - decode steps replayed from CUDA graphs give launched steps' logits;
- *  - a decode step launches 11 kernels per layer and 6 more (the fused
- *    add + norm and rope + kv_store ops; add + norm and swiglu quantize
- *    the next matmul's input);
+ *  - 12-row decode steps (matmuls on the tensor-core kernels) give each
+ *    sequence the logits of its one-row steps (the dp4a kernels);
+ *  - a decode step launches 10 kernels per layer and 4 more (the fused
+ *    add + norm and rope + kv_store ops; every op before an integer
+ *    matmul quantizes its input);
  *  - gemm_rows: a prompt's matmuls on f16 cuBLAS stay near the CPU's logits;
  *    F16 and BF16 weights (always cuBLAS) too;
  *  - the backend is named, and a bad device is refused with a message;
@@ -308,6 +310,7 @@ int main(void)
 	test_launches_per_step(dir);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA);
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	tgemm_check(dir, "derived/TinyStories-656K-q8_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);

@@ -257,6 +257,80 @@ static void tgraph_check(const char *dir, const char *rel)
 	model_free(m);
 }
 
+/* Decode steps of many rows give each sequence the bits of its own
+ * one-row steps; on CUDA the integer matmuls take the tensor-core kernels
+ * from 8 rows on and the dp4a ones below, and the steps replay graphs.
+ * Twelve sequences (prompts of 3..14 ids, each prefilled alone), then
+ * TWIDE_STEPS steps of all twelve with fixed ids, against the same steps
+ * of each sequence alone on a fresh one. */
+#define TWIDE_SEQS 12
+#define TWIDE_STEPS 4
+static void twide_check(const char *dir, const char *rel, int32_t backend)
+{
+	struct model *m = tbatch_model(dir, rel);
+	struct engine *e = m ? tbatch_engine(m, backend, 1, 0) : NULL;
+	static struct tseq sq[TWIDE_SEQS];
+	int32_t ids[TWIDE_SEQS], pos[TWIDE_SEQS], prompt[TWIDE_SEQS + 2];
+	const int32_t *tab[TWIDE_SEQS];
+	uint8_t want[TWIDE_SEQS];
+	float *wide = NULL, *lg = NULL;
+	int ok, bad = 0;
+
+	if (!e) {
+		model_free(m);
+		return;
+	}
+	const int32_t n_vocab = engine_n_vocab(e);
+	const size_t step_floats = (size_t)TWIDE_SEQS * n_vocab;
+	memset(sq, 0, sizeof sq);
+	memset(want, 1, sizeof want);
+	wide = malloc(TWIDE_STEPS * step_floats * sizeof(float));
+	lg = malloc((size_t)n_vocab * sizeof(float));
+	ok = wide && lg;
+	for (int i = 0; ok && i < TWIDE_SEQS; i++) {
+		for (int k = 0; k < 3 + i; k++)
+			prompt[k] = (k * 37 + i * 11 + 5) % n_vocab;
+		ok = tseq_feed(e, &sq[i], prompt, 3 + i, 3 + i, lg) == 1;
+	}
+	for (int step = 0; ok && step < TWIDE_STEPS; step++) {
+		for (int i = 0; ok && i < TWIDE_SEQS; i++) {
+			ok = tseq_reserve(e, &sq[i], 1) == 0;
+			ids[i] = (step * 31 + i * 7 + 3) % n_vocab;
+			pos[i] = sq[i].len;
+			tab[i] = sq[i].table;
+		}
+		struct engine_batch b = { TWIDE_SEQS, ids, pos, tab, want };
+		ok = ok && engine_step(e, &b, wide + step * step_floats) == TWIDE_SEQS;
+		for (int i = 0; ok && i < TWIDE_SEQS; i++)
+			sq[i].len++;
+	}
+	for (int i = 0; i < TWIDE_SEQS; i++)
+		tseq_free(e, &sq[i]);
+	/* each alone, from its prompt again */
+	for (int i = 0; ok && i < TWIDE_SEQS; i++) {
+		struct tseq one;
+		memset(&one, 0, sizeof one);
+		for (int k = 0; k < 3 + i; k++)
+			prompt[k] = (k * 37 + i * 11 + 5) % n_vocab;
+		ok = tseq_feed(e, &one, prompt, 3 + i, 3 + i, lg) == 1;
+		for (int step = 0; ok && step < TWIDE_STEPS; step++) {
+			int32_t id = (step * 31 + i * 7 + 3) % n_vocab;
+			ok = tseq_feed(e, &one, &id, 1, 1, lg) == 1;
+			bad += ok && memcmp(lg, wide + step * step_floats + (size_t)i * n_vocab,
+					    (size_t)n_vocab * sizeof(float)) != 0;
+		}
+		tseq_free(e, &one);
+	}
+	CHECK(ok);
+	CHECK_INT_EQ(bad, 0);
+	printf("%s: %d-row decode steps on %s: %d of %d rows differ from one-row steps\n", rel, TWIDE_SEQS,
+	       engine_backend_name(e), bad, TWIDE_SEQS * TWIDE_STEPS);
+	free(wide);
+	free(lg);
+	engine_free(e);
+	model_free(m);
+}
+
 /* The last row's logits after PROMPT (N ids, one step) and then N_GEN
  * greedy ids into GEN, on an engine with backend BACKEND and gemm_rows
  * GEMM_ROWS.  Returns the logits (n_vocab floats, malloc'd) or NULL. */
