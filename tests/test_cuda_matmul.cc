@@ -228,18 +228,22 @@ static void test_shapes()
 {
 	const int q32_in[] = { 32, 96, 576, 1536, 1568 }; /* 1, 3, 16+2, 48, 48+1 blocks */
 	const int n_outs[] = { 1, 7, 70 };
+	/* T = 9 takes every shape through the tensor-core kernels; 16 and 33
+	 * (several passes, a ragged last one) only the shorter rows */
 	const int Ts[] = { 1, 2, 5, 9, 16, 33 };
 	for (uint32_t type : q32_types)
 		for (int n_in : q32_in)
 			for (int n_out : n_outs)
 				for (int T : Ts)
-					check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
+					if (T < 16 || n_in <= 576)
+						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
 	const int k_in[] = { 256, 768 };
 	for (uint32_t type : k_types) {
 		for (int n_in : k_in)
 			for (int n_out : n_outs)
 				for (int T : Ts)
-					check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
+					if (T < 16 || n_in == 256)
+						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
 		/* more than 32 super-blocks: a second round of the warp's broadcast */
 		check_case(type, 33 * QK_K, 3, 2, false);
 		check_case(type, 33 * QK_K, 3, 9, false);
