@@ -54,7 +54,7 @@ extern "C" {
 #define MM_TB 4         /* activation rows a warp keeps in registers at once */
 #define MMA_ROWS 16     /* weight rows per warp of the tensor-core kernel (mma's M) */
 #define MMA_NT 2        /* its tiles of 8 activation rows (mma's N) per pass */
-#define MM_MMA_MIN_T 8  /* T from which the 32-element types take the tensor cores */
+#define MM_MMA_MIN_T 8  /* T from which every type takes the tensor-core kernels */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
 
