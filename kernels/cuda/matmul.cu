@@ -840,6 +840,20 @@ static int mm_use_mma(uint32_t type, int32_t T)
 	return T >= MM_MMA_MIN_T && mm_block_bytes(type, &blck) > 0;
 }
 
+/* The matmul kernel of a supported TYPE, on the tensor cores or not. */
+typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int);
+static mm_kernel mm_kernel_of(uint32_t type, int mma)
+{
+	switch (type) {
+	case QT_Q4_0: return mma ? matmul_q32_mma_kernel<QT_Q4_0> : matmul_q32_kernel<QT_Q4_0>;
+	case QT_Q4_1: return mma ? matmul_q32_mma_kernel<QT_Q4_1> : matmul_q32_kernel<QT_Q4_1>;
+	case QT_Q8_0: return mma ? matmul_q32_mma_kernel<QT_Q8_0> : matmul_q32_kernel<QT_Q8_0>;
+	case QT_Q4_K: return mma ? matmul_k_mma_kernel<QT_Q4_K> : matmul_k_kernel<QT_Q4_K>;
+	case QT_Q5_K: return mma ? matmul_k_mma_kernel<QT_Q5_K> : matmul_k_kernel<QT_Q5_K>;
+	default:      return mma ? matmul_k_mma_kernel<QT_Q6_K> : matmul_k_kernel<QT_Q6_K>;
+	}
+}
+
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
  * quantized. */
 static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, int32_t T,
@@ -881,6 +895,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const size_t stride = mm_xq_stride(w->type, w->n_in);
 	uint8_t *xq = (uint8_t *)scratch;
 	const unsigned mm_blocks = (unsigned)blocks;
+	const mm_kernel kernel = mm_kernel_of(w->type, mma);
 
 	if (blck == QK) {
 		const int nb = n_in / QK;
@@ -894,37 +909,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 			if (mm_launched())
 				return -EIO;
 		}
-		if (mma) {
-			switch (w->type) {
-			case QT_Q4_0:
-				LAUNCH(matmul_q32_mma_kernel<QT_Q4_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
-				       (const uint8_t *)xq, stride, (int)T);
-				break;
-			case QT_Q4_1:
-				LAUNCH(matmul_q32_mma_kernel<QT_Q4_1>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
-				       (const uint8_t *)xq, stride, (int)T);
-				break;
-			default:
-				LAUNCH(matmul_q32_mma_kernel<QT_Q8_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
-				       (const uint8_t *)xq, stride, (int)T);
-				break;
-			}
-			return mm_launched();
-		}
-		switch (w->type) {
-		case QT_Q4_0:
-			LAUNCH(matmul_q32_kernel<QT_Q4_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
-			       (const uint8_t *)xq, stride, (int)T);
-			break;
-		case QT_Q4_1:
-			LAUNCH(matmul_q32_kernel<QT_Q4_1>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
-			       (const uint8_t *)xq, stride, (int)T);
-			break;
-		default:
-			LAUNCH(matmul_q32_kernel<QT_Q8_0>, mm_blocks, MM_WARPS * 32, 0, st, g, nb,
-			       (const uint8_t *)xq, stride, (int)T);
-			break;
-		}
+		LAUNCH(kernel, mm_blocks, MM_WARPS * 32, 0, st, g, nb, (const uint8_t *)xq, stride, (int)T);
 		return mm_launched();
 	}
 
@@ -936,37 +921,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		if (mm_launched())
 			return -EIO;
 	}
-	if (mma) {
-		switch (w->type) {
-		case QT_Q4_K:
-			LAUNCH(matmul_k_mma_kernel<QT_Q4_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
-			       (const uint8_t *)xq, stride, (int)T);
-			break;
-		case QT_Q5_K:
-			LAUNCH(matmul_k_mma_kernel<QT_Q5_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
-			       (const uint8_t *)xq, stride, (int)T);
-			break;
-		default:
-			LAUNCH(matmul_k_mma_kernel<QT_Q6_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
-			       (const uint8_t *)xq, stride, (int)T);
-			break;
-		}
-		return mm_launched();
-	}
-	switch (w->type) {
-	case QT_Q4_K:
-		LAUNCH(matmul_k_kernel<QT_Q4_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
-		       (const uint8_t *)xq, stride, (int)T);
-		break;
-	case QT_Q5_K:
-		LAUNCH(matmul_k_kernel<QT_Q5_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
-		       (const uint8_t *)xq, stride, (int)T);
-		break;
-	default:
-		LAUNCH(matmul_k_kernel<QT_Q6_K>, mm_blocks, MM_WARPS * 32, 0, st, g, nsb,
-		       (const uint8_t *)xq, stride, (int)T);
-		break;
-	}
+	LAUNCH(kernel, mm_blocks, MM_WARPS * 32, 0, st, g, nsb, (const uint8_t *)xq, stride, (int)T);
 	return mm_launched();
 }
 
