@@ -382,7 +382,7 @@ int main(void)
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernel; cpu isa %s and scalar), "
+	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels; cpu isa %s and scalar), "
 	       "all bit-identical: %s, %.1f s\n",
 	       n_cases, n_mma, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
