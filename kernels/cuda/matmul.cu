@@ -401,6 +401,44 @@ MM_UNROLL
 	}
 }
 
+/* Row R of a tensor-core warp's 16 weight rows: the weight's last one where
+ * R is past its end (read, never stored). */
+static __device__ __forceinline__ const uint8_t *mma_w_row(const mm_row &m, int r)
+{
+	return m.w + (size_t)(r < m.rows ? r : m.rows - 1) * m.row_bytes;
+}
+
+/* The activation rows lane 4g + q reads in a pass from row T0: XB[n], tile
+ * n's B column g; XC[n][c], its D column 2q + c.  Rows past T read row
+ * T - 1 (never stored). */
+static __device__ __forceinline__ void mma_x_rows(const uint8_t *xq, size_t stride, int T, int t0, int g, int q,
+	const uint8_t **xb, const uint8_t *(*xc)[2])
+{
+MM_UNROLL
+	for (int n = 0; n < MMA_NT; n++) {
+		const int tb = t0 + 8 * n + g, tc = t0 + 8 * n + 2 * q;
+		xb[n] = xq + (size_t)(tb < T ? tb : T - 1) * stride;
+MM_UNROLL
+		for (int c = 0; c < 2; c++)
+			xc[n][c] = xq + (size_t)(tc + c < T ? tc + c : T - 1) * stride;
+	}
+}
+
+/* Lane 4g + q's outputs V of a pass from row T0 (D's layout: weight rows g,
+ * g + 8 by activation rows 2q, 2q + 1 of each tile), those past the
+ * weight's end or T left out. */
+static __device__ __forceinline__ void mma_store(const mm_row &m, int g, int q, int t0, int T, const float (*v)[4])
+{
+MM_UNROLL
+	for (int n = 0; n < MMA_NT; n++)
+MM_UNROLL
+		for (int i = 0; i < 4; i++) {
+			const int row = g + 8 * (i / 2), col = t0 + 8 * n + 2 * q + i % 2;
+			if (row < m.rows && col < T)
+				m.out[(size_t)col * m.n_out + row] = v[n][i];
+		}
+}
+
 /* One warp per 16 weight rows (A's rows g, g + 8 in lane 4g + q), MMA_NT
  * tiles of 8 activation rows per pass over them (D's columns 2q, 2q + 1).
  * Rows past the weight's end or T read the last real one and are not
@@ -413,23 +451,19 @@ static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uin
 	const mm_row m = mm_pick(g, MMA_ROWS);
 	if (!m.w) /* whole warps only */
 		return;
-	const uint8_t *w0 = m.w + (size_t)(gr < m.rows ? gr : m.rows - 1) * m.row_bytes;
-	const uint8_t *w1 = m.w + (size_t)(gr + 8 < m.rows ? gr + 8 : m.rows - 1) * m.row_bytes;
+	const uint8_t *w0 = mma_w_row(m, gr), *w1 = mma_w_row(m, gr + 8);
 	const int b16 = nb - nb % 16;
 	const int n_in = nb * QK;
 
 	for (int t0 = 0; t0 < T; t0 += 8 * MMA_NT) {
-		const uint8_t *xb[MMA_NT];
-		const float *da[MMA_NT][2];
+		const uint8_t *xb[MMA_NT], *xc[MMA_NT][2];
+		const float *da[MMA_NT][2]; /* each D column's d, then (Q8_1) s */
+		mma_x_rows(xq, stride, T, t0, gr, q, xb, xc);
 MM_UNROLL
-		for (int n = 0; n < MMA_NT; n++) {
-			const int tb = t0 + 8 * n + gr, tc = t0 + 8 * n + 2 * q;
-			xb[n] = xq + (size_t)(tb < T ? tb : T - 1) * stride;
+		for (int n = 0; n < MMA_NT; n++)
 MM_UNROLL
 			for (int c = 0; c < 2; c++)
-				da[n][c] = reinterpret_cast<const float *>(
-					xq + (size_t)(tc + c < T ? tc + c : T - 1) * stride + n_in);
-		}
+				da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
 		/* hsum16's tree: level k holds the sum of 2^k finished lanes */
 		float tree[4][MMA_NT][4];
 		float v[MMA_NT][4];
@@ -476,14 +510,7 @@ MM_UNROLL
 						v[n][i] = cur;
 				}
 		}
-MM_UNROLL
-		for (int n = 0; n < MMA_NT; n++)
-MM_UNROLL
-			for (int i = 0; i < 4; i++) {
-				const int row = gr + 8 * (i / 2), col = t0 + 8 * n + 2 * q + i % 2;
-				if (row < m.rows && col < T)
-					m.out[(size_t)col * m.n_out + row] = v[n][i];
-			}
+		mma_store(m, gr, q, t0, T, v);
 	}
 }
 
@@ -684,22 +711,13 @@ static __global__ void matmul_k_mma_kernel(const mm_group g, int nsb, const uint
 	const mm_row m = mm_pick(g, MMA_ROWS);
 	if (!m.w) /* whole warps only */
 		return;
-	const uint8_t *w0 = m.w + (size_t)(gr < m.rows ? gr : m.rows - 1) * m.row_bytes;
-	const uint8_t *w1 = m.w + (size_t)(gr + 8 < m.rows ? gr + 8 : m.rows - 1) * m.row_bytes;
+	const uint8_t *w0 = mma_w_row(m, gr), *w1 = mma_w_row(m, gr + 8);
 	const int n_in = nsb * QK_K;
 	const int bytes = k_traits<TYPE>::bytes;
 
 	for (int t0 = 0; t0 < T; t0 += 8 * MMA_NT) {
-		const uint8_t *xb[MMA_NT];
-		const uint8_t *xc[MMA_NT][2];
-MM_UNROLL
-		for (int n = 0; n < MMA_NT; n++) {
-			const int tb = t0 + 8 * n + gr, tc = t0 + 8 * n + 2 * q;
-			xb[n] = xq + (size_t)(tb < T ? tb : T - 1) * stride;
-MM_UNROLL
-			for (int c = 0; c < 2; c++)
-				xc[n][c] = xq + (size_t)(tc + c < T ? tc + c : T - 1) * stride;
-		}
+		const uint8_t *xb[MMA_NT], *xc[MMA_NT][2];
+		mma_x_rows(xq, stride, T, t0, gr, q, xb, xc);
 		float acc[MMA_NT][4];
 MM_UNROLL
 		for (int n = 0; n < MMA_NT; n++)
@@ -773,14 +791,7 @@ MM_UNROLL
 						acc[n][i] = fmaf((float)-summ[n][i], dm[i / 2] * da, acc[n][i]);
 				}
 		}
-MM_UNROLL
-		for (int n = 0; n < MMA_NT; n++)
-MM_UNROLL
-			for (int i = 0; i < 4; i++) {
-				const int row = gr + 8 * (i / 2), col = t0 + 8 * n + 2 * q + i % 2;
-				if (row < m.rows && col < T)
-					m.out[(size_t)col * m.n_out + row] = acc[n][i];
-			}
+		mma_store(m, gr, q, t0, T, acc);
 	}
 }
 
