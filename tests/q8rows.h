@@ -15,7 +15,8 @@
 /* Each of T rows of the quantized scratch GOT (STRIDE bytes apart) holds
  * WANT's row (N floats) as quant_quantize_row makes it VEC (Q8_0, Q8_1 or
  * Q8_K): the same codes, then each block's f16 d (and s) as floats, or
- * each super-block's d and then its 16 bsums as int32. */
+ * each super-block's d and then its 16 bsums as int32, and after them,
+ * 16-byte aligned, its 8 sums over 32 codes as int16. */
 static inline void expect_q8_rows(const char *op, const char *what, const std::vector<uint8_t> &got,
 				  const std::vector<float> &want, int32_t T, int64_t n, size_t stride,
 				  uint32_t vec)
@@ -40,6 +41,11 @@ static inline void expect_q8_rows(const char *op, const char *what, const std::v
 				bad += memcmp(row + QK_K * b, k.qs, QK_K) != 0 || ds[0] != k.d;
 				for (int i = 0; i < QK_K / 16; i++)
 					bad += bs[i] != k.bsums[i];
+				int16_t bs32[QK_K / 32];
+				const size_t off32 = ((size_t)n + (size_t)nb * (4 + 16 * 4) + 15) / 16 * 16;
+				memcpy(bs32, row + off32 + sizeof bs32 * b, sizeof bs32);
+				for (int i = 0; i < QK_K / 32; i++)
+					bad += bs32[i] != k.bsums[2 * i] + k.bsums[2 * i + 1];
 				continue;
 			}
 			uint16_t h[2];
@@ -61,7 +67,7 @@ static inline size_t q8_stride(uint32_t vec, int64_t n)
 {
 	const int64_t nb = n / (int64_t)qtype_get(vec)->blck;
 	const size_t b = (size_t)n + (size_t)nb * (vec == QT_Q8_K ? 4 + 16 * 4 : vec == QT_Q8_1 ? 8 : 4);
-	return (b + 15) / 16 * 16;
+	return (b + 15) / 16 * 16 + (vec == QT_Q8_K ? (size_t)nb * 16 : 0);
 }
 
 static const uint32_t q8_vecs[] = { QT_Q8_0, QT_Q8_1, QT_Q8_K };

@@ -16,6 +16,12 @@
 
 #include "quant.h"
 
+/* Where a Q8_K row of N elements keeps its int16 sums over 32 codes. */
+static __host__ __device__ inline size_t q8k_bs32_offset(int64_t n)
+{
+	return ((size_t)n + (size_t)(n / QK_K) * (4 + 16 * 4) + 15) & ~(size_t)15;
+}
+
 /* Bytes of a row of N elements quantized to VEC (QT_Q8_0, QT_Q8_1 or
  * QT_Q8_K) in this layout, or 0 when VEC is another type or N is not a
  * whole number of its blocks. */
@@ -24,7 +30,7 @@ static inline size_t q8_row_bytes(uint32_t vec, int64_t n)
 	switch (vec) {
 	case QT_Q8_0: return n % QK ? 0 : (size_t)n + (size_t)(n / QK) * 4;
 	case QT_Q8_1: return n % QK ? 0 : (size_t)n + (size_t)(n / QK) * 8;
-	case QT_Q8_K: return n % QK_K ? 0 : (size_t)n + (size_t)(n / QK_K) * (4 + 16 * 4);
+	case QT_Q8_K: return n % QK_K ? 0 : q8k_bs32_offset(n) + (size_t)(n / QK_K) * 16;
 	default: return 0;
 	}
 }
@@ -94,10 +100,13 @@ static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, 
 	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * 256;
 	float *ds = reinterpret_cast<float *>(row + n_in);
 	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * 16;
+	int16_t *bs32 = reinterpret_cast<int16_t *>(row + q8k_bs32_offset(n_in)) + b * 8;
 	if (amax == 0) {
 		qs[i] = 0;
 		if (i < 16)
 			bsums[i] = 0;
+		if (i < 8)
+			bs32[i] = 0;
 		if (i == 0)
 			ds[b] = 0;
 		return;
@@ -111,6 +120,9 @@ static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, 
 		s += __shfl_xor_sync(0xffffffffu, s, off);
 	if (i % 16 == 0)
 		bsums[i / 16] = s;
+	s += __shfl_xor_sync(0xffffffffu, s, 16); /* |s| <= 32 * 127: an int16 */
+	if (i % 32 == 0)
+		bs32[i / 32] = (int16_t)s;
 	if (i == 0)
 		ds[b] = 1 / iscale;
 }
