@@ -114,7 +114,7 @@ static bool same_bits(float a, float b)
 	return memcmp(&a, &b, 4) == 0;
 }
 
-static int n_cases, n_mma;
+static int n_cases, n_mma, n_k45;
 
 /* One shape of one type: the CUDA path equals the CPU (both ISAs) bit for
  * bit, row by row the same alone as in the batch. */
@@ -135,6 +135,10 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	dbuf<uint8_t> scratch(sb);
 
 	n_mma += mm_use_mma(type, T);
+	const bk_weight *dwp = &dwt;
+	const bool k45 = mm_use_mma(type, T) && (type == QT_Q4_K || type == QT_Q5_K);
+	CHECK(!k45 || mm_aligned16(&dwp, 1)); /* cudaMalloc'd */
+	n_k45 += k45;
 	std::vector<float> want = cpu_matmul(w, hx, T);
 	enum quant_isa isa = quant_get_isa();
 	quant_set_isa(QUANT_ISA_SCALAR);
@@ -159,6 +163,22 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	CHECK_INT_EQ(bad, 0);
 	if (bad)
 		fprintf(stderr, "  max relative difference %.3g\n", max_rel);
+
+	if (k45) {
+		/* the same rows 2 bytes past a 16-byte boundary: read 16 bits
+		 * at a time, to the same bits */
+		dbuf<uint8_t> dwu(hw.size() + 2);
+		CHECK_INT_EQ(cudaMemcpy(dwu.d + 2, hw.data(), hw.size(), cudaMemcpyHostToDevice), cudaSuccess);
+		bk_weight dwut = { type, n_in, n_out, dwu.d + 2, rb };
+		const bk_weight *dwup = &dwut;
+		CHECK(!mm_aligned16(&dwup, 1));
+		CHECK_INT_EQ(cuda_matmul_q(&dwut, dx.d, T, dout.d, scratch.d, NULL), 0);
+		std::vector<float> gotu = dout.get();
+		int badu = 0;
+		for (size_t i = 0; i < gotu.size(); i++)
+			badu += !same_bits(gotu[i], got[i]);
+		CHECK_INT_EQ(badu, 0);
+	}
 
 	/* a second weight of the type against the rows left quantized in the
 	 * scratch (a matmul group's shared quantization): its CPU product */
@@ -249,6 +269,7 @@ static void test_shapes()
 		check_case(type, 33 * QK_K, 3, 9, false);
 	}
 	CHECK(n_mma > 0 && n_mma < n_cases);
+	CHECK(n_k45 > 0 && n_k45 < n_mma);
 }
 
 /* mma_s8_m16n8k32 on fragments laid out as its comment (PTX's layout)
@@ -382,9 +403,10 @@ int main(void)
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels; cpu isa %s and scalar), "
-	       "all bit-identical: %s, %.1f s\n",
-	       n_cases, n_mma, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
+	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels, %d of them Q4_K/Q5_K, "
+	       "each from aligned and 2-byte aligned rows; cpu isa %s and scalar), all bit-identical: "
+	       "%s, %.1f s\n",
+	       n_cases, n_mma, n_k45, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();
 }

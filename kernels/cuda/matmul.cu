@@ -20,7 +20,8 @@
  * From MM_MMA_MIN_T rows on, step 2 runs on the int8 tensor cores
  * instead (mma.sync m16n8k32, cuda_mma.h): one warp per 16 weight rows
  * takes each 32-element block's (or sub-block's) integer dot for 8
- * activation rows at a time, exactly the integers dp4a gives, and then the
+ * activation rows at a time (the K-quants for 16 or 32 at once, sharing
+ * the weights' fragment), exactly the integers dp4a gives, and then the
  * same float steps per (weight row, activation row) pair.
  * So the result equals the CPU backend's bit for bit on either path, and
  * each output depends only on its own weight row and activation row: not
@@ -29,8 +30,8 @@
  * The scratch rows are not ggml blocks but a device-friendly layout of the
  * same values: per activation row, the int8 codes (n_in bytes), then the
  * block scales as float (already rounded through f16 where the CPU stores
- * f16), then Q8_1's s (float) or Q8_K's bsums (int32).  Rows are 16-byte
- * aligned.
+ * f16), then Q8_1's s (float) or Q8_K's bsums (int32, then int16 sums over
+ * 32 codes; quant_q8.cuh).  Rows are 16-byte aligned.
  *
  * Large T (prefill) may go through dequantized fp16 weight tiles and
  * cublasGemmEx instead (cuda_backend.c, gemm_rows; rows.cu makes the tiles).
@@ -53,7 +54,7 @@ extern "C" {
 #define MM_WARPS 4      /* warps (weight rows) per block of the matmul kernels */
 #define MM_TB 4         /* activation rows a warp keeps in registers at once */
 #define MMA_ROWS 16     /* weight rows per warp of the tensor-core kernel (mma's M) */
-#define MMA_NT 2        /* its tiles of 8 activation rows (mma's N) per pass */
+#define MMA_NT 2        /* the q32 kernel's tiles of 8 activation rows (mma's N) a pass */
 #define MM_MMA_MIN_T 8  /* T from which every type takes the tensor-core kernels */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
@@ -408,14 +409,15 @@ static __device__ __forceinline__ const uint8_t *mma_w_row(const mm_row &m, int 
 	return m.w + (size_t)(r < m.rows ? r : m.rows - 1) * m.row_bytes;
 }
 
-/* The activation rows lane 4g + q reads in a pass from row T0: XB[n], tile
- * n's B column g; XC[n][c], its D column 2q + c.  Rows past T read row
- * T - 1 (never stored). */
+/* The activation rows lane 4g + q reads in a pass of NT tiles from row T0:
+ * XB[n], tile n's B column g; XC[n][c], its D column 2q + c.  Rows past T
+ * read row T - 1 (never stored). */
+template <int NT>
 static __device__ __forceinline__ void mma_x_rows(const uint8_t *xq, size_t stride, int T, int t0, int g, int q,
 	const uint8_t **xb, const uint8_t *(*xc)[2])
 {
 MM_UNROLL
-	for (int n = 0; n < MMA_NT; n++) {
+	for (int n = 0; n < NT; n++) {
 		const int tb = t0 + 8 * n + g, tc = t0 + 8 * n + 2 * q;
 		xb[n] = xq + (size_t)(tb < T ? tb : T - 1) * stride;
 MM_UNROLL
@@ -424,13 +426,14 @@ MM_UNROLL
 	}
 }
 
-/* Lane 4g + q's outputs V of a pass from row T0 (D's layout: weight rows g,
- * g + 8 by activation rows 2q, 2q + 1 of each tile), those past the
- * weight's end or T left out. */
+/* Lane 4g + q's outputs V of a pass of NT tiles from row T0 (D's layout:
+ * weight rows g, g + 8 by activation rows 2q, 2q + 1 of each tile), those
+ * past the weight's end or T left out. */
+template <int NT>
 static __device__ __forceinline__ void mma_store(const mm_row &m, int g, int q, int t0, int T, const float (*v)[4])
 {
 MM_UNROLL
-	for (int n = 0; n < MMA_NT; n++)
+	for (int n = 0; n < NT; n++)
 MM_UNROLL
 		for (int i = 0; i < 4; i++) {
 			const int row = g + 8 * (i / 2), col = t0 + 8 * n + 2 * q + i % 2;
@@ -458,7 +461,7 @@ static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uin
 	for (int t0 = 0; t0 < T; t0 += 8 * MMA_NT) {
 		const uint8_t *xb[MMA_NT], *xc[MMA_NT][2];
 		const float *da[MMA_NT][2]; /* each D column's d, then (Q8_1) s */
-		mma_x_rows(xq, stride, T, t0, gr, q, xb, xc);
+		mma_x_rows<MMA_NT>(xq, stride, T, t0, gr, q, xb, xc);
 MM_UNROLL
 		for (int n = 0; n < MMA_NT; n++)
 MM_UNROLL
@@ -510,7 +513,7 @@ MM_UNROLL
 						v[n][i] = cur;
 				}
 		}
-		mma_store(m, gr, q, t0, T, v);
+		mma_store<MMA_NT>(m, gr, q, t0, T, v);
 	}
 }
 
@@ -669,12 +672,178 @@ MM_UNROLL
 
 /* ---- matmul: K-quants on the tensor cores, T >= MM_MMA_MIN_T ----
  *
- * A 32-element slice of a super-block is mma_s8_m16n8k32's k: a Q4_K/Q5_K
- * sub-block, or two Q6_K sub-blocks of 16 (one mma each, the other half's
- * codes zero).  Each sub-block's integer dot times its integer scale (and
- * Q4_K/Q5_K's mins times the bsums) sums exactly into the super-block's
- * sumi and summ, then matmul_k_kernel's two fmas per super-block in order:
- * the same integers and float steps, so the same bits. */
+ * A warp takes 16 weight rows (A's rows g, g + 8 in lane 4g + q) against
+ * NT tiles of 8 activation rows a pass, each A fragment shared by the NT
+ * mmas.  A 32-element slice of a super-block is mma_s8_m16n8k32's k.  Each
+ * sub-block's integer dot times its integer scale (and Q4_K/Q5_K's mins
+ * times the activations' sums) sums exactly into the super-block's sumi
+ * and summ, then matmul_k_kernel's two fmas per super-block in order: the
+ * integers of k_sums and the same float steps, so the same bits.
+ *
+ * An mma's k need not be the elements in order, only the same order in A
+ * and B: lane 4g + q takes elements 8q..8q+7 of a slice as its k = 4q..
+ * and 16+4q.. pieces, so each piece pair is one 8-byte run of the weights'
+ * bytes and of the activations'.
+ *
+ * Q4_K / Q5_K (matmul_k45_mma_kernel): a sub-block is a slice; a row's
+ * codes for two sub-blocks (the low and high nibbles of the same bytes)
+ * are one 8-byte load, a super-block's head (d, dmin, 12 bytes of scales)
+ * one 16-byte load, its 6-bit scales and mins unpacked four at a time; the
+ * mins term takes the activations' int16 sums over 32 codes (quant_q8.cuh)
+ * through four dp2a per (weight row, activation row).  Those loads are
+ * whole words where every row starts 16-byte aligned (ALIGNED: cudaMalloc'd
+ * weights do, and 144 and 176 bytes per super-block keep each one so),
+ * 16-bit ones otherwise. */
+
+/* The 8 six-bit scales and mins of a Q4_K/Q5_K super-block from its
+ * scales[12] as words S0..S2: SC[0] holds sub-blocks 0..3's scales as
+ * bytes, SC[1] 4..7's; MN likewise. */
+static __device__ __forceinline__ void k4_scales_packed(unsigned s0, unsigned s1, unsigned s2, unsigned sc[2],
+	unsigned mn[2])
+{
+	sc[0] = s0 & 0x3f3f3f3fu;
+	mn[0] = s1 & 0x3f3f3f3fu;
+	sc[1] = (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
+	mn[1] = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
+}
+
+/* 8 (16) bytes at P: whole words where ALIGNED, else 16-bit loads. */
+template <bool ALIGNED>
+static __device__ __forceinline__ uint2 ld_u2(const uint8_t *p)
+{
+	if (ALIGNED)
+		return __ldg(reinterpret_cast<const uint2 *>(p));
+	return make_uint2((unsigned)ld_i32(p), (unsigned)ld_i32(p + 4));
+}
+
+template <bool ALIGNED>
+static __device__ __forceinline__ uint4 ld_u4(const uint8_t *p)
+{
+	if (ALIGNED)
+		return __ldg(reinterpret_cast<const uint4 *>(p));
+	return make_uint4((unsigned)ld_i32(p), (unsigned)ld_i32(p + 4), (unsigned)ld_i32(p + 8),
+			  (unsigned)ld_i32(p + 12));
+}
+
+template <int TYPE, int NT, bool ALIGNED>
+static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T)
+{
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
+	const mm_row m = mm_pick(g, MMA_ROWS);
+	if (!m.w) /* whole warps only */
+		return;
+	const int n_in = nsb * QK_K;
+	const size_t bs32 = q8k_bs32_offset(n_in);
+	const int bytes = k_traits<TYPE>::bytes;
+	const int qs = TYPE == QT_Q5_K ? 48 : 16;
+	const unsigned lo4 = 0x0f0f0f0fu;
+
+	for (int t0 = 0; t0 < T; t0 += 8 * NT) {
+		/* pointers that step a super-block at a time: the weight rows'
+		 * bytes 8q.. (of the codes, and of Q5_K's high bits), each B
+		 * column's codes 8q.., each D column's d and int16 sums */
+		const uint8_t *w[2] = { mma_w_row(m, gr) + 8 * q, mma_w_row(m, gr + 8) + 8 * q };
+		const uint8_t *xb[NT], *xc[NT][2];
+		const float *da[NT][2];
+		const uint4 *bs[NT][2];
+		mma_x_rows<NT>(xq, stride, T, t0, gr, q, xb, xc);
+		float acc[NT][4];
+MM_UNROLL
+		for (int n = 0; n < NT; n++) {
+			xb[n] += 8 * q;
+MM_UNROLL
+			for (int c = 0; c < 2; c++) {
+				da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
+				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
+			}
+MM_UNROLL
+			for (int i = 0; i < 4; i++)
+				acc[n][i] = 0.0f;
+		}
+
+		for (int b = 0; b < nsb; b++) {
+			float dw[2], dm[2];
+			unsigned sc[2][2], mn[2][2];
+			uint2 qh[2];
+MM_UNROLL
+			for (int r = 0; r < 2; r++) {
+				const uint4 h = ld_u4<ALIGNED>(w[r] - 8 * q);
+				dw[r] = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu)));
+				dm[r] = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
+				k4_scales_packed(h.y, h.z, h.w, sc[r], mn[r]);
+				if (TYPE == QT_Q5_K)
+					qh[r] = ld_u2<ALIGNED>(w[r] + 16);
+			}
+			int sumi[NT][4];
+MM_UNROLL
+			for (int n = 0; n < NT; n++)
+MM_UNROLL
+				for (int i = 0; i < 4; i++)
+					sumi[n][i] = 0;
+MM_UNROLL
+			for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles), 2p + 1 */
+				uint2 c[2];
+MM_UNROLL
+				for (int r = 0; r < 2; r++)
+					c[r] = ld_u2<ALIGNED>(w[r] + qs + 32 * p);
+MM_UNROLL
+				for (int hi = 0; hi < 2; hi++) {
+					const int s = 2 * p + hi;
+					/* a[0], a[2]: row g's elements 8q.., 8q+4..; a[1], a[3]: row g + 8's */
+					unsigned a[4] = { c[0].x >> 4 * hi & lo4, c[1].x >> 4 * hi & lo4,
+							  c[0].y >> 4 * hi & lo4, c[1].y >> 4 * hi & lo4 };
+					if (TYPE == QT_Q5_K) {
+						const unsigned h5[4] = { qh[0].x, qh[1].x, qh[0].y, qh[1].y };
+MM_UNROLL
+						for (int i = 0; i < 4; i++)
+							a[i] |= (h5[i] >> s & 0x01010101u) << 4;
+					}
+					const int ai[4] = { (int)a[0], (int)a[1], (int)a[2], (int)a[3] };
+					/* byte s % 4 of the packed scales, zero-extended: one PRMT */
+					const int s0 = (int)__byte_perm(sc[0][s / 4], 0, 0x4440 | s % 4);
+					const int s1 = (int)__byte_perm(sc[1][s / 4], 0, 0x4440 | s % 4);
+MM_UNROLL
+					for (int n = 0; n < NT; n++) {
+						const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
+						const int bf[2] = { (int)v.x, (int)v.y };
+						int d[4] = { 0, 0, 0, 0 };
+						mma_s8_m16n8k32(d, ai, bf);
+						sumi[n][0] += s0 * d[0];
+						sumi[n][1] += s0 * d[1];
+						sumi[n][2] += s1 * d[2];
+						sumi[n][3] += s1 * d[3];
+					}
+				}
+			}
+			/* the mins against the sums over 32 codes, then the two fmas */
+MM_UNROLL
+			for (int n = 0; n < NT; n++) {
+MM_UNROLL
+				for (int c = 0; c < 2; c++) {
+					const uint4 b4 = __ldg(bs[n][c]);
+					const float dac = __ldg(da[n][c]);
+MM_UNROLL
+					for (int r = 0; r < 2; r++) {
+						int summ = __dp2a_lo((int)b4.x, (int)mn[r][0], 0);
+						summ = __dp2a_hi((int)b4.y, (int)mn[r][0], summ);
+						summ = __dp2a_lo((int)b4.z, (int)mn[r][1], summ);
+						summ = __dp2a_hi((int)b4.w, (int)mn[r][1], summ);
+						const int i = 2 * r + c;
+						acc[n][i] = fmaf((float)sumi[n][i], dw[r] * dac, acc[n][i]);
+						acc[n][i] = fmaf((float)-summ, dm[r] * dac, acc[n][i]);
+					}
+					da[n][c]++;
+					bs[n][c]++;
+				}
+				xb[n] += QK_K;
+			}
+			w[0] += bytes;
+			w[1] += bytes;
+		}
+		mma_store<NT>(m, gr, q, t0, T, acc);
+	}
+}
 
 /* Q6_K's codes of one A piece as signed bytes: c - 32 (c ^ 32 with bits
  * 6 and 7 set where c < 32), the same sum as k_sums' -32 * bsums. */
@@ -684,114 +853,120 @@ static __device__ __forceinline__ int q6_k_signed(int c)
 	return (int)(u ^ 0x20202020u ^ ((~u & 0x20202020u) * 6u));
 }
 
-/* The 4 codes at element 32 * S + E (E = 4q or 16 + 4q) of super-block BLK. */
-template <int TYPE>
-static __device__ __forceinline__ int k_codes(const uint8_t *blk, int s, int e)
-{
-	if (TYPE == QT_Q6_K) {
-		const int hf = s / 4, quarter = s % 4;
-		const int lo = (ld_i32(blk + 64 * hf + (quarter & 1) * 32 + e) >> (4 * (quarter >> 1))) & 0x0f0f0f0f;
-		const int hi = (ld_i32(blk + 128 + 32 * hf + e) >> (2 * quarter)) & 0x03030303;
-		return q6_k_signed(lo | hi << 4);
-	}
-	const uint8_t *qs = blk + (TYPE == QT_Q5_K ? 48 : 16);
-	int c = (ld_i32(qs + 32 * (s / 2) + e) >> (4 * (s & 1))) & 0x0f0f0f0f;
-	if (TYPE == QT_Q5_K)
-		c |= ((ld_i32(blk + 16 + e) >> s) & 0x01010101) << 4;
-	return c;
-}
-
-/* One warp per 16 weight rows, as matmul_q32_mma_kernel; one float
- * accumulator per (weight row, activation row) pair. */
-template <int TYPE>
-static __global__ void matmul_k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+/* Q6_K (matmul_q6k_mma_kernel): a slice holds two 16-element sub-blocks,
+ * lanes q < 2 the first and q >= 2 the second, so each slice takes two
+ * mmas per tile with the other sub-block's codes zero, times its scale
+ * into sumi.  A row's low nibbles for quarters 0 and 2 (1 and 3) of a half
+ * are the same bytes, and its high bits for all four one 8-byte run: a
+ * half's codes are three 8-byte runs per row, read 16 bits at a time since
+ * 210 bytes per super-block leave rows only 2-byte aligned.  The codes are
+ * made signed (c - 32), so no bsums. */
+template <int NT>
+static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T)
 {
 	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
 	const mm_row m = mm_pick(g, MMA_ROWS);
 	if (!m.w) /* whole warps only */
 		return;
-	const uint8_t *w0 = mma_w_row(m, gr), *w1 = mma_w_row(m, gr + 8);
 	const int n_in = nsb * QK_K;
-	const int bytes = k_traits<TYPE>::bytes;
+	const int bytes = k_traits<QT_Q6_K>::bytes;
+	const bool first = q < 2; /* this lane's elements are a slice's first sub-block */
+	const unsigned lo4 = 0x0f0f0f0fu;
 
-	for (int t0 = 0; t0 < T; t0 += 8 * MMA_NT) {
-		const uint8_t *xb[MMA_NT], *xc[MMA_NT][2];
-		mma_x_rows(xq, stride, T, t0, gr, q, xb, xc);
-		float acc[MMA_NT][4];
+	for (int t0 = 0; t0 < T; t0 += 8 * NT) {
+		/* pointers that step a super-block at a time: the weight rows,
+		 * each B column's codes 8q.., each D column's d */
+		const uint8_t *w[2] = { mma_w_row(m, gr), mma_w_row(m, gr + 8) };
+		const uint8_t *xb[NT], *xc[NT][2];
+		const float *da[NT][2];
+		mma_x_rows<NT>(xq, stride, T, t0, gr, q, xb, xc);
+		float acc[NT][4];
 MM_UNROLL
-		for (int n = 0; n < MMA_NT; n++)
+		for (int n = 0; n < NT; n++) {
+			xb[n] += 8 * q;
+MM_UNROLL
+			for (int c = 0; c < 2; c++)
+				da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
 MM_UNROLL
 			for (int i = 0; i < 4; i++)
 				acc[n][i] = 0.0f;
+		}
 
 		for (int b = 0; b < nsb; b++) {
-			const uint8_t *blk[2] = { w0 + (size_t)b * bytes, w1 + (size_t)b * bytes };
-			int sumi[MMA_NT][4], summ[MMA_NT][4];
+			int sumi[NT][4];
 MM_UNROLL
-			for (int n = 0; n < MMA_NT; n++)
+			for (int n = 0; n < NT; n++)
 MM_UNROLL
 				for (int i = 0; i < 4; i++)
-					sumi[n][i] = summ[n][i] = 0;
-			for (int s = 0; s < QK_K / 32; s++) {
-				int a[4], sc[2][2], mn[2];
+					sumi[n][i] = 0;
 MM_UNROLL
-				for (int r = 0; r < 2; r++) {
-					a[r] = k_codes<TYPE>(blk[r], s, 4 * q);
-					a[2 + r] = k_codes<TYPE>(blk[r], s, 16 + 4 * q);
-					if (TYPE == QT_Q6_K) {
-						const int8_t *scales = reinterpret_cast<const int8_t *>(blk[r] + 192);
+			for (int hf = 0; hf < 2; hf++) {
+				/* [row][word]: ql for quarters 0/2 and 1/3, qh for all */
+				int l02[2][2], l13[2][2], h[2][2];
+MM_UNROLL
+				for (int r = 0; r < 2; r++)
+MM_UNROLL
+					for (int k = 0; k < 2; k++) {
+						l02[r][k] = ld_i32(w[r] + 64 * hf + 8 * q + 4 * k);
+						l13[r][k] = ld_i32(w[r] + 64 * hf + 32 + 8 * q + 4 * k);
+						h[r][k] = ld_i32(w[r] + 128 + 32 * hf + 8 * q + 4 * k);
+					}
+MM_UNROLL
+				for (int quarter = 0; quarter < 4; quarter++) {
+					const int s = 4 * hf + quarter;
+					int c[2][2];
+MM_UNROLL
+					for (int r = 0; r < 2; r++)
+MM_UNROLL
+						for (int k = 0; k < 2; k++) {
+							const int lo = ((quarter & 1 ? l13[r][k] : l02[r][k]) >> 4 * (quarter >> 1)) & lo4;
+							const int hi = (h[r][k] >> 2 * quarter) & 0x03030303;
+							c[r][k] = q6_k_signed(lo | hi << 4);
+						}
+					/* a[0], a[2]: row g's elements 8q.., 8q+4..; a[1], a[3]: row g + 8's */
+					const int a0[4] = { first ? c[0][0] : 0, first ? c[1][0] : 0,
+							    first ? c[0][1] : 0, first ? c[1][1] : 0 };
+					const int a1[4] = { first ? 0 : c[0][0], first ? 0 : c[1][0],
+							    first ? 0 : c[0][1], first ? 0 : c[1][1] };
+					int sc[2][2];
+MM_UNROLL
+					for (int r = 0; r < 2; r++) {
+						const int8_t *scales = reinterpret_cast<const int8_t *>(w[r] + 192);
 						sc[r][0] = __ldg(&scales[2 * s]);
 						sc[r][1] = __ldg(&scales[2 * s + 1]);
-						mn[r] = 0;
-					} else {
-						scale_min_k4(s, blk[r] + 4, &sc[r][0], &mn[r]);
 					}
-				}
 MM_UNROLL
-				for (int n = 0; n < MMA_NT; n++) {
-					const int *x = reinterpret_cast<const int *>(xb[n] + (size_t)b * QK_K + 32 * s);
-					const int bf[2] = { __ldg(&x[q]), __ldg(&x[4 + q]) };
-					int d[4] = { 0, 0, 0, 0 };
-					if (TYPE == QT_Q6_K) {
-						/* two sub-blocks of 16: elements 0..15 are a[0], a[1] */
-						const int lo[4] = { a[0], a[1], 0, 0 }, hi[4] = { 0, 0, a[2], a[3] };
-						int d1[4] = { 0, 0, 0, 0 };
-						mma_s8_m16n8k32(d, lo, bf);
-						mma_s8_m16n8k32(d1, hi, bf);
+					for (int n = 0; n < NT; n++) {
+						const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
+						const int bf[2] = { (int)v.x, (int)v.y };
+						int d0[4] = { 0, 0, 0, 0 }, d1[4] = { 0, 0, 0, 0 };
+						mma_s8_m16n8k32(d0, a0, bf);
+						mma_s8_m16n8k32(d1, a1, bf);
 MM_UNROLL
 						for (int i = 0; i < 4; i++)
-							sumi[n][i] += sc[i / 2][0] * d[i] + sc[i / 2][1] * d1[i];
-					} else {
-						mma_s8_m16n8k32(d, a, bf);
-MM_UNROLL
-						for (int i = 0; i < 4; i++)
-							sumi[n][i] += sc[i / 2][0] * d[i];
-MM_UNROLL
-						for (int c = 0; c < 2; c++) {
-							const int *bs = reinterpret_cast<const int *>(xc[n][c] + n_in + (size_t)nsb * 4);
-							const int bsum = __ldg(&bs[b * 16 + 2 * s]) + __ldg(&bs[b * 16 + 2 * s + 1]);
-							summ[n][c] += mn[0] * bsum;
-							summ[n][2 + c] += mn[1] * bsum;
-						}
+							sumi[n][i] += sc[i / 2][0] * d0[i] + sc[i / 2][1] * d1[i];
 					}
 				}
 			}
-			const float dw[2] = { ld_f16(blk[0] + (TYPE == QT_Q6_K ? 208 : 0)),
-					      ld_f16(blk[1] + (TYPE == QT_Q6_K ? 208 : 0)) };
-			const float dm[2] = { TYPE == QT_Q6_K ? 0.0f : ld_f16(blk[0] + 2),
-					      TYPE == QT_Q6_K ? 0.0f : ld_f16(blk[1] + 2) };
+			const float dw[2] = { ld_f16(w[0] + 208), ld_f16(w[1] + 208) };
 MM_UNROLL
-			for (int n = 0; n < MMA_NT; n++)
+			for (int n = 0; n < NT; n++) {
 MM_UNROLL
-				for (int i = 0; i < 4; i++) {
-					const float da = __ldg(reinterpret_cast<const float *>(xc[n][i % 2] + n_in) + b);
-					acc[n][i] = fmaf((float)sumi[n][i], dw[i / 2] * da, acc[n][i]);
-					if (TYPE != QT_Q6_K)
-						acc[n][i] = fmaf((float)-summ[n][i], dm[i / 2] * da, acc[n][i]);
+				for (int c = 0; c < 2; c++) {
+					const float dac = __ldg(da[n][c]);
+MM_UNROLL
+					for (int r = 0; r < 2; r++)
+						acc[n][2 * r + c] = fmaf((float)sumi[n][2 * r + c], dw[r] * dac,
+									 acc[n][2 * r + c]);
+					da[n][c]++;
 				}
+				xb[n] += QK_K;
+			}
+			w[0] += bytes;
+			w[1] += bytes;
 		}
-		mma_store(m, gr, q, t0, T, acc);
+		mma_store<NT>(m, gr, q, t0, T, acc);
 	}
 }
 
@@ -851,18 +1026,34 @@ static int mm_use_mma(uint32_t type, int32_t T)
 	return T >= MM_MMA_MIN_T && mm_block_bytes(type, &blck) > 0;
 }
 
-/* The matmul kernel of a supported TYPE, on the tensor cores or not. */
-typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int);
-static mm_kernel mm_kernel_of(uint32_t type, int mma)
+/* Whether weights WS (NW, of one type) are read a word at a time: every
+ * row 16-byte aligned (matmul_k45_mma_kernel's ALIGNED). */
+static int mm_aligned16(const struct bk_weight *const *ws, int nw)
 {
+	for (int k = 0; k < nw; k++)
+		if ((uintptr_t)ws[k]->data % 16 || ws[k]->row_bytes % 16)
+			return 0;
+	return 1;
+}
+
+/* The matmul kernel of a supported TYPE, on the tensor cores or not (the
+ * K-quants' with 2 tiles of activation rows a pass, or 4 from T = 17). */
+typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int);
+static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T)
+{
+	const bool four = T > 16;
+#define MM_K45(TYPE) (four ? (aligned ? matmul_k45_mma_kernel<TYPE, 4, true> : matmul_k45_mma_kernel<TYPE, 4, false>) \
+			   : (aligned ? matmul_k45_mma_kernel<TYPE, 2, true> : matmul_k45_mma_kernel<TYPE, 2, false>))
 	switch (type) {
 	case QT_Q4_0: return mma ? matmul_q32_mma_kernel<QT_Q4_0> : matmul_q32_kernel<QT_Q4_0>;
 	case QT_Q4_1: return mma ? matmul_q32_mma_kernel<QT_Q4_1> : matmul_q32_kernel<QT_Q4_1>;
 	case QT_Q8_0: return mma ? matmul_q32_mma_kernel<QT_Q8_0> : matmul_q32_kernel<QT_Q8_0>;
-	case QT_Q4_K: return mma ? matmul_k_mma_kernel<QT_Q4_K> : matmul_k_kernel<QT_Q4_K>;
-	case QT_Q5_K: return mma ? matmul_k_mma_kernel<QT_Q5_K> : matmul_k_kernel<QT_Q5_K>;
-	default:      return mma ? matmul_k_mma_kernel<QT_Q6_K> : matmul_k_kernel<QT_Q6_K>;
+	case QT_Q4_K: return mma ? MM_K45(QT_Q4_K) : matmul_k_kernel<QT_Q4_K>;
+	case QT_Q5_K: return mma ? MM_K45(QT_Q5_K) : matmul_k_kernel<QT_Q5_K>;
+	default:      return mma ? (four ? matmul_q6k_mma_kernel<4> : matmul_q6k_mma_kernel<2>)
+				 : matmul_k_kernel<QT_Q6_K>;
 	}
+#undef MM_K45
 }
 
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
@@ -906,7 +1097,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const size_t stride = mm_xq_stride(w->type, w->n_in);
 	uint8_t *xq = (uint8_t *)scratch;
 	const unsigned mm_blocks = (unsigned)blocks;
-	const mm_kernel kernel = mm_kernel_of(w->type, mma);
+	const mm_kernel kernel = mm_kernel_of(w->type, mma, mm_aligned16(ws, nw), T);
 
 	if (blck == QK) {
 		const int nb = n_in / QK;
