@@ -695,6 +695,26 @@ MM_UNROLL
  * weights do, and 144 and 176 bytes per super-block keep each one so),
  * 16-bit ones otherwise. */
 
+/* The start of a K-quant pass of NT tiles from row T0: XB[n], tile n's B
+ * column from element 8q (the lane's k pieces); XC[n][c], its D column
+ * 2q + c's row and DA[n][c] that row's d per super-block; ACC zero. */
+template <int NT>
+static __device__ __forceinline__ void mma_k_pass(const uint8_t *xq, size_t stride, int T, int t0, int g, int q,
+	int n_in, const uint8_t **xb, const uint8_t *(*xc)[2], const float *(*da)[2], float (*acc)[4])
+{
+	mma_x_rows<NT>(xq, stride, T, t0, g, q, xb, xc);
+MM_UNROLL
+	for (int n = 0; n < NT; n++) {
+		xb[n] += 8 * q;
+MM_UNROLL
+		for (int c = 0; c < 2; c++)
+			da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
+MM_UNROLL
+		for (int i = 0; i < 4; i++)
+			acc[n][i] = 0.0f;
+	}
+}
+
 /* The 8 six-bit scales and mins of a Q4_K/Q5_K super-block from its
  * scales[12] as words S0..S2: SC[0] holds sub-blocks 0..3's scales as
  * bytes, SC[1] 4..7's; MN likewise. */
@@ -747,20 +767,13 @@ static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const ui
 		const uint8_t *xb[NT], *xc[NT][2];
 		const float *da[NT][2];
 		const uint4 *bs[NT][2];
-		mma_x_rows<NT>(xq, stride, T, t0, gr, q, xb, xc);
 		float acc[NT][4];
+		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
 MM_UNROLL
-		for (int n = 0; n < NT; n++) {
-			xb[n] += 8 * q;
+		for (int n = 0; n < NT; n++)
 MM_UNROLL
-			for (int c = 0; c < 2; c++) {
-				da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
+			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
-			}
-MM_UNROLL
-			for (int i = 0; i < 4; i++)
-				acc[n][i] = 0.0f;
-		}
 
 		for (int b = 0; b < nsb; b++) {
 			float dw[2], dm[2];
@@ -880,18 +893,8 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 		const uint8_t *w[2] = { mma_w_row(m, gr), mma_w_row(m, gr + 8) };
 		const uint8_t *xb[NT], *xc[NT][2];
 		const float *da[NT][2];
-		mma_x_rows<NT>(xq, stride, T, t0, gr, q, xb, xc);
 		float acc[NT][4];
-MM_UNROLL
-		for (int n = 0; n < NT; n++) {
-			xb[n] += 8 * q;
-MM_UNROLL
-			for (int c = 0; c < 2; c++)
-				da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
-MM_UNROLL
-			for (int i = 0; i < 4; i++)
-				acc[n][i] = 0.0f;
-		}
+		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
 
 		for (int b = 0; b < nsb; b++) {
 			int sumi[NT][4];
