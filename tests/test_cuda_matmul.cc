@@ -6,8 +6,10 @@
  * largest magnitude), several shapes (ragged 32-element tails, K-quant rows
  * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9, 16, 33.  From
  * T = 8 on every type takes the tensor-core kernels, so some cases run
- * each path; their mma_s8_m16n8k32 is checked on its own against PTX's
- * fragment layout, on extreme bytes too.
+ * each path (the K-quants' with 2 tiles of activation rows a pass at
+ * T = 9 and 16, 4 at 33; Q4_K/Q5_K also from rows 2 bytes past a 16-byte
+ * boundary, read 16 bits at a time); their mma_s8_m16n8k32 is checked on
+ * its own against PTX's fragment layout, on extreme bytes too.
  *
  * Tolerance: none.  The kernels reproduce quant.c's arithmetic (the device
  * quantizes activations exactly as the CPU, the integer sums are exact and
