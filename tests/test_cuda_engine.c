@@ -254,8 +254,31 @@ static void test_launches_per_step(const char *dir)
 #endif
 }
 
-int main(void)
+/* tests/gguf_synth.sh's check of a model it made (K-quants, which no
+ * model under ../shared/models has): `--wide DIR FILE NSEQ` runs
+ * twide_check alone on DIR/FILE with NSEQ sequences. */
+static int wide_only(char **argv)
 {
+	struct engine_cuda_probe pr;
+
+	setenv("CUDA_EMU_MEM_MB", "64", 1);
+	engine_cuda_probe(&pr);
+	if (pr.kind != ENGINE_CUDA_EMULATED) {
+		printf("SKIP: %s\n", pr.kind == ENGINE_CUDA_NONE ? pr.why : "not the emulated backend");
+		return TEST_SKIP;
+	}
+	twide_check(argv[2], argv[3], ENGINE_BACKEND_CUDA, atoi(argv[4]));
+	return test_result();
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 5 && !strcmp(argv[1], "--wide"))
+		return wide_only(argv);
+	if (argc != 1) {
+		fprintf(stderr, "usage: %s [--wide DIR FILE NSEQ]\n", argv[0]);
+		return 2;
+	}
 	const char *golden = test_model_path("golden/greedy-llamacpp.json");
 	const char *dir = getenv("LLMD_MODELS_DIR");
 	struct engine_params ep;
@@ -310,7 +333,7 @@ int main(void)
 	test_launches_per_step(dir);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
-	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA);
+	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	tgemm_check(dir, "derived/TinyStories-656K-q8_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);

@@ -259,16 +259,17 @@ static void tgraph_check(const char *dir, const char *rel)
 
 /* Decode steps of many rows give each sequence the bits of its own
  * one-row steps; on CUDA the integer matmuls take the tensor-core kernels
- * from 8 rows on and the dp4a ones below, and the steps replay graphs.
- * Twelve sequences (prompts of 3..14 ids, each prefilled alone), then
- * TWIDE_STEPS steps of all twelve with fixed ids, against the same steps
- * of each sequence alone on a fresh one. */
-#define TWIDE_SEQS 12
+ * from 8 rows on and the dp4a ones below (the K-quants' with 2 tiles of 8
+ * rows a pass up to 16 rows, 4 beyond), and the steps replay graphs.
+ * NSEQ sequences (at most TWIDE_SEQS; prompts of 3..NSEQ+2 ids, each
+ * prefilled alone), then TWIDE_STEPS steps of all of them with fixed ids,
+ * against the same steps of each sequence alone on a fresh one. */
+#define TWIDE_SEQS 24
 #define TWIDE_STEPS 4
-static void twide_check(const char *dir, const char *rel, int32_t backend)
+static void twide_check(const char *dir, const char *rel, int32_t backend, int nseq)
 {
 	struct model *m = tbatch_model(dir, rel);
-	struct engine *e = m ? tbatch_engine(m, backend, 1, 0) : NULL;
+	struct engine *e = m && nseq > 0 && nseq <= TWIDE_SEQS ? tbatch_engine(m, backend, 1, 0) : NULL;
 	static struct tseq sq[TWIDE_SEQS];
 	int32_t ids[TWIDE_SEQS], pos[TWIDE_SEQS], prompt[TWIDE_SEQS + 2];
 	const int32_t *tab[TWIDE_SEQS];
@@ -276,38 +277,39 @@ static void twide_check(const char *dir, const char *rel, int32_t backend)
 	float *wide = NULL, *lg = NULL;
 	int ok, bad = 0;
 
+	CHECK(nseq > 0 && nseq <= TWIDE_SEQS);
 	if (!e) {
 		model_free(m);
 		return;
 	}
 	const int32_t n_vocab = engine_n_vocab(e);
-	const size_t step_floats = (size_t)TWIDE_SEQS * n_vocab;
+	const size_t step_floats = (size_t)nseq * n_vocab;
 	memset(sq, 0, sizeof sq);
 	memset(want, 1, sizeof want);
 	wide = malloc(TWIDE_STEPS * step_floats * sizeof(float));
 	lg = malloc((size_t)n_vocab * sizeof(float));
 	ok = wide && lg;
-	for (int i = 0; ok && i < TWIDE_SEQS; i++) {
+	for (int i = 0; ok && i < nseq; i++) {
 		for (int k = 0; k < 3 + i; k++)
 			prompt[k] = (k * 37 + i * 11 + 5) % n_vocab;
 		ok = tseq_feed(e, &sq[i], prompt, 3 + i, 3 + i, lg) == 1;
 	}
 	for (int step = 0; ok && step < TWIDE_STEPS; step++) {
-		for (int i = 0; ok && i < TWIDE_SEQS; i++) {
+		for (int i = 0; ok && i < nseq; i++) {
 			ok = tseq_reserve(e, &sq[i], 1) == 0;
 			ids[i] = (step * 31 + i * 7 + 3) % n_vocab;
 			pos[i] = sq[i].len;
 			tab[i] = sq[i].table;
 		}
-		struct engine_batch b = { TWIDE_SEQS, ids, pos, tab, want };
-		ok = ok && engine_step(e, &b, wide + step * step_floats) == TWIDE_SEQS;
-		for (int i = 0; ok && i < TWIDE_SEQS; i++)
+		struct engine_batch b = { nseq, ids, pos, tab, want };
+		ok = ok && engine_step(e, &b, wide + step * step_floats) == nseq;
+		for (int i = 0; ok && i < nseq; i++)
 			sq[i].len++;
 	}
-	for (int i = 0; i < TWIDE_SEQS; i++)
+	for (int i = 0; i < nseq; i++)
 		tseq_free(e, &sq[i]);
 	/* each alone, from its prompt again */
-	for (int i = 0; ok && i < TWIDE_SEQS; i++) {
+	for (int i = 0; ok && i < nseq; i++) {
 		struct tseq one;
 		memset(&one, 0, sizeof one);
 		for (int k = 0; k < 3 + i; k++)
@@ -323,8 +325,8 @@ static void twide_check(const char *dir, const char *rel, int32_t backend)
 	}
 	CHECK(ok);
 	CHECK_INT_EQ(bad, 0);
-	printf("%s: %d-row decode steps on %s: %d of %d rows differ from one-row steps\n", rel, TWIDE_SEQS,
-	       engine_backend_name(e), bad, TWIDE_SEQS * TWIDE_STEPS);
+	printf("%s: %d-row decode steps on %s: %d of %d rows differ from one-row steps\n", rel, nseq,
+	       engine_backend_name(e), bad, nseq * TWIDE_STEPS);
 	free(wide);
 	free(lg);
 	engine_free(e);
