@@ -28,8 +28,9 @@
  *   D (16 x 8):              d[0] = D[g][2q], d[1] = D[g][2q+1], d[2] = D[g+8][2q], d[3] = D[g+8][2q+1]
  * The sums are exact (32 products of at most 128 * 128 each), so both
  * branches give the same integers whatever order they add in.  The portable
- * one fetches the row and column pieces this lane needs from their lanes
- * with 32 shuffles and takes dp4a dot products. */
+ * one has every lane publish its fragments in shared memory, then read the
+ * row and column pieces it needs (two __syncwarp rather than 32 shuffles:
+ * the emulator switches fibers at each) and take dp4a dot products. */
 static __device__ __forceinline__ void mma_s8_m16n8k32(int d[4], const int a[4], const int b[2])
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -38,19 +39,25 @@ static __device__ __forceinline__ void mma_s8_m16n8k32(int d[4], const int a[4],
 		     : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
-	const unsigned full = 0xffffffffu;
-	const int lane = (int)(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+	/* the warp's fragments through shared memory: one rendezvous to
+	 * publish them, one before the next call may overwrite them */
+	__shared__ int mma_frag[32][32][6]; /* [warp][lane]: a[0..3], b[0..1] */
+	const unsigned tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+	const int lane = (int)(tid % 32), w = (int)(tid / 32 % 32), g = lane / 4, q = lane % 4;
+	for (int i = 0; i < 4; i++)
+		mma_frag[w][lane][i] = a[i];
+	mma_frag[w][lane][4] = b[0];
+	mma_frag[w][lane][5] = b[1];
+	__syncwarp();
 	for (int k = 0; k < 4; k++) { /* the pieces at k = 4k.. and 16+4k.. */
-		const int la = 4 * g + k, lb0 = 4 * (2 * q) + k, lb1 = 4 * (2 * q + 1) + k;
-		const int r0 = __shfl_sync(full, a[0], la), r1 = __shfl_sync(full, a[1], la);
-		const int r2 = __shfl_sync(full, a[2], la), r3 = __shfl_sync(full, a[3], la);
-		const int c00 = __shfl_sync(full, b[0], lb0), c01 = __shfl_sync(full, b[1], lb0);
-		const int c10 = __shfl_sync(full, b[0], lb1), c11 = __shfl_sync(full, b[1], lb1);
-		d[0] = __dp4a(r2, c01, __dp4a(r0, c00, d[0]));
-		d[1] = __dp4a(r2, c11, __dp4a(r0, c10, d[1]));
-		d[2] = __dp4a(r3, c01, __dp4a(r1, c00, d[2]));
-		d[3] = __dp4a(r3, c11, __dp4a(r1, c10, d[3]));
+		const int *r = mma_frag[w][4 * g + k], *c0 = mma_frag[w][4 * (2 * q) + k],
+			  *c1 = mma_frag[w][4 * (2 * q + 1) + k];
+		d[0] = __dp4a(r[2], c0[5], __dp4a(r[0], c0[4], d[0]));
+		d[1] = __dp4a(r[2], c1[5], __dp4a(r[0], c1[4], d[1]));
+		d[2] = __dp4a(r[3], c0[5], __dp4a(r[1], c0[4], d[2]));
+		d[3] = __dp4a(r[3], c1[5], __dp4a(r[1], c1[4], d[3]));
 	}
+	__syncwarp();
 #endif
 }
 
