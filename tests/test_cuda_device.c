@@ -15,8 +15,10 @@
  *    matmul runs our kernels: cuBLAS's F32 GEMM may pick its algorithm by T);
  *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
  *    give the logits of launched ones bit for bit (the q4_0 model again);
- *  - 12-row decode steps, whose matmuls run on the int8 tensor cores, give
- *    each sequence the logits of its one-row (dp4a) steps bit for bit;
+ *  - 12-row decode steps, whose matmuls run on the int8 tensor cores with
+ *    2 tiles of 8 rows a pass, give each sequence the logits of its one-row
+ *    steps (1 tile; with LLMD_CUDA_MMA_MIN_T=8, the dp4a kernels) bit for
+ *    bit;
  *  - gemm_rows: a prompt's matmuls through f16 tiles and cublasGemmEx stay
  *    near the CPU's logits and give its greedy tokens; so do F16 and BF16
  *    weights;
@@ -299,6 +301,9 @@ int main(int argc, char **argv)
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	twide_check(dir, "derived/TinyStories-656K-q8_0.gguf", ENGINE_BACKEND_CUDA, 12);
+	setenv("LLMD_CUDA_MMA_MIN_T", "8", 1); /* one-row steps on the dp4a kernels */
+	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
+	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1); /* the default again, from the next engine */
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);
 	thalf_check(dir, QT_BF16, 1e-4f);

@@ -4,19 +4,21 @@
  * Random valid weight blocks of every supported type (random codes, random
  * f16 scales), random activations (with an all-zero block and a tie for the
  * largest magnitude), several shapes (ragged 32-element tails, K-quant rows
- * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9, 16, 33.  From
- * T = 8 on every type takes the tensor-core kernels, so some cases run
- * each path (the K-quants' with 2 tiles of activation rows a pass at
- * T = 9 and 16, 4 at 33; Q4_K/Q5_K also from rows 2 bytes past a 16-byte
- * boundary, read 16 bits at a time); their mma_s8_m16n8k32 is checked on
- * its own against PTX's fragment layout, on extreme bytes too.
+ * longer than one warp's 32 super-blocks), T = 1, 2, 5, 9, 16, 33, on the
+ * tensor-core kernels (the default at every T: 1 tile of activation rows a
+ * pass up to T = 8, 2 at 9 and 16, the K-quants' 4 at 33; Q4_K/Q5_K also
+ * from rows 2 bytes past a 16-byte boundary, read 16 bits at a time), and
+ * T = 1, 2, 5 again on the dp4a kernels (cuda_matmul_set_mma_min_t(8));
+ * mma_s8_m16n8k32 is checked on its own against PTX's fragment layout, on
+ * extreme bytes too.
  *
  * Tolerance: none.  The kernels reproduce quant.c's arithmetic (the device
  * quantizes activations exactly as the CPU, the integer sums are exact and
  * the float steps are the same fmas in the same order and the same tree
  * sum), so every output must equal the CPU backend's bit for bit, on its
  * default SIMD path and on the portable C one.  Also checked: each row's
- * output is the same bits computed alone (T = 1) or inside a T = 9 batch,
+ * output is the same bits computed alone (T = 1) or inside a T = 9 batch
+ * (or, on dp4a, T = 5),
  * the argument checks, and that nothing leaks.
  */
 extern "C" {
@@ -245,13 +247,16 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 static const uint32_t q32_types[] = { QT_Q8_0, QT_Q4_0, QT_Q4_1 };
 static const uint32_t k_types[] = { QT_Q4_K, QT_Q5_K, QT_Q6_K };
 
-/* Every type and shape in forward order. */
+/* Every type and shape in forward order: on the tensor-core kernels at
+ * every T (the default), then the T < 8 ones again on the dp4a kernels. */
 static void test_shapes()
 {
 	const int q32_in[] = { 32, 96, 576, 1536, 1568 }; /* 1, 3, 16+2, 48, 48+1 blocks */
+	const int k_in[] = { 256, 768 };
 	const int n_outs[] = { 1, 7, 70 };
-	/* T = 9 takes every shape through the tensor-core kernels; 16 and 33
-	 * (several passes, a ragged last one) only the shorter rows */
+	/* 1, 2, 5: one tile of 8 activation rows a pass; 9: two; 16 and 33
+	 * (several passes, a ragged last one; 33: the K-quants' four tiles)
+	 * only the shorter rows */
 	const int Ts[] = { 1, 2, 5, 9, 16, 33 };
 	for (uint32_t type : q32_types)
 		for (int n_in : q32_in)
@@ -259,19 +264,32 @@ static void test_shapes()
 				for (int T : Ts)
 					if (T < 16 || n_in <= 576)
 						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
-	const int k_in[] = { 256, 768 };
 	for (uint32_t type : k_types) {
 		for (int n_in : k_in)
 			for (int n_out : n_outs)
 				for (int T : Ts)
 					if (T < 16 || n_in == 256)
 						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
-		/* more than 32 super-blocks: a second round of the warp's broadcast */
-		check_case(type, 33 * QK_K, 3, 2, false);
 		check_case(type, 33 * QK_K, 3, 9, false);
 	}
+	CHECK(n_mma == n_cases && n_k45 > 0);
+
+	cuda_matmul_set_mma_min_t(8);
+	for (uint32_t type : q32_types)
+		for (int n_in : q32_in)
+			for (int n_out : n_outs)
+				for (int T : { 1, 2, 5 })
+					check_case(type, n_in, n_out, T, T == 5 && n_out == 7);
+	for (uint32_t type : k_types) {
+		for (int n_in : k_in)
+			for (int n_out : n_outs)
+				for (int T : { 1, 2, 5 })
+					check_case(type, n_in, n_out, T, T == 5 && n_out == 7);
+		/* more than 32 super-blocks: a second round of the warp's broadcast */
+		check_case(type, 33 * QK_K, 3, 2, false);
+	}
+	cuda_matmul_set_mma_min_t(1);
 	CHECK(n_mma > 0 && n_mma < n_cases);
-	CHECK(n_k45 > 0 && n_k45 < n_mma);
 }
 
 /* mma_s8_m16n8k32 on fragments laid out as its comment (PTX's layout)
@@ -334,13 +352,19 @@ static void test_mma_layout()
 static void test_orders()
 {
 	for_each_order([&](const char *) {
+		cuda_matmul_set_mma_min_t(8); /* dp4a */
+		for (uint32_t type : q32_types)
+			check_case(type, 576, 9, 5, true);
+		for (uint32_t type : k_types)
+			check_case(type, 512, 5, 5, true);
+		cuda_matmul_set_mma_min_t(1); /* the tensor cores: 1, 2 and 4 tiles */
 		for (uint32_t type : q32_types) {
 			check_case(type, 576, 9, 5, true);
-			check_case(type, 576, 21, 9, true); /* the tensor cores */
+			check_case(type, 576, 21, 9, true);
 		}
 		for (uint32_t type : k_types) {
 			check_case(type, 512, 5, 5, true);
-			check_case(type, 512, 21, 9, true); /* the tensor cores */
+			check_case(type, 512, 21, 17, true);
 		}
 	});
 }
@@ -406,9 +430,9 @@ int main(void)
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels, %d of them Q4_K/Q5_K, "
-	       "each from aligned and 2-byte aligned rows; cpu isa %s and scalar), all bit-identical: "
-	       "%s, %.1f s\n",
-	       n_cases, n_mma, n_k45, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
+	       "each also from 2-byte aligned rows, %d on dp4a; cpu isa %s and scalar), all "
+	       "bit-identical: %s, %.1f s\n",
+	       n_cases, n_mma, n_k45, n_cases - n_mma, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();
 }

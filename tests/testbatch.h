@@ -259,8 +259,9 @@ static void tgraph_check(const char *dir, const char *rel)
 
 /* Decode steps of many rows give each sequence the bits of its own
  * one-row steps; on CUDA the integer matmuls take the tensor-core kernels
- * from 8 rows on and the dp4a ones below (the K-quants' with 2 tiles of 8
- * rows a pass up to 16 rows, 4 beyond), and the steps replay graphs.
+ * with 1 tile of 8 rows a pass up to 8 rows, 2 up to 16, the K-quants' 4
+ * beyond (or the dp4a kernels below LLMD_CUDA_MMA_MIN_T), and the steps
+ * replay graphs.
  * NSEQ sequences (at most TWIDE_SEQS; prompts of 3..NSEQ+2 ids, each
  * prefilled alone), then TWIDE_STEPS steps of all of them with fixed ids,
  * against the same steps of each sequence alone on a fresh one. */

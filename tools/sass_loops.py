@@ -13,7 +13,7 @@ instructions it issues per 4096 MACs (one mma.sync m16n8k32):
     IDP.4A      4 per lane, 128 per warp instruction
 
     tools/sass_loops.py kernels/cuda/matmul.cu [FILTER...]
-        [--arch sm_90] [--nvdisasm PATH] [--top N]
+        [--arch sm_90] [--nvdisasm PATH] [--top N] [--all]
 
 nvdisasm is not in every CUDA toolkit install (this project's machines
 have nvcc and ptxas only); PyPI has it:
@@ -79,6 +79,7 @@ def main():
     ap.add_argument("--nvdisasm", default=os.environ.get("NVDISASM") or shutil.which("nvdisasm"))
     ap.add_argument("--nvcc", default=os.environ.get("NVCC") or shutil.which("nvcc"))
     ap.add_argument("--top", type=int, default=5, help="opcodes listed per loop (default 5)")
+    ap.add_argument("--all", action="store_true", help="also the loops that do no integer MACs")
     a = ap.parse_intermixed_args()
     if not a.nvcc or not a.nvdisasm:
         sys.exit("sass_loops: needs nvcc and nvdisasm (--nvdisasm PATH; see --help)")
@@ -99,12 +100,13 @@ def main():
                 continue
             body = [opcode(t) for t in ins[labels[m.group(1)]:k + 1]]
             work = sum(macs(op) for op in body)
-            if not work:
+            if not work and not a.all:
                 continue
             ops = collections.Counter(body)
             top = ", ".join("%s %d" % kv for kv in ops.most_common(a.top))
-            print("  loop of %4d: %6d MACs, %5.1f per 4096 MACs  (%s)"
-                  % (len(body), work, len(body) * 4096.0 / work, top))
+            per = "%5.1f per 4096 MACs" % (len(body) * 4096.0 / work) if work else "no MACs"
+            print("  loop of %4d (%d-%d): %6d MACs, %s  (%s)"
+                  % (len(body), labels[m.group(1)], k, work, per, top))
 
 
 if __name__ == "__main__":

@@ -1130,6 +1130,11 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	}
 	cb->be.ops = &cuda_ops;
 	cb->device = device;
+	/* LLMD_CUDA_MMA_MIN_T=8 puts the matmuls of fewer rows back on the dp4a
+	 * kernels (the same bits): a knob for timing the two on a GPU */
+	const char *mt = getenv("LLMD_CUDA_MMA_MIN_T");
+	if (mt && *mt)
+		cuda_matmul_set_mma_min_t((int32_t)strtol(mt, NULL, 10));
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;

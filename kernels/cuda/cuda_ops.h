@@ -145,6 +145,11 @@ int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *o
 int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
 			float *const *out, void *scratch, void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
+/* The matmuls of T rows take the tensor-core kernels from T = MIN_T (1,
+ * the default: always), the dp4a ones below it: the same bits either way.
+ * For comparing the two (LLMD_CUDA_MMA_MIN_T, cuda_backend.c) and for the
+ * tests; process-wide, set it before any launch. */
+void cuda_matmul_set_mma_min_t(int32_t min_t);
 
 #ifdef __cplusplus
 }

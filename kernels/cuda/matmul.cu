@@ -17,12 +17,16 @@
  *      same tree sum as hsum16; for the K-quants, one float accumulator over
  *      the super-blocks in order, each lane computing one super-block's
  *      integer sums and the warp broadcasting them in order.
- * From MM_MMA_MIN_T rows on, step 2 runs on the int8 tensor cores
- * instead (mma.sync m16n8k32, cuda_mma.h): one warp per 16 weight rows
- * takes each 32-element block's (or sub-block's) integer dot for 8
- * activation rows at a time (the K-quants for 16 or 32 at once, sharing
- * the weights' fragment), exactly the integers dp4a gives, and then the
- * same float steps per (weight row, activation row) pair.
+ * By default step 2 runs on the int8 tensor cores instead, at every T
+ * (mma.sync m16n8k32, cuda_mma.h): one warp per 16 weight rows takes each
+ * 32-element block's (or sub-block's) integer dot for 8 activation rows
+ * at a time (from T = 9 for 16 at once, the K-quants from T = 17 for 32,
+ * sharing the weights' fragment), exactly the integers dp4a gives, and
+ * then the same float steps per (weight row, activation row) pair.  At
+ * T = 1 it wastes 7 of the mma's 8 columns, and still issues several times
+ * fewer instructions per weight byte than the dp4a kernels (a lane per
+ * super-block, a serial broadcast): those stay for T below
+ * cuda_matmul_set_mma_min_t's threshold, a knob for comparing the two.
  * So the result equals the CPU backend's bit for bit on either path, and
  * each output depends only on its own weight row and activation row: not
  * on T, on the other rows or on the launch shape (batch invariance).
@@ -54,8 +58,6 @@ extern "C" {
 #define MM_WARPS 4      /* warps (weight rows) per block of the matmul kernels */
 #define MM_TB 4         /* activation rows a warp keeps in registers at once */
 #define MMA_ROWS 16     /* weight rows per warp of the tensor-core kernel (mma's M) */
-#define MMA_NT 2        /* the q32 kernel's tiles of 8 activation rows (mma's N) a pass */
-#define MM_MMA_MIN_T 8  /* T from which every type takes the tensor-core kernels */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
 
@@ -325,7 +327,7 @@ MM_UNROLL
 	}
 }
 
-/* ---- matmul: 32-element blocks on the tensor cores, T >= MM_MMA_MIN_T ----
+/* ---- matmul: 32-element blocks on the tensor cores ----
  *
  * mma_s8_m16n8k32 (cuda_mma.h) takes one block's whole integer dot product
  * for 16 weight rows by 8 activation rows at once: its k = 32 is a block.
@@ -367,7 +369,7 @@ MM_UNROLL
  * lane) times the scales, as matmul_q32_kernel does; Q4_1's m * s into
  * MACC for whole blocks.  XB: the lane's B column of each tile; DA: the
  * scales of its D columns 2q, 2q + 1. */
-template <int TYPE>
+template <int TYPE, int NT>
 static __device__ __forceinline__ void mma_block(const uint8_t *w0, const uint8_t *w1, int b, int q, int piece,
 	const uint8_t *const *xb, const float *const (*da)[2], int nb, float (*acc)[4], float (*macc)[4])
 {
@@ -381,7 +383,7 @@ MM_UNROLL
 			a[i] = 0;
 	const float dw0 = ld_f16(blk0), dw1 = ld_f16(blk1);
 MM_UNROLL
-	for (int n = 0; n < MMA_NT; n++) {
+	for (int n = 0; n < NT; n++) {
 		const int *x = reinterpret_cast<const int *>(xb[n] + (size_t)b * QK);
 		const int bf[2] = { __ldg(&x[q]), __ldg(&x[4 + q]) };
 		int d[4] = { 0, 0, 0, 0 };
@@ -442,11 +444,11 @@ MM_UNROLL
 		}
 }
 
-/* One warp per 16 weight rows (A's rows g, g + 8 in lane 4g + q), MMA_NT
+/* One warp per 16 weight rows (A's rows g, g + 8 in lane 4g + q), NT
  * tiles of 8 activation rows per pass over them (D's columns 2q, 2q + 1).
  * Rows past the weight's end or T read the last real one and are not
  * stored.  Every loop bound is uniform over the warp. */
-template <int TYPE>
+template <int TYPE, int NT>
 static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
 	size_t stride, int T)
 {
@@ -458,39 +460,39 @@ static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uin
 	const int b16 = nb - nb % 16;
 	const int n_in = nb * QK;
 
-	for (int t0 = 0; t0 < T; t0 += 8 * MMA_NT) {
-		const uint8_t *xb[MMA_NT], *xc[MMA_NT][2];
-		const float *da[MMA_NT][2]; /* each D column's d, then (Q8_1) s */
-		mma_x_rows<MMA_NT>(xq, stride, T, t0, gr, q, xb, xc);
+	for (int t0 = 0; t0 < T; t0 += 8 * NT) {
+		const uint8_t *xb[NT], *xc[NT][2];
+		const float *da[NT][2]; /* each D column's d, then (Q8_1) s */
+		mma_x_rows<NT>(xq, stride, T, t0, gr, q, xb, xc);
 MM_UNROLL
-		for (int n = 0; n < MMA_NT; n++)
+		for (int n = 0; n < NT; n++)
 MM_UNROLL
 			for (int c = 0; c < 2; c++)
 				da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
 		/* hsum16's tree: level k holds the sum of 2^k finished lanes */
-		float tree[4][MMA_NT][4];
-		float v[MMA_NT][4];
+		float tree[4][NT][4];
+		float v[NT][4];
 MM_UNROLL
 		for (int li = 0; li < 16; li++) {
 			const int l = (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
-			float acc[MMA_NT][4], macc[MMA_NT][4];
+			float acc[NT][4], macc[NT][4];
 MM_UNROLL
-			for (int n = 0; n < MMA_NT; n++)
+			for (int n = 0; n < NT; n++)
 MM_UNROLL
 				for (int i = 0; i < 4; i++)
 					acc[n][i] = macc[n][i] = 0.0f;
 			for (int b = l; b < b16; b += 16)
-				mma_block<TYPE>(w0, w1, b, q, -1, xb, da, nb, acc, macc);
+				mma_block<TYPE, NT>(w0, w1, b, q, -1, xb, da, nb, acc, macc);
 			/* the ragged end: blocks b16 + 4k + l % 4, piece l / 4 of each */
 			for (int b = b16 + l % 4; b < nb; b += 4)
-				mma_block<TYPE>(w0, w1, b, q, l / 4, xb, da, nb, acc, macc);
+				mma_block<TYPE, NT>(w0, w1, b, q, l / 4, xb, da, nb, acc, macc);
 			/* Q4_1's m * s of ragged block b16 + l */
 			if (TYPE == QT_Q4_1 && b16 + l < nb) {
 				const int b = b16 + l;
 				const float mw0 = ld_f16(w0 + (size_t)b * q32_traits<TYPE>::bytes + 2);
 				const float mw1 = ld_f16(w1 + (size_t)b * q32_traits<TYPE>::bytes + 2);
 MM_UNROLL
-				for (int n = 0; n < MMA_NT; n++) {
+				for (int n = 0; n < NT; n++) {
 					const float s0 = __ldg(&da[n][0][nb + b]), s1 = __ldg(&da[n][1][nb + b]);
 					macc[n][0] = fmaf(mw0, s0, macc[n][0]);
 					macc[n][1] = fmaf(mw0, s1, macc[n][1]);
@@ -500,7 +502,7 @@ MM_UNROLL
 			}
 			/* lane l into the tree: merge while li's low bits are ones */
 MM_UNROLL
-			for (int n = 0; n < MMA_NT; n++)
+			for (int n = 0; n < NT; n++)
 MM_UNROLL
 				for (int i = 0; i < 4; i++) {
 					float cur = acc[n][i] + macc[n][i];
@@ -513,7 +515,7 @@ MM_UNROLL
 						v[n][i] = cur;
 				}
 		}
-		mma_store<MMA_NT>(m, gr, q, t0, T, v);
+		mma_store<NT>(m, gr, q, t0, T, v);
 	}
 }
 
@@ -670,7 +672,7 @@ MM_UNROLL
 	}
 }
 
-/* ---- matmul: K-quants on the tensor cores, T >= MM_MMA_MIN_T ----
+/* ---- matmul: K-quants on the tensor cores ----
  *
  * A warp takes 16 weight rows (A's rows g, g + 8 in lane 4g + q) against
  * NT tiles of 8 activation rows a pass, each A fragment shared by the NT
@@ -1021,12 +1023,20 @@ static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32
 	return 0;
 }
 
+/* T from which the matmuls take the tensor-core kernels (1: always). */
+static int mm_mma_min_t = 1;
+
+extern "C" void cuda_matmul_set_mma_min_t(int32_t t)
+{
+	mm_mma_min_t = t < 1 ? 1 : t;
+}
+
 /* Whether a matmul of TYPE over T activation rows takes the tensor-core
- * kernel (the same bits as the other; T only picks the faster). */
+ * kernels (the same bits as the others; T only picks the faster). */
 static int mm_use_mma(uint32_t type, int32_t T)
 {
 	int blck;
-	return T >= MM_MMA_MIN_T && mm_block_bytes(type, &blck) > 0;
+	return T >= mm_mma_min_t && mm_block_bytes(type, &blck) > 0;
 }
 
 /* Whether weights WS (NW, of one type) are read a word at a time: every
@@ -1039,23 +1049,30 @@ static int mm_aligned16(const struct bk_weight *const *ws, int nw)
 	return 1;
 }
 
-/* The matmul kernel of a supported TYPE, on the tensor cores or not (the
- * K-quants' with 2 tiles of activation rows a pass, or 4 from T = 17). */
+/* The matmul kernel of a supported TYPE, on the tensor cores or not: with
+ * 1 tile of 8 activation rows a pass up to T = 8, 2 up to 16, then (the
+ * K-quants) 4. */
 typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int);
 static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T)
 {
-	const bool four = T > 16;
-#define MM_K45(TYPE) (four ? (aligned ? matmul_k45_mma_kernel<TYPE, 4, true> : matmul_k45_mma_kernel<TYPE, 4, false>) \
-			   : (aligned ? matmul_k45_mma_kernel<TYPE, 2, true> : matmul_k45_mma_kernel<TYPE, 2, false>))
+	const int nt = T <= 8 ? 1 : T <= 16 ? 2 : 4;
+#define MM_Q32(TYPE) (nt == 1 ? matmul_q32_mma_kernel<TYPE, 1> : matmul_q32_mma_kernel<TYPE, 2>)
+#define MM_K45_A(TYPE, A) (nt == 1 ? matmul_k45_mma_kernel<TYPE, 1, A> \
+			   : nt == 2 ? matmul_k45_mma_kernel<TYPE, 2, A> : matmul_k45_mma_kernel<TYPE, 4, A>)
+#define MM_K45(TYPE) (aligned ? MM_K45_A(TYPE, true) : MM_K45_A(TYPE, false))
 	switch (type) {
-	case QT_Q4_0: return mma ? matmul_q32_mma_kernel<QT_Q4_0> : matmul_q32_kernel<QT_Q4_0>;
-	case QT_Q4_1: return mma ? matmul_q32_mma_kernel<QT_Q4_1> : matmul_q32_kernel<QT_Q4_1>;
-	case QT_Q8_0: return mma ? matmul_q32_mma_kernel<QT_Q8_0> : matmul_q32_kernel<QT_Q8_0>;
+	case QT_Q4_0: return mma ? MM_Q32(QT_Q4_0) : matmul_q32_kernel<QT_Q4_0>;
+	case QT_Q4_1: return mma ? MM_Q32(QT_Q4_1) : matmul_q32_kernel<QT_Q4_1>;
+	case QT_Q8_0: return mma ? MM_Q32(QT_Q8_0) : matmul_q32_kernel<QT_Q8_0>;
 	case QT_Q4_K: return mma ? MM_K45(QT_Q4_K) : matmul_k_kernel<QT_Q4_K>;
 	case QT_Q5_K: return mma ? MM_K45(QT_Q5_K) : matmul_k_kernel<QT_Q5_K>;
-	default:      return mma ? (four ? matmul_q6k_mma_kernel<4> : matmul_q6k_mma_kernel<2>)
-				 : matmul_k_kernel<QT_Q6_K>;
+	default:
+		if (!mma)
+			return matmul_k_kernel<QT_Q6_K>;
+		return nt == 1 ? matmul_q6k_mma_kernel<1> : nt == 2 ? matmul_q6k_mma_kernel<2> : matmul_q6k_mma_kernel<4>;
 	}
+#undef MM_Q32
+#undef MM_K45_A
 #undef MM_K45
 }
 
