@@ -256,9 +256,7 @@ static void test_launches_per_step(const char *dir)
 #endif
 }
 
-/* tests/gguf_synth.sh's check of a model it made (K-quants, which no
- * model under ../shared/models has): `--wide DIR FILE NSEQ` runs
- * twide_check alone on DIR/FILE with NSEQ sequences. */
+/* twide_args' --wide. */
 static int wide_only(char **argv)
 {
 	struct engine_cuda_probe pr;
@@ -275,12 +273,9 @@ static int wide_only(char **argv)
 
 int main(int argc, char **argv)
 {
-	if (argc == 5 && !strcmp(argv[1], "--wide"))
-		return wide_only(argv);
-	if (argc != 1) {
-		fprintf(stderr, "usage: %s [--wide DIR FILE NSEQ]\n", argv[0]);
-		return 2;
-	}
+	const int args = twide_args(argc, argv);
+	if (args)
+		return args == 1 ? wide_only(argv) : 2;
 	const char *golden = test_model_path("golden/greedy-llamacpp.json");
 	const char *dir = getenv("LLMD_MODELS_DIR");
 	struct engine_params ep;

@@ -267,6 +267,20 @@ static void tgraph_check(const char *dir, const char *rel)
  * against the same steps of each sequence alone on a fresh one. */
 #define TWIDE_SEQS 24
 #define TWIDE_STEPS 4
+
+/* A CUDA test program's arguments: none (0: its own tests), or `--wide DIR
+ * FILE NSEQ` (1: twide_check alone on a model tests/gguf_synth.sh or
+ * .ci/gpu-run made, since no model under ../shared/models has K-quants);
+ * anything else is a usage error (2, said on stderr). */
+static int twide_args(int argc, char **argv)
+{
+	if (argc == 1)
+		return 0;
+	if (argc == 5 && !strcmp(argv[1], "--wide"))
+		return 1;
+	fprintf(stderr, "usage: %s [--wide DIR FILE NSEQ]\n", argv[0]);
+	return 2;
+}
 static void twide_check(const char *dir, const char *rel, int32_t backend, int nseq)
 {
 	struct model *m = tbatch_model(dir, rel);
