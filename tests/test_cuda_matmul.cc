@@ -18,8 +18,11 @@
  * sum), so every output must equal the CPU backend's bit for bit, on its
  * default SIMD path and on the portable C one.  Also checked: each row's
  * output is the same bits computed alone (T = 1) or inside a T = 9 batch
- * (or, on dp4a, T = 5),
- * the argument checks, and that nothing leaks.
+ * (or, on dp4a, T = 5), the argument checks, and that nothing leaks.
+ *
+ * Built again under ASan + UBSan (every shape) and under TSan
+ * (MATMUL_SMALL: each kernel's code once), where the portable mma's shared
+ * fragments would show a missing __syncwarp as a race.
  */
 extern "C" {
 #include "backend.h"
@@ -415,17 +418,46 @@ static void test_args()
 	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
 }
 
+#ifdef MATMUL_SMALL
+/* The TSan build's share: the shapes that reach every kernel's code once,
+ * each type at T = 1, 9 and 17 on the tensor cores (1, 2 and 4 tiles) and
+ * T = 2 on dp4a. */
+static void test_small()
+{
+	for (uint32_t type : q32_types)
+		for (int T : { 1, 9, 17 })
+			check_case(type, 64, 7, T, T == 9);
+	for (uint32_t type : k_types)
+		for (int T : { 1, 9, 17 })
+			check_case(type, 256, 7, T, T == 9);
+	cuda_matmul_set_mma_min_t(8);
+	for (uint32_t type : q32_types)
+		check_case(type, 64, 7, 2, true);
+	for (uint32_t type : k_types)
+		check_case(type, 256, 7, 2, true);
+	cuda_matmul_set_mma_min_t(1);
+}
+#endif
+
+#ifndef CPU_REF_THREADS
+#define CPU_REF_THREADS 2
+#endif
+
 int main(void)
 {
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	CHECK_INT_EQ(cpu_backend_new(2, &cpu_be), 0);
+	CHECK_INT_EQ(cpu_backend_new(CPU_REF_THREADS, &cpu_be), 0);
 	if (!cpu_be)
 		return test_result();
 	test_args();
 	test_mma_layout();
+#ifdef MATMUL_SMALL
+	test_small();
+#else
 	test_shapes();
 	test_orders();
+#endif
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
