@@ -244,32 +244,18 @@ static void test_kv_sizing(const struct model *m)
 	engine_free(e);
 }
 
-/* twide_args' --wide. */
-static int wide_only(char **argv)
-{
-	struct engine_cuda_probe pr;
-
-	engine_cuda_probe(&pr);
-	if (pr.kind != ENGINE_CUDA_DEVICE || pr.n_devices == 0) {
-		printf("SKIP: no CUDA device: %s\n", pr.why);
-		return TEST_SKIP;
-	}
-	twide_check(argv[2], argv[3], ENGINE_BACKEND_CUDA, atoi(argv[4]));
-	return test_result();
-}
-
 int main(int argc, char **argv)
 {
-	const int args = twide_args(argc, argv);
-	if (args)
-		return args == 1 ? wide_only(argv) : 2;
 	const char *golden = test_model_path("golden/greedy-llamacpp.json");
 	const char *dir = getenv("LLMD_MODELS_DIR");
 	struct engine_cuda_probe pr;
 	struct model *m = NULL;
 	json_object *root;
 	char err[512], path[4096];
+	int r;
 
+	if ((r = twide_main(argc, argv, ENGINE_CUDA_DEVICE)) >= 0)
+		return r;
 	engine_cuda_probe(&pr);
 	CHECK_INT_EQ(pr.kind, ENGINE_CUDA_DEVICE);
 	if (pr.n_devices == 0) {

@@ -256,26 +256,8 @@ static void test_launches_per_step(const char *dir)
 #endif
 }
 
-/* twide_args' --wide. */
-static int wide_only(char **argv)
-{
-	struct engine_cuda_probe pr;
-
-	setenv("CUDA_EMU_MEM_MB", "64", 1);
-	engine_cuda_probe(&pr);
-	if (pr.kind != ENGINE_CUDA_EMULATED) {
-		printf("SKIP: %s\n", pr.kind == ENGINE_CUDA_NONE ? pr.why : "not the emulated backend");
-		return TEST_SKIP;
-	}
-	twide_check(argv[2], argv[3], ENGINE_BACKEND_CUDA, atoi(argv[4]));
-	return test_result();
-}
-
 int main(int argc, char **argv)
 {
-	const int args = twide_args(argc, argv);
-	if (args)
-		return args == 1 ? wide_only(argv) : 2;
 	const char *golden = test_model_path("golden/greedy-llamacpp.json");
 	const char *dir = getenv("LLMD_MODELS_DIR");
 	struct engine_params ep;
@@ -289,6 +271,8 @@ int main(int argc, char **argv)
 	/* a 64 MiB device, read at the emulator's first call (the sizing test
 	 * counts on it; every model here fits it many times) */
 	setenv("CUDA_EMU_MEM_MB", "64", 1);
+	if ((r = twide_main(argc, argv, ENGINE_CUDA_EMULATED)) >= 0)
+		return r;
 	engine_cuda_probe(&pr);
 	if (pr.kind != ENGINE_CUDA_EMULATED) {
 		printf("SKIP: %s\n", pr.kind == ENGINE_CUDA_NONE ? pr.why :

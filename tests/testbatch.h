@@ -267,20 +267,6 @@ static void tgraph_check(const char *dir, const char *rel)
  * against the same steps of each sequence alone on a fresh one. */
 #define TWIDE_SEQS 24
 #define TWIDE_STEPS 4
-
-/* A CUDA test program's arguments: none (0: its own tests), or `--wide DIR
- * FILE NSEQ` (1: twide_check alone on a model tests/gguf_synth.sh or
- * .ci/gpu-run made, since no model under ../shared/models has K-quants);
- * anything else is a usage error (2, said on stderr). */
-static int twide_args(int argc, char **argv)
-{
-	if (argc == 1)
-		return 0;
-	if (argc == 5 && !strcmp(argv[1], "--wide"))
-		return 1;
-	fprintf(stderr, "usage: %s [--wide DIR FILE NSEQ]\n", argv[0]);
-	return 2;
-}
 static void twide_check(const char *dir, const char *rel, int32_t backend, int nseq)
 {
 	struct model *m = tbatch_model(dir, rel);
@@ -346,6 +332,31 @@ static void twide_check(const char *dir, const char *rel, int32_t backend, int n
 	free(lg);
 	engine_free(e);
 	model_free(m);
+}
+
+/* A CUDA test program's command line: none (-1: run its own tests), or
+ * `--wide DIR FILE NSEQ`, twide_check alone on a model tests/gguf_synth.sh
+ * or .ci/gpu-run made (no model under ../shared/models has K-quants),
+ * where the CUDA probe finds KIND with a device (else a skip); returns the
+ * exit status.  Anything else is a usage error (2, said on stderr). */
+static int twide_main(int argc, char **argv, int kind)
+{
+	struct engine_cuda_probe pr;
+
+	if (argc == 1)
+		return -1;
+	if (argc != 5 || strcmp(argv[1], "--wide")) {
+		fprintf(stderr, "usage: %s [--wide DIR FILE NSEQ]\n", argv[0]);
+		return 2;
+	}
+	engine_cuda_probe(&pr);
+	if (pr.kind != kind || pr.n_devices == 0) {
+		printf("SKIP: %s\n", pr.kind == ENGINE_CUDA_NONE || pr.kind == kind ? pr.why :
+		       "this build's CUDA backend is not the one this test runs");
+		return TEST_SKIP;
+	}
+	twide_check(argv[2], argv[3], ENGINE_BACKEND_CUDA, atoi(argv[4]));
+	return test_result();
 }
 
 /* The last row's logits after PROMPT (N ids, one step) and then N_GEN
