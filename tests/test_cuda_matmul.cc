@@ -35,6 +35,7 @@ extern "C" {
 #include <string.h>
 #include <time.h>
 
+#include <initializer_list>
 #include <vector>
 
 #include "emu_testutil.h"
@@ -250,47 +251,42 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 static const uint32_t q32_types[] = { QT_Q8_0, QT_Q4_0, QT_Q4_1 };
 static const uint32_t k_types[] = { QT_Q4_K, QT_Q5_K, QT_Q6_K };
 
-/* Every type and shape in forward order: on the tensor-core kernels at
- * every T (the default), then the T < 8 ones again on the dp4a kernels. */
-static void test_shapes()
+/* Every type and shape at each T of TS (T >= 16 only on the shorter rows),
+ * in forward order, each row's batch invariance at T = INV_T with 7
+ * weight rows, and each K-quant's 33 super-blocks (more than a warp's 32)
+ * at T = LONG_T. */
+static void shape_cases(std::initializer_list<int> Ts, int inv_T, int long_T)
 {
 	const int q32_in[] = { 32, 96, 576, 1536, 1568 }; /* 1, 3, 16+2, 48, 48+1 blocks */
 	const int k_in[] = { 256, 768 };
 	const int n_outs[] = { 1, 7, 70 };
-	/* 1, 2, 5: one tile of 8 activation rows a pass; 9: two; 16 and 33
-	 * (several passes, a ragged last one; 33: the K-quants' four tiles)
-	 * only the shorter rows */
-	const int Ts[] = { 1, 2, 5, 9, 16, 33 };
 	for (uint32_t type : q32_types)
 		for (int n_in : q32_in)
 			for (int n_out : n_outs)
 				for (int T : Ts)
 					if (T < 16 || n_in <= 576)
-						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
+						check_case(type, n_in, n_out, T, T == inv_T && n_out == 7);
 	for (uint32_t type : k_types) {
 		for (int n_in : k_in)
 			for (int n_out : n_outs)
 				for (int T : Ts)
 					if (T < 16 || n_in == 256)
-						check_case(type, n_in, n_out, T, T == 9 && n_out == 7);
-		check_case(type, 33 * QK_K, 3, 9, false);
+						check_case(type, n_in, n_out, T, T == inv_T && n_out == 7);
+		check_case(type, 33 * QK_K, 3, long_T, false);
 	}
-	CHECK(n_mma == n_cases && n_k45 > 0);
+}
 
+/* The shapes on the tensor-core kernels at every T (the default; 1, 2, 5:
+ * one tile of 8 activation rows a pass; 9: two; 16 and 33: several passes,
+ * a ragged last one, 33 the K-quants' four tiles), then the T < 8 ones
+ * again on the dp4a kernels (T = 2: a second round of the warp's
+ * broadcast over 33 super-blocks). */
+static void test_shapes()
+{
+	shape_cases({ 1, 2, 5, 9, 16, 33 }, 9, 9);
+	CHECK(n_mma == n_cases && n_k45 > 0);
 	cuda_matmul_set_mma_min_t(8);
-	for (uint32_t type : q32_types)
-		for (int n_in : q32_in)
-			for (int n_out : n_outs)
-				for (int T : { 1, 2, 5 })
-					check_case(type, n_in, n_out, T, T == 5 && n_out == 7);
-	for (uint32_t type : k_types) {
-		for (int n_in : k_in)
-			for (int n_out : n_outs)
-				for (int T : { 1, 2, 5 })
-					check_case(type, n_in, n_out, T, T == 5 && n_out == 7);
-		/* more than 32 super-blocks: a second round of the warp's broadcast */
-		check_case(type, 33 * QK_K, 3, 2, false);
-	}
+	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);
 	CHECK(n_mma > 0 && n_mma < n_cases);
 }
