@@ -57,7 +57,7 @@ extern "C" {
 #define MM_FULL 0xffffffffu
 #define MM_WARPS 4      /* warps (weight rows) per block of the matmul kernels */
 #define MM_TB 4         /* activation rows a warp keeps in registers at once */
-#define MMA_ROWS 16     /* weight rows per warp of the tensor-core kernel (mma's M) */
+#define MMA_ROWS 16     /* weight rows per warp of the tensor-core kernels (mma's M) */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
 
@@ -1049,31 +1049,43 @@ static int mm_aligned16(const struct bk_weight *const *ws, int nw)
 	return 1;
 }
 
-/* The matmul kernel of a supported TYPE, on the tensor cores or not: with
- * 1 tile of 8 activation rows a pass up to T = 8, 2 up to 16, then (the
- * K-quants) 4. */
 typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int);
+
+/* The tensor-core kernel of a supported TYPE with NT tiles of 8 activation
+ * rows a pass (the 32-element types at most 2); ALIGNED: every row
+ * 16-byte aligned (mm_aligned16). */
+template <int NT>
+static mm_kernel mm_mma_kernel_of(uint32_t type, int aligned)
+{
+	const int nq = NT < 2 ? NT : 2;
+	switch (type) {
+	case QT_Q4_0: return matmul_q32_mma_kernel<QT_Q4_0, nq>;
+	case QT_Q4_1: return matmul_q32_mma_kernel<QT_Q4_1, nq>;
+	case QT_Q8_0: return matmul_q32_mma_kernel<QT_Q8_0, nq>;
+	case QT_Q4_K:
+		return aligned ? matmul_k45_mma_kernel<QT_Q4_K, NT, true> : matmul_k45_mma_kernel<QT_Q4_K, NT, false>;
+	case QT_Q5_K:
+		return aligned ? matmul_k45_mma_kernel<QT_Q5_K, NT, true> : matmul_k45_mma_kernel<QT_Q5_K, NT, false>;
+	default:      return matmul_q6k_mma_kernel<NT>;
+	}
+}
+
+/* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
+ * tile of 8 activation rows a pass up to T = 8, 2 up to 16, then 4; or the
+ * dp4a one. */
 static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T)
 {
-	const int nt = T <= 8 ? 1 : T <= 16 ? 2 : 4;
-#define MM_Q32(TYPE) (nt == 1 ? matmul_q32_mma_kernel<TYPE, 1> : matmul_q32_mma_kernel<TYPE, 2>)
-#define MM_K45_A(TYPE, A) (nt == 1 ? matmul_k45_mma_kernel<TYPE, 1, A> \
-			   : nt == 2 ? matmul_k45_mma_kernel<TYPE, 2, A> : matmul_k45_mma_kernel<TYPE, 4, A>)
-#define MM_K45(TYPE) (aligned ? MM_K45_A(TYPE, true) : MM_K45_A(TYPE, false))
+	if (mma)
+		return T <= 8 ? mm_mma_kernel_of<1>(type, aligned)
+		     : T <= 16 ? mm_mma_kernel_of<2>(type, aligned) : mm_mma_kernel_of<4>(type, aligned);
 	switch (type) {
-	case QT_Q4_0: return mma ? MM_Q32(QT_Q4_0) : matmul_q32_kernel<QT_Q4_0>;
-	case QT_Q4_1: return mma ? MM_Q32(QT_Q4_1) : matmul_q32_kernel<QT_Q4_1>;
-	case QT_Q8_0: return mma ? MM_Q32(QT_Q8_0) : matmul_q32_kernel<QT_Q8_0>;
-	case QT_Q4_K: return mma ? MM_K45(QT_Q4_K) : matmul_k_kernel<QT_Q4_K>;
-	case QT_Q5_K: return mma ? MM_K45(QT_Q5_K) : matmul_k_kernel<QT_Q5_K>;
-	default:
-		if (!mma)
-			return matmul_k_kernel<QT_Q6_K>;
-		return nt == 1 ? matmul_q6k_mma_kernel<1> : nt == 2 ? matmul_q6k_mma_kernel<2> : matmul_q6k_mma_kernel<4>;
+	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0>;
+	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1>;
+	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0>;
+	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K>;
+	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K>;
+	default:      return matmul_k_kernel<QT_Q6_K>;
 	}
-#undef MM_Q32
-#undef MM_K45_A
-#undef MM_K45
 }
 
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
