@@ -1,6 +1,12 @@
 /* emu_testutil.h - helpers the CUDA emulator's tests share (C++): run a
  * check in every thread order, and run a program in a child process with
  * its stderr captured.
+ *
+ * The kernel tests (test_cuda_rows, _attention, _matmul) also build under
+ * nvcc for a real GPU (tests/gpu_kernel_tests.sh, .ci/gpu-bundle): there
+ * the device has one thread order of its own and no leak tracker, so
+ * for_each_order runs a check once ("device") and cuda_emu_check_leaks
+ * says 0.
  */
 #ifndef LLMD_EMU_TESTUTIL_H
 #define LLMD_EMU_TESTUTIL_H
@@ -47,6 +53,32 @@ struct dbuf {
 	}
 };
 
+#ifndef CUDA_EMU /* nvcc, a real device */
+static inline size_t cuda_emu_check_leaks(void)
+{
+	return 0;
+}
+
+/* Before main: no device, nothing to test (exit 77, as test_cuda_device). */
+__attribute__((constructor)) static void emu_test_need_device(void)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n == 0) {
+		printf("SKIP: the CUDA runtime sees no device: %s\n",
+			e != cudaSuccess ? cudaGetErrorString(e) : "none");
+		exit(TEST_SKIP);
+	}
+}
+
+static inline void for_each_order(const std::function<void(const char *)> &fn)
+{
+	int before = test_failures;
+	fn("device");
+	if (test_failures != before)
+		fprintf(stderr, "  (on the device)\n");
+}
+#else
 /* The orders every kernel test runs in: forward, reverse and two seeds. */
 static const struct emu_test_order {
 	enum cuda_emu_order order;
@@ -72,6 +104,7 @@ static inline void for_each_order(const std::function<void(const char *)> &fn)
 	}
 	cuda_emu_set_order(CUDA_EMU_ORDER_FORWARD, 0);
 }
+#endif
 
 /* How a child ended and what it wrote on stderr. */
 struct emu_child {
