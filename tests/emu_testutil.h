@@ -12,6 +12,8 @@
 #define LLMD_EMU_TESTUTIL_H
 
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -105,6 +108,37 @@ static inline void for_each_order(const std::function<void(const char *)> &fn)
 	cuda_emu_set_order(CUDA_EMU_ORDER_FORWARD, 0);
 }
 #endif
+
+/* Whether GOT (RoPE on the device) matches WANT (the CPU's) for inputs of
+ * magnitude at most XMAX.  On the emulator, sinf/cosf are the host's: the
+ * same bits.  On a GPU, CUDA's sinf/cosf (<= 2 ulp, CUDA C Programming
+ * Guide) and glibc's (<= 1 ulp) leave each of c and s within 3 ulp of 1
+ * (3.6e-7) of the CPU's, so x0 c - x1 s moves by at most 2 XMAX 3.6e-7 plus
+ * its own rounding: within 8 FLT_EPSILON XMAX (1.9e-6 at XMAX 2) of the
+ * CPU's, where a wrong angle, pair or sign moves it by O(XMAX).  The ulp
+ * distance would mislead: x0 c - x1 s cancels.  *ERR gets the largest
+ * absolute difference. */
+static inline bool rope_matches(const std::vector<float> &got, const std::vector<float> &want, float xmax,
+	double *err)
+{
+	*err = 0;
+	if (got.size() != want.size())
+		return false;
+#ifdef CUDA_EMU
+	(void)xmax;
+	for (size_t i = 0; i < got.size(); i++)
+		if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+			*err = std::max(*err, fabs((double)got[i] - want[i]) + 1e-30);
+	return *err == 0;
+#else
+	for (size_t i = 0; i < got.size(); i++) {
+		double d = fabs((double)got[i] - want[i]);
+		if (!(d <= *err)) /* a NaN sticks */
+			*err = d;
+	}
+	return *err <= 8.0 * FLT_EPSILON * xmax;
+#endif
+}
 
 /* How a child ended and what it wrote on stderr. */
 struct emu_child {

@@ -287,7 +287,7 @@ int main(int argc, char **argv)
 	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1); /* the default again, from the next engine */
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);
-	thalf_check(dir, QT_BF16, 1e-4f);
+	thalf_check(dir, QT_BF16, 0.005f); /* 1e-4 on the emulator; the H200's tensor cores: 8.4e-4 */
 	snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
 	if (model_load(path, &m, err, sizeof err) < 0) {
 		fprintf(stderr, "%s: %s\n", path, err);

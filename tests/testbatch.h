@@ -152,7 +152,7 @@ static struct engine *tbatch_engine(const struct model *m, int32_t backend, int3
 	engine_params_default(&ep);
 	ep.backend = backend;
 	ep.kv_type = QT_F16;
-	ep.kv_tokens = 512;
+	ep.kv_tokens = 1024; /* twide_check's 24 sequences take 38 blocks of 16 */
 	ep.max_batch = 64;
 	ep.graphs = graphs;
 	ep.gemm_rows = gemm_rows;
@@ -361,9 +361,13 @@ static int twide_main(int argc, char **argv, int kind)
 
 /* The last row's logits after PROMPT (N ids, one step) and then N_GEN
  * greedy ids into GEN, on an engine with backend BACKEND and gemm_rows
- * GEMM_ROWS.  Returns the logits (n_vocab floats, malloc'd) or NULL. */
+ * GEMM_ROWS.  With FORCE, the ids fed are FORCE's (GEN still gets each
+ * step's greedy pick) and *GAP the largest amount by which a step's top
+ * logit exceeds that of FORCE's id.  Returns the logits (n_vocab floats,
+ * malloc'd) or NULL. */
 static float *tgemm_run(const struct model *m, int32_t backend, int32_t gemm_rows,
-			const int32_t *prompt, int n, int n_gen, int32_t *gen)
+			const int32_t *prompt, int n, int n_gen, int32_t *gen, const int32_t *force,
+			double *gap)
 {
 	struct engine *e = tbatch_engine(m, backend, 1, gemm_rows);
 	struct tseq sq;
@@ -379,9 +383,13 @@ static float *tgemm_run(const struct model *m, int32_t backend, int32_t gemm_row
 	ok = first && lg && tseq_feed(e, &sq, prompt, n, n, first) == 1;
 	if (ok)
 		memcpy(lg, first, (size_t)n_vocab * sizeof(float));
+	if (force)
+		*gap = 0;
 	for (int i = 0; ok && i < n_gen; i++) {
 		gen[i] = tseq_argmax(lg, n_vocab);
-		ok = i + 1 == n_gen || tseq_feed(e, &sq, &gen[i], 1, 1, lg) == 1;
+		if (force && !((double)lg[gen[i]] - lg[force[i]] <= *gap)) /* a NaN sticks */
+			*gap = (double)lg[gen[i]] - lg[force[i]];
+		ok = i + 1 == n_gen || tseq_feed(e, &sq, force ? &force[i] : &gen[i], 1, 1, lg) == 1;
 	}
 	CHECK(ok);
 	tseq_free(e, &sq);
@@ -394,18 +402,37 @@ static float *tgemm_run(const struct model *m, int32_t backend, int32_t gemm_row
 	return first;
 }
 
+/* "every greedy pick the CPU's", or how many differ and by how much (GAP:
+ * tgemm_run's) - for the messages below; a static buffer. */
+static const char *tpicks(const int32_t *got, const int32_t *want, int n, double gap)
+{
+	static char buf[96];
+	int d = 0;
+
+	for (int i = 0; i < n; i++)
+		d += got[i] != want[i];
+	if (!d)
+		snprintf(buf, sizeof buf, "every greedy pick the CPU's");
+	else
+		snprintf(buf, sizeof buf, "%d greedy picks differ, the CPU's within %.3g of the top", d, gap);
+	return buf;
+}
+
 /* gemm_rows 8 sends the prompt's matmuls of the quantized model REL
  * through f16 weight tiles and cuBLAS: its logits leave the integer path's
- * (the switch happened) but stay within TOL of the CPU's, and the greedy
- * continuation is the CPU's.  The integer path rounds activations to 8
- * bits as the CPU does (on the emulator it is the CPU's to the bit); f16
- * keeps 11 bits of weights and activations, so the logits move by the
- * CPU's own rounding: 0.23 at most measured on the emulator. */
+ * (the switch happened) but stay within TOL of the CPU's, and fed the
+ * CPU's greedy continuation, each step's CPU pick is within TOL of the top
+ * logit (a near tie may flip: f16 is not the CPU's rounding).  The integer
+ * path rounds activations to 8 bits as the CPU does (on the emulator it is
+ * the CPU's to the bit); f16 keeps 11 bits of weights and activations, so
+ * the logits move by the CPU's own rounding: 0.23 at most measured, on
+ * the emulator and on an H200 alike. */
 static void tgemm_check(const char *dir, const char *rel, float tol)
 {
 	enum { N = 40, N_GEN = 16 };
 	struct model *m = NULL;
 	int32_t prompt[N], g_cpu[N_GEN], g_q[N_GEN], g_h[N_GEN];
+	double gap = 0;
 
 	if (!(m = tbatch_model(dir, rel)))
 		return;
@@ -413,9 +440,9 @@ static void tgemm_check(const char *dir, const char *rel, float tol)
 			   "outside in the park with her friends and her dog.";
 	int n = tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, prompt, N);
 	CHECK(n >= 16 && n <= N);
-	float *cpu = tgemm_run(m, ENGINE_BACKEND_CPU, 0, prompt, n, N_GEN, g_cpu);
-	float *q = tgemm_run(m, ENGINE_BACKEND_CUDA, 0, prompt, n, N_GEN, g_q);
-	float *h = tgemm_run(m, ENGINE_BACKEND_CUDA, 8, prompt, n, N_GEN, g_h);
+	float *cpu = tgemm_run(m, ENGINE_BACKEND_CPU, 0, prompt, n, N_GEN, g_cpu, NULL, NULL);
+	float *q = tgemm_run(m, ENGINE_BACKEND_CUDA, 0, prompt, n, N_GEN, g_q, NULL, NULL);
+	float *h = cpu ? tgemm_run(m, ENGINE_BACKEND_CUDA, 8, prompt, n, N_GEN, g_h, g_cpu, &gap) : NULL;
 	if (cpu && q && h) {
 		double dq = 0, dh = 0;
 		for (int32_t i = 0; i < m->hp.n_vocab; i++) { /* a NaN sticks */
@@ -425,10 +452,10 @@ static void tgemm_check(const char *dir, const char *rel, float tol)
 		}
 		CHECK(memcmp(q, h, (size_t)m->hp.n_vocab * sizeof(float)) != 0);
 		CHECK(dh <= tol);
-		CHECK(memcmp(g_h, g_cpu, sizeof g_cpu) == 0);
+		CHECK(gap <= tol);
 		printf("%s: prompt of %d tokens, f16 cuBLAS matmuls: logits within %.3g of the CPU's "
-		       "(integer kernels %.3g, tolerance %.3g), %d greedy tokens %s\n", rel, n, dh, dq,
-		       (double)tol, N_GEN, memcmp(g_h, g_cpu, sizeof g_cpu) ? "DIFFER" : "the CPU's");
+		       "(integer kernels %.3g, tolerance %.3g); on the CPU's %d greedy tokens, %s\n", rel,
+		       n, dh, dq, (double)tol, N_GEN, tpicks(g_h, g_cpu, N_GEN, gap));
 	} else {
 		test_failures++;
 	}
@@ -440,14 +467,17 @@ static void tgemm_check(const char *dir, const char *rel, float tol)
 
 /* The F32 TinyStories model with every matmul weight (layers and output)
  * converted to TYPE (F16 or BF16) in memory: the CUDA backend (cuBLAS on
- * half inputs, f32 accumulation) gives logits within TOL of the CPU's and
- * its greedy tokens.  Measured on the emulator: F16 0.0053 (cuBLAS rounds
- * the activations to f16 too), BF16 2e-6. */
+ * half inputs, f32 accumulation) gives logits within TOL of the CPU's, and
+ * fed the CPU's greedy tokens, picks each within TOL of its top.  Measured
+ * on the emulator: F16 0.0053 (cuBLAS rounds the activations to f16 too),
+ * BF16 2e-6 (its reference cuBLAS sums as the CPU does); on an H200 F16
+ * 0.0053, BF16 8.4e-4 (the tensor cores' f32 sums, in their own order). */
 static void thalf_check(const char *dir, uint32_t type, float tol)
 {
 	enum { N = 40, N_GEN = 16 };
 	struct model *m = NULL;
 	int32_t prompt[N], g_cpu[N_GEN], g_cuda[N_GEN];
+	double gap = 0;
 	void *bufs[512];
 	int n_bufs = 0;
 
@@ -477,8 +507,9 @@ static void thalf_check(const char *dir, uint32_t type, float tol)
 	}
 	const char *text = "Once upon a time, there was a little girl named Lily.";
 	int n = tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, prompt, N);
-	float *cpu = tgemm_run(m, ENGINE_BACKEND_CPU, 0, prompt, n, N_GEN, g_cpu);
-	float *cuda = tgemm_run(m, ENGINE_BACKEND_CUDA, 0, prompt, n, N_GEN, g_cuda);
+	float *cpu = tgemm_run(m, ENGINE_BACKEND_CPU, 0, prompt, n, N_GEN, g_cpu, NULL, NULL);
+	float *cuda = cpu ? tgemm_run(m, ENGINE_BACKEND_CUDA, 0, prompt, n, N_GEN, g_cuda, g_cpu, &gap)
+			  : NULL;
 	if (cpu && cuda) {
 		double d = 0;
 		for (int32_t i = 0; i < m->hp.n_vocab; i++) {
@@ -486,10 +517,10 @@ static void thalf_check(const char *dir, uint32_t type, float tol)
 			d = a <= d ? d : a;
 		}
 		CHECK(d <= tol);
-		CHECK(memcmp(g_cuda, g_cpu, sizeof g_cpu) == 0);
-		printf("TinyStories-656K as %s: logits within %.3g of the CPU's (tolerance %.3g), "
-		       "%d greedy tokens %s\n", qtype_get(type)->name, d, (double)tol, N_GEN,
-		       memcmp(g_cuda, g_cpu, sizeof g_cpu) ? "DIFFER" : "the CPU's");
+		CHECK(gap <= tol);
+		printf("TinyStories-656K as %s: logits within %.3g of the CPU's (tolerance %.3g); on the "
+		       "CPU's %d greedy tokens, %s\n", qtype_get(type)->name, d, (double)tol, N_GEN,
+		       tpicks(g_cuda, g_cpu, N_GEN, gap));
 	} else {
 		test_failures++;
 	}
