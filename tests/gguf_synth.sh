@@ -4,8 +4,8 @@
 # another shape (Q4_K and Q6_K weights, separate output) and a Q4_1 one of
 # the source's shape, each generating 4 tokens through llm-bench on the CPU
 # (the Q4_K_M one also on the emulated CUDA backend, where the build has it,
-# with the CPU's tokens, and in 17-row decode steps with each sequence's
-# one-row logits); a shape whose rows are not whole blocks is refused.  Skips (77) without
+# with the CPU's tokens, profiled too, and in 17-row decode steps with each
+# sequence's one-row logits); a shape whose rows are not whole blocks is refused.  Skips (77) without
 # python3 or ../shared/models.
 srcdir=${LLMD_SRCDIR:-$(dirname "$0")/..}
 models=${LLMD_MODELS_DIR:-$srcdir/../shared/models}
@@ -36,10 +36,21 @@ if grep -q '^#define HAVE_CUDA_EMU 1' config.h 2>/dev/null; then
 	run "$tmp/kq.gguf" --backend cuda
 	cmp -s "$tmp/ids" "$tmp/ids.cpu" ||
 		{ echo "gguf_synth: cuda $(cat "$tmp/ids"), cpu $(cat "$tmp/ids.cpu")" >&2; exit 1; }
-	# Those are one-row steps (the dp4a kernels).  17-row decode steps
-	# take the K-quants' tensor-core kernels (4 tiles of 8 rows a pass),
-	# as do the longer prompts: each sequence's logits must keep the bits
-	# of its own one-row steps.
+	# LLMD_CUDA_PROFILE times each launch (graphs off): the same tokens,
+	# and a table that names the Q4_K q+k launch and the Q6_K v.
+	export LLMD_CUDA_PROFILE=1
+	run "$tmp/kq.gguf" --backend cuda 2> "$tmp/prof"
+	unset LLMD_CUDA_PROFILE
+	cmp -s "$tmp/ids" "$tmp/ids.cpu" ||
+		{ echo "gguf_synth: profiled cuda $(cat "$tmp/ids"), cpu $(cat "$tmp/ids.cpu")" >&2; exit 1; }
+	for k in "llmd cuda profile" "matmul Q4_K n_in=256 n_out=256+128 T=1" \
+		"matmul Q6_K n_in=256 n_out=128 T=1" "cuda_attention_q8 T=1"; do
+		grep -q "$k" "$tmp/prof" || { cat "$tmp/prof" >&2; echo "gguf_synth: no '$k' in the profile" >&2; exit 1; }
+	done
+	# Those are one-row steps (1 tile of 8 rows a pass).  17-row decode
+	# steps take the K-quants' tensor-core kernels with 4 tiles a pass, as
+	# do the longer prompts: each sequence's logits must keep the bits of
+	# its own one-row steps.
 	./tests/test_cuda_engine --wide "$tmp" kq.gguf 17 ||
 		{ echo "gguf_synth: 17-row steps on cuda differ from one-row steps" >&2; exit 1; }
 fi

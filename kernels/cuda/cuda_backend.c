@@ -42,6 +42,14 @@
  *
  * Attention tiles a prefill chunk's rows (cuda_attention with the host's
  * rows); recorded steps keep one row per block.
+ *
+ * Profile: with LLMD_CUDA_PROFILE set (to anything but 0), every launch
+ * and cuBLAS call is timed between two events in the stream, keyed by its
+ * name, its rows (the step's) and, for matmuls, the weight's type and
+ * shape; the host reads them at each step's download, and cb_free prints
+ * the table on stderr (time, calls, time per call, and for matmuls the
+ * weight bytes streamed per second).  Graphs are off then (a replay hides
+ * its kernels), and so is nothing else: the same kernels, one step at a time.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -148,6 +156,7 @@ struct cuda_backend {
 	uint64_t buf_gen;            /* bumped whenever cb_grow reallocates */
 	uint64_t clock;
 	struct cb_graph graphs[CB_N_GRAPHS];
+	struct cb_prof *prof;        /* LLMD_CUDA_PROFILE: launch times; else NULL */
 	char last_err[256];          /* the last failure, with the call named */
 };
 
@@ -155,6 +164,158 @@ static struct cuda_backend *cbk(struct backend *be)
 {
 	return (struct cuda_backend *)be;
 }
+
+/* ---- LLMD_CUDA_PROFILE ---- */
+
+#define CB_PROF_PENDING 1024 /* timed launches between two reads */
+#define CB_PROF_KEYS 256
+
+struct cb_prof_key {
+	char name[128];
+	double ms;
+	uint64_t calls;
+	double bytes; /* weight bytes read, summed (matmuls) */
+};
+
+struct cb_prof {
+	cudaEvent_t ev[2 * CB_PROF_PENDING]; /* start, end of each pending launch */
+	int key[CB_PROF_PENDING];             /* its key */
+	int n;                                /* pending */
+	int open;                             /* ev[2n] recorded, its end not yet */
+	char next[96];                        /* the next launch's key, when set */
+	double next_bytes;
+	struct cb_prof_key keys[CB_PROF_KEYS];
+	int n_keys;
+};
+
+/* Adds the pending launches' times to their keys (waits for the last). */
+static void cb_prof_read(struct cuda_backend *cb)
+{
+	struct cb_prof *p = cb->prof;
+
+	if (!p || !p->n || cudaEventSynchronize(p->ev[2 * p->n - 1]) != cudaSuccess)
+		return;
+	for (int i = 0; i < p->n; i++) {
+		float ms = 0;
+		if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) == cudaSuccess)
+			p->keys[p->key[i]].ms += ms;
+	}
+	p->n = 0;
+}
+
+/* Before a launch: its start event (launched steps only). */
+static void cb_prof_begin(struct cuda_backend *cb)
+{
+	struct cb_prof *p = cb->prof;
+
+	if (!p || cb->capturing)
+		return;
+	if (p->n == CB_PROF_PENDING)
+		cb_prof_read(cb);
+	p->open = cudaEventRecord(p->ev[2 * p->n], cb->stream) == cudaSuccess;
+}
+
+/* After it: its end event, and its key (CALL, or the one set in next). */
+static void cb_prof_end(struct cuda_backend *cb, const char *call)
+{
+	struct cb_prof *p = cb->prof;
+	char name[128];
+	int k;
+
+	if (!p || !p->open)
+		return;
+	p->open = 0;
+	if (cudaEventRecord(p->ev[2 * p->n + 1], cb->stream) != cudaSuccess)
+		return;
+	snprintf(name, sizeof name, "%.100s T=%d", p->next[0] ? p->next : call, (int)cb->step_n);
+	for (k = 0; k < p->n_keys && strcmp(p->keys[k].name, name); k++)
+		;
+	if (k == p->n_keys) {
+		if (k == CB_PROF_KEYS)
+			k = CB_PROF_KEYS - 1; /* the last collects the rest */
+		else
+			snprintf(p->keys[p->n_keys++].name, sizeof p->keys[0].name, "%s", name);
+	}
+	p->keys[k].calls++;
+	p->keys[k].bytes += p->next_bytes;
+	p->key[p->n++] = k;
+	p->next[0] = 0;
+	p->next_bytes = 0;
+}
+
+static int cb_prof_cmp(const void *a, const void *b)
+{
+	double x = ((const struct cb_prof_key *)a)->ms, y = ((const struct cb_prof_key *)b)->ms;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The table, on stderr, then the events go. */
+static void cb_prof_free(struct cuda_backend *cb)
+{
+	struct cb_prof *p = cb->prof;
+	double total = 0;
+
+	if (!p)
+		return;
+	cb_prof_read(cb);
+	qsort(p->keys, (size_t)p->n_keys, sizeof p->keys[0], cb_prof_cmp);
+	for (int k = 0; k < p->n_keys; k++)
+		total += p->keys[k].ms;
+	fprintf(stderr, "llmd cuda profile (LLMD_CUDA_PROFILE): %.3f ms in %d kinds of launch\n"
+		"%10s %6s %8s %10s %7s  %s\n", total, p->n_keys, "ms", "%", "calls", "us/call", "GB/s",
+		"launch (T = the step's rows)");
+	for (int k = 0; k < p->n_keys; k++) {
+		const struct cb_prof_key *e = &p->keys[k];
+		char bw[16] = "";
+		if (e->bytes > 0 && e->ms > 0)
+			snprintf(bw, sizeof bw, "%7.0f", e->bytes / (e->ms * 1e-3) / 1e9);
+		fprintf(stderr, "%10.3f %6.2f %8llu %10.2f %7s  %s\n", e->ms,
+			total > 0 ? 100.0 * e->ms / total : 0.0, (unsigned long long)e->calls,
+			e->calls ? 1e3 * e->ms / (double)e->calls : 0.0, bw, e->name);
+	}
+	for (int i = 0; i < 2 * CB_PROF_PENDING; i++)
+		if (p->ev[i])
+			cudaEventDestroy(p->ev[i]);
+	free(p);
+	cb->prof = NULL;
+}
+
+/* LLMD_CUDA_PROFILE: the events, made once. */
+static void cb_prof_new(struct cuda_backend *cb)
+{
+	const char *v = getenv("LLMD_CUDA_PROFILE");
+
+	if (!v || !*v || !strcmp(v, "0") || !(cb->prof = calloc(1, sizeof *cb->prof)))
+		return;
+	for (int i = 0; i < 2 * CB_PROF_PENDING; i++)
+		if (cudaEventCreate(&cb->prof->ev[i]) != cudaSuccess) {
+			cb->prof->ev[i] = NULL;
+			cb_prof_free(cb);
+			fprintf(stderr, "llmd: LLMD_CUDA_PROFILE: cudaEventCreate failed: no profile\n");
+			return;
+		}
+}
+
+/* The next launch's key: matmul TYPE n_in=N n_out=A+B+..., and its bytes. */
+static void cb_prof_matmul(struct cuda_backend *cb, const struct bk_weight *const *w, int n)
+{
+	struct cb_prof *p = cb->prof;
+	const struct qtype_info *qt = qtype_get(w[0]->type);
+	size_t len;
+
+	len = (size_t)snprintf(p->next, sizeof p->next, "matmul %s n_in=%lld n_out=", qt ? qt->name : "?",
+			       (long long)w[0]->n_in);
+	p->next_bytes = 0;
+	for (int i = 0; i < n; i++) {
+		if (len < sizeof p->next)
+			len += (size_t)snprintf(p->next + len, sizeof p->next - len, "%s%lld", i ? "+" : "",
+						(long long)w[i]->n_out);
+		p->next_bytes += (double)w[i]->n_out * (double)w[i]->row_bytes;
+	}
+}
+
+/* A launcher's call EXPR, timed when profiling: its start event first. */
+#define CB_TIMED(cb, expr) (cb_prof_begin(cb), (expr))
 
 /* ---- errors ---- */
 
@@ -174,6 +335,7 @@ static int cb_fail_blas(struct cuda_backend *cb, const char *call, cublasStatus_
 /* A launcher's negative errno, named. */
 static int cb_launched(struct cuda_backend *cb, const char *call, int r)
 {
+	cb_prof_end(cb, call);
 	cb->calls++;
 	if (r < 0)
 		snprintf(cb->last_err, sizeof cb->last_err, "%s: %s", call, strerror(-r));
@@ -448,7 +610,7 @@ static int cb_embed(struct backend *be, const struct bk_weight *w, const int32_t
 		CB_CUDA(cb, cudaMemcpyAsync(cb->d_ids, ids, (size_t)T * sizeof(int32_t),
 					    cudaMemcpyHostToDevice, cb->stream));
 	}
-	return cb_launched(cb, "cuda_embed", cuda_embed(&dw, cb->d_ids, T, out, cb->stream));
+	return cb_launched(cb, "cuda_embed", CB_TIMED(cb, cuda_embed(&dw, cb->d_ids, T, out, cb->stream)));
 }
 
 /* out (T, n_out) = x (T, n_in) · W^T for F32 weights, on cuBLAS: in
@@ -467,9 +629,13 @@ static int cb_matmul_f32(struct cuda_backend *cb, const struct bk_weight *dw, co
 		snprintf(cb->last_err, sizeof cb->last_err, "cublasGemmEx: padded F32 rows");
 		return -ENOTSUP;
 	}
+	if (cb->prof)
+		cb_prof_matmul(cb, &dw, 1);
+	cb_prof_begin(cb);
 	s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)dw->n_out, T, (int)dw->n_in, &one,
 			 dw->data, CUDA_R_32F, (int)dw->n_in, x, CUDA_R_32F, (int)dw->n_in, &zero, out,
 			 CUDA_R_32F, (int)dw->n_out, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+	cb_prof_end(cb, "cublasGemmEx");
 	if (s != CUBLAS_STATUS_SUCCESS)
 		return cb_fail_blas(cb, "cublasGemmEx", s);
 	return 0;
@@ -515,21 +681,28 @@ static int cb_matmul_half(struct cuda_backend *cb, const struct bk_weight *dw, c
 		return r;
 	void *xh = cb->gemm_scratch, *wh = (char *)cb->gemm_scratch + xb;
 	if (x && (r = cb_launched(cb, "cuda_to_half",
-				  cuda_to_half(x, (int64_t)T * n_in, bf16, xh, cb->stream))) < 0)
+				  CB_TIMED(cb, cuda_to_half(x, (int64_t)T * n_in, bf16, xh, cb->stream)))) < 0)
 		return r;
 	for (int64_t row0 = 0; row0 < n_out; row0 += tile) {
 		const int64_t rows = n_out - row0 < tile ? n_out - row0 : tile;
 		const void *a = (const char *)dw->data + (size_t)row0 * dw->row_bytes;
 		if (!direct) {
-			r = cb_launched(cb, "cuda_dequant_f16", cuda_dequant_f16(dw, row0, rows, wh, cb->stream));
+			r = cb_launched(cb, "cuda_dequant_f16",
+					CB_TIMED(cb, cuda_dequant_f16(dw, row0, rows, wh, cb->stream)));
 			if (r < 0)
 				return r;
 			a = wh;
 		}
 		/* column-major: out^T (rows, T) at out + row0, ld n_out */
+		if (cb->prof)
+			snprintf(cb->prof->next, sizeof cb->prof->next, "cublasGemmEx %s n_in=%lld n_out=%lld",
+				 bf16 ? "bf16" : "f16", (long long)n_in, (long long)rows),
+			cb->prof->next_bytes = (double)rows * (double)n_in * 2;
+		cb_prof_begin(cb);
 		s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, T, (int)n_in, &one, a, ht,
 				 (int)n_in, xh, ht, (int)n_in, &zero, out + row0, CUDA_R_32F, (int)n_out,
 				 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		cb_prof_end(cb, "cublasGemmEx");
 		if (s != CUBLAS_STATUS_SUCCESS)
 			return cb_fail_blas(cb, "cublasGemmEx", s);
 	}
@@ -588,10 +761,13 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 			if (handed && dw[0].n_in == cb->xq_n && qtype_get(dw[0].type) &&
 			    qtype_get(dw[0].type)->vec_type == cb->xq_vec)
 				quantized = 1;
+			if (cb->prof)
+				cb_prof_matmul(cb, run, n);
 			if (quantized || (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0)
 				r = cb_launched(cb, "cuda_matmul_q_group",
-						cuda_matmul_q_group(run, n, quantized ? NULL : x, T, out + k,
-								    cb->mm_scratch, cb->stream));
+						CB_TIMED(cb, cuda_matmul_q_group(run, n, quantized ? NULL : x, T,
+										 out + k, cb->mm_scratch,
+										 cb->stream)));
 			if (r < 0)
 				return r;
 			quantized = 1;
@@ -657,8 +833,8 @@ static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int3
 					    cudaMemcpyHostToDevice, cb->stream));
 		dpos = cb->d_pos2;
 	}
-	return cb_launched(cb, "cuda_rope", cuda_rope(x, T, n_head, head_dim, n_rot, dpos, freq_base,
-						      style, cb->stream));
+	return cb_launched(cb, "cuda_rope", CB_TIMED(cb, cuda_rope(x, T, n_head, head_dim, n_rot, dpos,
+								  freq_base, style, cb->stream)));
 }
 
 static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -671,8 +847,8 @@ static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer
 	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
 		return r;
 	return cb_launched(cb, "cuda_kv_store",
-			   cuda_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
-					 cb->table_stride, k, v, cb->stream));
+			   CB_TIMED(cb, cuda_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
+						      cb->table_stride, k, v, cb->stream)));
 }
 
 static int cb_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -686,8 +862,9 @@ static int cb_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t 
 	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
 		return r;
 	return cb_launched(cb, "cuda_rope_kv_store",
-			   cuda_rope_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables, cb->table_stride,
-					      a, n_rot, freq_base, style, q, k, v, cb->stream));
+			   CB_TIMED(cb, cuda_rope_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
+							   cb->table_stride, a, n_rot, freq_base, style, q, k, v,
+							   cb->stream)));
 }
 
 static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -714,14 +891,16 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 		return r;
 	if (fused)
 		return cb_fuse_end(cb, "cuda_attention_q8",
-				   cuda_attention_q8(&dkv, layer, rows->n, cb->d_pos, cb->d_tables, cb->table_stride,
-						     a, q, out, cb->capturing ? NULL : rows, cb->att_scratch,
-						     qtype_get(dw.type)->vec_type, cb->mm_scratch, stride, cb->stream),
+				   CB_TIMED(cb, cuda_attention_q8(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
+								  cb->table_stride, a, q, out,
+								  cb->capturing ? NULL : rows, cb->att_scratch,
+								  qtype_get(dw.type)->vec_type, cb->mm_scratch,
+								  stride, cb->stream)),
 				   out, rows->n, &dw);
 	return cb_launched(cb, "cuda_attention",
-			   cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
-					  cb->table_stride, a, q, out, cb->capturing ? NULL : rows,
-					  cb->att_scratch, cb->stream));
+			   CB_TIMED(cb, cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
+						       cb->table_stride, a, q, out, cb->capturing ? NULL : rows,
+						       cb->att_scratch, cb->stream)));
 }
 
 static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
@@ -739,14 +918,16 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 		return r;
 	if (r)
 		return cb_fuse_end(cb, "cuda_swiglu_q8",
-				   cuda_swiglu_q8(g, u, T, next->n_in, out, qtype_get(dw.type)->vec_type,
-						  cb->mm_scratch, stride, cb->stream), out, T, &dw);
-	return cb_launched(cb, "cuda_swiglu", cuda_swiglu(g, u, n, out, cb->stream));
+				   CB_TIMED(cb, cuda_swiglu_q8(g, u, T, next->n_in, out,
+							       qtype_get(dw.type)->vec_type, cb->mm_scratch,
+							       stride, cb->stream)),
+				   out, T, &dw);
+	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, cb->stream)));
 }
 
 static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
 {
-	return cb_launched(cbk(be), "cuda_add", cuda_add(x, y, n, cbk(be)->stream));
+	return cb_launched(cbk(be), "cuda_add", CB_TIMED(cbk(be), cuda_add(x, y, n, cbk(be)->stream)));
 }
 
 /* add_rmsnorm, or rmsnorm with Y NULL (then x is only read), quantizing
@@ -766,14 +947,17 @@ static int cb_norm(struct backend *be, float *x, const float *y, const float *g,
 	if (r) {
 		const uint32_t vec = qtype_get(dw.type)->vec_type;
 		return cb_fuse_end(cb, y ? "cuda_add_rmsnorm_q8" : "cuda_rmsnorm_q8",
-				   y ? cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, vec, cb->mm_scratch, stride,
-							   cb->stream)
-				     : cuda_rmsnorm_q8(x, dg, T, n, eps, out, vec, cb->mm_scratch, stride, cb->stream),
+				   y ? CB_TIMED(cb, cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, vec, cb->mm_scratch, stride,
+							   cb->stream))
+				     : CB_TIMED(cb, cuda_rmsnorm_q8(x, dg, T, n, eps, out, vec, cb->mm_scratch,
+								    stride, cb->stream)),
 				   out, T, &dw);
 	}
 	if (y)
-		return cb_launched(cb, "cuda_add_rmsnorm", cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream));
-	return cb_launched(cb, "cuda_rmsnorm", cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream));
+		return cb_launched(cb, "cuda_add_rmsnorm",
+				   CB_TIMED(cb, cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream)));
+	return cb_launched(cb, "cuda_rmsnorm",
+			   CB_TIMED(cb, cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream)));
 }
 
 static int cb_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T, int64_t n,
@@ -839,6 +1023,7 @@ static int cb_download(struct backend *be, void *host_dst, const void *src, size
 
 	CB_CUDA(cb, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
 	CB_CUDA(cb, cudaStreamSynchronize(cb->stream));
+	cb_prof_read(cb);
 	return 0;
 }
 
@@ -917,8 +1102,9 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	if (cb->capturing)
 		cb_graph_end(be, 1);
 	/* the first steps run uncaptured: they attach the pool, upload every
-	 * weight and show attention's shape, which size the buffers below */
-	if (!cb->kv_dev || !cb->has_attn || rows->n < 1 || rows->n > CB_GRAPH_MAX_ROWS)
+	 * weight and show attention's shape, which size the buffers below;
+	 * and every step when profiling (a replay hides its kernels) */
+	if (!cb->kv_dev || !cb->has_attn || rows->n < 1 || rows->n > CB_GRAPH_MAX_ROWS || cb->prof)
 		return 2;
 	TB = cb_graph_rows(rows->n);
 	if (TB > max_rows)
@@ -1008,6 +1194,7 @@ static void cb_free(struct backend *be)
 	cudaSetDevice(cb->device);
 	if (cb->capturing)
 		cb_graph_end(be, 1);
+	cb_prof_free(cb);
 	for (int i = 0; i < CB_N_GRAPHS; i++)
 		cb_graph_drop(&cb->graphs[i]);
 	for (size_t i = 0; i < cb->map_cap; i++)
@@ -1141,6 +1328,7 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 		cb_free(&cb->be);
 		return -EIO;
 	}
+	cb_prof_new(cb);
 	if ((e = cudaMalloc(&cb->blas_ws, CB_BLAS_WORKSPACE)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaMalloc(%u MiB cuBLAS workspace): %s", CB_BLAS_WORKSPACE >> 20,
 			 cudaGetErrorString(e));
