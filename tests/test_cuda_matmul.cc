@@ -122,7 +122,8 @@ static bool same_bits(float a, float b)
 	return memcmp(&a, &b, 4) == 0;
 }
 
-static int n_cases, n_mma, n_k45;
+static int n_cases, n_mma, n_k45, n_split;
+static int split_seen; /* the split-K warp counts that ran, or'ed */
 
 /* One shape of one type: the CUDA path equals the CPU (both ISAs) bit for
  * bit, row by row the same alone as in the batch. */
@@ -143,6 +144,14 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	dbuf<uint8_t> scratch(sb);
 
 	n_mma += mm_use_mma(type, T);
+	{ /* the launch's split-K (matmul_q's choice) */
+		int blck;
+		mm_block_bytes(type, &blck);
+		const int nt = T <= 8 ? 1 : T <= 16 || blck == QK ? 2 : 4;
+		const int ks = mm_use_mma(type, T) ? mm_split(blck, n_in / blck, nt, (n_out + 15) / 16) : 1;
+		n_split += ks > 1;
+		split_seen |= ks;
+	}
 	const bk_weight *dwp = &dwt;
 	const bool k45 = mm_use_mma(type, T) && (type == QT_Q4_K || type == QT_Q5_K);
 	CHECK(!k45 || mm_aligned16(&dwp, 1)); /* cudaMalloc'd */
@@ -273,6 +282,7 @@ static void shape_cases(std::initializer_list<int> Ts, int inv_T, int long_T)
 					if (T < 16 || n_in == 256)
 						check_case(type, n_in, n_out, T, T == inv_T && n_out == 7);
 		check_case(type, 33 * QK_K, 3, long_T, false);
+		check_case(type, 33 * QK_K, 3, 1, false); /* split-K's last chunk of 1 */
 	}
 }
 
@@ -285,6 +295,15 @@ static void test_shapes()
 {
 	shape_cases({ 1, 2, 5, 9, 16, 33 }, 9, 9);
 	CHECK(n_mma == n_cases && n_k45 > 0);
+	CHECK(split_seen == (2 | 4 | 8 | 16 | 1)); /* these small launches split as far as they may */
+	/* split-K off, and at most 4 warps: the same bits */
+	cuda_matmul_set_split_k(1);
+	const int before = n_split;
+	shape_cases({ 1, 9 }, 9, 9);
+	CHECK_INT_EQ(n_split, before);
+	cuda_matmul_set_split_k(4);
+	shape_cases({ 2 }, 2, 2);
+	cuda_matmul_set_split_k(16);
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);
@@ -423,9 +442,11 @@ static void test_small()
 	for (uint32_t type : q32_types)
 		for (int T : { 1, 9, 17 })
 			check_case(type, 64, 7, T, T == 9);
-	for (uint32_t type : k_types)
+	for (uint32_t type : k_types) {
 		for (int T : { 1, 9, 17 })
 			check_case(type, 256, 7, T, T == 9);
+		check_case(type, 768, 7, 1, false); /* split-K: 2 warps, 3 super-blocks */
+	}
 	cuda_matmul_set_mma_min_t(8);
 	for (uint32_t type : q32_types)
 		check_case(type, 64, 7, 2, true);
@@ -458,9 +479,10 @@ int main(void)
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels, %d of them Q4_K/Q5_K, "
-	       "each also from 2-byte aligned rows, %d on dp4a; cpu isa %s and scalar), all "
+	       "each also from 2-byte aligned rows, %d split-K; %d on dp4a; cpu isa %s and scalar), all "
 	       "bit-identical: %s, %.1f s\n",
-	       n_cases, n_mma, n_k45, n_cases - n_mma, quant_isa_name(quant_get_isa()), test_failures ? "no" : "yes",
+	       n_cases, n_mma, n_k45, n_split, n_cases - n_mma, quant_isa_name(quant_get_isa()),
+	       test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();
 }

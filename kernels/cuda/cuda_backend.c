@@ -1322,6 +1322,10 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	const char *mt = getenv("LLMD_CUDA_MMA_MIN_T");
 	if (mt && *mt)
 		cuda_matmul_set_mma_min_t((int32_t)strtol(mt, NULL, 10));
+	/* LLMD_CUDA_MM_SPLIT=1: no split-K (the same bits), likewise */
+	const char *sk = getenv("LLMD_CUDA_MM_SPLIT");
+	if (sk && *sk)
+		cuda_matmul_set_split_k((int32_t)strtol(sk, NULL, 10));
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;

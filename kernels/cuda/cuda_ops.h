@@ -150,6 +150,12 @@ size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
  * For comparing the two (LLMD_CUDA_MMA_MIN_T, cuda_backend.c) and for the
  * tests; process-wide, set it before any launch. */
 void cuda_matmul_set_mma_min_t(int32_t min_t);
+/* The tensor-core kernels split a run of 16 weight rows' blocks over up to
+ * MAX warps of a block (split-K; default 16) when the launch has too few
+ * runs to keep the memory busy: the same bits either way (the float steps
+ * stay in order).  1 turns it off (LLMD_CUDA_MM_SPLIT, cuda_backend.c; the
+ * tests); process-wide, set it before any launch. */
+void cuda_matmul_set_split_k(int32_t max);
 
 #ifdef __cplusplus
 }

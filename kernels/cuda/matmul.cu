@@ -192,8 +192,9 @@ struct mm_row {
 
 /* This warp's rows of G, RPW per warp, found member by member with
  * constant indices, so the parameters stay in the constant bank rather
- * than a local copy. */
-static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw)
+ * than a local copy.  KS 1: a block's MM_WARPS warps take a run of rows
+ * each; KS > 1 (split-K): its KS warps all take the block's one run. */
+static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw, int ks = 1)
 {
 	/* first[] rises, so the last member this block reaches is its own */
 	int k0 = 0;
@@ -205,7 +206,9 @@ MM_UNROLL
 MM_UNROLL
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
 		if (k == k0) {
-			const int row = (((int)blockIdx.x - g.first[k]) * MM_WARPS + (int)threadIdx.x / 32) * rpw;
+			const int run = ks > 1 ? (int)blockIdx.x - g.first[k]
+					       : ((int)blockIdx.x - g.first[k]) * MM_WARPS + (int)threadIdx.x / 32;
+			const int row = run * rpw;
 			if (row < g.n_out[k]) {
 				m.w = g.w[k] + (size_t)row * g.row_bytes[k];
 				m.out = g.out[k] + row;
@@ -225,7 +228,7 @@ MM_UNROLL
  * the shuffles always see all 32 lanes. */
 template <int TYPE>
 static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
-	size_t stride, int T)
+	size_t stride, int T, int /* ks: 1 */)
 {
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
@@ -444,18 +447,84 @@ MM_UNROLL
 		}
 }
 
+/* Float lane L of quant.c's 16 for the lane's weight rows W0, W1 (rows g,
+ * g + 8) and each tile's columns: its blocks L, L + 16, ..., its piece of
+ * the ragged end (blocks B16 + 4k + L % 4, piece L / 4 of each), Q4_1's
+ * m * s of ragged block B16 + L; CUR gets acc + macc per output. */
+template <int TYPE, int NT>
+static __device__ __forceinline__ void q32_lane(const uint8_t *w0, const uint8_t *w1, int l, int b16, int nb,
+	int q, const uint8_t *const *xb, const float *const (*da)[2], float (*cur)[4])
+{
+	float acc[NT][4], macc[NT][4];
+MM_UNROLL
+	for (int n = 0; n < NT; n++)
+MM_UNROLL
+		for (int i = 0; i < 4; i++)
+			acc[n][i] = macc[n][i] = 0.0f;
+	for (int b = l; b < b16; b += 16)
+		mma_block<TYPE, NT>(w0, w1, b, q, -1, xb, da, nb, acc, macc);
+	for (int b = b16 + l % 4; b < nb; b += 4)
+		mma_block<TYPE, NT>(w0, w1, b, q, l / 4, xb, da, nb, acc, macc);
+	if (TYPE == QT_Q4_1 && b16 + l < nb) {
+		const int b = b16 + l;
+		const float mw0 = ld_f16(w0 + (size_t)b * q32_traits<TYPE>::bytes + 2);
+		const float mw1 = ld_f16(w1 + (size_t)b * q32_traits<TYPE>::bytes + 2);
+MM_UNROLL
+		for (int n = 0; n < NT; n++) {
+			const float s0 = __ldg(&da[n][0][nb + b]), s1 = __ldg(&da[n][1][nb + b]);
+			macc[n][0] = fmaf(mw0, s0, macc[n][0]);
+			macc[n][1] = fmaf(mw0, s1, macc[n][1]);
+			macc[n][2] = fmaf(mw1, s0, macc[n][2]);
+			macc[n][3] = fmaf(mw1, s1, macc[n][3]);
+		}
+	}
+MM_UNROLL
+	for (int n = 0; n < NT; n++)
+MM_UNROLL
+		for (int i = 0; i < 4; i++)
+			cur[n][i] = acc[n][i] + macc[n][i];
+}
+
+/* Float lane number LI of hsum16's order (its lane bit-reversed) into the
+ * tree: merged while LI's low bits are ones; the last lands in V. */
+template <int NT>
+static __device__ __forceinline__ void q32_tree(int li, float (*cur)[4], float (*tree)[NT][4], float (*v)[4])
+{
+MM_UNROLL
+	for (int n = 0; n < NT; n++)
+MM_UNROLL
+		for (int i = 0; i < 4; i++) {
+			float c = cur[n][i];
+			int k = 0;
+			for (; k < 4 && (li >> k & 1); k++)
+				c = tree[k][n][i] + c;
+			if (k < 4)
+				tree[k][n][i] = c;
+			else
+				v[n][i] = c;
+		}
+}
+
 /* One warp per 16 weight rows (A's rows g, g + 8 in lane 4g + q), NT
  * tiles of 8 activation rows per pass over them (D's columns 2q, 2q + 1).
  * Rows past the weight's end or T read the last real one and are not
- * stored.  Every loop bound is uniform over the warp. */
+ * stored.  Every loop bound is uniform over the warp.
+ *
+ * Split-K (KS > 1, a block of KS warps on one run of 16 rows): warp kw
+ * takes float lanes number kw, kw + KS, ... (of hsum16's order) and leaves
+ * each lane's sums in shared memory (PART: 16 x NT x 4 floats per thread
+ * of a warp, mm_split_smem); then warp 0 adds them up the tree in order:
+ * the same operations, so the same bits, with 16 / KS times fewer blocks
+ * in a row for each warp to walk. */
 template <int TYPE, int NT>
 static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
-	size_t stride, int T)
+	size_t stride, int T, int ks)
 {
-	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
-	const mm_row m = mm_pick(g, MMA_ROWS);
-	if (!m.w) /* whole warps only */
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4, kw = ks > 1 ? (int)threadIdx.x / 32 : 0;
+	const mm_row m = mm_pick(g, MMA_ROWS, ks);
+	if (!m.w) /* whole warps (split-K: the whole block) only */
 		return;
+	DYN_SHARED(float, part);
 	const uint8_t *w0 = mma_w_row(m, gr), *w1 = mma_w_row(m, gr + 8);
 	const int b16 = nb - nb % 16;
 	const int n_in = nb * QK;
@@ -472,50 +541,39 @@ MM_UNROLL
 		/* hsum16's tree: level k holds the sum of 2^k finished lanes */
 		float tree[4][NT][4];
 		float v[NT][4];
+		float cur[NT][4];
+		if (ks == 1) {
 MM_UNROLL
-		for (int li = 0; li < 16; li++) {
-			const int l = (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
-			float acc[NT][4], macc[NT][4];
-MM_UNROLL
-			for (int n = 0; n < NT; n++)
-MM_UNROLL
-				for (int i = 0; i < 4; i++)
-					acc[n][i] = macc[n][i] = 0.0f;
-			for (int b = l; b < b16; b += 16)
-				mma_block<TYPE, NT>(w0, w1, b, q, -1, xb, da, nb, acc, macc);
-			/* the ragged end: blocks b16 + 4k + l % 4, piece l / 4 of each */
-			for (int b = b16 + l % 4; b < nb; b += 4)
-				mma_block<TYPE, NT>(w0, w1, b, q, l / 4, xb, da, nb, acc, macc);
-			/* Q4_1's m * s of ragged block b16 + l */
-			if (TYPE == QT_Q4_1 && b16 + l < nb) {
-				const int b = b16 + l;
-				const float mw0 = ld_f16(w0 + (size_t)b * q32_traits<TYPE>::bytes + 2);
-				const float mw1 = ld_f16(w1 + (size_t)b * q32_traits<TYPE>::bytes + 2);
-MM_UNROLL
-				for (int n = 0; n < NT; n++) {
-					const float s0 = __ldg(&da[n][0][nb + b]), s1 = __ldg(&da[n][1][nb + b]);
-					macc[n][0] = fmaf(mw0, s0, macc[n][0]);
-					macc[n][1] = fmaf(mw0, s1, macc[n][1]);
-					macc[n][2] = fmaf(mw1, s0, macc[n][2]);
-					macc[n][3] = fmaf(mw1, s1, macc[n][3]);
-				}
+			for (int li = 0; li < 16; li++) {
+				const int l = (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
+				q32_lane<TYPE, NT>(w0, w1, l, b16, nb, q, xb, da, cur);
+				q32_tree<NT>(li, cur, tree, v);
 			}
-			/* lane l into the tree: merge while li's low bits are ones */
+		} else {
+			for (int li = kw; li < 16; li += ks) {
+				const int l = (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
+				q32_lane<TYPE, NT>(w0, w1, l, b16, nb, q, xb, da, cur);
 MM_UNROLL
-			for (int n = 0; n < NT; n++)
+				for (int n = 0; n < NT; n++)
 MM_UNROLL
-				for (int i = 0; i < 4; i++) {
-					float cur = acc[n][i] + macc[n][i];
-					int k = 0;
-					for (; k < 4 && (li >> k & 1); k++)
-						cur = tree[k][n][i] + cur;
-					if (k < 4)
-						tree[k][n][i] = cur;
-					else
-						v[n][i] = cur;
+					for (int i = 0; i < 4; i++)
+						part[((li * NT + n) * 4 + i) * 32 + lane] = cur[n][i];
+			}
+			__syncthreads();
+			if (kw == 0)
+MM_UNROLL
+				for (int li = 0; li < 16; li++) {
+MM_UNROLL
+					for (int n = 0; n < NT; n++)
+MM_UNROLL
+						for (int i = 0; i < 4; i++)
+							cur[n][i] = part[((li * NT + n) * 4 + i) * 32 + lane];
+					q32_tree<NT>(li, cur, tree, v);
 				}
+			__syncthreads(); /* read: the next pass may write */
 		}
-		mma_store<NT>(m, gr, q, t0, T, v);
+		if (kw == 0)
+			mma_store<NT>(m, gr, q, t0, T, v);
 	}
 }
 
@@ -612,7 +670,7 @@ MM_UNROLL
  * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
 template <int TYPE>
 static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T)
+	size_t stride, int T, int /* ks: 1 */)
 {
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
@@ -747,14 +805,81 @@ static __device__ __forceinline__ uint4 ld_u4(const uint8_t *p)
 			  (unsigned)ld_i32(p + 12));
 }
 
+/* The K-quant kernels' pointers N super-blocks on: the weight rows W (at
+ * BYTES per super-block), each tile's B column XB, its D columns' d (DA)
+ * and, where BS is not NULL, their int16 sums. */
+template <int NT>
+static __device__ __forceinline__ void k_advance(int n, int bytes, const uint8_t **w, const uint8_t **xb,
+	const float *(*da)[2], const uint4 *(*bs)[2])
+{
+	w[0] += (size_t)n * bytes;
+	w[1] += (size_t)n * bytes;
+MM_UNROLL
+	for (int t = 0; t < NT; t++) {
+		xb[t] += (size_t)n * QK_K;
+MM_UNROLL
+		for (int c = 0; c < 2; c++) {
+			da[t][c] += n;
+			if (bs)
+				bs[t][c] += n;
+		}
+	}
+}
+
+/* A super-block's float steps for each output of the lane, in order:
+ * acc = fma(F.x, F.y, acc), then (NF 2: Q4_K/Q5_K's mins) fma(F.z, F.w).
+ * KS 1: at once.  Split-K (KS > 1 warps of a block on one run of rows,
+ * warp KW taking super-blocks KW, KW + KS, ...): the chunk of KS
+ * super-blocks from B0 (N of them real) goes through shared memory PART
+ * (two buffers of KS x NT x 4 float4 per thread of a warp, alternating by
+ * CHUNK), and warp 0 applies them in super-block order: the same
+ * operations, so the same bits.  Every thread of the block calls it. */
+template <int NT, int NF>
+static __device__ __forceinline__ void k_chain(const float4 (*f)[4], float (*acc)[4], float4 *part, int ks,
+	int kw, int chunk, int n, int lane)
+{
+	if (ks == 1) {
+MM_UNROLL
+		for (int t = 0; t < NT; t++)
+MM_UNROLL
+			for (int i = 0; i < 4; i++) {
+				acc[t][i] = fmaf(f[t][i].x, f[t][i].y, acc[t][i]);
+				if (NF == 2)
+					acc[t][i] = fmaf(f[t][i].z, f[t][i].w, acc[t][i]);
+			}
+		return;
+	}
+	float4 *buf = part + (size_t)(chunk & 1) * ks * NT * 4 * 32;
+	if (kw < n)
+MM_UNROLL
+		for (int t = 0; t < NT; t++)
+MM_UNROLL
+			for (int i = 0; i < 4; i++)
+				buf[((kw * NT + t) * 4 + i) * 32 + lane] = f[t][i];
+	__syncthreads(); /* and buffer chunk + 1's last readers are done */
+	if (kw == 0)
+		for (int s = 0; s < n; s++)
+MM_UNROLL
+			for (int t = 0; t < NT; t++)
+MM_UNROLL
+				for (int i = 0; i < 4; i++) {
+					const float4 v = buf[((s * NT + t) * 4 + i) * 32 + lane];
+					acc[t][i] = fmaf(v.x, v.y, acc[t][i]);
+					if (NF == 2)
+						acc[t][i] = fmaf(v.z, v.w, acc[t][i]);
+				}
+}
+
 template <int TYPE, int NT, bool ALIGNED>
 static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T)
+	size_t stride, int T, int ks)
 {
-	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
-	const mm_row m = mm_pick(g, MMA_ROWS);
-	if (!m.w) /* whole warps only */
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4, kw = ks > 1 ? (int)threadIdx.x / 32 : 0;
+	const mm_row m = mm_pick(g, MMA_ROWS, ks);
+	if (!m.w) /* whole warps (split-K: the whole block) only */
 		return;
+	DYN_SHARED(float4, part);
+	int chunk = 0;
 	const int n_in = nsb * QK_K;
 	const size_t bs32 = q8k_bs32_offset(n_in);
 	const int bytes = k_traits<TYPE>::bytes;
@@ -776,87 +901,89 @@ MM_UNROLL
 MM_UNROLL
 			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
+		k_advance<NT>(kw, bytes, w, xb, da, bs);
 
-		for (int b = 0; b < nsb; b++) {
-			float dw[2], dm[2];
-			unsigned sc[2][2], mn[2][2];
-			uint2 qh[2];
+		for (int b0 = 0; b0 < nsb; b0 += ks, chunk++) {
+			float4 f[NT][4];
+			if (b0 + kw < nsb) {
+				float dw[2], dm[2];
+				unsigned sc[2][2], mn[2][2];
+				uint2 qh[2];
 MM_UNROLL
-			for (int r = 0; r < 2; r++) {
-				const uint4 h = ld_u4<ALIGNED>(w[r] - 8 * q);
-				dw[r] = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu)));
-				dm[r] = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
-				k4_scales_packed(h.y, h.z, h.w, sc[r], mn[r]);
-				if (TYPE == QT_Q5_K)
-					qh[r] = ld_u2<ALIGNED>(w[r] + 16);
-			}
-			int sumi[NT][4];
+				for (int r = 0; r < 2; r++) {
+					const uint4 h = ld_u4<ALIGNED>(w[r] - 8 * q);
+					dw[r] = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu)));
+					dm[r] = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
+					k4_scales_packed(h.y, h.z, h.w, sc[r], mn[r]);
+					if (TYPE == QT_Q5_K)
+						qh[r] = ld_u2<ALIGNED>(w[r] + 16);
+				}
+				int sumi[NT][4];
 MM_UNROLL
-			for (int n = 0; n < NT; n++)
+				for (int n = 0; n < NT; n++)
 MM_UNROLL
-				for (int i = 0; i < 4; i++)
-					sumi[n][i] = 0;
+					for (int i = 0; i < 4; i++)
+						sumi[n][i] = 0;
 MM_UNROLL
-			for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles), 2p + 1 */
-				uint2 c[2];
+				for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles), 2p + 1 */
+					uint2 c[2];
 MM_UNROLL
-				for (int r = 0; r < 2; r++)
-					c[r] = ld_u2<ALIGNED>(w[r] + qs + 32 * p);
+					for (int r = 0; r < 2; r++)
+						c[r] = ld_u2<ALIGNED>(w[r] + qs + 32 * p);
 MM_UNROLL
-				for (int hi = 0; hi < 2; hi++) {
-					const int s = 2 * p + hi;
-					/* a[0], a[2]: row g's elements 8q.., 8q+4..; a[1], a[3]: row g + 8's */
-					unsigned a[4] = { c[0].x >> 4 * hi & lo4, c[1].x >> 4 * hi & lo4,
-							  c[0].y >> 4 * hi & lo4, c[1].y >> 4 * hi & lo4 };
-					if (TYPE == QT_Q5_K) {
-						const unsigned h5[4] = { qh[0].x, qh[1].x, qh[0].y, qh[1].y };
+					for (int hi = 0; hi < 2; hi++) {
+						const int s = 2 * p + hi;
+						/* a[0], a[2]: row g's elements 8q.., 8q+4..; a[1], a[3]: row g + 8's */
+						unsigned a[4] = { c[0].x >> 4 * hi & lo4, c[1].x >> 4 * hi & lo4,
+								  c[0].y >> 4 * hi & lo4, c[1].y >> 4 * hi & lo4 };
+						if (TYPE == QT_Q5_K) {
+							const unsigned h5[4] = { qh[0].x, qh[1].x, qh[0].y, qh[1].y };
 MM_UNROLL
-						for (int i = 0; i < 4; i++)
-							a[i] |= (h5[i] >> s & 0x01010101u) << 4;
+							for (int i = 0; i < 4; i++)
+								a[i] |= (h5[i] >> s & 0x01010101u) << 4;
+						}
+						const int ai[4] = { (int)a[0], (int)a[1], (int)a[2], (int)a[3] };
+						/* byte s % 4 of the packed scales, zero-extended: one PRMT */
+						const int s0 = (int)__byte_perm(sc[0][s / 4], 0, 0x4440 | s % 4);
+						const int s1 = (int)__byte_perm(sc[1][s / 4], 0, 0x4440 | s % 4);
+MM_UNROLL
+						for (int n = 0; n < NT; n++) {
+							const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
+							const int bf[2] = { (int)v.x, (int)v.y };
+							int d[4] = { 0, 0, 0, 0 };
+							mma_s8_m16n8k32(d, ai, bf);
+							sumi[n][0] += s0 * d[0];
+							sumi[n][1] += s0 * d[1];
+							sumi[n][2] += s1 * d[2];
+							sumi[n][3] += s1 * d[3];
+						}
 					}
-					const int ai[4] = { (int)a[0], (int)a[1], (int)a[2], (int)a[3] };
-					/* byte s % 4 of the packed scales, zero-extended: one PRMT */
-					const int s0 = (int)__byte_perm(sc[0][s / 4], 0, 0x4440 | s % 4);
-					const int s1 = (int)__byte_perm(sc[1][s / 4], 0, 0x4440 | s % 4);
+				}
+				/* the mins against the sums over 32 codes, then the two fmas */
 MM_UNROLL
-					for (int n = 0; n < NT; n++) {
-						const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
-						const int bf[2] = { (int)v.x, (int)v.y };
-						int d[4] = { 0, 0, 0, 0 };
-						mma_s8_m16n8k32(d, ai, bf);
-						sumi[n][0] += s0 * d[0];
-						sumi[n][1] += s0 * d[1];
-						sumi[n][2] += s1 * d[2];
-						sumi[n][3] += s1 * d[3];
+				for (int n = 0; n < NT; n++) {
+MM_UNROLL
+					for (int c = 0; c < 2; c++) {
+						const uint4 b4 = __ldg(bs[n][c]);
+						const float dac = __ldg(da[n][c]);
+MM_UNROLL
+						for (int r = 0; r < 2; r++) {
+							int summ = __dp2a_lo((int)b4.x, (int)mn[r][0], 0);
+							summ = __dp2a_hi((int)b4.y, (int)mn[r][0], summ);
+							summ = __dp2a_lo((int)b4.z, (int)mn[r][1], summ);
+							summ = __dp2a_hi((int)b4.w, (int)mn[r][1], summ);
+							const int i = 2 * r + c;
+							f[n][i] = make_float4((float)sumi[n][i], dw[r] * dac, (float)-summ,
+									      dm[r] * dac);
+						}
 					}
 				}
 			}
-			/* the mins against the sums over 32 codes, then the two fmas */
-MM_UNROLL
-			for (int n = 0; n < NT; n++) {
-MM_UNROLL
-				for (int c = 0; c < 2; c++) {
-					const uint4 b4 = __ldg(bs[n][c]);
-					const float dac = __ldg(da[n][c]);
-MM_UNROLL
-					for (int r = 0; r < 2; r++) {
-						int summ = __dp2a_lo((int)b4.x, (int)mn[r][0], 0);
-						summ = __dp2a_hi((int)b4.y, (int)mn[r][0], summ);
-						summ = __dp2a_lo((int)b4.z, (int)mn[r][1], summ);
-						summ = __dp2a_hi((int)b4.w, (int)mn[r][1], summ);
-						const int i = 2 * r + c;
-						acc[n][i] = fmaf((float)sumi[n][i], dw[r] * dac, acc[n][i]);
-						acc[n][i] = fmaf((float)-summ, dm[r] * dac, acc[n][i]);
-					}
-					da[n][c]++;
-					bs[n][c]++;
-				}
-				xb[n] += QK_K;
-			}
-			w[0] += bytes;
-			w[1] += bytes;
+			k_chain<NT, 2>(f, acc, part, ks, kw, chunk, nsb - b0 < ks ? nsb - b0 : ks, lane);
+			k_advance<NT>(ks, bytes, w, xb, da, bs);
 		}
-		mma_store<NT>(m, gr, q, t0, T, acc);
+		if (kw == 0)
+			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
 }
 
@@ -878,12 +1005,14 @@ static __device__ __forceinline__ int q6_k_signed(int c)
  * made signed (c - 32), so no bsums. */
 template <int NT>
 static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T)
+	size_t stride, int T, int ks)
 {
-	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
-	const mm_row m = mm_pick(g, MMA_ROWS);
-	if (!m.w) /* whole warps only */
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4, kw = ks > 1 ? (int)threadIdx.x / 32 : 0;
+	const mm_row m = mm_pick(g, MMA_ROWS, ks);
+	if (!m.w) /* whole warps (split-K: the whole block) only */
 		return;
+	DYN_SHARED(float4, part);
+	int chunk = 0;
 	const int n_in = nsb * QK_K;
 	const int bytes = k_traits<QT_Q6_K>::bytes;
 	const bool first = q < 2; /* this lane's elements are a slice's first sub-block */
@@ -897,81 +1026,84 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 		const float *da[NT][2];
 		float acc[NT][4];
 		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
+		k_advance<NT>(kw, bytes, w, xb, da, NULL);
 
-		for (int b = 0; b < nsb; b++) {
-			int sumi[NT][4];
+		for (int b0 = 0; b0 < nsb; b0 += ks, chunk++) {
+			float4 f[NT][4];
+			if (b0 + kw < nsb) {
+				int sumi[NT][4];
 MM_UNROLL
-			for (int n = 0; n < NT; n++)
+				for (int n = 0; n < NT; n++)
 MM_UNROLL
-				for (int i = 0; i < 4; i++)
-					sumi[n][i] = 0;
+					for (int i = 0; i < 4; i++)
+						sumi[n][i] = 0;
 MM_UNROLL
-			for (int hf = 0; hf < 2; hf++) {
-				/* [row][word]: ql for quarters 0/2 and 1/3, qh for all */
-				int l02[2][2], l13[2][2], h[2][2];
-MM_UNROLL
-				for (int r = 0; r < 2; r++)
-MM_UNROLL
-					for (int k = 0; k < 2; k++) {
-						l02[r][k] = ld_i32(w[r] + 64 * hf + 8 * q + 4 * k);
-						l13[r][k] = ld_i32(w[r] + 64 * hf + 32 + 8 * q + 4 * k);
-						h[r][k] = ld_i32(w[r] + 128 + 32 * hf + 8 * q + 4 * k);
-					}
-MM_UNROLL
-				for (int quarter = 0; quarter < 4; quarter++) {
-					const int s = 4 * hf + quarter;
-					int c[2][2];
+				for (int hf = 0; hf < 2; hf++) {
+					/* [row][word]: ql for quarters 0/2 and 1/3, qh for all */
+					int l02[2][2], l13[2][2], h[2][2];
 MM_UNROLL
 					for (int r = 0; r < 2; r++)
 MM_UNROLL
 						for (int k = 0; k < 2; k++) {
-							const int lo = ((quarter & 1 ? l13[r][k] : l02[r][k]) >> 4 * (quarter >> 1)) & lo4;
-							const int hi = (h[r][k] >> 2 * quarter) & 0x03030303;
-							c[r][k] = q6_k_signed(lo | hi << 4);
+							l02[r][k] = ld_i32(w[r] + 64 * hf + 8 * q + 4 * k);
+							l13[r][k] = ld_i32(w[r] + 64 * hf + 32 + 8 * q + 4 * k);
+							h[r][k] = ld_i32(w[r] + 128 + 32 * hf + 8 * q + 4 * k);
 						}
-					/* a[0], a[2]: row g's elements 8q.., 8q+4..; a[1], a[3]: row g + 8's */
-					const int a0[4] = { first ? c[0][0] : 0, first ? c[1][0] : 0,
-							    first ? c[0][1] : 0, first ? c[1][1] : 0 };
-					const int a1[4] = { first ? 0 : c[0][0], first ? 0 : c[1][0],
-							    first ? 0 : c[0][1], first ? 0 : c[1][1] };
-					int sc[2][2];
 MM_UNROLL
-					for (int r = 0; r < 2; r++) {
-						const int8_t *scales = reinterpret_cast<const int8_t *>(w[r] + 192);
-						sc[r][0] = __ldg(&scales[2 * s]);
-						sc[r][1] = __ldg(&scales[2 * s + 1]);
+					for (int quarter = 0; quarter < 4; quarter++) {
+						const int s = 4 * hf + quarter;
+						int c[2][2];
+MM_UNROLL
+						for (int r = 0; r < 2; r++)
+MM_UNROLL
+							for (int k = 0; k < 2; k++) {
+								const int lo = ((quarter & 1 ? l13[r][k] : l02[r][k]) >> 4 * (quarter >> 1)) & lo4;
+								const int hi = (h[r][k] >> 2 * quarter) & 0x03030303;
+								c[r][k] = q6_k_signed(lo | hi << 4);
+							}
+						/* a[0], a[2]: row g's elements 8q.., 8q+4..; a[1], a[3]: row g + 8's */
+						const int a0[4] = { first ? c[0][0] : 0, first ? c[1][0] : 0,
+								    first ? c[0][1] : 0, first ? c[1][1] : 0 };
+						const int a1[4] = { first ? 0 : c[0][0], first ? 0 : c[1][0],
+								    first ? 0 : c[0][1], first ? 0 : c[1][1] };
+						int sc[2][2];
+MM_UNROLL
+						for (int r = 0; r < 2; r++) {
+							const int8_t *scales = reinterpret_cast<const int8_t *>(w[r] + 192);
+							sc[r][0] = __ldg(&scales[2 * s]);
+							sc[r][1] = __ldg(&scales[2 * s + 1]);
+						}
+MM_UNROLL
+						for (int n = 0; n < NT; n++) {
+							const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
+							const int bf[2] = { (int)v.x, (int)v.y };
+							int d0[4] = { 0, 0, 0, 0 }, d1[4] = { 0, 0, 0, 0 };
+							mma_s8_m16n8k32(d0, a0, bf);
+							mma_s8_m16n8k32(d1, a1, bf);
+MM_UNROLL
+							for (int i = 0; i < 4; i++)
+								sumi[n][i] += sc[i / 2][0] * d0[i] + sc[i / 2][1] * d1[i];
+						}
 					}
+				}
+				const float dw[2] = { ld_f16(w[0] + 208), ld_f16(w[1] + 208) };
 MM_UNROLL
-					for (int n = 0; n < NT; n++) {
-						const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
-						const int bf[2] = { (int)v.x, (int)v.y };
-						int d0[4] = { 0, 0, 0, 0 }, d1[4] = { 0, 0, 0, 0 };
-						mma_s8_m16n8k32(d0, a0, bf);
-						mma_s8_m16n8k32(d1, a1, bf);
+				for (int n = 0; n < NT; n++) {
 MM_UNROLL
-						for (int i = 0; i < 4; i++)
-							sumi[n][i] += sc[i / 2][0] * d0[i] + sc[i / 2][1] * d1[i];
+					for (int c = 0; c < 2; c++) {
+						const float dac = __ldg(da[n][c]);
+MM_UNROLL
+						for (int r = 0; r < 2; r++)
+							f[n][2 * r + c] = make_float4((float)sumi[n][2 * r + c], dw[r] * dac,
+										      0.0f, 0.0f);
 					}
 				}
 			}
-			const float dw[2] = { ld_f16(w[0] + 208), ld_f16(w[1] + 208) };
-MM_UNROLL
-			for (int n = 0; n < NT; n++) {
-MM_UNROLL
-				for (int c = 0; c < 2; c++) {
-					const float dac = __ldg(da[n][c]);
-MM_UNROLL
-					for (int r = 0; r < 2; r++)
-						acc[n][2 * r + c] = fmaf((float)sumi[n][2 * r + c], dw[r] * dac,
-									 acc[n][2 * r + c]);
-					da[n][c]++;
-				}
-				xb[n] += QK_K;
-			}
-			w[0] += bytes;
-			w[1] += bytes;
+			k_chain<NT, 1>(f, acc, part, ks, kw, chunk, nsb - b0 < ks ? nsb - b0 : ks, lane);
+			k_advance<NT>(ks, bytes, w, xb, da, NULL);
 		}
-		mma_store<NT>(m, gr, q, t0, T, acc);
+		if (kw == 0)
+			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
 }
 
@@ -1049,7 +1181,43 @@ static int mm_aligned16(const struct bk_weight *const *ws, int nw)
 	return 1;
 }
 
-typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int);
+typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int, int);
+
+/* Split-K: warps on one run of 16 weight rows, at most (cuda_matmul_set_split_k). */
+static int mm_split_max = 16;
+
+extern "C" void cuda_matmul_set_split_k(int32_t max)
+{
+	mm_split_max = max < 1 ? 1 : max;
+}
+
+#define MM_SPLIT_WARPS 2048 /* enough warps to keep HBM's loads in flight on ~132 SMs */
+
+/* The warps per run of 16 rows (KS) of a tensor-core launch over RUNS runs
+ * of blocks of BLCK elements, NB of them per row, NT tiles a pass: the
+ * fewest powers of two that reach MM_SPLIT_WARPS in all, at most the 16
+ * float lanes of the 32-element types or the super-blocks of a row of the
+ * K-quants, and within 32 KiB of shared memory (mm_split_smem). */
+static int mm_split(int blck, int nb, int nt, long long runs)
+{
+	int cap = blck == QK ? 16 : nt == 1 ? 8 : nt == 2 ? 4 : 1;
+	if (cap > mm_split_max)
+		cap = mm_split_max;
+	int ks = 1;
+	while (ks * 2 <= cap && runs * ks < MM_SPLIT_WARPS && (blck == QK || ks * 2 <= nb))
+		ks *= 2;
+	return ks;
+}
+
+/* The shared memory of a split-K launch (KS > 1): the 32-element kernels'
+ * 16 float lanes, or the K-quants' two chunks of KS super-blocks' float4
+ * steps, NT x 4 outputs per thread of a warp. */
+static size_t mm_split_smem(int blck, int nt, int ks)
+{
+	if (ks < 2)
+		return 0;
+	return blck == QK ? (size_t)16 * nt * 4 * 32 * sizeof(float) : (size_t)2 * ks * nt * 4 * 32 * 16;
+}
 
 /* The tensor-core kernel of a supported TYPE with NT tiles of 8 activation
  * rows a pass (the 32-element types at most 2); ALIGNED: every row
@@ -1108,7 +1276,16 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 			return -EINVAL;
 	}
 	const int mma = mm_use_mma(ws[0]->type, T);
-	const int rows_per_block = MM_WARPS * (mma ? MMA_ROWS : 1);
+	mm_block_bytes(ws[0]->type, &blck);
+	const int nbk = (int)(ws[0]->n_in / blck);
+	const int nt = T <= 8 ? 1 : T <= 16 || blck == QK ? 2 : 4;
+	long long runs = 0; /* of 16 weight rows, for the tensor cores */
+	for (int k = 0; k < nw; k++)
+		runs += (ws[k]->n_out + MMA_ROWS - 1) / MMA_ROWS;
+	const int ks = mma ? mm_split(blck, nbk, nt, runs) : 1;
+	const int rows_per_block = ks > 1 ? MMA_ROWS : MM_WARPS * (mma ? MMA_ROWS : 1);
+	const unsigned threads = 32u * (ks > 1 ? ks : MM_WARPS);
+	const size_t smem = mm_split_smem(blck, nt, ks);
 	for (int k = 0; k < CUDA_MM_GROUP; k++) {
 		const int used = k < nw;
 		g.w[k] = used ? (const uint8_t *)ws[k]->data : NULL;
@@ -1124,7 +1301,6 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	g.first[CUDA_MM_GROUP] = INT_MAX;
 
 	const struct bk_weight *w = ws[0];
-	mm_block_bytes(w->type, &blck);
 	const int n_in = (int)w->n_in;
 	const size_t stride = mm_xq_stride(w->type, w->n_in);
 	uint8_t *xq = (uint8_t *)scratch;
@@ -1143,7 +1319,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 			if (mm_launched())
 				return -EIO;
 		}
-		LAUNCH(kernel, mm_blocks, MM_WARPS * 32, 0, st, g, nb, (const uint8_t *)xq, stride, (int)T);
+		LAUNCH(kernel, mm_blocks, threads, smem, st, g, nb, (const uint8_t *)xq, stride, (int)T, ks);
 		return mm_launched();
 	}
 
@@ -1155,7 +1331,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		if (mm_launched())
 			return -EIO;
 	}
-	LAUNCH(kernel, mm_blocks, MM_WARPS * 32, 0, st, g, nsb, (const uint8_t *)xq, stride, (int)T);
+	LAUNCH(kernel, mm_blocks, threads, smem, st, g, nsb, (const uint8_t *)xq, stride, (int)T, ks);
 	return mm_launched();
 }
 
