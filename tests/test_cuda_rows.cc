@@ -319,10 +319,25 @@ static void test_add_rmsnorm_q8()
 			const size_t stride = q8_stride(vec, n);
 			for (int32_t T : Ts) {
 				const float eps = 1e-5f;
-				const std::vector<float> x = rand_vec((size_t)T * n, -3, 3),
-							 y = rand_vec(x.size(), -2, 2, 7, 8);
+				std::vector<float> x = rand_vec((size_t)T * n, -3, 3),
+						   y = rand_vec(x.size(), -2, 2, 7, 8);
 				std::vector<float> g = rand_vec(n, -1.5f, 1.5f);
 				std::fill_n(g.begin(), blck, 0.0f); /* a zero block: amax 0 */
+				/* ties for the largest magnitude, signs opposite (the first
+				 * sets the scale): in the last block, on two lanes (Q8_K:
+				 * 40 elements apart, a lane holding 8), and where there are
+				 * 3 blocks, in the middle one 3 apart (Q8_K: one lane's) */
+				const int64_t nbk = n / blck, last = (nbk - 1) * blck;
+				const int64_t tie[2][2] = { { last + 5, last + (blck == QK_K ? 45 : 13) },
+							    { blck + 1, blck + 4 } };
+				for (int k = 0; k < (nbk >= 3 ? 2 : 1); k++)
+					for (int32_t t = 0; t < T; t++)
+						for (int e = 0; e < 2; e++) {
+							const int64_t i = tie[k][e];
+							x[(size_t)t * n + i] = e ? -40.0f : 40.0f; /* y reaches 16 */
+							y[(size_t)t * n + i] = 0.0f;
+							g[i] = 1.25f;
+						}
 				dbuf<float> dx(x.size()), dy(x.size()), dg(n);
 				dbuf<uint8_t> dq(stride * (size_t)T);
 				dg.put(g);

@@ -127,4 +127,61 @@ static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, 
 		ds[b] = 1 / iscale;
 }
 
+/* q8k_block_store's bytes by one warp: lane l holds elements 8l..8l+7 of
+ * super-block B as V (no block barrier: a block's warps may each take a
+ * super-block at once).  The scale's element is the first of largest
+ * magnitude (each lane's first, then the lowest index among equals); the
+ * codes and sums are the same integers, so the same bytes. */
+static __device__ __forceinline__ void q8k_warp_store(const float *v, int lane, int b, int nsb, int n_in,
+	uint8_t *row)
+{
+	float ax = fabsf(v[0]), val = v[0];
+	int idx = 8 * lane;
+	for (int k = 1; k < 8; k++)
+		if (fabsf(v[k]) > ax) {
+			ax = fabsf(v[k]);
+			val = v[k];
+			idx = 8 * lane + k;
+		}
+	for (int off = 16; off > 0; off /= 2) {
+		const float oax = __shfl_xor_sync(0xffffffffu, ax, off);
+		const int oidx = __shfl_xor_sync(0xffffffffu, idx, off);
+		const float oval = __shfl_xor_sync(0xffffffffu, val, off);
+		if (oax > ax || (oax == ax && oidx < idx)) {
+			ax = oax;
+			idx = oidx;
+			val = oval;
+		}
+	}
+	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * 256 + 8 * lane;
+	float *ds = reinterpret_cast<float *>(row + n_in);
+	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * 16;
+	int16_t *bs32 = reinterpret_cast<int16_t *>(row + q8k_bs32_offset(n_in)) + b * 8;
+	int q[8];
+	float iscale = 0.0f;
+	if (ax == 0) {
+		for (int k = 0; k < 8; k++)
+			q[k] = 0;
+	} else {
+		iscale = -127.f / val;
+		for (int k = 0; k < 8; k++) {
+			const int c = __float2int_rn(iscale * v[k]);
+			q[k] = c < 127 ? c : 127;
+		}
+	}
+	int s = 0;
+	for (int k = 0; k < 8; k++) {
+		qs[k] = (int8_t)q[k];
+		s += q[k];
+	}
+	s += __shfl_xor_sync(0xffffffffu, s, 1); /* lanes 2j, 2j + 1: bsums[j] */
+	if (lane % 2 == 0)
+		bsums[lane / 2] = s;
+	s += __shfl_xor_sync(0xffffffffu, s, 2); /* |s| <= 32 * 127: an int16 */
+	if (lane % 4 == 0)
+		bs32[lane / 4] = (int16_t)s;
+	if (lane == 0)
+		ds[b] = ax == 0 ? 0.0f : 1 / iscale;
+}
+
 #endif

@@ -33,6 +33,11 @@ extern "C" {
 
 #define ROWS_THREADS 256     /* threads per block of every kernel here */
 #define ROWS_WARPS (ROWS_THREADS / 32)
+#ifdef __CUDACC__
+#define ROWS_UNROLL _Pragma("unroll")
+#else
+#define ROWS_UNROLL /* g++ (the emulator) knows no unroll pragma */
+#endif
 #define EW_MAX_BLOCKS 65536  /* grid of the element-wise grid-stride loops */
 static_assert(ROWS_THREADS == Q8K_THREADS, "the fused Q8_K quantization takes a row block's threads");
 
@@ -288,13 +293,28 @@ static __device__ double rows_block_sum(double v, double *s_warp)
 static __device__ float rows_add_scale(float *xr, const float *yr, int64_t n, float eps, double *s_warp)
 {
 	double part = 0;
-	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS) {
-		float v = xr[i];
-		if (yr) {
-			v += yr[i];
-			xr[i] = v;
+	/* four elements' loads before their stores (x may alias y: otherwise
+	 * each load would wait for the store before it), then the same adds
+	 * in the same order */
+	for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * ROWS_THREADS) {
+		float v[4], w[4];
+ROWS_UNROLL
+		for (int k = 0; k < 4; k++) {
+			const int64_t i = i0 + (int64_t)k * ROWS_THREADS;
+			v[k] = i < n ? xr[i] : 0.0f;
+			w[k] = yr && i < n ? yr[i] : 0.0f;
 		}
-		part += (double)__fmul_rn(v, v);
+ROWS_UNROLL
+		for (int k = 0; k < 4; k++) {
+			const int64_t i = i0 + (int64_t)k * ROWS_THREADS;
+			if (i >= n)
+				break;
+			if (yr) {
+				v[k] += w[k];
+				xr[i] = v[k];
+			}
+			part += (double)__fmul_rn(v[k], v[k]);
+		}
 	}
 	const double sum = rows_block_sum(part, s_warp);
 	return 1.0f / sqrtf((float)(sum / (double)n) + eps);
@@ -377,25 +397,31 @@ static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const flo
 	}
 }
 
-/* The same into Q8_K super-blocks (N a multiple of 256): the block's 256
- * threads take super-block b's element i, element 256 * b + i being
- * thread i's in the first pass too. */
+/* The same into Q8_K super-blocks (N a multiple of 256): each warp takes
+ * super-blocks in turn, lane l its elements 8l..8l+7 (q8k_warp_store),
+ * after the first pass's barrier (rows_block_sum's), which also makes the
+ * elements other threads added visible.  A thread reads x and writes out
+ * at the same elements, so OUT may equal X or Y. */
 static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const float *__restrict__ g,
 	int64_t n, float eps, float *out, uint8_t *__restrict__ xq, size_t stride)
 {
 	__shared__ double s_warp[ROWS_WARPS];
-	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
 	float *xr = x + (int64_t)blockIdx.x * n;
 	const float *yr = y ? y + (int64_t)blockIdx.x * n : NULL;
 	float *o = out + (int64_t)blockIdx.x * n;
-	const int nsb = (int)(n / 256);
+	const int nsb = (int)(n / 256), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
 	uint8_t *row = xq + (size_t)blockIdx.x * stride;
-	for (int b = 0; b < nsb; b++) {
-		const int64_t i = (int64_t)b * 256 + threadIdx.x;
-		const float v = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
-		o[i] = v;
-		q8k_block_store(v, b, nsb, (int)n, row, s_ax, s_v);
+	for (int b = warp; b < nsb; b += ROWS_WARPS) { /* the same for every lane of a warp */
+		const int64_t i0 = (int64_t)b * 256 + 8 * lane;
+		float v[8];
+ROWS_UNROLL
+		for (int k = 0; k < 8; k++)
+			v[k] = __fmul_rn(__fmul_rn(xr[i0 + k], scale), g[i0 + k]);
+ROWS_UNROLL
+		for (int k = 0; k < 8; k++)
+			o[i0 + k] = v[k];
+		q8k_warp_store(v, lane, b, nsb, (int)n, row);
 	}
 }
 
