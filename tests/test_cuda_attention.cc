@@ -392,6 +392,12 @@ static void test_args()
 	struct bk_attn a = { 4, 2, 8, 0.35f };
 	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) > 0);
 	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) <= (1 << 16));
+	/* the split size: one KV block a split, four splits of partials */
+	const size_t one = cuda_attention_scratch_bytes(&kv, &a, 1, 4);
+	cuda_attention_set_split(4);
+	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) > one);
+	cuda_attention_set_split(0); /* the default again */
+	CHECK_INT_EQ(cuda_attention_scratch_bytes(&kv, &a, 1, 4), one);
 	CHECK_INT_EQ(cuda_attention(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), 0);
 	CHECK_INT_EQ(cuda_kv_store(&kv, 0, 0, pos.d, tab.d, 4, x.d, x.d, 0), 0);
 	CHECK_INT_EQ(cuda_attention(&kv, 2, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
@@ -448,6 +454,11 @@ int main()
 	test_args();
 	for (const cfg &c : cfgs)
 		run_cfg(c);
+	/* a split of one KV block (cuda_attention_set_split): more splits, the
+	 * same tolerances */
+	cuda_attention_set_split(16);
+	run_cfg(cfgs[0]);
+	cuda_attention_set_split(0);
 	backend_free(cpu);
 	fprintf(stderr, "worst |gpu - cpu| = %.3g (RoPE'd q and k: %.3g)\n", worst_err, worst_rope);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);

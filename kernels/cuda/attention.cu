@@ -33,10 +33,17 @@ extern "C" {
 #include "quant_q8.cuh"
 #include "rope.cuh"
 
-/* Positions per split (rounded up to whole KV blocks); a test may set it. */
+/* Positions per split (rounded up to whole KV blocks); a test may set it,
+ * and cuda_attention_set_split() for the process. */
 #ifndef ATTN_SPLIT_TOKENS
 #define ATTN_SPLIT_TOKENS 128
 #endif
+static int32_t attn_split_tokens = ATTN_SPLIT_TOKENS;
+
+extern "C" void cuda_attention_set_split(int32_t tokens)
+{
+	attn_split_tokens = tokens < 1 ? ATTN_SPLIT_TOKENS : tokens;
+}
 #define ATTN_THREADS 128          /* threads of a split block */
 #define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
 #define ATTN_ROW_CHUNK 64         /* rows per launch pair: bounds the scratch */
@@ -490,7 +497,7 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	sh->group = a->n_head / a->n_head_kv;
 	sh->scale = a->scale;
 	const int32_t bt = kv->block_tokens;
-	const int64_t blocks_per_split = (ATTN_SPLIT_TOKENS + bt - 1) / bt;
+	const int64_t blocks_per_split = (attn_split_tokens + bt - 1) / bt;
 	sh->split_pos = (int32_t)(blocks_per_split * bt);
 	sh->n_splits = (int32_t)(((int64_t)table_stride + blocks_per_split - 1) / blocks_per_split);
 	if (sh->n_splits > 65535 * 32)

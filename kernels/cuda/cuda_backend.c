@@ -1326,6 +1326,10 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	const char *sk = getenv("LLMD_CUDA_MM_SPLIT");
 	if (sk && *sk)
 		cuda_matmul_set_split_k((int32_t)strtol(sk, NULL, 10));
+	/* LLMD_CUDA_ATTN_SPLIT=N: attention's positions per split block */
+	const char *as = getenv("LLMD_CUDA_ATTN_SPLIT");
+	if (as && *as)
+		cuda_attention_set_split((int32_t)strtol(as, NULL, 10));
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;
