@@ -870,31 +870,6 @@ MM_UNROLL
 				}
 }
 
-/* One Q4_K/Q5_K super-block of the lane's two weight rows as loaded: the
- * head (d, dmin, 12 bytes of scales), the codes of its four sub-block
- * pairs and (Q5_K) the high bits, from W (each row at its bytes 8q..). */
-struct k45_blk {
-	uint4 h[2];
-	uint2 c[4][2];
-	uint2 qh[2];
-};
-
-template <int TYPE, bool ALIGNED>
-static __device__ __forceinline__ void k45_load(const uint8_t *w0, const uint8_t *w1, int q, k45_blk &k)
-{
-	const int qs = TYPE == QT_Q5_K ? 48 : 16;
-	const uint8_t *w[2] = { w0, w1 };
-MM_UNROLL
-	for (int r = 0; r < 2; r++) {
-		k.h[r] = ld_u4<ALIGNED>(w[r] - 8 * q);
-		if (TYPE == QT_Q5_K)
-			k.qh[r] = ld_u2<ALIGNED>(w[r] + 16);
-MM_UNROLL
-		for (int p = 0; p < 4; p++)
-			k.c[p][r] = ld_u2<ALIGNED>(w[r] + qs + 32 * p);
-	}
-}
-
 template <int TYPE, int NT, bool ALIGNED>
 static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
@@ -908,6 +883,7 @@ static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const ui
 	const int n_in = nsb * QK_K;
 	const size_t bs32 = q8k_bs32_offset(n_in);
 	const int bytes = k_traits<TYPE>::bytes;
+	const int qs = TYPE == QT_Q5_K ? 48 : 16;
 	const unsigned lo4 = 0x0f0f0f0fu;
 
 	for (int t0 = 0; t0 < T; t0 += 8 * NT) {
@@ -926,26 +902,21 @@ MM_UNROLL
 			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
 		k_advance<NT>(kw, bytes, w, xb, da, bs);
-		/* the warp's next super-block is loaded while it computes this
-		 * one (and waits at the chunk's barrier): two in flight */
-		k45_blk cur = {}, nxt = {};
-		if (kw < nsb)
-			k45_load<TYPE, ALIGNED>(w[0], w[1], q, cur);
 
 		for (int b0 = 0; b0 < nsb; b0 += ks, chunk++) {
 			float4 f[NT][4];
-			if (b0 + ks + kw < nsb)
-				k45_load<TYPE, ALIGNED>(w[0] + (size_t)ks * bytes, w[1] + (size_t)ks * bytes, q, nxt);
 			if (b0 + kw < nsb) {
 				float dw[2], dm[2];
 				unsigned sc[2][2], mn[2][2];
-				const uint2 *qh = cur.qh;
+				uint2 qh[2];
 MM_UNROLL
 				for (int r = 0; r < 2; r++) {
-					const uint4 h = cur.h[r];
+					const uint4 h = ld_u4<ALIGNED>(w[r] - 8 * q);
 					dw[r] = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu)));
 					dm[r] = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
 					k4_scales_packed(h.y, h.z, h.w, sc[r], mn[r]);
+					if (TYPE == QT_Q5_K)
+						qh[r] = ld_u2<ALIGNED>(w[r] + 16);
 				}
 				int sumi[NT][4];
 MM_UNROLL
@@ -955,7 +926,10 @@ MM_UNROLL
 						sumi[n][i] = 0;
 MM_UNROLL
 				for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles), 2p + 1 */
-					const uint2 *c = cur.c[p];
+					uint2 c[2];
+MM_UNROLL
+					for (int r = 0; r < 2; r++)
+						c[r] = ld_u2<ALIGNED>(w[r] + qs + 32 * p);
 MM_UNROLL
 					for (int hi = 0; hi < 2; hi++) {
 						const int s = 2 * p + hi;
@@ -1007,7 +981,6 @@ MM_UNROLL
 			}
 			k_chain<NT, 2>(f, acc, part, ks, kw, chunk, nsb - b0 < ks ? nsb - b0 : ks, lane);
 			k_advance<NT>(ks, bytes, w, xb, da, bs);
-			cur = nxt;
 		}
 		if (kw == 0)
 			mma_store<NT>(m, gr, q, t0, T, acc);
