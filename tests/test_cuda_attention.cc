@@ -5,9 +5,10 @@
  * ragged batches mixing decode rows and prefill chunks) matches the CPU's
  * within the tolerances below, in every thread order.
  *
- * Splits are made small here (48 positions: 3 blocks of 16) so that rows of
- * up to 200 positions cross up to 5 splits and the reduction is exercised;
- * the kernels are the same at the default split size.
+ * Splits are made small here (48 positions: 3 blocks of 16, at most 4 of
+ * them, so 96 from position 192) so that rows of up to 200 positions cross
+ * up to 4 splits, the reduction is exercised and a prefill chunk spans the
+ * change of split size; the kernels are the same at the defaults (16, 32).
  */
 extern "C" { /* C headers, before cuda_ops.h includes backend.h as C++ */
 #include "backend.h"
@@ -15,6 +16,7 @@ extern "C" { /* C headers, before cuda_ops.h includes backend.h as C++ */
 }
 
 #define ATTN_SPLIT_TOKENS 48
+#define ATTN_MAX_SPLITS 4 /* so 48 positions a split up to 191, then 96 */
 #include "attention.cu"
 
 #include <math.h>
@@ -268,7 +270,8 @@ static void run_cfg(const cfg &c)
 
 	/* ---- attention: a ragged batch ---- */
 	std::vector<step> steps(1);
-	steps[0].add(0, 199, 1);    /* decode, 5 splits */
+	steps[0].add(0, 199, 1);    /* decode, 3 splits of 96 */
+	steps[0].add(0, 186, 10);   /* a chunk across 191 | 192: splits of 48, then 96 */
 	steps[0].add(1, 140, 10);   /* a prefill chunk */
 	steps[0].add(2, 36, 1);     /* decode */
 	steps[0].add(3, 0, 5);      /* a fresh sequence's prompt */

@@ -3,13 +3,14 @@
  * attention reads them back through each row's block table.
  *
  * Attention is flash decoding: a row's positions 0..pos are cut into splits
- * of ATTN_SPLIT_TOKENS positions (rounded up to whole KV blocks); one CUDA
+ * of ATTN_SPLIT_TOKENS positions (rounded up to whole KV blocks), doubled
+ * as the row grows past ATTN_MAX_SPLITS of them; one CUDA
  * block per (row, kv head, split) streams its split a tile of positions at
  * a time (a tile never crosses a KV block) with online softmax for every
  * query head of the kv head's group (GQA: the group shares each K/V tile
  * loaded into shared memory) and writes a partial (max, sum, acc[head_dim])
  * per query head; attn_reduce_kernel combines a row's partials.  The split
- * size is a constant, so a row's arithmetic depends on its position alone
+ * size is a function of the row's position alone, so is its arithmetic
  * (batch invariance).  The reduction may also quantize its rows for the
  * o projection's matmul (as the norms do for theirs: quant_q8.cuh), saving
  * that matmul its own quantization launch.  Prefill rows (several rows of
@@ -33,10 +34,15 @@ extern "C" {
 #include "quant_q8.cuh"
 #include "rope.cuh"
 
-/* Positions per split (rounded up to whole KV blocks); a test may set it,
- * and cuda_attention_set_split() for the process. */
+/* A row's splits: ATTN_SPLIT_TOKENS positions each (rounded up to whole KV
+ * blocks), doubled as often as it takes for ATTN_MAX_SPLITS of them to
+ * cover the row (attn_split_size); a test may set both, and
+ * cuda_attention_set_split() the first for the process. */
 #ifndef ATTN_SPLIT_TOKENS
-#define ATTN_SPLIT_TOKENS 128
+#define ATTN_SPLIT_TOKENS 16
+#endif
+#ifndef ATTN_MAX_SPLITS
+#define ATTN_MAX_SPLITS 32
 #endif
 static int32_t attn_split_tokens = ATTN_SPLIT_TOKENS;
 
@@ -170,7 +176,8 @@ struct attn_shape {
 	int32_t head_dim;
 	int32_t group;      /* n_head / n_head_kv */
 	float scale;
-	int32_t split_pos;  /* positions per split: whole KV blocks */
+	int32_t split_pos;  /* positions per split at the shortest: whole KV blocks */
+	int32_t max_splits; /* splits of a row at the most (ATTN_MAX_SPLITS) */
 	int32_t n_splits;   /* splits per row in the grid (and the scratch) */
 	int32_t tile;       /* positions per shared-memory tile */
 	int32_t qrows;      /* rows of one sequence per split block (1 .. ATTN_MAX_QROWS) */
@@ -184,6 +191,20 @@ static size_t attn_smem_floats(int32_t R, int32_t group, int32_t hd, int32_t til
 		+ (size_t)2 * tile * (hd + 1)     /* K, V tiles (rows padded by one: no bank conflicts) */
 		+ (size_t)R * group * tile        /* scores, then weights */
 		+ (size_t)3 * R * group;          /* running max, sum; correction */
+}
+
+/* Positions per split of a row at position P: sh.split_pos doubled until
+ * sh.max_splits splits cover positions 0..P.  Short rows get many small
+ * splits (blocks: a decode step's few rows fill the GPU), long ones at most
+ * max_splits partials; and it depends on P alone (batch invariance: a
+ * row tile's rows share it, attn_row_tiles). */
+static __host__ __device__ __forceinline__ int32_t attn_split_size(int32_t p, int32_t split_pos,
+	int32_t max_splits)
+{
+	int64_t S = split_pos;
+	while (S * max_splits < (int64_t)p + 1)
+		S *= 2;
+	return (int32_t)S;
 }
 
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
@@ -208,11 +229,12 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	const int32_t hk = blockIdx.y, s = blockIdx.x;
 	const int32_t t0 = tiles ? tiles[2 * (tile_base + blockIdx.z)] : row0 + (int32_t)blockIdx.z;
 	const int32_t R = tiles ? tiles[2 * (tile_base + blockIdx.z) + 1] : 1;
-	const int32_t p0 = s * sh.split_pos;
 	const int32_t last = pos[t0 + R - 1];  /* the tile's largest position */
+	const int32_t S = attn_split_size(last, sh.split_pos, sh.max_splits); /* every row's */
+	const int32_t p0 = s * S;
 	if (last < 0 || p0 >= last + 1) /* the whole block leaves, before any barrier */
 		return;
-	const int32_t P1 = min(p0 + sh.split_pos, last + 1);
+	const int32_t P1 = min(p0 + S, last + 1);
 	const int32_t G = sh.group, hd = sh.head_dim, ks = hd + 1, tile = sh.tile;
 	const int32_t RG = R * G;
 	const int32_t bt = kv.block_tokens;
@@ -323,7 +345,7 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
  * splits: its output is zeros); attn_combine gives element C. */
 static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
 {
-	return p < 0 ? 0 : min((p + sh.split_pos) / sh.split_pos, sh.n_splits);
+	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
 }
 
 static __device__ __forceinline__ float attn_combine_scale(const float *pp, size_t stride, int32_t n_act,
@@ -499,9 +521,11 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	const int32_t bt = kv->block_tokens;
 	const int64_t blocks_per_split = (attn_split_tokens + bt - 1) / bt;
 	sh->split_pos = (int32_t)(blocks_per_split * bt);
-	sh->n_splits = (int32_t)(((int64_t)table_stride + blocks_per_split - 1) / blocks_per_split);
-	if (sh->n_splits > 65535 * 32)
-		return -ENOTSUP;
+	sh->max_splits = ATTN_MAX_SPLITS;
+	/* a row at position p < table_stride * bt has splits of at least
+	 * split_pos positions, and never more than max_splits of them */
+	const int64_t n = ((int64_t)table_stride + blocks_per_split - 1) / blocks_per_split;
+	sh->n_splits = (int32_t)(n < sh->max_splits ? n : sh->max_splits);
 	/* the tile first, as one row needs it (a row's arithmetic depends on
 	 * it), then as many rows per block as fit beside it */
 	int32_t tile = ATTN_MAX_TILE;
@@ -525,14 +549,21 @@ static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
 }
 
 /* The row tiles of HOST's rows (see attn_split_kernel): runs of rows of one
- * table at consecutive positions, cut at QROWS rows and at row chunks. */
-static void attn_row_tiles(const struct bk_rows *host, int32_t qrows, std::vector<int32_t> &tiles)
+ * table at consecutive positions, cut at QROWS rows, at row chunks and
+ * where the split size changes (its rows share the last one's). */
+static void attn_row_tiles(const struct bk_rows *host, const attn_shape &sh, std::vector<int32_t> &tiles)
 {
-	const int32_t T = host->n;
+	const int32_t T = host->n, qrows = sh.qrows;
 	tiles.clear();
 	for (int32_t t = 0; t < T;) {
 		const int32_t to_chunk = ATTN_ROW_CHUNK - t % ATTN_ROW_CHUNK;
-		const int32_t n = bk_rows_run(host, t, qrows < to_chunk ? qrows : to_chunk);
+		int32_t n = bk_rows_run(host, t, qrows < to_chunk ? qrows : to_chunk);
+		const int32_t S = attn_split_size(host->pos[t], sh.split_pos, sh.max_splits);
+		for (int32_t k = 1; k < n; k++)
+			if (attn_split_size(host->pos[t + k], sh.split_pos, sh.max_splits) != S) {
+				n = k;
+				break;
+			}
 		tiles.push_back(t);
 		tiles.push_back(n);
 		t += n;
@@ -585,7 +616,7 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 	int32_t *d_tiles = NULL;
 	std::vector<int32_t> tiles;
 	if (host && sh.qrows > 1) {
-		attn_row_tiles(host, sh.qrows, tiles);
+		attn_row_tiles(host, sh, tiles);
 		if (tiles.size() / 2 < (size_t)T) { /* some rows share a block: upload the list */
 			d_tiles = (int32_t *)((char *)scratch + attn_tiles_offset(chunk_rows, sh));
 			if (cudaMemcpyAsync(d_tiles, tiles.data(), tiles.size() * sizeof(int32_t),

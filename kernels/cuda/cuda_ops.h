@@ -156,10 +156,11 @@ void cuda_matmul_set_mma_min_t(int32_t min_t);
  * stay in order).  1 turns it off (LLMD_CUDA_MM_SPLIT, cuda_backend.c; the
  * tests); process-wide, set it before any launch. */
 void cuda_matmul_set_split_k(int32_t max);
-/* Attention's split: positions per block of the flash-decoding kernel
- * (rounded up to whole KV blocks; default 128, below 1 the default).  A
- * row's arithmetic depends on it, so batch invariance holds for one value:
- * set it once, before any launch (LLMD_CUDA_ATTN_SPLIT, cuda_backend.c). */
+/* Attention's split: positions per block of the flash-decoding kernel at
+ * the shortest (rounded up to whole KV blocks, doubled as a row grows past
+ * 32 splits; default 16, below 1 the default).  A row's arithmetic depends
+ * on it, so batch invariance holds for one value: set it once, before any
+ * launch (LLMD_CUDA_ATTN_SPLIT, cuda_backend.c). */
 void cuda_attention_set_split(int32_t tokens);
 
 #ifdef __cplusplus
