@@ -27,6 +27,10 @@
  * fewer instructions per weight byte than the dp4a kernels (a lane per
  * super-block, a serial broadcast): those stay for T below
  * cuda_matmul_set_mma_min_t's threshold, a knob for comparing the two.
+ * A launch with too few runs of 16 rows to keep the memory busy (an 8B
+ * model's 4096-row matrices at T = 1: 256 warps) gives each run a block of
+ * up to 16 warps (split-K, mm_split): they share its blocks and leave their
+ * float steps' operands in shared memory for warp 0 to apply in order.
  * So the result equals the CPU backend's bit for bit on either path, and
  * each output depends only on its own weight row and activation row: not
  * on T, on the other rows or on the launch shape (batch invariance).
