@@ -59,6 +59,22 @@ static __device__ __forceinline__ void q8_block_store(float v, int lane, int b, 
 	}
 }
 
+/* Over the warp, the candidate (magnitude AX, element IDX, value VAL) of
+ * largest magnitude, the lowest index among equals; every lane gets it. */
+static __device__ __forceinline__ void q8k_warp_first_max(float &ax, int &idx, float &val)
+{
+	for (int off = 16; off > 0; off /= 2) {
+		const float oax = __shfl_xor_sync(0xffffffffu, ax, off);
+		const int oidx = __shfl_xor_sync(0xffffffffu, idx, off);
+		const float oval = __shfl_xor_sync(0xffffffffu, val, off);
+		if (oax > ax || (oax == ax && oidx < idx)) {
+			ax = oax;
+			idx = oidx;
+			val = oval;
+		}
+	}
+}
+
 /* Threads of a block that q8k_block_store takes: one per element. */
 #define Q8K_THREADS 256
 
@@ -74,16 +90,7 @@ static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, 
 	const int i = threadIdx.x, lane = i % 32, warp = i / 32;
 	float ax = fabsf(v), val = v;
 	int idx = i;
-	for (int off = 16; off > 0; off /= 2) {
-		const float oax = __shfl_xor_sync(0xffffffffu, ax, off);
-		const int oidx = __shfl_xor_sync(0xffffffffu, idx, off);
-		const float oval = __shfl_xor_sync(0xffffffffu, val, off);
-		if (oax > ax || (oax == ax && oidx < idx)) {
-			ax = oax;
-			idx = oidx;
-			val = oval;
-		}
-	}
+	q8k_warp_first_max(ax, idx, val);
 	if (lane == 0) {
 		s_ax[warp] = ax;
 		s_v[warp] = val;
@@ -143,16 +150,7 @@ static __device__ __forceinline__ void q8k_warp_store(const float *v, int lane, 
 			val = v[k];
 			idx = 8 * lane + k;
 		}
-	for (int off = 16; off > 0; off /= 2) {
-		const float oax = __shfl_xor_sync(0xffffffffu, ax, off);
-		const int oidx = __shfl_xor_sync(0xffffffffu, idx, off);
-		const float oval = __shfl_xor_sync(0xffffffffu, val, off);
-		if (oax > ax || (oax == ax && oidx < idx)) {
-			ax = oax;
-			idx = oidx;
-			val = oval;
-		}
-	}
+	q8k_warp_first_max(ax, idx, val);
 	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * 256 + 8 * lane;
 	float *ds = reinterpret_cast<float *>(row + n_in);
 	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * 16;
