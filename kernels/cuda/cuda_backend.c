@@ -193,8 +193,12 @@ static void cb_prof_read(struct cuda_backend *cb)
 {
 	struct cb_prof *p = cb->prof;
 
-	if (!p || !p->n || cudaEventSynchronize(p->ev[2 * p->n - 1]) != cudaSuccess)
+	if (!p || !p->n)
 		return;
+	if (cudaEventSynchronize(p->ev[2 * p->n - 1]) != cudaSuccess) {
+		p->n = 0; /* lost (the step failed too); the slots are free again */
+		return;
+	}
 	for (int i = 0; i < p->n; i++) {
 		float ms = 0;
 		if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) == cudaSuccess)
@@ -231,10 +235,12 @@ static void cb_prof_end(struct cuda_backend *cb, const char *call)
 	for (k = 0; k < p->n_keys && strcmp(p->keys[k].name, name); k++)
 		;
 	if (k == p->n_keys) {
-		if (k == CB_PROF_KEYS)
-			k = CB_PROF_KEYS - 1; /* the last collects the rest */
-		else
+		if (k == CB_PROF_KEYS) { /* the last collects the rest */
+			k = CB_PROF_KEYS - 1;
+			snprintf(p->keys[k].name, sizeof p->keys[k].name, "(more kinds of launch)");
+		} else {
 			snprintf(p->keys[p->n_keys++].name, sizeof p->keys[0].name, "%s", name);
+		}
 	}
 	p->keys[k].calls++;
 	p->keys[k].bytes += p->next_bytes;
