@@ -952,6 +952,7 @@ int main(int argc, char **argv)
 		if (i > 0) {
 			sched_free(sc);
 			sc = NULL;
+			engine_write_device_profile(e, stderr);
 			engine_free(e);
 			e = NULL;
 			if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
@@ -1100,6 +1101,8 @@ out:
 	free(text);
 	free(o.prompt);
 	sched_free(sc);
+	if (e)
+		engine_write_device_profile(e, stderr);
 	engine_free(e);
 	model_free(m);
 	return rc;

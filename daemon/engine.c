@@ -735,6 +735,17 @@ void engine_device_info(const struct engine *e, struct bk_device_info *ret)
 	backend_device_info(e->be, ret);
 }
 
+int engine_write_device_profile(struct engine *e, FILE *f)
+{
+#ifdef LLMD_CUDA_BACKEND
+	if (e->p.backend == ENGINE_BACKEND_CUDA)
+		return cuda_backend_write_profile(e->be, f);
+#endif
+	(void)e;
+	(void)f;
+	return -ENODATA;
+}
+
 const char *engine_last_error(const struct engine *e)
 {
 #ifdef LLMD_CUDA_BACKEND

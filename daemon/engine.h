@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct model;
 struct engine;
@@ -168,6 +169,11 @@ void engine_device_info(const struct engine *e, struct bk_device_info *ret);
 /* What the backend's last failure was, naming the call ("" when it cannot
  * say).  Engine thread only. */
 const char *engine_last_error(const struct engine *e);
+/* Writes the device's per-launch profile (LLMD_CUDA_PROFILE on the CUDA
+ * backend: cuda_backend_write_profile) to F: 0, or -ENODATA when the
+ * backend keeps none.  Engine thread only; the CLIs and llmd call it
+ * before engine_free. */
+int engine_write_device_profile(struct engine *e, FILE *f);
 /* 1 when a failed step leaves the backend unusable (a CUDA device error is
  * sticky): the daemon must fail what runs and exit so it is restarted. */
 int engine_failure_is_sticky(const struct engine *e);

@@ -802,6 +802,8 @@ void worker_free(struct worker *w)
 	}
 	free(w->slots);
 	free(w->slot_gen);
+	if (w->e) /* LLMD_CUDA_PROFILE's table, where the backend kept one */
+		engine_write_device_profile(w->e, stderr);
 	engine_free(w->e);
 	if (w->in_efd >= 0)
 		close(w->in_efd);

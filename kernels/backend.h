@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -309,6 +310,11 @@ int cuda_backend_emulated(void);
 /* The CUDA backend's last failure, naming the call ("cudaMalloc: out of
  * memory ..."); "" when none.  Engine thread only. */
 const char *cuda_backend_last_error(const struct backend *be);
+/* Writes LLMD_CUDA_PROFILE's table of the launches timed since the backend
+ * was made to F (the library prints nothing itself): 0, or -ENODATA when
+ * the backend is not profiling.  Waits for the timed launches.  Engine
+ * thread only. */
+int cuda_backend_write_profile(struct backend *be, FILE *f);
 /* Quantized matmuls of at least ROWS rows (prefill chunks) dequantize the
  * weight to f16 tiles and run cublasGemmEx (tensor cores) instead of the
  * integer kernels: faster prefill on a GPU, but a row's arithmetic then

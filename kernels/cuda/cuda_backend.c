@@ -46,9 +46,9 @@
  * Profile: with LLMD_CUDA_PROFILE set (to anything but 0), every launch
  * and cuBLAS call is timed between two events in the stream, keyed by its
  * name, its rows (the step's) and, for matmuls, the weight's type and
- * shape; the host reads them at each step's download, and cb_free prints
- * the table on stderr (time, calls, time per call, and for matmuls the
- * weight bytes streamed per second).  Graphs are off then (a replay hides
+ * shape; the host reads them at each step's download, and
+ * cuda_backend_write_profile gives the caller the table (time, calls, time
+ * per call, and for matmuls the weight bytes streamed per second).  Graphs are off then (a replay hides
  * its kernels), and so is nothing else: the same kernels, one step at a time.
  */
 #include <errno.h>
@@ -157,6 +157,7 @@ struct cuda_backend {
 	uint64_t clock;
 	struct cb_graph graphs[CB_N_GRAPHS];
 	struct cb_prof *prof;        /* LLMD_CUDA_PROFILE: launch times; else NULL */
+	int prof_failed;             /* LLMD_CUDA_PROFILE set, but no events for it */
 	char last_err[256];          /* the last failure, with the call named */
 };
 
@@ -171,10 +172,10 @@ static struct cuda_backend *cbk(struct backend *be)
 #define CB_PROF_KEYS 256
 
 struct cb_prof_key {
-	char name[128];
-	double ms;
-	uint64_t calls;
-	double bytes; /* weight bytes read, summed (matmuls) */
+	char name[128]; /* "launch T=rows", a matmul's with type and shape */
+	double ms;      /* device time, summed */
+	uint64_t calls; /* launches timed */
+	double bytes;   /* weight bytes read, summed (matmuls) */
 };
 
 struct cb_prof {
@@ -255,19 +256,35 @@ static int cb_prof_cmp(const void *a, const void *b)
 	return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The table, on stderr, then the events go. */
+/* The events go (NULL-safe). */
 static void cb_prof_free(struct cuda_backend *cb)
 {
 	struct cb_prof *p = cb->prof;
-	double total = 0;
 
 	if (!p)
 		return;
+	for (int i = 0; i < 2 * CB_PROF_PENDING; i++)
+		if (p->ev[i])
+			cudaEventDestroy(p->ev[i]);
+	free(p);
+	cb->prof = NULL;
+}
+
+int cuda_backend_write_profile(struct backend *be, FILE *f)
+{
+	struct cuda_backend *cb = cbk(be);
+	struct cb_prof *p = cb->prof;
+	double total = 0;
+
+	if (cb->prof_failed)
+		fprintf(f, "llmd cuda profile (LLMD_CUDA_PROFILE): none, cudaEventCreate failed\n");
+	if (!p)
+		return -ENODATA;
 	cb_prof_read(cb);
 	qsort(p->keys, (size_t)p->n_keys, sizeof p->keys[0], cb_prof_cmp);
 	for (int k = 0; k < p->n_keys; k++)
 		total += p->keys[k].ms;
-	fprintf(stderr, "llmd cuda profile (LLMD_CUDA_PROFILE): %.3f ms in %d kinds of launch\n"
+	fprintf(f, "llmd cuda profile (LLMD_CUDA_PROFILE): %.3f ms in %d kinds of launch\n"
 		"%10s %6s %8s %10s %7s  %s\n", total, p->n_keys, "ms", "%", "calls", "us/call", "GB/s",
 		"launch (T = the step's rows)");
 	for (int k = 0; k < p->n_keys; k++) {
@@ -275,15 +292,11 @@ static void cb_prof_free(struct cuda_backend *cb)
 		char bw[16] = "";
 		if (e->bytes > 0 && e->ms > 0)
 			snprintf(bw, sizeof bw, "%7.0f", e->bytes / (e->ms * 1e-3) / 1e9);
-		fprintf(stderr, "%10.3f %6.2f %8llu %10.2f %7s  %s\n", e->ms,
+		fprintf(f, "%10.3f %6.2f %8llu %10.2f %7s  %s\n", e->ms,
 			total > 0 ? 100.0 * e->ms / total : 0.0, (unsigned long long)e->calls,
 			e->calls ? 1e3 * e->ms / (double)e->calls : 0.0, bw, e->name);
 	}
-	for (int i = 0; i < 2 * CB_PROF_PENDING; i++)
-		if (p->ev[i])
-			cudaEventDestroy(p->ev[i]);
-	free(p);
-	cb->prof = NULL;
+	return 0;
 }
 
 /* LLMD_CUDA_PROFILE: the events, made once. */
@@ -297,7 +310,7 @@ static void cb_prof_new(struct cuda_backend *cb)
 		if (cudaEventCreate(&cb->prof->ev[i]) != cudaSuccess) {
 			cb->prof->ev[i] = NULL;
 			cb_prof_free(cb);
-			fprintf(stderr, "llmd: LLMD_CUDA_PROFILE: cudaEventCreate failed: no profile\n");
+			cb->prof_failed = 1;
 			return;
 		}
 }
