@@ -21,7 +21,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -124,18 +123,18 @@ static inline bool rope_matches(const std::vector<float> &got, const std::vector
 	*err = 0;
 	if (got.size() != want.size())
 		return false;
-#ifdef CUDA_EMU
-	(void)xmax;
-	for (size_t i = 0; i < got.size(); i++)
-		if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
-			*err = std::max(*err, fabs((double)got[i] - want[i]) + 1e-30);
-	return *err == 0;
-#else
+	bool same = true;
 	for (size_t i = 0; i < got.size(); i++) {
 		double d = fabs((double)got[i] - want[i]);
 		if (!(d <= *err)) /* a NaN sticks */
 			*err = d;
+		same = same && memcmp(&got[i], &want[i], sizeof(float)) == 0;
 	}
+#ifdef CUDA_EMU
+	(void)xmax;
+	return same;
+#else
+	(void)same;
 	return *err <= 8.0 * FLT_EPSILON * xmax;
 #endif
 }

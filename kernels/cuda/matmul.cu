@@ -830,18 +830,28 @@ MM_UNROLL
 	}
 }
 
+/* A K-quant warp's part in split-K (KS warps of a block on one run of
+ * rows, warp KW taking super-blocks KW, KW + KS, ...; KS 1: none): PART,
+ * the block's shared memory for k_chain's two buffers, and the chunks of
+ * KS super-blocks done so far, which pick the buffer. */
+struct k_split {
+	int ks;       /* warps on the run */
+	int kw;       /* this warp's index among them */
+	int chunk;    /* chunks done (k_chain counts them) */
+	float4 *part; /* (2, ks, NT * 4, 32) float4: the block's dynamic shared memory */
+};
+
 /* A super-block's float steps for each output of the lane, in order:
  * acc = fma(F.x, F.y, acc), then (NF 2: Q4_K/Q5_K's mins) fma(F.z, F.w).
- * KS 1: at once.  Split-K (KS > 1 warps of a block on one run of rows,
- * warp KW taking super-blocks KW, KW + KS, ...): the chunk of KS
- * super-blocks from B0 (N of them real) goes through shared memory PART
- * (two buffers of KS x NT x 4 float4 per thread of a warp, alternating by
- * CHUNK), and warp 0 applies them in super-block order: the same
- * operations, so the same bits.  Every thread of the block calls it. */
+ * KS 1: at once.  Split-K: the chunk's N real super-blocks go through a
+ * buffer of KS x NT x 4 float4 per thread of a warp, and warp 0 applies
+ * them in super-block order: the same operations, so the same bits.
+ * Every thread of the block calls it, once per chunk. */
 template <int NT, int NF>
-static __device__ __forceinline__ void k_chain(const float4 (*f)[4], float (*acc)[4], float4 *part, int ks,
-	int kw, int chunk, int n, int lane)
+static __device__ __forceinline__ void k_chain(const float4 (*f)[4], float (*acc)[4], k_split &sp, int n,
+	int lane)
 {
+	const int ks = sp.ks, kw = sp.kw;
 	if (ks == 1) {
 MM_UNROLL
 		for (int t = 0; t < NT; t++)
@@ -853,7 +863,7 @@ MM_UNROLL
 			}
 		return;
 	}
-	float4 *buf = part + (size_t)(chunk & 1) * ks * NT * 4 * 32;
+	float4 *buf = sp.part + (size_t)(sp.chunk++ & 1) * ks * NT * 4 * 32;
 	if (kw < n)
 MM_UNROLL
 		for (int t = 0; t < NT; t++)
@@ -878,12 +888,12 @@ template <int TYPE, int NT, bool ALIGNED>
 static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
-	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4, kw = ks > 1 ? (int)threadIdx.x / 32 : 0;
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
 	const mm_row m = mm_pick(g, MMA_ROWS, ks);
 	if (!m.w) /* whole warps (split-K: the whole block) only */
 		return;
 	DYN_SHARED(float4, part);
-	int chunk = 0;
+	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
 	const int n_in = nsb * QK_K;
 	const size_t bs32 = q8k_bs32_offset(n_in);
 	const int bytes = k_traits<TYPE>::bytes;
@@ -905,11 +915,11 @@ MM_UNROLL
 MM_UNROLL
 			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
-		k_advance<NT>(kw, bytes, w, xb, da, bs);
+		k_advance<NT>(sp.kw, bytes, w, xb, da, bs);
 
-		for (int b0 = 0; b0 < nsb; b0 += ks, chunk++) {
+		for (int b0 = 0; b0 < nsb; b0 += ks) {
 			float4 f[NT][4];
-			if (b0 + kw < nsb) {
+			if (b0 + sp.kw < nsb) {
 				float dw[2], dm[2];
 				unsigned sc[2][2], mn[2][2];
 				uint2 qh[2];
@@ -983,10 +993,10 @@ MM_UNROLL
 					}
 				}
 			}
-			k_chain<NT, 2>(f, acc, part, ks, kw, chunk, nsb - b0 < ks ? nsb - b0 : ks, lane);
+			k_chain<NT, 2>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane);
 			k_advance<NT>(ks, bytes, w, xb, da, bs);
 		}
-		if (kw == 0)
+		if (sp.kw == 0)
 			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
 }
@@ -1011,12 +1021,12 @@ template <int NT>
 static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
-	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4, kw = ks > 1 ? (int)threadIdx.x / 32 : 0;
+	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
 	const mm_row m = mm_pick(g, MMA_ROWS, ks);
 	if (!m.w) /* whole warps (split-K: the whole block) only */
 		return;
 	DYN_SHARED(float4, part);
-	int chunk = 0;
+	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
 	const int n_in = nsb * QK_K;
 	const int bytes = k_traits<QT_Q6_K>::bytes;
 	const bool first = q < 2; /* this lane's elements are a slice's first sub-block */
@@ -1030,11 +1040,11 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 		const float *da[NT][2];
 		float acc[NT][4];
 		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
-		k_advance<NT>(kw, bytes, w, xb, da, NULL);
+		k_advance<NT>(sp.kw, bytes, w, xb, da, NULL);
 
-		for (int b0 = 0; b0 < nsb; b0 += ks, chunk++) {
+		for (int b0 = 0; b0 < nsb; b0 += ks) {
 			float4 f[NT][4];
-			if (b0 + kw < nsb) {
+			if (b0 + sp.kw < nsb) {
 				int sumi[NT][4];
 MM_UNROLL
 				for (int n = 0; n < NT; n++)
@@ -1103,10 +1113,10 @@ MM_UNROLL
 					}
 				}
 			}
-			k_chain<NT, 1>(f, acc, part, ks, kw, chunk, nsb - b0 < ks ? nsb - b0 : ks, lane);
+			k_chain<NT, 1>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane);
 			k_advance<NT>(ks, bytes, w, xb, da, NULL);
 		}
-		if (kw == 0)
+		if (sp.kw == 0)
 			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
 }

@@ -59,6 +59,26 @@ static __device__ __forceinline__ void q8_block_store(float v, int lane, int b, 
 	}
 }
 
+/* Super-block B's places in the Q8_K row at ROW (N_IN codes, NSB
+ * super-blocks): its 256 codes, its d, its 16 sums over 16 codes and its
+ * 8 int16 sums over 32. */
+struct q8k_parts {
+	int8_t *qs;     /* (256) codes */
+	float *d;       /* the scale */
+	int *bsums;     /* (16) sums over 16 codes */
+	int16_t *bs32;  /* (8) sums over 32 codes */
+};
+
+static __device__ __forceinline__ q8k_parts q8k_parts_of(uint8_t *row, int n_in, int nsb, int b)
+{
+	q8k_parts p;
+	p.qs = reinterpret_cast<int8_t *>(row) + (size_t)b * 256;
+	p.d = reinterpret_cast<float *>(row + n_in) + b;
+	p.bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * 16;
+	p.bs32 = reinterpret_cast<int16_t *>(row + q8k_bs32_offset(n_in)) + b * 8;
+	return p;
+}
+
 /* Over the warp, the candidate (magnitude AX, element IDX, value VAL) of
  * largest magnitude, the lowest index among equals; every lane gets it. */
 static __device__ __forceinline__ void q8k_warp_first_max(float &ax, int &idx, float &val)
@@ -104,34 +124,31 @@ static __device__ __forceinline__ void q8k_block_store(float v, int b, int nsb, 
 		}
 	__syncthreads(); /* all have read the arrays: the next call may write them */
 
-	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * 256;
-	float *ds = reinterpret_cast<float *>(row + n_in);
-	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * 16;
-	int16_t *bs32 = reinterpret_cast<int16_t *>(row + q8k_bs32_offset(n_in)) + b * 8;
+	const q8k_parts sb = q8k_parts_of(row, n_in, nsb, b);
 	if (amax == 0) {
-		qs[i] = 0;
+		sb.qs[i] = 0;
 		if (i < 16)
-			bsums[i] = 0;
+			sb.bsums[i] = 0;
 		if (i < 8)
-			bs32[i] = 0;
+			sb.bs32[i] = 0;
 		if (i == 0)
-			ds[b] = 0;
+			*sb.d = 0;
 		return;
 	}
 	const float iscale = -127.f / max;
 	int q = __float2int_rn(iscale * v);
 	q = q < 127 ? q : 127;
-	qs[i] = (int8_t)q;
+	sb.qs[i] = (int8_t)q;
 	int s = q; /* sum over the 16-lane group */
 	for (int off = 8; off > 0; off /= 2)
 		s += __shfl_xor_sync(0xffffffffu, s, off);
 	if (i % 16 == 0)
-		bsums[i / 16] = s;
+		sb.bsums[i / 16] = s;
 	s += __shfl_xor_sync(0xffffffffu, s, 16); /* |s| <= 32 * 127: an int16 */
 	if (i % 32 == 0)
-		bs32[i / 32] = (int16_t)s;
+		sb.bs32[i / 32] = (int16_t)s;
 	if (i == 0)
-		ds[b] = 1 / iscale;
+		*sb.d = 1 / iscale;
 }
 
 /* q8k_block_store's bytes by one warp: lane l holds elements 8l..8l+7 of
@@ -151,10 +168,7 @@ static __device__ __forceinline__ void q8k_warp_store(const float *v, int lane, 
 			idx = 8 * lane + k;
 		}
 	q8k_warp_first_max(ax, idx, val);
-	int8_t *qs = reinterpret_cast<int8_t *>(row) + (size_t)b * 256 + 8 * lane;
-	float *ds = reinterpret_cast<float *>(row + n_in);
-	int *bsums = reinterpret_cast<int *>(row + n_in + (size_t)nsb * 4) + b * 16;
-	int16_t *bs32 = reinterpret_cast<int16_t *>(row + q8k_bs32_offset(n_in)) + b * 8;
+	const q8k_parts sb = q8k_parts_of(row, n_in, nsb, b);
 	int q[8];
 	float iscale = 0.0f;
 	if (ax == 0) {
@@ -169,17 +183,17 @@ static __device__ __forceinline__ void q8k_warp_store(const float *v, int lane, 
 	}
 	int s = 0;
 	for (int k = 0; k < 8; k++) {
-		qs[k] = (int8_t)q[k];
+		sb.qs[8 * lane + k] = (int8_t)q[k];
 		s += q[k];
 	}
 	s += __shfl_xor_sync(0xffffffffu, s, 1); /* lanes 2j, 2j + 1: bsums[j] */
 	if (lane % 2 == 0)
-		bsums[lane / 2] = s;
+		sb.bsums[lane / 2] = s;
 	s += __shfl_xor_sync(0xffffffffu, s, 2); /* |s| <= 32 * 127: an int16 */
 	if (lane % 4 == 0)
-		bs32[lane / 4] = (int16_t)s;
+		sb.bs32[lane / 4] = (int16_t)s;
 	if (lane == 0)
-		ds[b] = ax == 0 ? 0.0f : 1 / iscale;
+		*sb.d = ax == 0 ? 0.0f : 1 / iscale;
 }
 
 #endif
