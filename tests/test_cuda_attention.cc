@@ -67,6 +67,7 @@ static const cfg cfgs[] = {
 	{ QT_F32, 64, 6, 1, false },
 	{ QT_F16, 16, 9, 3, false },
 	{ QT_F16, 64, 8, 2, false },
+	{ QT_F16, 6, 4, 2, false },    /* heads of no whole float4s: one element at a time */
 	{ QT_Q8_0, 64, 4, 2, false },
 	{ QT_Q8_0, 16, 6, 2, false },  /* heads inside a Q8_0 block */
 	{ QT_Q8_0, 8, 8, 4, false },
@@ -328,6 +329,26 @@ static void run_cfg(const cfg &c)
 			else
 				CHECK(memcmp(first.data(), out.data(), qn * sizeof(float)) == 0);
 		});
+		/* the pool at an offset of its allocation that leaves its rows
+		 * no whole-word loads (F32 4 bytes, F16 2: attn_plan's
+		 * vec_load): the one-element loads give the same floats, so
+		 * the same bits (Q8_0 needs only 2-byte alignment either way) */
+		if (c.type != QT_Q8_0) {
+			const size_t off = c.type == QT_F32 ? 4 : 2;
+			std::vector<uint8_t> shifted(pool_bytes + off, 0);
+			std::copy(cpu_pool.begin(), cpu_pool.end(), shifted.begin() + off);
+			dbuf<uint8_t> dshift(shifted.size());
+			dshift.put(shifted);
+			struct bk_kv skv = dkv;
+			skv.base = dshift.d + off;
+			attn_shape vs, ss;
+			CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &vs), 0);
+			CHECK_INT_EQ(attn_plan(&skv, &a, TABLE_STRIDE, &ss), 0);
+			CHECK(vs.vec_load == (hd % 4 == 0) && !ss.vec_load);
+			CHECK_INT_EQ(cuda_attention(&skv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d, dout.d,
+						    &rows, scratch.d, 0), 0);
+			CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
+		}
 		/* quantizing for the o projection in the reduction changes none
 		 * of out's bits, and the rows are the CPU quantizer's */
 		const int64_t row_n = (int64_t)c.n_head * hd;

@@ -8,7 +8,9 @@
  * block per (row, kv head, split) streams its split a tile of positions at
  * a time (a tile never crosses a KV block) with online softmax for every
  * query head of the kv head's group (GQA: the group shares each K/V tile
- * loaded into shared memory) and writes a partial (max, sum, acc[head_dim])
+ * loaded into shared memory: 4 elements a load, each thread's loads issued
+ * before its stores, attn_stage; scores by four fmaf chains, attn_dot;
+ * weighted V rows 4 elements a thread) and writes a partial (max, sum, acc[head_dim])
  * per query head; attn_reduce_kernel combines a row's partials.  The split
  * size is a function of the row's position alone, so is its arithmetic
  * (batch invariance).  The reduction may also quantize its rows for the
@@ -58,6 +60,12 @@ extern "C" void cuda_attention_set_split(int32_t tokens)
 #define ATTN_MAX_GROUP 64
 #define ATTN_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without opt-in */
 #define KV_STORE_THREADS 128      /* whole warps: the Q8_0 path shuffles */
+
+#ifdef __CUDACC__
+#define ATTN_UNROLL _Pragma("unroll")
+#else
+#define ATTN_UNROLL /* g++ (the emulator) knows no unroll pragma */
+#endif
 static_assert(Q8K_THREADS == QK_K, "a block of the fused reduction is one Q8_K super-block");
 
 /* The pool of one layer as a kernel sees it (passed by value). */
@@ -181,16 +189,27 @@ struct attn_shape {
 	int32_t n_splits;   /* splits per row in the grid (and the scratch) */
 	int32_t tile;       /* positions per shared-memory tile */
 	int32_t qrows;      /* rows of one sequence per split block (1 .. ATTN_MAX_QROWS) */
+	int32_t vec_load;   /* a head's pool rows load 4 elements at a time (kv_elem4) */
 };
 
+/* Floats between consecutive positions of a staged K or V tile: the head
+ * plus 4 when whole float4s fit (16-byte rows whose float4 loads spread
+ * over the banks: a stride of 4 mod 32 words), else plus 1 (no bank
+ * conflicts). */
+static __host__ __device__ __forceinline__ int32_t attn_kstride(int32_t hd)
+{
+	return hd % 4 ? hd + 1 : hd + 4;
+}
+
 /* Floats of shared memory a split block of R rows uses (see the carve-up
- * below). */
+ * in attn_split_kernel); R positions as ints after them. */
 static size_t attn_smem_floats(int32_t R, int32_t group, int32_t hd, int32_t tile)
 {
 	return (size_t)2 * R * group * hd        /* q, acc */
-		+ (size_t)2 * tile * (hd + 1)     /* K, V tiles (rows padded by one: no bank conflicts) */
+		+ (size_t)2 * tile * attn_kstride(hd) /* K, V tiles */
 		+ (size_t)R * group * tile        /* scores, then weights */
-		+ (size_t)3 * R * group;          /* running max, sum; correction */
+		+ (size_t)3 * R * group           /* running max, sum; correction */
+		+ (size_t)R;                      /* the rows' positions */
 }
 
 /* Positions per split of a row at position P: sh.split_pos doubled until
@@ -205,6 +224,95 @@ static __host__ __device__ __forceinline__ int32_t attn_split_size(int32_t p, in
 	while (S * max_splits < (int64_t)p + 1)
 		S *= 2;
 	return (int32_t)S;
+}
+
+/* Four consecutive elements E.. of a pool row as floats (kv_elem's), by
+ * whole loads: 16 bytes of F32, 8 of F16, a Q8_0 block's scale and 4 codes
+ * (2-byte aligned: two 16-bit loads).  The row is aligned for them
+ * (attn_plan's vec_load) and E % 4 == 0. */
+static __device__ __forceinline__ float4 kv_elem4(const char *row, uint32_t type, int32_t e)
+{
+	if (type == QT_F32)
+		return __ldg(reinterpret_cast<const float4 *>(row) + e / 4);
+	if (type == QT_F16) {
+		const uint2 h = __ldg(reinterpret_cast<const uint2 *>(row) + e / 4);
+		return make_float4(__half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu))),
+				   __half2float(__ushort_as_half((unsigned short)(h.x >> 16))),
+				   __half2float(__ushort_as_half((unsigned short)(h.y & 0xffffu))),
+				   __half2float(__ushort_as_half((unsigned short)(h.y >> 16))));
+	}
+	const char *blk = row + (size_t)(e / QK) * sizeof(struct block_q8_0);
+	const float d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(blk))));
+	const unsigned short *c = reinterpret_cast<const unsigned short *>(blk + sizeof(qt_f16) + e % QK);
+	const unsigned lo = __ldg(c), hi = __ldg(c + 1);
+	return make_float4((float)(int8_t)(lo & 0xffu) * d, (float)(int8_t)(lo >> 8) * d,
+			   (float)(int8_t)(hi & 0xffu) * d, (float)(int8_t)(hi >> 8) * d);
+}
+
+/* Stages positions P.. (N of them, within one KV block: rows KROW, VROW
+ * on) of kv head HK into KT and VT (rows KS floats apart).  Each thread's
+ * loads of a batch are issued before any of its stores (through the
+ * read-only path, so nothing orders them after the shared stores). */
+#define ATTN_LOAD_BATCH 4
+static __device__ __forceinline__ void attn_stage(const kv_view &kv, const attn_shape &sh, const char *krow,
+	const char *vrow, int32_t hk, int32_t n, float *kt, float *vt, int32_t ks)
+{
+	const int32_t hd = sh.head_dim;
+	const int tid = threadIdx.x, nt = blockDim.x;
+	if (!sh.vec_load) {
+		for (int i = tid; i < n * hd; i += nt) {
+			const int r = i / hd, c = i % hd;
+			kt[r * ks + c] = kv_elem(krow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
+			vt[r * ks + c] = kv_elem(vrow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
+		}
+		return;
+	}
+	const int32_t upr = hd / 4, units = n * upr; /* float4s per position, per tile */
+	for (int u0 = tid; u0 < units; u0 += ATTN_LOAD_BATCH * nt) {
+		float4 kx[ATTN_LOAD_BATCH], vx[ATTN_LOAD_BATCH];
+ATTN_UNROLL
+		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
+			const int u = u0 + j * nt;
+			if (u < units) {
+				const int r = u / upr, e = hk * hd + u % upr * 4;
+				kx[j] = kv_elem4(krow + (size_t)r * kv.row_bytes, kv.type, e);
+				vx[j] = kv_elem4(vrow + (size_t)r * kv.row_bytes, kv.type, e);
+			}
+		}
+ATTN_UNROLL
+		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
+			const int u = u0 + j * nt;
+			if (u < units) {
+				const int o = u / upr * ks + u % upr * 4;
+				*reinterpret_cast<float4 *>(kt + o) = kx[j];
+				*reinterpret_cast<float4 *>(vt + o) = vx[j];
+			}
+		}
+	}
+}
+
+/* The dot product of query head QG and staged key KR (HD floats): with
+ * HD % 4 == 0, four fmaf chains over the elements 4i + j, summed as
+ * (0 + 1) + (2 + 3); else one chain in order.  A function of the two
+ * vectors alone (batch invariance). */
+static __device__ __forceinline__ float attn_dot(const float *qg, const float *kr, int32_t hd)
+{
+	if (hd % 4) {
+		float dot = 0.0f;
+		for (int c = 0; c < hd; c++)
+			dot = fmaf(qg[c], kr[c], dot);
+		return dot;
+	}
+	const float4 *q4 = reinterpret_cast<const float4 *>(qg), *k4 = reinterpret_cast<const float4 *>(kr);
+	float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	for (int c = 0; c < hd / 4; c++) {
+		const float4 x = q4[c], y = k4[c];
+		a.x = fmaf(x.x, y.x, a.x);
+		a.y = fmaf(x.y, y.y, a.y);
+		a.z = fmaf(x.z, y.z, a.z);
+		a.w = fmaf(x.w, y.w, a.w);
+	}
+	return (a.x + a.y) + (a.z + a.w);
 }
 
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
@@ -235,7 +343,7 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	if (last < 0 || p0 >= last + 1) /* the whole block leaves, before any barrier */
 		return;
 	const int32_t P1 = min(p0 + S, last + 1);
-	const int32_t G = sh.group, hd = sh.head_dim, ks = hd + 1, tile = sh.tile;
+	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
 	const int32_t bt = kv.block_tokens;
 	const int32_t *table = tables + (size_t)(t0 + R - 1) * table_stride;
@@ -244,49 +352,40 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	DYN_SHARED(float, smem);
 	float *qs = smem;                  /* (R, G, hd) */
 	float *acc = qs + RG * hd;         /* (R, G, hd) */
-	float *kt = acc + RG * hd;         /* (tile, hd + 1) */
-	float *vt = kt + tile * ks;        /* (tile, hd + 1) */
+	float *kt = acc + RG * hd;         /* (tile, ks) */
+	float *vt = kt + tile * ks;        /* (tile, ks) */
 	float *sc = vt + tile * ks;        /* (R, G, tile) */
 	float *m = sc + RG * tile;         /* (R, G) */
 	float *l = m + RG;                 /* (R, G) */
 	float *corr = l + RG;              /* (R, G) */
+	int32_t *rp = reinterpret_cast<int32_t *>(corr + RG); /* (R) the rows' positions */
 
 	for (int i = tid; i < RG * hd; i += nt) {
 		const int32_t r = i / (G * hd), gc = i % (G * hd);
-		qs[i] = q[((size_t)(t0 + r) * sh.n_head + (size_t)hk * G) * hd + gc];
+		qs[i] = __ldg(&q[((size_t)(t0 + r) * sh.n_head + (size_t)hk * G) * hd + gc]);
 		acc[i] = 0.0f;
 	}
 	for (int g = tid; g < RG; g += nt) {
 		m[g] = -INFINITY;
 		l[g] = 0.0f;
 	}
-	__syncthreads();
+	for (int r = tid; r < R; r += nt)
+		rp[r] = pos[t0 + r];
 
 	for (int32_t p = p0; p < P1;) {
 		int32_t n = min(P1 - p, bt - p % bt);
 		n = min(n, tile);
-		const char *krow = kv_row(kv, table, 0, p);
-		const char *vrow = kv_row(kv, table, 1, p);
-		for (int i = tid; i < n * hd; i += nt) {
-			const int r = i / hd, c = i % hd;
-			kt[r * ks + c] = kv_elem(krow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
-			vt[r * ks + c] = kv_elem(vrow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
-		}
-		__syncthreads();
+		attn_stage(kv, sh, kv_row(kv, table, 0, p), kv_row(kv, table, 1, p), hk, n, kt, vt, ks);
+		__syncthreads(); /* (the first time, also q and the rows' state) */
 		for (int i = tid; i < RG * n; i += nt) {
 			const int rg = i / n, r = i % n;
-			const int32_t nr = min(n, pos[t0 + rg / G] + 1 - p); /* this row's part */
-			if (r >= nr)
+			if (r > rp[rg / G] - p) /* past this row's position */
 				continue;
-			const float *qg = qs + rg * hd, *kr = kt + r * ks;
-			float dot = 0.0f;
-			for (int c = 0; c < hd; c++)
-				dot = fmaf(qg[c], kr[c], dot);
-			sc[rg * tile + r] = dot * sh.scale;
+			sc[rg * tile + r] = attn_dot(qs + rg * hd, kt + r * ks, hd) * sh.scale;
 		}
 		__syncthreads();
 		for (int rg = tid; rg < RG; rg += nt) { /* online softmax, one thread per (row, head) */
-			const int32_t nr = min(n, pos[t0 + rg / G] + 1 - p);
+			const int32_t nr = min(n, rp[rg / G] + 1 - p);
 			if (nr <= 0)
 				continue; /* the row ended before this tile */
 			float *sg = sc + rg * tile;
@@ -307,16 +406,39 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 			corr[rg] = cr;
 		}
 		__syncthreads();
-		for (int i = tid; i < RG * hd; i += nt) {
-			const int rg = i / hd, c = i % hd;
-			const int32_t nr = min(n, pos[t0 + rg / G] + 1 - p);
+		/* acc = acc * corr + sum_r w_r v_r, an fmaf chain over the tile
+		 * per element; a thread takes 4 consecutive elements where they
+		 * are whole float4s (the same operations per element) */
+		const int32_t cw = hd % 4 ? 1 : 4, cn = hd / cw;
+		for (int i = tid; i < RG * cn; i += nt) {
+			const int rg = i / cn, c = i % cn * cw;
+			const int32_t nr = min(n, rp[rg / G] + 1 - p);
 			if (nr <= 0)
 				continue;
 			const float *wg = sc + rg * tile;
-			float a = acc[i] * corr[rg];
-			for (int r = 0; r < nr; r++)
-				a = fmaf(wg[r], vt[r * ks + c], a);
-			acc[i] = a;
+			float *ag = acc + rg * hd + c;
+			const float cr = corr[rg];
+			if (cw == 1) {
+				float a = ag[0] * cr;
+				for (int r = 0; r < nr; r++)
+					a = fmaf(wg[r], vt[r * ks + c], a);
+				ag[0] = a;
+				continue;
+			}
+			float4 a = *reinterpret_cast<float4 *>(ag);
+			a.x *= cr;
+			a.y *= cr;
+			a.z *= cr;
+			a.w *= cr;
+			for (int r = 0; r < nr; r++) {
+				const float w = wg[r];
+				const float4 v = *reinterpret_cast<const float4 *>(vt + r * ks + c);
+				a.x = fmaf(w, v.x, a.x);
+				a.y = fmaf(w, v.y, a.y);
+				a.z = fmaf(w, v.z, a.z);
+				a.w = fmaf(w, v.w, a.w);
+			}
+			*reinterpret_cast<float4 *>(ag) = a;
 		}
 		__syncthreads(); /* the next tile overwrites kt, vt, sc */
 		p += n;
@@ -325,7 +447,7 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	const size_t stride = (size_t)hd + 2;
 	for (int i = tid; i < RG * hd; i += nt) {
 		const int rg = i / hd, c = i % hd, r = rg / G, g = rg % G;
-		if (pos[t0 + r] < p0)
+		if (rp[r] < p0)
 			continue; /* this split is past the row's position */
 		const int32_t h = hk * G + g;
 		float *pp = partial + (((size_t)(t0 + r - row0) * sh.n_head + h) * sh.n_splits + s) * stride;
@@ -534,6 +656,11 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	if (attn_smem_floats(1, sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
 		return -ENOTSUP;
 	sh->tile = tile;
+	/* kv_elem4's loads: 4-element pieces of a head, each whole words of
+	 * a row the pool keeps aligned to them (every row of every block) */
+	const size_t align = kv->type == QT_F32 ? 16 : kv->type == QT_F16 ? 8 : 2;
+	sh->vec_load = sh->head_dim % 4 == 0 && (uintptr_t)kv->base % align == 0 &&
+		       kv->row_bytes % align == 0 && kv->block_bytes % align == 0;
 	sh->qrows = ATTN_MAX_QROWS;
 	while (sh->qrows > 1 &&
 	       attn_smem_floats(sh->qrows, sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
