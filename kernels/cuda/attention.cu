@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <math.h>
 
+#include <algorithm>
 #include <vector>
 
 extern "C" {
@@ -107,27 +108,51 @@ static __device__ __forceinline__ float kv_elem(const char *row, uint32_t type, 
 /* One block per (row, K or V): F32 copies, F16 rounds to nearest even, Q8_0
  * gives each 32-element block to one warp: amax by shuffles, then
  * d = amax / 127, id = 127 / amax, q = round-half-even(x * id) as quant.c's
- * quantize_q8_0 (IEEE divisions and a lone multiply: nothing to contract). */
+ * quantize_q8_0 (IEEE divisions and a lone multiply: nothing to contract).
+ * A thread loads KV_STORE_BATCH elements (blocks) before it stores any. */
+#define KV_STORE_BATCH 4
 /* SRC (kv_dim floats) into the pool row at DST, converted to the pool's type. */
 static __device__ __forceinline__ void kv_store_row(const kv_view &kv, char *dst, const float *src)
 {
-	if (kv.type == QT_F32) {
-		for (int c = threadIdx.x; c < kv.kv_dim; c += blockDim.x)
-			reinterpret_cast<float *>(dst)[c] = src[c];
-	} else if (kv.type == QT_F16) {
-		for (int c = threadIdx.x; c < kv.kv_dim; c += blockDim.x)
-			reinterpret_cast<__half *>(dst)[c] = __float2half_rn(src[c]);
-	} else {
-		const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-		for (int b = warp; b < kv.kv_dim / QK; b += n_warps) { /* uniform across the warp */
-			const float x = src[b * QK + lane];
-			float amax = fabsf(x);
+	if (kv.type != QT_Q8_0) {
+		const int nt = blockDim.x;
+		for (int c0 = threadIdx.x; c0 < kv.kv_dim; c0 += KV_STORE_BATCH * nt) {
+			float x[KV_STORE_BATCH];
+ATTN_UNROLL
+			for (int j = 0; j < KV_STORE_BATCH; j++)
+				x[j] = c0 + j * nt < kv.kv_dim ? src[c0 + j * nt] : 0.0f;
+ATTN_UNROLL
+			for (int j = 0; j < KV_STORE_BATCH; j++) {
+				const int c = c0 + j * nt;
+				if (c >= kv.kv_dim)
+					continue;
+				if (kv.type == QT_F32)
+					reinterpret_cast<float *>(dst)[c] = x[j];
+				else
+					reinterpret_cast<__half *>(dst)[c] = __float2half_rn(x[j]);
+			}
+		}
+		return;
+	}
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+	const int nb = kv.kv_dim / QK;
+	for (int b0 = warp; b0 < nb; b0 += KV_STORE_BATCH * n_warps) { /* uniform across the warp */
+		float x[KV_STORE_BATCH];
+ATTN_UNROLL
+		for (int j = 0; j < KV_STORE_BATCH; j++)
+			x[j] = b0 + j * n_warps < nb ? src[(b0 + j * n_warps) * QK + lane] : 0.0f;
+ATTN_UNROLL
+		for (int j = 0; j < KV_STORE_BATCH; j++) {
+			const int b = b0 + j * n_warps;
+			if (b >= nb)
+				continue;
+			float amax = fabsf(x[j]);
 			for (int off = 16; off > 0; off /= 2)
 				amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
 			const float d = amax / 127.0f;
 			const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
 			char *blk = dst + (size_t)b * sizeof(struct block_q8_0);
-			reinterpret_cast<int8_t *>(blk + sizeof(qt_f16))[lane] = (int8_t)__float2int_rn(x * id);
+			reinterpret_cast<int8_t *>(blk + sizeof(qt_f16))[lane] = (int8_t)__float2int_rn(x[j] * id);
 			if (lane == 0)
 				*reinterpret_cast<__half *>(blk) = __float2half_rn(d);
 		}
@@ -146,34 +171,39 @@ static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ p
 		     (which ? v : k) + (size_t)t * kv.kv_dim);
 }
 
-/* rope_kernel on q and k, then kv_store_kernel, in one launch: grid (T, 3),
- * blockIdx.y 0 rotates the row's q heads, 1 its k heads and then stores
- * them (the barrier makes the block's rotated k visible to all its
- * threads), 2 stores its v.  The cos/sin table is in dynamic shared memory
- * (rope.cuh).  A padding row (negative position) is left alone. */
+/* rope_kernel on q and k, then kv_store_kernel, in one launch: grid
+ * (T, QB + 2), blockIdx.y < QB rotates the row's q heads HQ * y .. (a
+ * decode step's many q heads over several blocks), QB rotates its k heads
+ * and then stores them (the barrier makes the block's rotated k visible to
+ * all its threads), QB + 1 stores its v.  Each block builds the cos/sin
+ * table in dynamic shared memory (rope.cuh).  A padding row (negative
+ * position) is left alone. */
 static __global__ void rope_kv_store_kernel(kv_view kv, const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, float *q, float *k,
 	const float *__restrict__ v, int32_t n_head, int32_t head_dim, int32_t n_rot,
-	float theta_scale, int neox)
+	float theta_scale, int neox, int32_t hq)
 {
 	DYN_SHARED(float2, cs);
 	const int32_t t = blockIdx.x;
-	const int which = blockIdx.y;
+	const int32_t qb = (n_head + hq - 1) / hq, y = blockIdx.y;
 	const int32_t p = pos[t];
 	if (p < 0)
 		return;
-	if (which < 2) {
+	if (y <= qb) {
 		rope_table(cs, p, n_rot / 2, theta_scale);
 		__syncthreads();
-		if (which == 0) {
-			rope_rotate(q + (size_t)t * n_head * head_dim, cs, n_head, head_dim, n_rot / 2, neox);
+		if (y < qb) {
+			const int32_t h0 = y * hq;
+			rope_rotate(q + ((size_t)t * n_head + h0) * head_dim, cs, min(hq, n_head - h0), head_dim,
+				    n_rot / 2, neox);
 			return;
 		}
 		rope_rotate(k + (size_t)t * kv.kv_dim, cs, kv.kv_dim / head_dim, head_dim, n_rot / 2, neox);
 		__syncthreads();
 	}
-	const float *src = (which == 1 ? k : v) + (size_t)t * kv.kv_dim;
-	kv_store_row(kv, kv_row(kv, tables + (size_t)t * table_stride, which - 1, p), src);
+	const int which = y - qb; /* 0: k, 1: v */
+	const float *src = (which ? v : k) + (size_t)t * kv.kv_dim;
+	kv_store_row(kv, kv_row(kv, tables + (size_t)t * table_stride, which, p), src);
 }
 
 /* ---- attention ---- */
@@ -617,10 +647,15 @@ extern "C" int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t
 		return -EINVAL;
 	/* the CPU's theta_scale, from the host's powf (n_rot 0 rotates nothing) */
 	const float theta_scale = n_rot ? powf(freq_base, -2.0f / (float)n_rot) : 1.0f;
-	LAUNCH(rope_kv_store_kernel, dim3((unsigned)T, 3), KV_STORE_THREADS,
-		(size_t)(n_rot / 2) * sizeof(float2), (cudaStream_t)stream, kv_view_of(kv, layer), pos,
+	/* q heads per block: about ROPE_BATCH pairs a thread, at least a head */
+	const int32_t n_pair = n_rot / 2;
+	const int32_t hq = n_pair ? (int32_t)std::max<int64_t>(1, (int64_t)ROPE_BATCH * KV_STORE_THREADS / n_pair)
+				  : a->n_head;
+	const int32_t qb = (a->n_head + hq - 1) / hq;
+	LAUNCH(rope_kv_store_kernel, dim3((unsigned)T, (unsigned)qb + 2), KV_STORE_THREADS,
+		(size_t)n_pair * sizeof(float2), (cudaStream_t)stream, kv_view_of(kv, layer), pos,
 		tables, table_stride, q, k, v, a->n_head, a->head_dim, n_rot, theta_scale,
-		style == BK_ROPE_NEOX);
+		style == BK_ROPE_NEOX, hq);
 	return launched();
 }
 

@@ -21,18 +21,37 @@ static __device__ __forceinline__ void rope_table(float2 *cs, int32_t p, int n_p
 }
 
 /* Rotates the first 2 * N_PAIR dims of each of ROW's N_HEAD heads in
- * place: adjacent pairs, or with NEOX the two halves. */
+ * place: adjacent pairs, or with NEOX the two halves.  A thread loads
+ * ROPE_BATCH pairs before it stores any (each pair is one thread's: no
+ * load waits for a store). */
+#define ROPE_BATCH 4
 static __device__ __forceinline__ void rope_rotate(float *row, const float2 *cs, int n_head, int head_dim,
 	int n_pair, int neox)
 {
 	const int pairs = n_head * n_pair;
-	for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-		const int h = p / n_pair, i = p % n_pair;
-		float *v = row + (int64_t)h * head_dim;
-		const int a = neox ? i : 2 * i, b = neox ? i + n_pair : 2 * i + 1;
-		const float x0 = v[a], x1 = v[b], c = cs[i].x, s = cs[i].y;
-		v[a] = __fmul_rn(x0, c) - __fmul_rn(x1, s);
-		v[b] = __fmul_rn(x0, s) + __fmul_rn(x1, c);
+	for (int p0 = threadIdx.x; p0 < pairs; p0 += ROPE_BATCH * blockDim.x) {
+		float *va[ROPE_BATCH], *vb[ROPE_BATCH];
+		float x0[ROPE_BATCH], x1[ROPE_BATCH];
+		int ci[ROPE_BATCH];
+		for (int j = 0; j < ROPE_BATCH; j++) {
+			const int p = p0 + j * (int)blockDim.x;
+			if (p >= pairs)
+				continue;
+			const int h = p / n_pair, i = p % n_pair;
+			float *v = row + (int64_t)h * head_dim;
+			va[j] = v + (neox ? i : 2 * i);
+			vb[j] = v + (neox ? i + n_pair : 2 * i + 1);
+			ci[j] = i;
+			x0[j] = *va[j];
+			x1[j] = *vb[j];
+		}
+		for (int j = 0; j < ROPE_BATCH; j++) {
+			if (p0 + j * (int)blockDim.x >= pairs)
+				continue;
+			const float c = cs[ci[j]].x, s = cs[ci[j]].y;
+			*va[j] = __fmul_rn(x0[j], c) - __fmul_rn(x1[j], s);
+			*vb[j] = __fmul_rn(x0[j], s) + __fmul_rn(x1[j], c);
+		}
 	}
 }
 
