@@ -311,7 +311,9 @@ static void test_add_rmsnorm()
 static void test_add_rmsnorm_q8()
 {
 	static const int32_t Ts[] = { 1, 5 };
-	static const int64_t ns[] = { 64, 576, 2048 }, ns_k[] = { 256, 768, 2048 };
+	/* 2080 and 4352: past the first pass's 16 loads a thread (4096) and
+	 * the g the second pass loads first (8 blocks, 2 super-blocks a warp) */
+	static const int64_t ns[] = { 64, 576, 2080 }, ns_k[] = { 256, 768, 4352 };
 
 	for (uint32_t vec : q8_vecs) {
 		const int blck = (int)qtype_get(vec)->blck;
