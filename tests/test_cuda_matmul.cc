@@ -301,8 +301,15 @@ static void test_shapes()
 	const int before = n_split;
 	shape_cases({ 1, 9 }, 9, 9);
 	CHECK_INT_EQ(n_split, before);
+	cuda_matmul_set_split_k(16);
+	/* a split-K target of one warp: every launch has it already */
+	cuda_matmul_set_split_warps(1);
+	shape_cases({ 1 }, 1, 1);
+	CHECK_INT_EQ(n_split, before);
+	cuda_matmul_set_split_warps(0); /* the default again */
 	cuda_matmul_set_split_k(4);
 	shape_cases({ 2 }, 2, 2);
+	CHECK(n_split > before);
 	cuda_matmul_set_split_k(16);
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);

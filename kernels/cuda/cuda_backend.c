@@ -1345,6 +1345,10 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	const char *sk = getenv("LLMD_CUDA_MM_SPLIT");
 	if (sk && *sk)
 		cuda_matmul_set_split_k((int32_t)strtol(sk, NULL, 10));
+	/* LLMD_CUDA_MM_WARPS=N: the warps split-K aims for (the same bits) */
+	const char *sw = getenv("LLMD_CUDA_MM_WARPS");
+	if (sw && *sw)
+		cuda_matmul_set_split_warps((int32_t)strtol(sw, NULL, 10));
 	/* LLMD_CUDA_ATTN_SPLIT=N: attention's positions per split block */
 	const char *as = getenv("LLMD_CUDA_ATTN_SPLIT");
 	if (as && *as)

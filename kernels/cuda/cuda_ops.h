@@ -156,6 +156,10 @@ void cuda_matmul_set_mma_min_t(int32_t min_t);
  * stay in order).  1 turns it off (LLMD_CUDA_MM_SPLIT, cuda_backend.c; the
  * tests); process-wide, set it before any launch. */
 void cuda_matmul_set_split_k(int32_t max);
+/* The warps a launch's split-K aims for in all (default 2048; below 1 the
+ * default): the same bits whatever it is.  For timing on a GPU
+ * (LLMD_CUDA_MM_WARPS, cuda_backend.c) and the tests; process-wide. */
+void cuda_matmul_set_split_warps(int32_t warps);
 /* Attention's split: positions per block of the flash-decoding kernel at
  * the shortest (rounded up to whole KV blocks, doubled as a row grows past
  * 32 splits; default 16, below 1 the default).  A row's arithmetic depends

@@ -1206,10 +1206,17 @@ extern "C" void cuda_matmul_set_split_k(int32_t max)
 }
 
 #define MM_SPLIT_WARPS 2048 /* enough warps to keep HBM's loads in flight on ~132 SMs */
+static long long mm_split_warps = MM_SPLIT_WARPS;
+
+extern "C" void cuda_matmul_set_split_warps(int32_t warps)
+{
+	mm_split_warps = warps < 1 ? MM_SPLIT_WARPS : warps;
+}
 
 /* The warps per run of 16 rows (KS) of a tensor-core launch over RUNS runs
  * of blocks of BLCK elements, NB of them per row, NT tiles a pass: the
- * fewest powers of two that reach MM_SPLIT_WARPS in all, at most the 16
+ * fewest powers of two that reach mm_split_warps in all (MM_SPLIT_WARPS
+ * unless cuda_matmul_set_split_warps says otherwise), at most the 16
  * float lanes of the 32-element types or the super-blocks of a row of the
  * K-quants, and within 32 KiB of shared memory (mm_split_smem). */
 static int mm_split(int blck, int nb, int nt, long long runs)
@@ -1218,7 +1225,7 @@ static int mm_split(int blck, int nb, int nt, long long runs)
 	if (cap > mm_split_max)
 		cap = mm_split_max;
 	int ks = 1;
-	while (ks * 2 <= cap && runs * ks < MM_SPLIT_WARPS && (blck == QK || ks * 2 <= nb))
+	while (ks * 2 <= cap && runs * ks < mm_split_warps && (blck == QK || ks * 2 <= nb))
 		ks *= 2;
 	return ks;
 }
