@@ -122,7 +122,7 @@ static bool same_bits(float a, float b)
 	return memcmp(&a, &b, 4) == 0;
 }
 
-static int n_cases, n_mma, n_k45, n_split;
+static int n_cases, n_mma, n_k45, n_split, n_async;
 static int split_seen; /* the split-K warp counts that ran, or'ed */
 
 /* One shape of one type: the CUDA path equals the CPU (both ISAs) bit for
@@ -151,6 +151,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 		const int ks = mm_use_mma(type, T) ? mm_split(blck, n_in / blck, nt, (n_out + 15) / 16) : 1;
 		n_split += ks > 1;
 		split_seen |= ks;
+		n_async += mm_use_async(type, mm_use_mma(type, T), 1, nt); /* cudaMalloc'd: aligned */
 	}
 	const bk_weight *dwp = &dwt;
 	const bool k45 = mm_use_mma(type, T) && (type == QT_Q4_K || type == QT_Q5_K);
@@ -311,6 +312,13 @@ static void test_shapes()
 	shape_cases({ 2 }, 2, 2);
 	CHECK(n_split > before);
 	cuda_matmul_set_split_k(16);
+	/* Q4_K/Q5_K weights through cp.async stages (split-K's shared memory
+	 * past 48 KiB at 8 warps): the same bits */
+	CHECK_INT_EQ(n_async, 0);
+	cuda_matmul_set_async(1);
+	shape_cases({ 1, 5 }, 5, 1);
+	cuda_matmul_set_async(0);
+	CHECK(n_async > 0);
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);
@@ -454,6 +462,14 @@ static void test_small()
 			check_case(type, 256, 7, T, T == 9);
 		check_case(type, 768, 7, 1, false); /* split-K: 2 warps, 3 super-blocks */
 	}
+	cuda_matmul_set_async(1); /* each warp's cp.async stages, split-K or not */
+	for (uint32_t type : { QT_Q4_K, QT_Q5_K }) {
+		check_case(type, 768, 7, 1, false);
+		check_case(type, 256, 7, 5, false);
+	}
+	check_case(QT_Q4_K, 33 * QK_K, 3, 1, false); /* 5 rounds of 8 warps: the stages reused */
+	cuda_matmul_set_async(0);
+	CHECK(n_async > 0);
 	cuda_matmul_set_mma_min_t(8);
 	for (uint32_t type : q32_types)
 		check_case(type, 64, 7, 2, true);

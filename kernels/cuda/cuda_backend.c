@@ -1349,6 +1349,10 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	const char *sw = getenv("LLMD_CUDA_MM_WARPS");
 	if (sw && *sw)
 		cuda_matmul_set_split_warps((int32_t)strtol(sw, NULL, 10));
+	/* LLMD_CUDA_MM_ASYNC=1: K-quant weights through cp.async stages */
+	const char *ma = getenv("LLMD_CUDA_MM_ASYNC");
+	if (ma && *ma)
+		cuda_matmul_set_async((int)strtol(ma, NULL, 10));
 	/* LLMD_CUDA_ATTN_SPLIT=N: attention's positions per split block */
 	const char *as = getenv("LLMD_CUDA_ATTN_SPLIT");
 	if (as && *as)

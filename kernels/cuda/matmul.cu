@@ -31,6 +31,10 @@
  * model's 4096-row matrices at T = 1: 256 warps) gives each run a block of
  * up to 16 warps (split-K, mm_split): they share its blocks and leave their
  * float steps' operands in shared memory for warp 0 to apply in order.
+ * With cuda_matmul_set_async (LLMD_CUDA_MM_ASYNC) the Q4_K/Q5_K kernels
+ * of one tile a pass copy each warp's next super-blocks into shared memory
+ * with cp.async (MM_STAGES stages, cuda_mma.h) while computing one: more
+ * weight bytes in flight per warp, with no registers to hold them.
  * So the result equals the CPU backend's bit for bit on either path, and
  * each output depends only on its own weight row and activation row: not
  * on T, on the other rows or on the launch shape (batch invariance).
@@ -884,19 +888,81 @@ MM_UNROLL
 				}
 }
 
-template <int TYPE, int NT, bool ALIGNED>
+/* Bytes of k_chain's buffer in a block of KS warps on one run (split-K),
+ * NT tiles a pass: none without split-K. */
+static __host__ __device__ __forceinline__ size_t k_part_bytes(int ks, int nt)
+{
+	return ks > 1 ? (size_t)2 * ks * nt * 4 * 32 * sizeof(float4) : 0;
+}
+
+/* The asynchronous weight copies of the K-quant kernels (ASYNC): each warp
+ * has MM_STAGES stages of shared memory after k_chain's buffer, a stage
+ * holding one super-block of the warp's 16 rows at MM_STAGE_ROW(bytes)
+ * bytes a row (the super-block and 16 bytes, so that a warp's 8-byte reads
+ * of 4 rows at once fall in distinct banks); the copy of the super-block
+ * MM_STAGES - 1 ahead is in flight while one is computed. */
+#define MM_STAGES 3
+#define MM_STAGE_ROW(bytes) ((bytes) + 16)
+
+static __host__ __device__ __forceinline__ size_t k_stage_bytes(int bytes)
+{
+	return (size_t)MMA_ROWS * MM_STAGE_ROW(bytes);
+}
+
+/* Lane LANE's share of the copy of super-block SB of the warp's rows (M)
+ * into STAGE: 16-byte chunks LANE, LANE + 32, ... of the 16 rows' BYTES
+ * each, then a commit (also when SB is past NSB: the groups stay one a
+ * super-block). */
+static __device__ __forceinline__ void k_stage_copy(const mm_row &m, int bytes, int sb, int nsb, uint8_t *stage,
+	int lane)
+{
+	const int chunks = bytes / 16;
+	if (sb < nsb)
+		for (int j = lane; j < MMA_ROWS * chunks; j += 32) {
+			const int r = j / chunks, c = j % chunks;
+			cp_async16(stage + (size_t)r * MM_STAGE_ROW(bytes) + 16 * c,
+				   mma_w_row(m, r) + (size_t)sb * bytes + 16 * c);
+		}
+	cp_async_commit();
+}
+
+/* 8 (16) weight bytes at P, in shared memory (SMEM) or global. */
+template <bool ALIGNED, bool SMEM>
+static __device__ __forceinline__ uint2 k_ld_u2(const uint8_t *p)
+{
+	if (SMEM)
+		return *reinterpret_cast<const uint2 *>(p);
+	return ld_u2<ALIGNED>(p);
+}
+
+template <bool ALIGNED, bool SMEM>
+static __device__ __forceinline__ uint4 k_ld_u4(const uint8_t *p)
+{
+	if (SMEM)
+		return *reinterpret_cast<const uint4 *>(p);
+	return ld_u4<ALIGNED>(p);
+}
+
+/* ASYNC (ALIGNED rows only): the weights come through each warp's stages
+ * (k_stage_copy) rather than straight from global memory: the same bytes,
+ * so the same bits. */
+template <int TYPE, int NT, bool ALIGNED, bool ASYNC>
 static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
+	static_assert(!ASYNC || ALIGNED, "cp.async copies whole aligned 16-byte pieces");
 	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
 	const mm_row m = mm_pick(g, MMA_ROWS, ks);
 	if (!m.w) /* whole warps (split-K: the whole block) only */
 		return;
 	DYN_SHARED(float4, part);
 	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
+	const int bytes_ = k_traits<TYPE>::bytes;
+	uint8_t *stages = reinterpret_cast<uint8_t *>(part) + k_part_bytes(ks, NT) +
+			  (size_t)(threadIdx.x / 32) * MM_STAGES * k_stage_bytes(bytes_);
 	const int n_in = nsb * QK_K;
 	const size_t bs32 = q8k_bs32_offset(n_in);
-	const int bytes = k_traits<TYPE>::bytes;
+	const int bytes = bytes_;
 	const int qs = TYPE == QT_Q5_K ? 48 : 16;
 	const unsigned lo4 = 0x0f0f0f0fu;
 
@@ -916,21 +982,39 @@ MM_UNROLL
 			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
 		k_advance<NT>(sp.kw, bytes, w, xb, da, bs);
+		if (ASYNC) {
+			__syncwarp(); /* a pass before this one is done with the stages */
+			for (int i = 0; i < MM_STAGES - 1; i++)
+				k_stage_copy(m, bytes, i * ks + sp.kw, nsb, stages + i * k_stage_bytes(bytes), lane);
+		}
 
-		for (int b0 = 0; b0 < nsb; b0 += ks) {
+		for (int b0 = 0, it = 0; b0 < nsb; b0 += ks, it++) {
 			float4 f[NT][4];
+			/* the weight rows' bytes 8q.. of this super-block: W, or
+			 * its stage once the copy has landed */
+			const uint8_t *wr[2] = { w[0], w[1] };
+			if (ASYNC) {
+				__syncwarp(); /* the stage copied into next was read last time */
+				k_stage_copy(m, bytes, b0 + (MM_STAGES - 1) * ks + sp.kw, nsb,
+					     stages + (it + MM_STAGES - 1) % MM_STAGES * k_stage_bytes(bytes), lane);
+				cp_async_wait<MM_STAGES - 1>();
+				__syncwarp(); /* every lane's part of this stage has landed */
+				const uint8_t *st = stages + it % MM_STAGES * k_stage_bytes(bytes);
+				wr[0] = st + (size_t)gr * MM_STAGE_ROW(bytes) + 8 * q;
+				wr[1] = st + (size_t)(gr + 8) * MM_STAGE_ROW(bytes) + 8 * q;
+			}
 			if (b0 + sp.kw < nsb) {
 				float dw[2], dm[2];
 				unsigned sc[2][2], mn[2][2];
 				uint2 qh[2];
 MM_UNROLL
 				for (int r = 0; r < 2; r++) {
-					const uint4 h = ld_u4<ALIGNED>(w[r] - 8 * q);
+					const uint4 h = k_ld_u4<ALIGNED, ASYNC>(wr[r] - 8 * q);
 					dw[r] = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu)));
 					dm[r] = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
 					k4_scales_packed(h.y, h.z, h.w, sc[r], mn[r]);
 					if (TYPE == QT_Q5_K)
-						qh[r] = ld_u2<ALIGNED>(w[r] + 16);
+						qh[r] = k_ld_u2<ALIGNED, ASYNC>(wr[r] + 16);
 				}
 				int sumi[NT][4];
 MM_UNROLL
@@ -943,7 +1027,7 @@ MM_UNROLL
 					uint2 c[2];
 MM_UNROLL
 					for (int r = 0; r < 2; r++)
-						c[r] = ld_u2<ALIGNED>(w[r] + qs + 32 * p);
+						c[r] = k_ld_u2<ALIGNED, ASYNC>(wr[r] + qs + 32 * p);
 MM_UNROLL
 					for (int hi = 0; hi < 2; hi++) {
 						const int s = 2 * p + hi;
@@ -996,6 +1080,8 @@ MM_UNROLL
 			k_chain<NT, 2>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane);
 			k_advance<NT>(ks, bytes, w, xb, da, bs);
 		}
+		if (ASYNC)
+			cp_async_wait<0>(); /* (only empty groups are left) */
 		if (sp.kw == 0)
 			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
@@ -1237,7 +1323,7 @@ static size_t mm_split_smem(int blck, int nt, int ks)
 {
 	if (ks < 2)
 		return 0;
-	return blck == QK ? (size_t)16 * nt * 4 * 32 * sizeof(float) : (size_t)2 * ks * nt * 4 * 32 * 16;
+	return blck == QK ? (size_t)16 * nt * 4 * 32 * sizeof(float) : k_part_bytes(ks, nt);
 }
 
 /* The tensor-core kernel of a supported TYPE with NT tiles of 8 activation
@@ -1252,11 +1338,34 @@ static mm_kernel mm_mma_kernel_of(uint32_t type, int aligned)
 	case QT_Q4_1: return matmul_q32_mma_kernel<QT_Q4_1, nq>;
 	case QT_Q8_0: return matmul_q32_mma_kernel<QT_Q8_0, nq>;
 	case QT_Q4_K:
-		return aligned ? matmul_k45_mma_kernel<QT_Q4_K, NT, true> : matmul_k45_mma_kernel<QT_Q4_K, NT, false>;
+		return aligned ? matmul_k45_mma_kernel<QT_Q4_K, NT, true, false>
+			       : matmul_k45_mma_kernel<QT_Q4_K, NT, false, false>;
 	case QT_Q5_K:
-		return aligned ? matmul_k45_mma_kernel<QT_Q5_K, NT, true> : matmul_k45_mma_kernel<QT_Q5_K, NT, false>;
+		return aligned ? matmul_k45_mma_kernel<QT_Q5_K, NT, true, false>
+			       : matmul_k45_mma_kernel<QT_Q5_K, NT, false, false>;
 	default:      return matmul_q6k_mma_kernel<NT>;
 	}
+}
+
+/* Whether a launch of TYPE's tensor-core kernel with NT tiles a pass takes
+ * its weights through cp.async stages (cuda_matmul_set_async; 16-byte
+ * aligned Q4_K/Q5_K rows, one tile a pass), and that kernel. */
+static int mm_async = 0;
+
+extern "C" void cuda_matmul_set_async(int on)
+{
+	mm_async = on != 0;
+}
+
+static int mm_use_async(uint32_t type, int mma, int aligned, int nt)
+{
+	return mm_async && mma && aligned && nt == 1 && (type == QT_Q4_K || type == QT_Q5_K);
+}
+
+static mm_kernel mm_async_kernel_of(uint32_t type)
+{
+	return type == QT_Q4_K ? matmul_k45_mma_kernel<QT_Q4_K, 1, true, true>
+			       : matmul_k45_mma_kernel<QT_Q5_K, 1, true, true>;
 }
 
 /* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
@@ -1306,7 +1415,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const int ks = mma ? mm_split(blck, nbk, nt, runs) : 1;
 	const int rows_per_block = ks > 1 ? MMA_ROWS : MM_WARPS * (mma ? MMA_ROWS : 1);
 	const unsigned threads = 32u * (ks > 1 ? ks : MM_WARPS);
-	const size_t smem = mm_split_smem(blck, nt, ks);
+	size_t smem = mm_split_smem(blck, nt, ks);
 	for (int k = 0; k < CUDA_MM_GROUP; k++) {
 		const int used = k < nw;
 		g.w[k] = used ? (const uint8_t *)ws[k]->data : NULL;
@@ -1326,7 +1435,16 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const size_t stride = mm_xq_stride(w->type, w->n_in);
 	uint8_t *xq = (uint8_t *)scratch;
 	const unsigned mm_blocks = (unsigned)blocks;
-	const mm_kernel kernel = mm_kernel_of(w->type, mma, mm_aligned16(ws, nw), T);
+	const int aligned = mm_aligned16(ws, nw);
+	const int async = mm_use_async(w->type, mma, aligned, nt);
+	const mm_kernel kernel = async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T);
+	if (async) { /* each warp's stages after the split-K buffer */
+		smem += (size_t)(threads / 32) * MM_STAGES * k_stage_bytes((int)mm_block_bytes(w->type, &blck));
+		if (smem > 48 * 1024 &&
+		    cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					 (int)smem) != cudaSuccess)
+			return -EIO;
+	}
 
 	if (blck == QK) {
 		const int nb = n_in / QK;
