@@ -285,6 +285,12 @@ int main(int argc, char **argv)
 	setenv("LLMD_CUDA_MMA_MIN_T", "8", 1); /* one-row steps on the dp4a kernels */
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1); /* the default again, from the next engine */
+	/* launches overlapping their predecessors' tails (sm_90), recorded
+	 * into graphs too: the same tokens */
+	setenv("LLMD_CUDA_PDL", "1", 1);
+	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
+	setenv("LLMD_CUDA_PDL", "0", 1);
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);
 	thalf_check(dir, QT_BF16, 0.005f); /* 1e-4 on the emulator; the H200's tensor cores: 8.4e-4 */

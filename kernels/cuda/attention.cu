@@ -33,6 +33,7 @@ extern "C" {
 #include "quant.h"
 }
 
+#include "cuda_mma.h"
 #include "cuda_ops.h"
 #include "quant_q8.cuh"
 #include "rope.cuh"
@@ -163,6 +164,7 @@ static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ p
 	const int32_t *__restrict__ tables, int32_t table_stride, const float *__restrict__ k,
 	const float *__restrict__ v)
 {
+	grid_dep_wait();
 	const int32_t t = blockIdx.x;
 	const int which = blockIdx.y;
 	if (pos[t] < 0) /* a padding row: nothing to store */
@@ -183,6 +185,7 @@ static __global__ void rope_kv_store_kernel(kv_view kv, const int32_t *__restric
 	const float *__restrict__ v, int32_t n_head, int32_t head_dim, int32_t n_rot,
 	float theta_scale, int neox, int32_t hq)
 {
+	grid_dep_wait();
 	DYN_SHARED(float2, cs);
 	const int32_t t = blockIdx.x;
 	const int32_t qb = (n_head + hq - 1) / hq, y = blockIdx.y;
@@ -364,6 +367,7 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	const int32_t *__restrict__ tiles, int32_t tile_base, const float *__restrict__ q,
 	float *__restrict__ partial)
 {
+	grid_dep_wait();
 	const int32_t hk = blockIdx.y, s = blockIdx.x;
 	const int32_t t0 = tiles ? tiles[2 * (tile_base + blockIdx.z)] : row0 + (int32_t)blockIdx.z;
 	const int32_t R = tiles ? tiles[2 * (tile_base + blockIdx.z) + 1] : 1;
@@ -526,6 +530,7 @@ static __device__ __forceinline__ float attn_combine(const float *pp, size_t str
 static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_shape sh,
 	int32_t row0, const float *__restrict__ partial, float *__restrict__ out)
 {
+	grid_dep_wait();
 	const int32_t t = row0 + blockIdx.y, h = blockIdx.x, hd = sh.head_dim;
 	const size_t stride = (size_t)hd + 2;
 	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
@@ -550,6 +555,7 @@ static __global__ void attn_reduce_q8_kernel(const int32_t *__restrict__ pos, at
 	int32_t row0, const float *__restrict__ partial, float *__restrict__ out, uint32_t vec,
 	uint8_t *__restrict__ xq, size_t xq_stride)
 {
+	grid_dep_wait();
 	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
 	const int32_t t = row0 + blockIdx.y, hd = sh.head_dim, n = sh.n_head * hd;
 	const int32_t e = (int32_t)blockIdx.x * Q8K_THREADS + threadIdx.x;

@@ -1353,6 +1353,15 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	const char *ma = getenv("LLMD_CUDA_MM_ASYNC");
 	if (ma && *ma)
 		cuda_matmul_set_async((int)strtol(ma, NULL, 10));
+	/* LLMD_CUDA_PDL=1: launches overlap the previous kernel's tail
+	 * (programmatic dependent launch: compute capability 9.0 and up) */
+	const char *pdl = getenv("LLMD_CUDA_PDL");
+	if (pdl && *pdl) {
+		int major = 0;
+		cuda_set_pdl(strtol(pdl, NULL, 10) != 0 &&
+			     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+				     cudaSuccess && major >= 9);
+	}
 	/* LLMD_CUDA_ATTN_SPLIT=N: attention's positions per split block */
 	const char *as = getenv("LLMD_CUDA_ATTN_SPLIT");
 	if (as && *as)

@@ -2,11 +2,13 @@
  * first: it makes the same source build with nvcc and, for tests, as C++
  * against the CUDA emulator's stand-in headers (g++ -x c++ -I kernels/cuda/emu).
  *
- * Two rules keep that possible, and a test (tests/emu_layout.sh) fails
- * on any .cu or header under kernels/cuda that breaks them:
+ * Three rules keep that possible (and launches safe to overlap), and a
+ * test (tests/emu_layout.sh) fails on any .cu or header under kernels/cuda
+ * that breaks them:
  *   - every launch goes through LAUNCH(): no raw triple chevrons;
  *   - dynamic shared memory is declared with DYN_SHARED(): no raw
- *     `extern __shared__`.
+ *     `extern __shared__`;
+ *   - every kernel's body begins with grid_dep_wait() (cuda_mma.h).
  * Tensor-core and inline-PTX code lives in cuda_mma.h only, behind a
  * portable branch the emulator runs.  No spin-waits and no implicit warp
  * lockstep: the emulator schedules threads only at barriers and collectives
@@ -20,11 +22,41 @@
 
 #ifdef __CUDACC__
 
+/* Whether launches may overlap the tail of the kernel before them in the
+ * stream (programmatic dependent launch, sm_90: cuda_set_pdl()). */
+inline int cuda_compat_pdl = 0;
+
+/* A launch of K as LAUNCH's; with cuda_compat_pdl, through
+ * cudaLaunchKernelEx with programmatic stream serialization, so that K's
+ * blocks may start before its predecessor's have all finished: every
+ * kernel's first statement is grid_dep_wait() (cuda_mma.h), which holds
+ * it until the predecessor has completed and its writes are visible. */
+template <typename... P, typename... A>
+static inline void cuda_compat_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+	A &&...args)
+{
+	if (!cuda_compat_pdl) {
+		k<<<grid, block, smem, st>>>(static_cast<A &&>(args)...);
+		return;
+	}
+	cudaLaunchAttribute attr[1];
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = st;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(args)...);
+}
+
 /* LAUNCH(kernel, grid, block, smem_bytes, stream, args...): a kernel launch;
  * check it with cudaGetLastError() as usual.  A template kernel whose
  * arguments hold a comma goes in parentheses: LAUNCH((k<float, 4>), ...). */
 #define LAUNCH(kernel, grid, block, smem, stream, ...) \
-	kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+	cuda_compat_launch(kernel, (grid), (block), (smem), (stream), ##__VA_ARGS__)
 
 /* DYN_SHARED(type, name): inside a kernel, `type *name` pointing at the
  * launch's dynamic shared memory (16-byte aligned; one buffer per launch,

@@ -12,6 +12,9 @@
  *
  * Helpers:
  *   mma_s8_m16n8k32  D += A * B on signed bytes, int32 sums (sm_80+).
+ *   grid_dep_wait    the first statement of every kernel: waits for the
+ *                    kernel before it in the stream when the launch let
+ *                    the two overlap (griddepcontrol.wait, sm_90).
  *   cp_async16, cp_async_commit, cp_async_wait<N>
  *                    16-byte copies from global to shared memory that
  *                    complete in the background (cp.async, sm_80+).
@@ -64,6 +67,19 @@ static __device__ __forceinline__ void mma_s8_m16n8k32(int d[4], const int a[4],
 #endif
 }
 
+/* Holds the calling thread until the grids its launch depends on have
+ * completed and their writes are visible; at once when the launch was an
+ * ordinary one.  A launch with programmatic stream serialization
+ * (cuda_compat_pdl, cuda_compat.h) may start before the kernel before it
+ * has finished, so every kernel calls this before anything else.  The
+ * emulator runs launches one after another: nothing to wait for. */
+static __device__ __forceinline__ void grid_dep_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* cp_async16(DST, SRC): 16 bytes from global SRC to shared DST (both
  * 16-byte aligned), landing in the background (cp.async.cg: through L2
  * only); cp_async_commit() closes the calling thread's copies issued since
@@ -78,6 +94,8 @@ static __device__ __forceinline__ void mma_s8_m16n8k32(int d[4], const int a[4],
  * ordered before the issue, or after the wait, races with one of the two
  * writes. */
 #ifdef CUDA_EMU /* (which never defines __CUDA_ARCH__) */
+#include <stdio.h>
+
 #define CP_ASYNC_MAX 32 /* copies a thread has in flight, at most (portable) */
 struct cp_async_state {
 	const void *owner; /* the fiber's view and block that issued these */

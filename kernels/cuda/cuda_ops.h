@@ -166,6 +166,13 @@ void cuda_matmul_set_split_warps(int32_t warps);
  * on a GPU (LLMD_CUDA_MM_ASYNC, cuda_backend.c) and the tests;
  * process-wide. */
 void cuda_matmul_set_async(int on);
+/* ON: every launch from here on may start before the kernel before it in
+ * its stream has finished (programmatic dependent launch; each kernel
+ * waits for it first thing, grid_dep_wait): launch latency hidden behind
+ * the previous kernel's tail.  Only for devices of compute capability 9.0
+ * and up (LLMD_CUDA_PDL, cuda_backend.c); the emulator ignores it.
+ * Process-wide, off by default. */
+void cuda_set_pdl(int on);
 /* Attention's split: positions per block of the flash-decoding kernel at
  * the shortest (rounded up to whole KV blocks, doubled as a row grows past
  * 32 splits; default 16, below 1 the default).  A row's arithmetic depends

@@ -4,6 +4,7 @@
  * launchers, LAUNCH and DYN_SHARED).  Not part of the backend.
  */
 #include "cuda_compat.h"
+#include "cuda_mma.h"
 
 #include <errno.h>
 
@@ -14,6 +15,7 @@
 /* Tree reduction of one 256-element slice per block in shared memory. */
 static __global__ void block_sum_kernel(const float *__restrict__ x, float *__restrict__ out)
 {
+	grid_dep_wait();
 	__shared__ float s[BLOCK_SUM_THREADS];
 	const int t = threadIdx.x;
 	s[t] = x[blockIdx.x * BLOCK_SUM_THREADS + t];
@@ -38,6 +40,7 @@ static __device__ __forceinline__ float warp_sum(float v)
 static __global__ void warp_sum_kernel(const float *__restrict__ x, int n_warps,
 	float *__restrict__ out)
 {
+	grid_dep_wait();
 	const int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
 	const int lane = threadIdx.x % 32;
 	if (w >= n_warps) /* whole warps only: the mask below names all 32 lanes */
@@ -51,6 +54,7 @@ static __global__ void warp_sum_kernel(const float *__restrict__ x, int n_warps,
 static __global__ void dot_i8_kernel(const int *__restrict__ a, const int *__restrict__ b,
 	int n4, int *__restrict__ out)
 {
+	grid_dep_wait();
 	const int i = blockIdx.x * blockDim.x + threadIdx.x;
 	int v = i < n4 ? __dp4a(__ldg(&a[i]), __ldg(&b[i]), 0) : 0;
 	for (int off = 16; off > 0; off /= 2)
@@ -63,6 +67,7 @@ static __global__ void dot_i8_kernel(const int *__restrict__ a, const int *__res
 static __global__ void histogram_kernel(const uint8_t *__restrict__ x, int n,
 	unsigned *__restrict__ hist)
 {
+	grid_dep_wait();
 	__shared__ unsigned local[256];
 	for (int i = threadIdx.x; i < 256; i += blockDim.x)
 		local[i] = 0;
@@ -80,6 +85,7 @@ static __global__ void histogram_kernel(const uint8_t *__restrict__ x, int n,
 static __global__ void reverse_rows_kernel(const float *__restrict__ x, int n,
 	float *__restrict__ out)
 {
+	grid_dep_wait();
 	DYN_SHARED(float, row);
 	const float *src = x + (size_t)blockIdx.x * n;
 	float *dst = out + (size_t)blockIdx.x * n;

@@ -132,6 +132,7 @@ static __device__ __forceinline__ float ld_f16(const uint8_t *p)
 static __global__ void quantize_q8_kernel(const float *__restrict__ x, int n_in, int T,
 	int with_sum, uint8_t *__restrict__ xq, size_t stride)
 {
+	grid_dep_wait();
 	const int nb = n_in / QK;
 	const long long gw = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
 	const int lane = threadIdx.x % 32;
@@ -148,6 +149,7 @@ static __global__ void quantize_q8_kernel(const float *__restrict__ x, int n_in,
 static __global__ void quantize_q8k_kernel(const float *__restrict__ x, int n_in,
 	uint8_t *__restrict__ xq, size_t stride)
 {
+	grid_dep_wait();
 	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
 	const int nsb = n_in / QK_K;
 	const int t = blockIdx.x / nsb, b = blockIdx.x % nsb;
@@ -238,6 +240,7 @@ template <int TYPE>
 static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
+	grid_dep_wait();
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -528,6 +531,7 @@ template <int TYPE, int NT>
 static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
+	grid_dep_wait();
 	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4, kw = ks > 1 ? (int)threadIdx.x / 32 : 0;
 	const mm_row m = mm_pick(g, MMA_ROWS, ks);
 	if (!m.w) /* whole warps (split-K: the whole block) only */
@@ -680,6 +684,7 @@ template <int TYPE>
 static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
+	grid_dep_wait();
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -950,6 +955,7 @@ template <int TYPE, int NT, bool ALIGNED, bool ASYNC>
 static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
+	grid_dep_wait();
 	static_assert(!ASYNC || ALIGNED, "cp.async copies whole aligned 16-byte pieces");
 	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
 	const mm_row m = mm_pick(g, MMA_ROWS, ks);
@@ -1107,6 +1113,7 @@ template <int NT>
 static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
+	grid_dep_wait();
 	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
 	const mm_row m = mm_pick(g, MMA_ROWS, ks);
 	if (!m.w) /* whole warps (split-K: the whole block) only */

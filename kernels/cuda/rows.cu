@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda_mma.h"
 #include "cuda_ops.h"
 #include "quant_q8.cuh"
 #include "rope.cuh"
@@ -54,6 +55,15 @@ static __device__ __forceinline__ float rows_f16(const uint8_t *p)
 static int rows_launched(void)
 {
 	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
+extern "C" void cuda_set_pdl(int on)
+{
+#ifdef __CUDACC__
+	cuda_compat_pdl = on != 0;
+#else
+	(void)on; /* the emulator runs every launch after the one before */
+#endif
 }
 
 /* ---- embed ---- */
@@ -148,6 +158,7 @@ static __device__ __forceinline__ float rows_dequant(uint32_t type, const uint8_
 static __global__ void embed_kernel(const uint8_t *__restrict__ w, uint32_t type, int64_t n_in,
 	int64_t n_out, size_t row_bytes, const int32_t *__restrict__ ids, float *__restrict__ out)
 {
+	grid_dep_wait();
 	const int64_t t = blockIdx.x;
 	const int64_t e = (int64_t)blockIdx.y * ROWS_THREADS + threadIdx.x;
 	if (e >= n_in)
@@ -219,6 +230,7 @@ extern "C" int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t
 static __global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, uint32_t type, int64_t n_in,
 	size_t row_bytes, int64_t row0, __half *__restrict__ out)
 {
+	grid_dep_wait();
 	const int64_t r = blockIdx.x;
 	const int64_t e = (int64_t)blockIdx.y * ROWS_THREADS + threadIdx.x;
 	if (e >= n_in)
@@ -248,6 +260,7 @@ extern "C" int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t
 /* Grid-stride: out[i] = x[i] rounded to nearest even f16, or bf16. */
 static __global__ void to_half_kernel(const float *__restrict__ x, int64_t n, int bf16, void *out)
 {
+	grid_dep_wait();
 	for (int64_t i = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * ROWS_THREADS) {
 		if (bf16)
@@ -328,6 +341,7 @@ ROWS_UNROLL
 static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ g, int64_t n,
 	float eps, float *out)
 {
+	grid_dep_wait();
 	__shared__ double s_warp[ROWS_WARPS];
 	const float *xr = x + (int64_t)blockIdx.x * n;
 	float *yr = out + (int64_t)blockIdx.x * n;
@@ -355,6 +369,7 @@ extern "C" int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n
 static __global__ void add_rmsnorm_kernel(float *x, const float *y, const float *__restrict__ g,
 	int64_t n, float eps, float *out)
 {
+	grid_dep_wait();
 	__shared__ double s_warp[ROWS_WARPS];
 	float *xr = x + (int64_t)blockIdx.x * n;
 	const float *yr = y + (int64_t)blockIdx.x * n;
@@ -385,6 +400,7 @@ extern "C" int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_
 static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const float *__restrict__ g,
 	int64_t n, float eps, float *out, int with_sum, uint8_t *__restrict__ xq, size_t stride)
 {
+	grid_dep_wait();
 	__shared__ double s_warp[ROWS_WARPS];
 	float *xr = x + (int64_t)blockIdx.x * n;
 	const float *yr = y ? y + (int64_t)blockIdx.x * n : NULL;
@@ -429,6 +445,7 @@ ROWS_UNROLL
 static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const float *__restrict__ g,
 	int64_t n, float eps, float *out, uint8_t *__restrict__ xq, size_t stride)
 {
+	grid_dep_wait();
 	__shared__ double s_warp[ROWS_WARPS];
 	float *xr = x + (int64_t)blockIdx.x * n;
 	const float *yr = y ? y + (int64_t)blockIdx.x * n : NULL;
@@ -515,6 +532,7 @@ extern "C" int cuda_rmsnorm_q8(const float *x, const float *g, int32_t T, int64_
 static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot,
 	const int32_t *__restrict__ pos, float theta_scale, int neox)
 {
+	grid_dep_wait();
 	DYN_SHARED(float2, cs);
 	const int64_t t = blockIdx.x;
 	rope_table(cs, pos[t], n_rot / 2, theta_scale);
@@ -546,6 +564,7 @@ extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, 
 static __global__ void swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n,
 	float *out)
 {
+	grid_dep_wait();
 	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
 	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < n; k += stride) {
 		const float a = g[k];
@@ -559,6 +578,7 @@ static __global__ void swiglu_kernel(const float *g, const float *__restrict__ u
 static __global__ void swiglu_q8_kernel(const float *g, const float *__restrict__ u, int n_in,
 	int64_t n_blocks, float *out, int with_sum, uint8_t *__restrict__ xq, size_t stride)
 {
+	grid_dep_wait();
 	const int64_t gw = (int64_t)blockIdx.x * ROWS_WARPS + threadIdx.x / 32;
 	const int lane = threadIdx.x % 32, nb = n_in / 32;
 	if (gw >= n_blocks) /* whole warps only */
@@ -575,6 +595,7 @@ static __global__ void swiglu_q8_kernel(const float *g, const float *__restrict_
 static __global__ void swiglu_q8k_kernel(const float *g, const float *__restrict__ u, int n_in,
 	float *out, uint8_t *__restrict__ xq, size_t stride)
 {
+	grid_dep_wait();
 	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
 	const int nsb = n_in / 256;
 	const int64_t t = blockIdx.x / nsb, b = blockIdx.x % nsb;
@@ -587,6 +608,7 @@ static __global__ void swiglu_q8k_kernel(const float *g, const float *__restrict
 
 static __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t n)
 {
+	grid_dep_wait();
 	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
 	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < n; k += stride)
 		x[k] += y[k];
