@@ -14,7 +14,8 @@
  *   mma_s8_m16n8k32  D += A * B on signed bytes, int32 sums (sm_80+).
  *   grid_dep_wait    the first statement of every kernel: waits for the
  *                    kernel before it in the stream when the launch let
- *                    the two overlap (griddepcontrol.wait, sm_90).
+ *                    the two overlap, then lets the next one launch
+ *                    (griddepcontrol, sm_90).
  *   cp_async16, cp_async_commit, cp_async_wait<N>
  *                    16-byte copies from global to shared memory that
  *                    complete in the background (cp.async, sm_80+).
@@ -68,15 +69,19 @@ static __device__ __forceinline__ void mma_s8_m16n8k32(int d[4], const int a[4],
 }
 
 /* Holds the calling thread until the grids its launch depends on have
- * completed and their writes are visible; at once when the launch was an
- * ordinary one.  A launch with programmatic stream serialization
- * (cuda_compat_pdl, cuda_compat.h) may start before the kernel before it
- * has finished, so every kernel calls this before anything else.  The
- * emulator runs launches one after another: nothing to wait for. */
+ * completed and their writes are visible (at once when the launch was an
+ * ordinary one), then lets the kernel after it in the stream launch.  A
+ * launch with programmatic stream serialization (cuda_compat_pdl,
+ * cuda_compat.h) may start once every block of the kernel before it has
+ * passed this point, so every kernel calls it before anything else: the
+ * next kernel's blocks take SMs as this one's drain, and still read
+ * nothing before it has finished.  The emulator runs launches one after
+ * another: nothing to wait for. */
 static __device__ __forceinline__ void grid_dep_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
