@@ -1309,6 +1309,40 @@ int cuda_backend_device_count(char *err, size_t errlen)
 	return n;
 }
 
+/* Whether environment variable NAME is set (not empty), its integer in *V. */
+static int cb_env(const char *name, long *v)
+{
+	const char *s = getenv(name);
+	if (!s || !*s)
+		return 0;
+	*v = strtol(s, NULL, 10);
+	return 1;
+}
+
+/* The speed knobs (llm-bench(1), ENVIRONMENT): process-wide settings of the
+ * kernels, none of which changes a bit of their results but
+ * LLMD_CUDA_ATTN_SPLIT's (attention's, within its tolerance). */
+static void cb_env_knobs(int device)
+{
+	long v;
+	int major = 0;
+
+	if (cb_env("LLMD_CUDA_MMA_MIN_T", &v)) /* 8: fewer rows on the dp4a kernels */
+		cuda_matmul_set_mma_min_t((int32_t)v);
+	if (cb_env("LLMD_CUDA_MM_SPLIT", &v)) /* 1: no split-K */
+		cuda_matmul_set_split_k((int32_t)v);
+	if (cb_env("LLMD_CUDA_MM_WARPS", &v)) /* the warps split-K aims for */
+		cuda_matmul_set_split_warps((int32_t)v);
+	if (cb_env("LLMD_CUDA_MM_ASYNC", &v)) /* 1: K-quant weights through cp.async stages */
+		cuda_matmul_set_async(v != 0);
+	if (cb_env("LLMD_CUDA_PDL", &v)) /* 1: programmatic dependent launch, sm_90 and up */
+		cuda_set_pdl(v != 0 &&
+			     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+				     cudaSuccess && major >= 9);
+	if (cb_env("LLMD_CUDA_ATTN_SPLIT", &v)) /* attention's positions per split block */
+		cuda_attention_set_split((int32_t)v);
+}
+
 int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 {
 	struct cuda_backend *cb;
@@ -1336,36 +1370,7 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	}
 	cb->be.ops = &cuda_ops;
 	cb->device = device;
-	/* LLMD_CUDA_MMA_MIN_T=8 puts the matmuls of fewer rows back on the dp4a
-	 * kernels (the same bits): a knob for timing the two on a GPU */
-	const char *mt = getenv("LLMD_CUDA_MMA_MIN_T");
-	if (mt && *mt)
-		cuda_matmul_set_mma_min_t((int32_t)strtol(mt, NULL, 10));
-	/* LLMD_CUDA_MM_SPLIT=1: no split-K (the same bits), likewise */
-	const char *sk = getenv("LLMD_CUDA_MM_SPLIT");
-	if (sk && *sk)
-		cuda_matmul_set_split_k((int32_t)strtol(sk, NULL, 10));
-	/* LLMD_CUDA_MM_WARPS=N: the warps split-K aims for (the same bits) */
-	const char *sw = getenv("LLMD_CUDA_MM_WARPS");
-	if (sw && *sw)
-		cuda_matmul_set_split_warps((int32_t)strtol(sw, NULL, 10));
-	/* LLMD_CUDA_MM_ASYNC=1: K-quant weights through cp.async stages */
-	const char *ma = getenv("LLMD_CUDA_MM_ASYNC");
-	if (ma && *ma)
-		cuda_matmul_set_async((int)strtol(ma, NULL, 10));
-	/* LLMD_CUDA_PDL=1: launches overlap the previous kernel's tail
-	 * (programmatic dependent launch: compute capability 9.0 and up) */
-	const char *pdl = getenv("LLMD_CUDA_PDL");
-	if (pdl && *pdl) {
-		int major = 0;
-		cuda_set_pdl(strtol(pdl, NULL, 10) != 0 &&
-			     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-				     cudaSuccess && major >= 9);
-	}
-	/* LLMD_CUDA_ATTN_SPLIT=N: attention's positions per split block */
-	const char *as = getenv("LLMD_CUDA_ATTN_SPLIT");
-	if (as && *as)
-		cuda_attention_set_split((int32_t)strtol(as, NULL, 10));
+	cb_env_knobs(device);
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;
