@@ -1446,11 +1446,22 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const int async = mm_use_async(w->type, mma, aligned, nt);
 	const mm_kernel kernel = async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T);
 	if (async) { /* each warp's stages after the split-K buffer */
-		smem += (size_t)(threads / 32) * MM_STAGES * k_stage_bytes((int)mm_block_bytes(w->type, &blck));
-		if (smem > 48 * 1024 &&
-		    cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-					 (int)smem) != cudaSuccess)
-			return -EIO;
+		const int bytes = (int)mm_block_bytes(w->type, &blck);
+		smem += (size_t)(threads / 32) * MM_STAGES * k_stage_bytes(bytes);
+		/* past 48 KiB a kernel needs its limit raised: once, to what its
+		 * largest launch takes (8 warps of split-K), and so before any
+		 * graph capture (the first such launch is a prompt's, uncaptured) */
+		static int raised[2];
+		int *done = &raised[w->type == QT_Q4_K ? 0 : 1];
+		if (!*done) {
+			const size_t most = k_part_bytes(8, 1) + 8 * MM_STAGES * k_stage_bytes(bytes);
+			if (cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)most) != cudaSuccess)
+				return -EIO;
+			*done = 1;
+		}
+		if (smem > k_part_bytes(8, 1) + 8 * MM_STAGES * k_stage_bytes(bytes))
+			return -EINVAL; /* (mm_split caps one tile's split-K at 8 warps) */
 	}
 
 	if (blck == QK) {
