@@ -312,13 +312,19 @@ static void test_shapes()
 	shape_cases({ 2 }, 2, 2);
 	CHECK(n_split > before);
 	cuda_matmul_set_split_k(16);
-	/* Q4_K/Q5_K weights through cp.async stages (split-K's shared memory
-	 * past 48 KiB at 8 warps): the same bits */
+	/* K-quant weights through cp.async stages (split-K's shared memory
+	 * past 48 KiB at 8 warps): the same bits.  Q6_K rows are 16-byte
+	 * aligned at 8 super-blocks (its super-blocks start 2-byte aligned) */
 	CHECK_INT_EQ(n_async, 0);
 	cuda_matmul_set_async(1);
 	shape_cases({ 1, 5 }, 5, 1);
+	const int k_async = n_async;
+	for (int T : { 1, 5 }) {
+		check_case(QT_Q6_K, 8 * QK_K, 70, T, T == 5);
+		check_case(QT_Q6_K, 24 * QK_K, 7, T, false);
+	}
 	cuda_matmul_set_async(0);
-	CHECK(n_async > 0);
+	CHECK(k_async > 0 && n_async == k_async + 4);
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);
@@ -468,6 +474,7 @@ static void test_small()
 		check_case(type, 256, 7, 5, false);
 	}
 	check_case(QT_Q4_K, 33 * QK_K, 3, 1, false); /* 5 rounds of 8 warps: the stages reused */
+	check_case(QT_Q6_K, 8 * QK_K, 7, 1, false);  /* 16-byte aligned Q6_K rows, skewed blocks */
 	cuda_matmul_set_async(0);
 	CHECK(n_async > 0);
 	cuda_matmul_set_mma_min_t(8);

@@ -160,7 +160,7 @@ void cuda_matmul_set_split_k(int32_t max);
  * default): the same bits whatever it is.  For timing on a GPU
  * (LLMD_CUDA_MM_WARPS, cuda_backend.c) and the tests; process-wide. */
 void cuda_matmul_set_split_warps(int32_t warps);
-/* ON: the Q4_K/Q5_K tensor-core kernels of up to 8 rows read their
+/* ON: the K-quant tensor-core kernels of up to 8 rows read their
  * weights through cp.async stages in shared memory, 2 super-blocks ahead
  * of the one computed (default off): the same bits either way.  For timing
  * on a GPU (LLMD_CUDA_MM_ASYNC, cuda_backend.c) and the tests;

@@ -31,7 +31,7 @@
  * model's 4096-row matrices at T = 1: 256 warps) gives each run a block of
  * up to 16 warps (split-K, mm_split): they share its blocks and leave their
  * float steps' operands in shared memory for warp 0 to apply in order.
- * With cuda_matmul_set_async (LLMD_CUDA_MM_ASYNC) the Q4_K/Q5_K kernels
+ * With cuda_matmul_set_async (LLMD_CUDA_MM_ASYNC) the K-quant kernels
  * of one tile a pass copy each warp's next super-blocks into shared memory
  * with cp.async (MM_STAGES stages, cuda_mma.h) while computing one: more
  * weight bytes in flight per warp, with no registers to hold them.
@@ -82,8 +82,10 @@ struct mm_group {
 
 #ifdef __CUDACC__
 #define MM_UNROLL _Pragma("unroll")
+#define MM_ROLLED _Pragma("unroll 1")
 #else
 #define MM_UNROLL /* g++ (the emulator) knows no unroll pragma */
+#define MM_ROLLED
 #endif
 
 /* ---- scratch layout ---- */
@@ -907,7 +909,19 @@ static __host__ __device__ __forceinline__ size_t k_part_bytes(int ks, int nt)
  * of 4 rows at once fall in distinct banks); the copy of the super-block
  * MM_STAGES - 1 ahead is in flight while one is computed. */
 #define MM_STAGES 3
-#define MM_STAGE_ROW(bytes) ((bytes) + 16)
+
+/* The 16-byte pieces a super-block of BYTES spans in a 16-byte aligned row:
+ * Q4_K's 144 and Q5_K's 176 are whole pieces; Q6_K's 210 start 2-byte
+ * aligned, at most 14 bytes into a piece, so 14 pieces cover any of them
+ * (and end at or before the row's end, itself a piece's). */
+static __host__ __device__ __forceinline__ int k_stage_chunks(int bytes)
+{
+	return bytes % 16 ? (14 + bytes + 15) / 16 : bytes / 16;
+}
+
+/* A stage row: the pieces and 16 bytes, so that a warp's reads of 4 rows
+ * at once spread over the banks. */
+#define MM_STAGE_ROW(bytes) (16 * k_stage_chunks(bytes) + 16)
 
 static __host__ __device__ __forceinline__ size_t k_stage_bytes(int bytes)
 {
@@ -915,19 +929,27 @@ static __host__ __device__ __forceinline__ size_t k_stage_bytes(int bytes)
 }
 
 /* Lane LANE's share of the copy of super-block SB of the warp's rows (M)
- * into STAGE: 16-byte chunks LANE, LANE + 32, ... of the 16 rows' BYTES
- * each, then a commit (also when SB is past NSB: the groups stay one a
- * super-block). */
+ * into STAGE: 16-byte pieces LANE, LANE + 32, ... of the 16 rows' spans
+ * (k_stage_chunks), then a commit (also when SB is past NSB: the groups
+ * stay one a super-block).  In a stage row the super-block starts at
+ * k_stage_skew(bytes, sb). */
+static __device__ __forceinline__ int k_stage_skew(int bytes, int sb)
+{
+	return bytes % 16 ? (int)((unsigned)sb * (unsigned)bytes % 16) : 0;
+}
+
 static __device__ __forceinline__ void k_stage_copy(const mm_row &m, int bytes, int sb, int nsb, uint8_t *stage,
 	int lane)
 {
-	const int chunks = bytes / 16;
-	if (sb < nsb)
+	const int chunks = k_stage_chunks(bytes);
+	if (sb < nsb) {
+		const size_t start = (size_t)sb * bytes - k_stage_skew(bytes, sb);
+MM_ROLLED /* unrolled, its pointers cost some 40 registers */
 		for (int j = lane; j < MMA_ROWS * chunks; j += 32) {
 			const int r = j / chunks, c = j % chunks;
-			cp_async16(stage + (size_t)r * MM_STAGE_ROW(bytes) + 16 * c,
-				   mma_w_row(m, r) + (size_t)sb * bytes + 16 * c);
+			cp_async16(stage + (size_t)r * MM_STAGE_ROW(bytes) + 16 * c, mma_w_row(m, r) + start + 16 * c);
 		}
+	}
 	cp_async_commit();
 }
 
@@ -1109,7 +1131,32 @@ static __device__ __forceinline__ int q6_k_signed(int c)
  * half's codes are three 8-byte runs per row, read 16 bits at a time since
  * 210 bytes per super-block leave rows only 2-byte aligned.  The codes are
  * made signed (c - 32), so no bsums. */
-template <int NT>
+/* 4 bytes (a byte, an f16) of a Q6_K row at the 2-byte aligned P, in
+ * shared memory (SMEM) or global. */
+template <bool SMEM>
+static __device__ __forceinline__ int q6_ld_i32(const uint8_t *p)
+{
+	if (!SMEM)
+		return ld_i32(p);
+	const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+	return (int)((uint32_t)h[0] | (uint32_t)h[1] << 16);
+}
+
+template <bool SMEM>
+static __device__ __forceinline__ int q6_ld_i8(const uint8_t *p)
+{
+	return SMEM ? *reinterpret_cast<const int8_t *>(p) : __ldg(reinterpret_cast<const int8_t *>(p));
+}
+
+template <bool SMEM>
+static __device__ __forceinline__ float q6_ld_f16(const uint8_t *p)
+{
+	return SMEM ? __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t *>(p))) : ld_f16(p);
+}
+
+/* ASYNC (16-byte aligned rows): the weights come through each warp's
+ * stages (k_stage_copy), as matmul_k45_mma_kernel's. */
+template <int NT, bool ASYNC>
 static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
@@ -1122,6 +1169,8 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
 	const int n_in = nsb * QK_K;
 	const int bytes = k_traits<QT_Q6_K>::bytes;
+	uint8_t *stages = reinterpret_cast<uint8_t *>(part) + k_part_bytes(ks, NT) +
+			  (size_t)(threadIdx.x / 32) * MM_STAGES * k_stage_bytes(bytes);
 	const bool first = q < 2; /* this lane's elements are a slice's first sub-block */
 	const unsigned lo4 = 0x0f0f0f0fu;
 
@@ -1134,9 +1183,28 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 		float acc[NT][4];
 		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
 		k_advance<NT>(sp.kw, bytes, w, xb, da, NULL);
+		if (ASYNC) {
+			__syncwarp(); /* a pass before this one is done with the stages */
+			for (int i = 0; i < MM_STAGES - 1; i++)
+				k_stage_copy(m, bytes, i * ks + sp.kw, nsb, stages + i * k_stage_bytes(bytes), lane);
+		}
 
-		for (int b0 = 0; b0 < nsb; b0 += ks) {
+		for (int b0 = 0, it = 0; b0 < nsb; b0 += ks, it++) {
 			float4 f[NT][4];
+			/* the weight rows of this super-block: W, or its stage
+			 * once the copy has landed */
+			const uint8_t *wr[2] = { w[0], w[1] };
+			if (ASYNC) {
+				__syncwarp(); /* the stage copied into next was read last time */
+				k_stage_copy(m, bytes, b0 + (MM_STAGES - 1) * ks + sp.kw, nsb,
+					     stages + (it + MM_STAGES - 1) % MM_STAGES * k_stage_bytes(bytes), lane);
+				cp_async_wait<MM_STAGES - 1>();
+				__syncwarp(); /* every lane's part of this stage has landed */
+				const uint8_t *st = stages + it % MM_STAGES * k_stage_bytes(bytes) +
+						    k_stage_skew(bytes, b0 + sp.kw);
+				wr[0] = st + (size_t)gr * MM_STAGE_ROW(bytes);
+				wr[1] = st + (size_t)(gr + 8) * MM_STAGE_ROW(bytes);
+			}
 			if (b0 + sp.kw < nsb) {
 				int sumi[NT][4];
 MM_UNROLL
@@ -1152,9 +1220,9 @@ MM_UNROLL
 					for (int r = 0; r < 2; r++)
 MM_UNROLL
 						for (int k = 0; k < 2; k++) {
-							l02[r][k] = ld_i32(w[r] + 64 * hf + 8 * q + 4 * k);
-							l13[r][k] = ld_i32(w[r] + 64 * hf + 32 + 8 * q + 4 * k);
-							h[r][k] = ld_i32(w[r] + 128 + 32 * hf + 8 * q + 4 * k);
+							l02[r][k] = q6_ld_i32<ASYNC>(wr[r] + 64 * hf + 8 * q + 4 * k);
+							l13[r][k] = q6_ld_i32<ASYNC>(wr[r] + 64 * hf + 32 + 8 * q + 4 * k);
+							h[r][k] = q6_ld_i32<ASYNC>(wr[r] + 128 + 32 * hf + 8 * q + 4 * k);
 						}
 MM_UNROLL
 					for (int quarter = 0; quarter < 4; quarter++) {
@@ -1176,9 +1244,8 @@ MM_UNROLL
 						int sc[2][2];
 MM_UNROLL
 						for (int r = 0; r < 2; r++) {
-							const int8_t *scales = reinterpret_cast<const int8_t *>(w[r] + 192);
-							sc[r][0] = __ldg(&scales[2 * s]);
-							sc[r][1] = __ldg(&scales[2 * s + 1]);
+							sc[r][0] = q6_ld_i8<ASYNC>(wr[r] + 192 + 2 * s);
+							sc[r][1] = q6_ld_i8<ASYNC>(wr[r] + 192 + 2 * s + 1);
 						}
 MM_UNROLL
 						for (int n = 0; n < NT; n++) {
@@ -1193,7 +1260,7 @@ MM_UNROLL
 						}
 					}
 				}
-				const float dw[2] = { ld_f16(w[0] + 208), ld_f16(w[1] + 208) };
+				const float dw[2] = { q6_ld_f16<ASYNC>(wr[0] + 208), q6_ld_f16<ASYNC>(wr[1] + 208) };
 MM_UNROLL
 				for (int n = 0; n < NT; n++) {
 MM_UNROLL
@@ -1209,6 +1276,8 @@ MM_UNROLL
 			k_chain<NT, 1>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane);
 			k_advance<NT>(ks, bytes, w, xb, da, NULL);
 		}
+		if (ASYNC)
+			cp_async_wait<0>(); /* (only empty groups are left) */
 		if (sp.kw == 0)
 			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
@@ -1350,13 +1419,13 @@ static mm_kernel mm_mma_kernel_of(uint32_t type, int aligned)
 	case QT_Q5_K:
 		return aligned ? matmul_k45_mma_kernel<QT_Q5_K, NT, true, false>
 			       : matmul_k45_mma_kernel<QT_Q5_K, NT, false, false>;
-	default:      return matmul_q6k_mma_kernel<NT>;
+	default:      return matmul_q6k_mma_kernel<NT, false>;
 	}
 }
 
 /* Whether a launch of TYPE's tensor-core kernel with NT tiles a pass takes
  * its weights through cp.async stages (cuda_matmul_set_async; 16-byte
- * aligned Q4_K/Q5_K rows, one tile a pass), and that kernel. */
+ * aligned K-quant rows, one tile a pass), and that kernel. */
 static int mm_async = 0;
 
 extern "C" void cuda_matmul_set_async(int on)
@@ -1366,13 +1435,17 @@ extern "C" void cuda_matmul_set_async(int on)
 
 static int mm_use_async(uint32_t type, int mma, int aligned, int nt)
 {
-	return mm_async && mma && aligned && nt == 1 && (type == QT_Q4_K || type == QT_Q5_K);
+	return mm_async && mma && aligned && nt == 1 &&
+	       (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K);
 }
 
 static mm_kernel mm_async_kernel_of(uint32_t type)
 {
-	return type == QT_Q4_K ? matmul_k45_mma_kernel<QT_Q4_K, 1, true, true>
-			       : matmul_k45_mma_kernel<QT_Q5_K, 1, true, true>;
+	switch (type) {
+	case QT_Q4_K: return matmul_k45_mma_kernel<QT_Q4_K, 1, true, true>;
+	case QT_Q5_K: return matmul_k45_mma_kernel<QT_Q5_K, 1, true, true>;
+	default:      return matmul_q6k_mma_kernel<1, true>;
+	}
 }
 
 /* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
@@ -1451,8 +1524,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		/* past 48 KiB a kernel needs its limit raised: once, to what its
 		 * largest launch takes (8 warps of split-K), and so before any
 		 * graph capture (the first such launch is a prompt's, uncaptured) */
-		static int raised[2];
-		int *done = &raised[w->type == QT_Q4_K ? 0 : 1];
+		static int raised[3];
+		int *done = &raised[w->type == QT_Q4_K ? 0 : w->type == QT_Q5_K ? 1 : 2];
 		if (!*done) {
 			const size_t most = k_part_bytes(8, 1) + 8 * MM_STAGES * k_stage_bytes(bytes);
 			if (cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
