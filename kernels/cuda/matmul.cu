@@ -856,11 +856,13 @@ struct k_split {
  * acc = fma(F.x, F.y, acc), then (NF 2: Q4_K/Q5_K's mins) fma(F.z, F.w).
  * KS 1: at once.  Split-K: the chunk's N real super-blocks go through a
  * buffer of KS x NT x 4 float4 per thread of a warp, and warp 0 applies
- * them in super-block order: the same operations, so the same bits.
- * Every thread of the block calls it, once per chunk. */
+ * them in super-block order: the same operations, so the same bits; only
+ * for the outputs in the pass's first COLS activation rows (D's column
+ * 8t + 2q + i % 2: the others are never stored, and at T = 1 they are 7
+ * of every 8).  Every thread of the block calls it, once per chunk. */
 template <int NT, int NF>
 static __device__ __forceinline__ void k_chain(const float4 (*f)[4], float (*acc)[4], k_split &sp, int n,
-	int lane)
+	int lane, int cols)
 {
 	const int ks = sp.ks, kw = sp.kw;
 	if (ks == 1) {
@@ -875,12 +877,14 @@ MM_UNROLL
 		return;
 	}
 	float4 *buf = sp.part + (size_t)(sp.chunk++ & 1) * ks * NT * 4 * 32;
+	const int c0 = 2 * (lane % 4); /* the lane's first D column of a tile */
 	if (kw < n)
 MM_UNROLL
 		for (int t = 0; t < NT; t++)
 MM_UNROLL
 			for (int i = 0; i < 4; i++)
-				buf[((kw * NT + t) * 4 + i) * 32 + lane] = f[t][i];
+				if (8 * t + c0 + i % 2 < cols)
+					buf[((kw * NT + t) * 4 + i) * 32 + lane] = f[t][i];
 	__syncthreads(); /* and buffer chunk + 1's last readers are done */
 	if (kw == 0)
 		for (int s = 0; s < n; s++)
@@ -888,6 +892,8 @@ MM_UNROLL
 			for (int t = 0; t < NT; t++)
 MM_UNROLL
 				for (int i = 0; i < 4; i++) {
+					if (8 * t + c0 + i % 2 >= cols)
+						continue;
 					const float4 v = buf[((s * NT + t) * 4 + i) * 32 + lane];
 					acc[t][i] = fmaf(v.x, v.y, acc[t][i]);
 					if (NF == 2)
@@ -1105,7 +1111,7 @@ MM_UNROLL
 					}
 				}
 			}
-			k_chain<NT, 2>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane);
+			k_chain<NT, 2>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane, T - t0);
 			k_advance<NT>(ks, bytes, w, xb, da, bs);
 		}
 		if (ASYNC)
@@ -1273,7 +1279,7 @@ MM_UNROLL
 					}
 				}
 			}
-			k_chain<NT, 1>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane);
+			k_chain<NT, 1>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane, T - t0);
 			k_advance<NT>(ks, bytes, w, xb, da, NULL);
 		}
 		if (ASYNC)
