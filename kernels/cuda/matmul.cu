@@ -959,6 +959,30 @@ MM_ROLLED /* unrolled, its pointers cost some 40 registers */
 	cp_async_commit();
 }
 
+/* The start of a pass: copies of the warp's first MM_STAGES - 1
+ * super-blocks (KW, KW + KS, ...) into STAGES in flight. */
+static __device__ __forceinline__ void k_stages_begin(const mm_row &m, int bytes, int ks, int kw, int nsb,
+	uint8_t *stages, int lane)
+{
+	__syncwarp(); /* a pass before this one is done with the stages */
+	for (int i = 0; i < MM_STAGES - 1; i++)
+		k_stage_copy(m, bytes, i * ks + kw, nsb, stages + i * k_stage_bytes(bytes), lane);
+}
+
+/* Round IT of a pass, the warp's super-block B: the copy MM_STAGES - 1
+ * rounds ahead issued, this round's landed.  Returns where B starts in its
+ * stage's first row (the rows MM_STAGE_ROW(bytes) apart). */
+static __device__ __forceinline__ const uint8_t *k_stages_next(const mm_row &m, int bytes, int ks, int b, int it,
+	int nsb, uint8_t *stages, int lane)
+{
+	__syncwarp(); /* the stage copied into next was read last time */
+	k_stage_copy(m, bytes, b + (MM_STAGES - 1) * ks, nsb,
+		     stages + (it + MM_STAGES - 1) % MM_STAGES * k_stage_bytes(bytes), lane);
+	cp_async_wait<MM_STAGES - 1>();
+	__syncwarp(); /* every lane's part of this stage has landed */
+	return stages + it % MM_STAGES * k_stage_bytes(bytes) + k_stage_skew(bytes, b);
+}
+
 /* 8 (16) weight bytes at P, in shared memory (SMEM) or global. */
 template <bool ALIGNED, bool SMEM>
 static __device__ __forceinline__ uint2 k_ld_u2(const uint8_t *p)
@@ -1016,11 +1040,8 @@ MM_UNROLL
 			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
 		k_advance<NT>(sp.kw, bytes, w, xb, da, bs);
-		if (ASYNC) {
-			__syncwarp(); /* a pass before this one is done with the stages */
-			for (int i = 0; i < MM_STAGES - 1; i++)
-				k_stage_copy(m, bytes, i * ks + sp.kw, nsb, stages + i * k_stage_bytes(bytes), lane);
-		}
+		if (ASYNC)
+			k_stages_begin(m, bytes, ks, sp.kw, nsb, stages, lane);
 
 		for (int b0 = 0, it = 0; b0 < nsb; b0 += ks, it++) {
 			float4 f[NT][4];
@@ -1028,12 +1049,7 @@ MM_UNROLL
 			 * its stage once the copy has landed */
 			const uint8_t *wr[2] = { w[0], w[1] };
 			if (ASYNC) {
-				__syncwarp(); /* the stage copied into next was read last time */
-				k_stage_copy(m, bytes, b0 + (MM_STAGES - 1) * ks + sp.kw, nsb,
-					     stages + (it + MM_STAGES - 1) % MM_STAGES * k_stage_bytes(bytes), lane);
-				cp_async_wait<MM_STAGES - 1>();
-				__syncwarp(); /* every lane's part of this stage has landed */
-				const uint8_t *st = stages + it % MM_STAGES * k_stage_bytes(bytes);
+				const uint8_t *st = k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane);
 				wr[0] = st + (size_t)gr * MM_STAGE_ROW(bytes) + 8 * q;
 				wr[1] = st + (size_t)(gr + 8) * MM_STAGE_ROW(bytes) + 8 * q;
 			}
@@ -1189,11 +1205,8 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 		float acc[NT][4];
 		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
 		k_advance<NT>(sp.kw, bytes, w, xb, da, NULL);
-		if (ASYNC) {
-			__syncwarp(); /* a pass before this one is done with the stages */
-			for (int i = 0; i < MM_STAGES - 1; i++)
-				k_stage_copy(m, bytes, i * ks + sp.kw, nsb, stages + i * k_stage_bytes(bytes), lane);
-		}
+		if (ASYNC)
+			k_stages_begin(m, bytes, ks, sp.kw, nsb, stages, lane);
 
 		for (int b0 = 0, it = 0; b0 < nsb; b0 += ks, it++) {
 			float4 f[NT][4];
@@ -1201,13 +1214,7 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 			 * once the copy has landed */
 			const uint8_t *wr[2] = { w[0], w[1] };
 			if (ASYNC) {
-				__syncwarp(); /* the stage copied into next was read last time */
-				k_stage_copy(m, bytes, b0 + (MM_STAGES - 1) * ks + sp.kw, nsb,
-					     stages + (it + MM_STAGES - 1) % MM_STAGES * k_stage_bytes(bytes), lane);
-				cp_async_wait<MM_STAGES - 1>();
-				__syncwarp(); /* every lane's part of this stage has landed */
-				const uint8_t *st = stages + it % MM_STAGES * k_stage_bytes(bytes) +
-						    k_stage_skew(bytes, b0 + sp.kw);
+				const uint8_t *st = k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane);
 				wr[0] = st + (size_t)gr * MM_STAGE_ROW(bytes);
 				wr[1] = st + (size_t)(gr + 8) * MM_STAGE_ROW(bytes);
 			}
