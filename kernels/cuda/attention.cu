@@ -62,12 +62,6 @@ extern "C" void cuda_attention_set_split(int32_t tokens)
 #define ATTN_MAX_GROUP 64
 #define ATTN_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without opt-in */
 #define KV_STORE_THREADS 128      /* whole warps: the Q8_0 path shuffles */
-
-#ifdef __CUDACC__
-#define ATTN_UNROLL _Pragma("unroll")
-#else
-#define ATTN_UNROLL /* g++ (the emulator) knows no unroll pragma */
-#endif
 static_assert(Q8K_THREADS == QK_K, "a block of the fused reduction is one Q8_K super-block");
 
 /* The pool of one layer as a kernel sees it (passed by value). */
@@ -119,10 +113,10 @@ static __device__ __forceinline__ void kv_store_row(const kv_view &kv, char *dst
 		const int nt = blockDim.x;
 		for (int c0 = threadIdx.x; c0 < kv.kv_dim; c0 += KV_STORE_BATCH * nt) {
 			float x[KV_STORE_BATCH];
-ATTN_UNROLL
+UNROLL
 			for (int j = 0; j < KV_STORE_BATCH; j++)
 				x[j] = c0 + j * nt < kv.kv_dim ? src[c0 + j * nt] : 0.0f;
-ATTN_UNROLL
+UNROLL
 			for (int j = 0; j < KV_STORE_BATCH; j++) {
 				const int c = c0 + j * nt;
 				if (c >= kv.kv_dim)
@@ -139,10 +133,10 @@ ATTN_UNROLL
 	const int nb = kv.kv_dim / QK;
 	for (int b0 = warp; b0 < nb; b0 += KV_STORE_BATCH * n_warps) { /* uniform across the warp */
 		float x[KV_STORE_BATCH];
-ATTN_UNROLL
+UNROLL
 		for (int j = 0; j < KV_STORE_BATCH; j++)
 			x[j] = b0 + j * n_warps < nb ? src[(b0 + j * n_warps) * QK + lane] : 0.0f;
-ATTN_UNROLL
+UNROLL
 		for (int j = 0; j < KV_STORE_BATCH; j++) {
 			const int b = b0 + j * n_warps;
 			if (b >= nb)
@@ -303,7 +297,7 @@ static __device__ __forceinline__ void attn_stage(const kv_view &kv, const attn_
 	const int32_t upr = hd / 4, units = n * upr; /* float4s per position, per tile */
 	for (int u0 = tid; u0 < units; u0 += ATTN_LOAD_BATCH * nt) {
 		float4 kx[ATTN_LOAD_BATCH], vx[ATTN_LOAD_BATCH];
-ATTN_UNROLL
+UNROLL
 		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
 			const int u = u0 + j * nt;
 			if (u < units) {
@@ -312,7 +306,7 @@ ATTN_UNROLL
 				vx[j] = kv_elem4(vrow + (size_t)r * kv.row_bytes, kv.type, e);
 			}
 		}
-ATTN_UNROLL
+UNROLL
 		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
 			const int u = u0 + j * nt;
 			if (u < units) {

@@ -48,8 +48,9 @@
  * name, its rows (the step's) and, for matmuls, the weight's type and
  * shape; the host reads them at each step's download, and
  * cuda_backend_write_profile gives the caller the table (time, calls, time
- * per call, and for matmuls the weight bytes streamed per second).  Graphs are off then (a replay hides
- * its kernels), and so is nothing else: the same kernels, one step at a time.
+ * per call, and for matmuls the weight bytes streamed per second).  Graphs
+ * are off then (a replay hides its kernels), and so is nothing else: the
+ * same kernels, one step at a time.
  */
 #include <errno.h>
 #include <stdint.h>

@@ -22,6 +22,12 @@
 
 #ifdef __CUDACC__
 
+/* UNROLL before a loop of constant trip count unrolls it (its arrays stay
+ * in registers); ROLLED keeps one rolled.  g++ (the emulator) knows
+ * neither pragma: both are empty there. */
+#define UNROLL _Pragma("unroll")
+#define ROLLED _Pragma("unroll 1")
+
 /* Whether launches may overlap the tail of the kernel before them in the
  * stream (programmatic dependent launch, sm_90: cuda_set_pdl()). */
 inline int cuda_compat_pdl = 0;
@@ -80,6 +86,9 @@ static inline void cuda_compat_launch(void (*k)(P...), dim3 grid, dim3 block, si
 /* The emulator backs it with an allocation of exactly the launch's size, so
  * ASan reports an overrun; every block finds it filled with 0xff bytes. */
 #define DYN_SHARED(type, name) type *name = reinterpret_cast<type *>(::cuda_emu::dyn_shared())
+
+#define UNROLL
+#define ROLLED
 
 #endif
 

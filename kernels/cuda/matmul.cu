@@ -80,14 +80,6 @@ struct mm_group {
 	int first[CUDA_MM_GROUP + 1];
 };
 
-#ifdef __CUDACC__
-#define MM_UNROLL _Pragma("unroll")
-#define MM_ROLLED _Pragma("unroll 1")
-#else
-#define MM_UNROLL /* g++ (the emulator) knows no unroll pragma */
-#define MM_ROLLED
-#endif
-
 /* ---- scratch layout ---- */
 
 /* Bytes of one quantized activation row of N_IN elements for weight TYPE,
@@ -210,12 +202,12 @@ static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw, int
 {
 	/* first[] rises, so the last member this block reaches is its own */
 	int k0 = 0;
-MM_UNROLL
+UNROLL
 	for (int k = 1; k < CUDA_MM_GROUP; k++)
 		if ((int)blockIdx.x >= g.first[k])
 			k0 = k;
 	mm_row m = { NULL, NULL, 0, 0, 0 };
-MM_UNROLL
+UNROLL
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
 		if (k == k0) {
 			const int run = ks > 1 ? (int)blockIdx.x - g.first[k]
@@ -257,7 +249,7 @@ static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t
 		const int nt = T - t0 < MM_TB ? T - t0 : MM_TB;
 		float acc[MM_TB], macc[MM_TB];
 		const uint8_t *xr[MM_TB];
-MM_UNROLL
+UNROLL
 		for (int j = 0; j < MM_TB; j++) {
 			acc[j] = 0.0f;
 			macc[j] = 0.0f;
@@ -267,17 +259,17 @@ MM_UNROLL
 		for (int b = l; b < b16; b += 16) {
 			const uint8_t *blk = wrow + (size_t)b * bytes;
 			int wc[4];
-MM_UNROLL
+UNROLL
 			for (int k = 0; k < 4; k++)
 				wc[k] = w_codes<TYPE>(blk, h, k);
 			const float dw = ld_f16(blk);
-MM_UNROLL
+UNROLL
 			for (int j = 0; j < MM_TB; j++) {
 				if (j >= nt) /* uniform: nt is the same in every lane */
 					break;
 				const int *a = reinterpret_cast<const int *>(xr[j] + (size_t)b * QK + 16 * h);
 				int s = 0;
-MM_UNROLL
+UNROLL
 				for (int k = 0; k < 4; k++)
 					s += dot4<TYPE>(wc[k], __ldg(&a[k]));
 				s += __shfl_xor_sync(MM_FULL, s, 16);
@@ -301,7 +293,7 @@ MM_UNROLL
 			else
 				wc = (ld_i32(blk + q32_traits<TYPE>::qs + 4 * tq) >> (4 * h)) & 0x0f0f0f0f;
 			const float dw = ld_f16(blk);
-MM_UNROLL
+UNROLL
 			for (int j = 0; j < MM_TB; j++) {
 				if (j >= nt)
 					break;
@@ -319,7 +311,7 @@ MM_UNROLL
 		/* Q4_1's m*s of the ragged blocks: block b16 + l goes to lane l. */
 		if (TYPE == QT_Q4_1 && b16 + l < nb) {
 			const uint8_t *blk = wrow + (size_t)(b16 + l) * bytes;
-MM_UNROLL
+UNROLL
 			for (int j = 0; j < MM_TB; j++) {
 				if (j >= nt)
 					break;
@@ -330,7 +322,7 @@ MM_UNROLL
 
 		/* hsum16: (a[l] + a[l+8]), then +4, +2, +1; float addition
 		 * commutes, so the xor butterfly gives its bits in lane 0. */
-MM_UNROLL
+UNROLL
 		for (int j = 0; j < MM_TB; j++) {
 			if (j >= nt)
 				break;
@@ -374,7 +366,7 @@ static __device__ __forceinline__ void mma_a_codes(const uint8_t *blk0, const ui
 	a[2] = w_codes<TYPE>(blk0, 1, q);
 	a[3] = w_codes<TYPE>(blk1, 1, q);
 	if (TYPE == QT_Q4_0)
-MM_UNROLL
+UNROLL
 		for (int i = 0; i < 4; i++)
 			a[i] = q4_0_signed(a[i]);
 }
@@ -394,11 +386,11 @@ static __device__ __forceinline__ void mma_block(const uint8_t *w0, const uint8_
 	int a[4];
 	mma_a_codes<TYPE>(blk0, blk1, q, a);
 	if (piece >= 0 && piece != q)
-MM_UNROLL
+UNROLL
 		for (int i = 0; i < 4; i++)
 			a[i] = 0;
 	const float dw0 = ld_f16(blk0), dw1 = ld_f16(blk1);
-MM_UNROLL
+UNROLL
 	for (int n = 0; n < NT; n++) {
 		const int *x = reinterpret_cast<const int *>(xb[n] + (size_t)b * QK);
 		const int bf[2] = { __ldg(&x[q]), __ldg(&x[4 + q]) };
@@ -434,11 +426,11 @@ template <int NT>
 static __device__ __forceinline__ void mma_x_rows(const uint8_t *xq, size_t stride, int T, int t0, int g, int q,
 	const uint8_t **xb, const uint8_t *(*xc)[2])
 {
-MM_UNROLL
+UNROLL
 	for (int n = 0; n < NT; n++) {
 		const int tb = t0 + 8 * n + g, tc = t0 + 8 * n + 2 * q;
 		xb[n] = xq + (size_t)(tb < T ? tb : T - 1) * stride;
-MM_UNROLL
+UNROLL
 		for (int c = 0; c < 2; c++)
 			xc[n][c] = xq + (size_t)(tc + c < T ? tc + c : T - 1) * stride;
 	}
@@ -450,9 +442,9 @@ MM_UNROLL
 template <int NT>
 static __device__ __forceinline__ void mma_store(const mm_row &m, int g, int q, int t0, int T, const float (*v)[4])
 {
-MM_UNROLL
+UNROLL
 	for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 		for (int i = 0; i < 4; i++) {
 			const int row = g + 8 * (i / 2), col = t0 + 8 * n + 2 * q + i % 2;
 			if (row < m.rows && col < T)
@@ -469,9 +461,9 @@ static __device__ __forceinline__ void q32_lane(const uint8_t *w0, const uint8_t
 	int q, const uint8_t *const *xb, const float *const (*da)[2], float (*cur)[4])
 {
 	float acc[NT][4], macc[NT][4];
-MM_UNROLL
+UNROLL
 	for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 		for (int i = 0; i < 4; i++)
 			acc[n][i] = macc[n][i] = 0.0f;
 	for (int b = l; b < b16; b += 16)
@@ -482,7 +474,7 @@ MM_UNROLL
 		const int b = b16 + l;
 		const float mw0 = ld_f16(w0 + (size_t)b * q32_traits<TYPE>::bytes + 2);
 		const float mw1 = ld_f16(w1 + (size_t)b * q32_traits<TYPE>::bytes + 2);
-MM_UNROLL
+UNROLL
 		for (int n = 0; n < NT; n++) {
 			const float s0 = __ldg(&da[n][0][nb + b]), s1 = __ldg(&da[n][1][nb + b]);
 			macc[n][0] = fmaf(mw0, s0, macc[n][0]);
@@ -491,21 +483,27 @@ MM_UNROLL
 			macc[n][3] = fmaf(mw1, s1, macc[n][3]);
 		}
 	}
-MM_UNROLL
+UNROLL
 	for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 		for (int i = 0; i < 4; i++)
 			cur[n][i] = acc[n][i] + macc[n][i];
 }
 
-/* Float lane number LI of hsum16's order (its lane bit-reversed) into the
- * tree: merged while LI's low bits are ones; the last lands in V. */
+/* The float lane that comes LI-th in hsum16's order: LI's 4 bits reversed. */
+static __device__ __forceinline__ int hsum16_lane(int li)
+{
+	return (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
+}
+
+/* Float lane number LI of hsum16's order (hsum16_lane) into the tree:
+ * merged while LI's low bits are ones; the last lands in V. */
 template <int NT>
 static __device__ __forceinline__ void q32_tree(int li, float (*cur)[4], float (*tree)[NT][4], float (*v)[4])
 {
-MM_UNROLL
+UNROLL
 	for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 		for (int i = 0; i < 4; i++) {
 			float c = cur[n][i];
 			int k = 0;
@@ -547,9 +545,9 @@ static __global__ void matmul_q32_mma_kernel(const mm_group g, int nb, const uin
 		const uint8_t *xb[NT], *xc[NT][2];
 		const float *da[NT][2]; /* each D column's d, then (Q8_1) s */
 		mma_x_rows<NT>(xq, stride, T, t0, gr, q, xb, xc);
-MM_UNROLL
+UNROLL
 		for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 			for (int c = 0; c < 2; c++)
 				da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
 		/* hsum16's tree: level k holds the sum of 2^k finished lanes */
@@ -557,29 +555,29 @@ MM_UNROLL
 		float v[NT][4];
 		float cur[NT][4];
 		if (ks == 1) {
-MM_UNROLL
+UNROLL
 			for (int li = 0; li < 16; li++) {
-				const int l = (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
+				const int l = hsum16_lane(li);
 				q32_lane<TYPE, NT>(w0, w1, l, b16, nb, q, xb, da, cur);
 				q32_tree<NT>(li, cur, tree, v);
 			}
 		} else {
 			for (int li = kw; li < 16; li += ks) {
-				const int l = (li & 1) << 3 | (li & 2) << 1 | (li & 4) >> 1 | (li & 8) >> 3;
+				const int l = hsum16_lane(li);
 				q32_lane<TYPE, NT>(w0, w1, l, b16, nb, q, xb, da, cur);
-MM_UNROLL
+UNROLL
 				for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 					for (int i = 0; i < 4; i++)
 						part[((li * NT + n) * 4 + i) * 32 + lane] = cur[n][i];
 			}
 			__syncthreads();
 			if (kw == 0)
-MM_UNROLL
+UNROLL
 				for (int li = 0; li < 16; li++) {
-MM_UNROLL
+UNROLL
 					for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 						for (int i = 0; i < 4; i++)
 							cur[n][i] = part[((li * NT + n) * 4 + i) * 32 + lane];
 					q32_tree<NT>(li, cur, tree, v);
@@ -617,7 +615,7 @@ template <int TYPE>
 static __device__ __forceinline__ void k_sums(const uint8_t *blk, const uint8_t *const *xr,
 	int nt, int b, int n_in, int nsb, int *sumi, int *summ)
 {
-MM_UNROLL
+UNROLL
 	for (int j = 0; j < MM_TB; j++)
 		sumi[j] = summ[j] = 0;
 	if (TYPE == QT_Q6_K) {
@@ -626,7 +624,7 @@ MM_UNROLL
 		for (int g = 0; g < QK_K / 16; g++) {
 			const int hf = g / 8, quarter = (g % 8) / 2, l0 = 16 * (g % 2);
 			int wc[4];
-MM_UNROLL
+UNROLL
 			for (int k = 0; k < 4; k++) {
 				const int l = l0 + 4 * k;
 				const int lo = (ld_i32(ql + 64 * hf + (quarter & 1) * 32 + l) >>
@@ -635,14 +633,14 @@ MM_UNROLL
 				wc[k] = lo | hi << 4;
 			}
 			const int sc = __ldg(&scales[g]);
-MM_UNROLL
+UNROLL
 			for (int j = 0; j < MM_TB; j++) {
 				if (j >= nt)
 					break;
 				const int *a = reinterpret_cast<const int *>(xr[j] + (size_t)b * QK_K + 16 * g);
 				const int *bs = reinterpret_cast<const int *>(xr[j] + n_in + (size_t)nsb * 4);
 				int t = 0;
-MM_UNROLL
+UNROLL
 				for (int k = 0; k < 4; k++)
 					t = __dp4a(wc[k], __ldg(&a[k]), t);
 				sumi[j] += sc * (t - 32 * __ldg(&bs[b * 16 + g]));
@@ -657,20 +655,20 @@ MM_UNROLL
 		int sc, m;
 		scale_min_k4(s, scales, &sc, &m);
 		int wc[8];
-MM_UNROLL
+UNROLL
 		for (int k = 0; k < 8; k++) {
 			wc[k] = (ld_i32(qs + 32 * (s / 2) + 4 * k) >> (4 * (s & 1))) & 0x0f0f0f0f;
 			if (TYPE == QT_Q5_K)
 				wc[k] |= ((ld_i32(qh + 4 * k) >> s) & 0x01010101) << 4;
 		}
-MM_UNROLL
+UNROLL
 		for (int j = 0; j < MM_TB; j++) {
 			if (j >= nt)
 				break;
 			const int *a = reinterpret_cast<const int *>(xr[j] + (size_t)b * QK_K + 32 * s);
 			const int *bs = reinterpret_cast<const int *>(xr[j] + n_in + (size_t)nsb * 4);
 			int t = 0;
-MM_UNROLL
+UNROLL
 			for (int k = 0; k < 8; k++)
 				t = __dp4a(wc[k], __ldg(&a[k]), t);
 			sumi[j] += sc * t;
@@ -699,7 +697,7 @@ static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t 
 		const int nt = T - t0 < MM_TB ? T - t0 : MM_TB;
 		const uint8_t *xr[MM_TB];
 		float acc[MM_TB];
-MM_UNROLL
+UNROLL
 		for (int j = 0; j < MM_TB; j++) {
 			acc[j] = 0.0f;
 			xr[j] = xq + (size_t)(t0 + (j < nt ? j : 0)) * stride;
@@ -714,7 +712,7 @@ MM_UNROLL
 				dw = ld_f16(blk + (TYPE == QT_Q6_K ? 208 : 0));
 				dminw = TYPE == QT_Q6_K ? 0.0f : ld_f16(blk + 2);
 			} else {
-MM_UNROLL
+UNROLL
 				for (int j = 0; j < MM_TB; j++)
 					sumi[j] = summ[j] = 0;
 			}
@@ -722,7 +720,7 @@ MM_UNROLL
 			for (int i = 0; i < n; i++) {
 				const float dwi = __shfl_sync(MM_FULL, dw, i);
 				const float dmi = __shfl_sync(MM_FULL, dminw, i);
-MM_UNROLL
+UNROLL
 				for (int j = 0; j < MM_TB; j++) {
 					if (j >= nt)
 						break;
@@ -735,7 +733,7 @@ MM_UNROLL
 				}
 			}
 		}
-MM_UNROLL
+UNROLL
 		for (int j = 0; j < MM_TB; j++) {
 			if (j >= nt)
 				break;
@@ -778,13 +776,13 @@ static __device__ __forceinline__ void mma_k_pass(const uint8_t *xq, size_t stri
 	int n_in, const uint8_t **xb, const uint8_t *(*xc)[2], const float *(*da)[2], float (*acc)[4])
 {
 	mma_x_rows<NT>(xq, stride, T, t0, g, q, xb, xc);
-MM_UNROLL
+UNROLL
 	for (int n = 0; n < NT; n++) {
 		xb[n] += 8 * q;
-MM_UNROLL
+UNROLL
 		for (int c = 0; c < 2; c++)
 			da[n][c] = reinterpret_cast<const float *>(xc[n][c] + n_in);
-MM_UNROLL
+UNROLL
 		for (int i = 0; i < 4; i++)
 			acc[n][i] = 0.0f;
 	}
@@ -829,10 +827,10 @@ static __device__ __forceinline__ void k_advance(int n, int bytes, const uint8_t
 {
 	w[0] += (size_t)n * bytes;
 	w[1] += (size_t)n * bytes;
-MM_UNROLL
+UNROLL
 	for (int t = 0; t < NT; t++) {
 		xb[t] += (size_t)n * QK_K;
-MM_UNROLL
+UNROLL
 		for (int c = 0; c < 2; c++) {
 			da[t][c] += n;
 			if (bs)
@@ -866,9 +864,9 @@ static __device__ __forceinline__ void k_chain(const float4 (*f)[4], float (*acc
 {
 	const int ks = sp.ks, kw = sp.kw;
 	if (ks == 1) {
-MM_UNROLL
+UNROLL
 		for (int t = 0; t < NT; t++)
-MM_UNROLL
+UNROLL
 			for (int i = 0; i < 4; i++) {
 				acc[t][i] = fmaf(f[t][i].x, f[t][i].y, acc[t][i]);
 				if (NF == 2)
@@ -879,18 +877,18 @@ MM_UNROLL
 	float4 *buf = sp.part + (size_t)(sp.chunk++ & 1) * ks * NT * 4 * 32;
 	const int c0 = 2 * (lane % 4); /* the lane's first D column of a tile */
 	if (kw < n)
-MM_UNROLL
+UNROLL
 		for (int t = 0; t < NT; t++)
-MM_UNROLL
+UNROLL
 			for (int i = 0; i < 4; i++)
 				if (8 * t + c0 + i % 2 < cols)
 					buf[((kw * NT + t) * 4 + i) * 32 + lane] = f[t][i];
 	__syncthreads(); /* and buffer chunk + 1's last readers are done */
 	if (kw == 0)
 		for (int s = 0; s < n; s++)
-MM_UNROLL
+UNROLL
 			for (int t = 0; t < NT; t++)
-MM_UNROLL
+UNROLL
 				for (int i = 0; i < 4; i++) {
 					if (8 * t + c0 + i % 2 >= cols)
 						continue;
@@ -909,11 +907,10 @@ static __host__ __device__ __forceinline__ size_t k_part_bytes(int ks, int nt)
 }
 
 /* The asynchronous weight copies of the K-quant kernels (ASYNC): each warp
- * has MM_STAGES stages of shared memory after k_chain's buffer, a stage
- * holding one super-block of the warp's 16 rows at MM_STAGE_ROW(bytes)
- * bytes a row (the super-block and 16 bytes, so that a warp's 8-byte reads
- * of 4 rows at once fall in distinct banks); the copy of the super-block
- * MM_STAGES - 1 ahead is in flight while one is computed. */
+ * has MM_STAGES stages of shared memory after k_chain's buffer
+ * (k_stages_of), a stage holding one super-block of the warp's 16 rows,
+ * MM_STAGE_ROW(bytes) apart; the copy of the super-block MM_STAGES - 1
+ * ahead is in flight while one is computed. */
 #define MM_STAGES 3
 
 /* The 16-byte pieces a super-block of BYTES spans in a 16-byte aligned row:
@@ -934,23 +931,32 @@ static __host__ __device__ __forceinline__ size_t k_stage_bytes(int bytes)
 	return (size_t)MMA_ROWS * MM_STAGE_ROW(bytes);
 }
 
-/* Lane LANE's share of the copy of super-block SB of the warp's rows (M)
- * into STAGE: 16-byte pieces LANE, LANE + 32, ... of the 16 rows' spans
- * (k_stage_chunks), then a commit (also when SB is past NSB: the groups
- * stay one a super-block).  In a stage row the super-block starts at
- * k_stage_skew(bytes, sb). */
+/* Where super-block SB starts in its stage row: its offset into its first
+ * 16-byte piece (0 but for Q6_K). */
 static __device__ __forceinline__ int k_stage_skew(int bytes, int sb)
 {
 	return bytes % 16 ? (int)((unsigned)sb * (unsigned)bytes % 16) : 0;
 }
 
+/* The stages of the calling warp in the block's dynamic shared memory
+ * PART, after k_chain's buffer (KS warps, NT tiles a pass). */
+static __device__ __forceinline__ uint8_t *k_stages_of(float4 *part, int ks, int nt, int bytes)
+{
+	return reinterpret_cast<uint8_t *>(part) + k_part_bytes(ks, nt) +
+	       (size_t)(threadIdx.x / 32) * MM_STAGES * k_stage_bytes(bytes);
+}
+
+/* Lane LANE's share of the copy of super-block SB of the warp's rows (M)
+ * into STAGE: 16-byte pieces LANE, LANE + 32, ... of the 16 rows' spans
+ * (k_stage_chunks), then a commit (also when SB is past NSB: the groups
+ * stay one a super-block). */
 static __device__ __forceinline__ void k_stage_copy(const mm_row &m, int bytes, int sb, int nsb, uint8_t *stage,
 	int lane)
 {
 	const int chunks = k_stage_chunks(bytes);
 	if (sb < nsb) {
 		const size_t start = (size_t)sb * bytes - k_stage_skew(bytes, sb);
-MM_ROLLED /* unrolled, its pointers cost some 40 registers */
+ROLLED /* unrolled, its pointers cost some 40 registers */
 		for (int j = lane; j < MMA_ROWS * chunks; j += 32) {
 			const int r = j / chunks, c = j % chunks;
 			cp_async16(stage + (size_t)r * MM_STAGE_ROW(bytes) + 16 * c, mma_w_row(m, r) + start + 16 * c);
@@ -970,17 +976,19 @@ static __device__ __forceinline__ void k_stages_begin(const mm_row &m, int bytes
 }
 
 /* Round IT of a pass, the warp's super-block B: the copy MM_STAGES - 1
- * rounds ahead issued, this round's landed.  Returns where B starts in its
- * stage's first row (the rows MM_STAGE_ROW(bytes) apart). */
-static __device__ __forceinline__ const uint8_t *k_stages_next(const mm_row &m, int bytes, int ks, int b, int it,
-	int nsb, uint8_t *stages, int lane)
+ * rounds ahead issued, this round's landed.  WR gets B's rows G and G + 8
+ * in its stage, OFF bytes in. */
+static __device__ __forceinline__ void k_stages_next(const mm_row &m, int bytes, int ks, int b, int it, int nsb,
+	uint8_t *stages, int lane, int g, int off, const uint8_t **wr)
 {
 	__syncwarp(); /* the stage copied into next was read last time */
 	k_stage_copy(m, bytes, b + (MM_STAGES - 1) * ks, nsb,
 		     stages + (it + MM_STAGES - 1) % MM_STAGES * k_stage_bytes(bytes), lane);
 	cp_async_wait<MM_STAGES - 1>();
 	__syncwarp(); /* every lane's part of this stage has landed */
-	return stages + it % MM_STAGES * k_stage_bytes(bytes) + k_stage_skew(bytes, b);
+	const uint8_t *st = stages + it % MM_STAGES * k_stage_bytes(bytes) + k_stage_skew(bytes, b) + off;
+	wr[0] = st + (size_t)g * MM_STAGE_ROW(bytes);
+	wr[1] = st + (size_t)(g + 8) * MM_STAGE_ROW(bytes);
 }
 
 /* 8 (16) weight bytes at P, in shared memory (SMEM) or global. */
@@ -1015,12 +1023,10 @@ static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const ui
 		return;
 	DYN_SHARED(float4, part);
 	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
-	const int bytes_ = k_traits<TYPE>::bytes;
-	uint8_t *stages = reinterpret_cast<uint8_t *>(part) + k_part_bytes(ks, NT) +
-			  (size_t)(threadIdx.x / 32) * MM_STAGES * k_stage_bytes(bytes_);
+	const int bytes = k_traits<TYPE>::bytes;
+	uint8_t *stages = k_stages_of(part, ks, NT, bytes);
 	const int n_in = nsb * QK_K;
 	const size_t bs32 = q8k_bs32_offset(n_in);
-	const int bytes = bytes_;
 	const int qs = TYPE == QT_Q5_K ? 48 : 16;
 	const unsigned lo4 = 0x0f0f0f0fu;
 
@@ -1034,9 +1040,9 @@ static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const ui
 		const uint4 *bs[NT][2];
 		float acc[NT][4];
 		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
-MM_UNROLL
+UNROLL
 		for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
 		k_advance<NT>(sp.kw, bytes, w, xb, da, bs);
@@ -1048,16 +1054,13 @@ MM_UNROLL
 			/* the weight rows' bytes 8q.. of this super-block: W, or
 			 * its stage once the copy has landed */
 			const uint8_t *wr[2] = { w[0], w[1] };
-			if (ASYNC) {
-				const uint8_t *st = k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane);
-				wr[0] = st + (size_t)gr * MM_STAGE_ROW(bytes) + 8 * q;
-				wr[1] = st + (size_t)(gr + 8) * MM_STAGE_ROW(bytes) + 8 * q;
-			}
+			if (ASYNC)
+				k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane, gr, 8 * q, wr);
 			if (b0 + sp.kw < nsb) {
 				float dw[2], dm[2];
 				unsigned sc[2][2], mn[2][2];
 				uint2 qh[2];
-MM_UNROLL
+UNROLL
 				for (int r = 0; r < 2; r++) {
 					const uint4 h = k_ld_u4<ALIGNED, ASYNC>(wr[r] - 8 * q);
 					dw[r] = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu)));
@@ -1067,18 +1070,18 @@ MM_UNROLL
 						qh[r] = k_ld_u2<ALIGNED, ASYNC>(wr[r] + 16);
 				}
 				int sumi[NT][4];
-MM_UNROLL
+UNROLL
 				for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 					for (int i = 0; i < 4; i++)
 						sumi[n][i] = 0;
-MM_UNROLL
+UNROLL
 				for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles), 2p + 1 */
 					uint2 c[2];
-MM_UNROLL
+UNROLL
 					for (int r = 0; r < 2; r++)
 						c[r] = k_ld_u2<ALIGNED, ASYNC>(wr[r] + qs + 32 * p);
-MM_UNROLL
+UNROLL
 					for (int hi = 0; hi < 2; hi++) {
 						const int s = 2 * p + hi;
 						/* a[0], a[2]: row g's elements 8q.., 8q+4..; a[1], a[3]: row g + 8's */
@@ -1086,7 +1089,7 @@ MM_UNROLL
 								  c[0].y >> 4 * hi & lo4, c[1].y >> 4 * hi & lo4 };
 						if (TYPE == QT_Q5_K) {
 							const unsigned h5[4] = { qh[0].x, qh[1].x, qh[0].y, qh[1].y };
-MM_UNROLL
+UNROLL
 							for (int i = 0; i < 4; i++)
 								a[i] |= (h5[i] >> s & 0x01010101u) << 4;
 						}
@@ -1094,7 +1097,7 @@ MM_UNROLL
 						/* byte s % 4 of the packed scales, zero-extended: one PRMT */
 						const int s0 = (int)__byte_perm(sc[0][s / 4], 0, 0x4440 | s % 4);
 						const int s1 = (int)__byte_perm(sc[1][s / 4], 0, 0x4440 | s % 4);
-MM_UNROLL
+UNROLL
 						for (int n = 0; n < NT; n++) {
 							const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
 							const int bf[2] = { (int)v.x, (int)v.y };
@@ -1108,13 +1111,13 @@ MM_UNROLL
 					}
 				}
 				/* the mins against the sums over 32 codes, then the two fmas */
-MM_UNROLL
+UNROLL
 				for (int n = 0; n < NT; n++) {
-MM_UNROLL
+UNROLL
 					for (int c = 0; c < 2; c++) {
 						const uint4 b4 = __ldg(bs[n][c]);
 						const float dac = __ldg(da[n][c]);
-MM_UNROLL
+UNROLL
 						for (int r = 0; r < 2; r++) {
 							int summ = __dp2a_lo((int)b4.x, (int)mn[r][0], 0);
 							summ = __dp2a_hi((int)b4.y, (int)mn[r][0], summ);
@@ -1191,8 +1194,7 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
 	const int n_in = nsb * QK_K;
 	const int bytes = k_traits<QT_Q6_K>::bytes;
-	uint8_t *stages = reinterpret_cast<uint8_t *>(part) + k_part_bytes(ks, NT) +
-			  (size_t)(threadIdx.x / 32) * MM_STAGES * k_stage_bytes(bytes);
+	uint8_t *stages = k_stages_of(part, ks, NT, bytes);
 	const bool first = q < 2; /* this lane's elements are a slice's first sub-block */
 	const unsigned lo4 = 0x0f0f0f0fu;
 
@@ -1213,37 +1215,34 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 			/* the weight rows of this super-block: W, or its stage
 			 * once the copy has landed */
 			const uint8_t *wr[2] = { w[0], w[1] };
-			if (ASYNC) {
-				const uint8_t *st = k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane);
-				wr[0] = st + (size_t)gr * MM_STAGE_ROW(bytes);
-				wr[1] = st + (size_t)(gr + 8) * MM_STAGE_ROW(bytes);
-			}
+			if (ASYNC)
+				k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane, gr, 0, wr);
 			if (b0 + sp.kw < nsb) {
 				int sumi[NT][4];
-MM_UNROLL
+UNROLL
 				for (int n = 0; n < NT; n++)
-MM_UNROLL
+UNROLL
 					for (int i = 0; i < 4; i++)
 						sumi[n][i] = 0;
-MM_UNROLL
+UNROLL
 				for (int hf = 0; hf < 2; hf++) {
 					/* [row][word]: ql for quarters 0/2 and 1/3, qh for all */
 					int l02[2][2], l13[2][2], h[2][2];
-MM_UNROLL
+UNROLL
 					for (int r = 0; r < 2; r++)
-MM_UNROLL
+UNROLL
 						for (int k = 0; k < 2; k++) {
 							l02[r][k] = q6_ld_i32<ASYNC>(wr[r] + 64 * hf + 8 * q + 4 * k);
 							l13[r][k] = q6_ld_i32<ASYNC>(wr[r] + 64 * hf + 32 + 8 * q + 4 * k);
 							h[r][k] = q6_ld_i32<ASYNC>(wr[r] + 128 + 32 * hf + 8 * q + 4 * k);
 						}
-MM_UNROLL
+UNROLL
 					for (int quarter = 0; quarter < 4; quarter++) {
 						const int s = 4 * hf + quarter;
 						int c[2][2];
-MM_UNROLL
+UNROLL
 						for (int r = 0; r < 2; r++)
-MM_UNROLL
+UNROLL
 							for (int k = 0; k < 2; k++) {
 								const int lo = ((quarter & 1 ? l13[r][k] : l02[r][k]) >> 4 * (quarter >> 1)) & lo4;
 								const int hi = (h[r][k] >> 2 * quarter) & 0x03030303;
@@ -1255,31 +1254,31 @@ MM_UNROLL
 						const int a1[4] = { first ? 0 : c[0][0], first ? 0 : c[1][0],
 								    first ? 0 : c[0][1], first ? 0 : c[1][1] };
 						int sc[2][2];
-MM_UNROLL
+UNROLL
 						for (int r = 0; r < 2; r++) {
 							sc[r][0] = q6_ld_i8<ASYNC>(wr[r] + 192 + 2 * s);
 							sc[r][1] = q6_ld_i8<ASYNC>(wr[r] + 192 + 2 * s + 1);
 						}
-MM_UNROLL
+UNROLL
 						for (int n = 0; n < NT; n++) {
 							const uint2 v = __ldg(reinterpret_cast<const uint2 *>(xb[n] + 32 * s));
 							const int bf[2] = { (int)v.x, (int)v.y };
 							int d0[4] = { 0, 0, 0, 0 }, d1[4] = { 0, 0, 0, 0 };
 							mma_s8_m16n8k32(d0, a0, bf);
 							mma_s8_m16n8k32(d1, a1, bf);
-MM_UNROLL
+UNROLL
 							for (int i = 0; i < 4; i++)
 								sumi[n][i] += sc[i / 2][0] * d0[i] + sc[i / 2][1] * d1[i];
 						}
 					}
 				}
 				const float dw[2] = { q6_ld_f16<ASYNC>(wr[0] + 208), q6_ld_f16<ASYNC>(wr[1] + 208) };
-MM_UNROLL
+UNROLL
 				for (int n = 0; n < NT; n++) {
-MM_UNROLL
+UNROLL
 					for (int c = 0; c < 2; c++) {
 						const float dac = __ldg(da[n][c]);
-MM_UNROLL
+UNROLL
 						for (int r = 0; r < 2; r++)
 							f[n][2 * r + c] = make_float4((float)sumi[n][2 * r + c], dw[r] * dac,
 										      0.0f, 0.0f);

@@ -34,11 +34,6 @@ extern "C" {
 
 #define ROWS_THREADS 256     /* threads per block of every kernel here */
 #define ROWS_WARPS (ROWS_THREADS / 32)
-#ifdef __CUDACC__
-#define ROWS_UNROLL _Pragma("unroll")
-#else
-#define ROWS_UNROLL /* g++ (the emulator) knows no unroll pragma */
-#endif
 #define EW_MAX_BLOCKS 65536  /* grid of the element-wise grid-stride loops */
 #define ROWS_BATCH 16        /* a norm's loads in flight per thread (rows_add_scale) */
 #define NORM_PRE_Q8 8        /* 32-element blocks per warp whose g a Q8_0/Q8_1 norm loads first */
@@ -314,13 +309,13 @@ static __device__ float rows_add_scale(float *xr, const float *yr, int64_t n, fl
 	 * row is one batch), then the same adds in the same order */
 	for (int64_t i0 = threadIdx.x; i0 < n; i0 += ROWS_BATCH * ROWS_THREADS) {
 		float v[ROWS_BATCH], w[ROWS_BATCH];
-ROWS_UNROLL
+UNROLL
 		for (int k = 0; k < ROWS_BATCH; k++) {
 			const int64_t i = i0 + (int64_t)k * ROWS_THREADS;
 			v[k] = i < n ? xr[i] : 0.0f;
 			w[k] = yr && i < n ? yr[i] : 0.0f;
 		}
-ROWS_UNROLL
+UNROLL
 		for (int k = 0; k < ROWS_BATCH; k++) {
 			const int64_t i = i0 + (int64_t)k * ROWS_THREADS;
 			if (i >= n)
@@ -408,7 +403,7 @@ static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const flo
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nb = (int)(n / 32);
 	/* the first blocks' g, loaded while the first pass runs */
 	float gp[NORM_PRE_Q8];
-ROWS_UNROLL
+UNROLL
 	for (int j = 0; j < NORM_PRE_Q8; j++) {
 		const int b = warp + j * ROWS_WARPS;
 		gp[j] = b < nb ? __ldg(&g[(int64_t)b * 32 + lane]) : 0.0f;
@@ -418,12 +413,12 @@ ROWS_UNROLL
 	/* NORM_PRE_Q8 blocks' x loaded before any store (OUT may alias X) */
 	for (int b0 = warp, j0 = 0; b0 < nb; b0 += NORM_PRE_Q8 * ROWS_WARPS, j0 += NORM_PRE_Q8) {
 		float xv[NORM_PRE_Q8];
-ROWS_UNROLL
+UNROLL
 		for (int j = 0; j < NORM_PRE_Q8; j++) {
 			const int b = b0 + j * ROWS_WARPS;
 			xv[j] = b < nb ? xr[(int64_t)b * 32 + lane] : 0.0f;
 		}
-ROWS_UNROLL
+UNROLL
 		for (int j = 0; j < NORM_PRE_Q8; j++) {
 			const int b = b0 + j * ROWS_WARPS; /* the same for every lane of a warp */
 			if (b >= nb)
@@ -453,10 +448,10 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 	const int nsb = (int)(n / 256), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	/* the first super-blocks' g, loaded while the first pass runs */
 	float gp[NORM_PRE_Q8K][8];
-ROWS_UNROLL
+UNROLL
 	for (int j = 0; j < NORM_PRE_Q8K; j++) {
 		const int b = warp + j * ROWS_WARPS;
-ROWS_UNROLL
+UNROLL
 		for (int k = 0; k < 8; k++)
 			gp[j][k] = b < nsb ? __ldg(&g[(int64_t)b * 256 + 8 * lane + k]) : 0.0f;
 	}
@@ -465,25 +460,25 @@ ROWS_UNROLL
 	/* NORM_PRE_Q8K super-blocks' x loaded before any store (OUT may alias X) */
 	for (int b0 = warp, j0 = 0; b0 < nsb; b0 += NORM_PRE_Q8K * ROWS_WARPS, j0 += NORM_PRE_Q8K) {
 		float v[NORM_PRE_Q8K][8];
-ROWS_UNROLL
+UNROLL
 		for (int j = 0; j < NORM_PRE_Q8K; j++) {
 			const int b = b0 + j * ROWS_WARPS;
-ROWS_UNROLL
+UNROLL
 			for (int k = 0; k < 8; k++)
 				v[j][k] = b < nsb ? xr[(int64_t)b * 256 + 8 * lane + k] : 0.0f;
 		}
-ROWS_UNROLL
+UNROLL
 		for (int j = 0; j < NORM_PRE_Q8K; j++) {
 			const int b = b0 + j * ROWS_WARPS; /* the same for every lane of a warp */
 			if (b >= nsb)
 				continue;
 			const int64_t i0 = (int64_t)b * 256 + 8 * lane;
-ROWS_UNROLL
+UNROLL
 			for (int k = 0; k < 8; k++) {
 				const float gi = j0 ? __ldg(&g[i0 + k]) : gp[j][k];
 				v[j][k] = __fmul_rn(__fmul_rn(v[j][k], scale), gi);
 			}
-ROWS_UNROLL
+UNROLL
 			for (int k = 0; k < 8; k++)
 				o[i0 + k] = v[j][k];
 			q8k_warp_store(v[j], lane, b, nsb, (int)n, row);
