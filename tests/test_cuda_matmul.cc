@@ -122,7 +122,7 @@ static bool same_bits(float a, float b)
 	return memcmp(&a, &b, 4) == 0;
 }
 
-static int n_cases, n_mma, n_k45, n_split, n_async;
+static int n_cases, n_mma, n_k45, n_split, n_async, n_wide;
 static int split_seen; /* the split-K warp counts that ran, or'ed */
 
 /* One shape of one type: the CUDA path equals the CPU (both ISAs) bit for
@@ -143,7 +143,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	CHECK(sb > 0);
 	dbuf<uint8_t> scratch(sb);
 
-	n_mma += mm_use_mma(type, T);
+	n_mma += mm_use_mma(type, T) && !mm_use_wide(type, 1, T);
 	{ /* the launch's split-K (matmul_q's choice) */
 		int blck;
 		mm_block_bytes(type, &blck);
@@ -152,6 +152,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 		n_split += ks > 1;
 		split_seen |= ks;
 		n_async += mm_use_async(type, mm_use_mma(type, T), 1, nt); /* cudaMalloc'd: aligned */
+		n_wide += mm_use_wide(type, 1, T);
 	}
 	const bk_weight *dwp = &dwt;
 	const bool k45 = mm_use_mma(type, T) && (type == QT_Q4_K || type == QT_Q5_K);
@@ -325,6 +326,23 @@ static void test_shapes()
 	}
 	cuda_matmul_set_async(0);
 	CHECK(k_async > 0 && n_async == k_async + 4);
+	/* Q4_K and Q6_K at T = 1 a weight row a warp (Q4_K's unaligned
+	 * copies of check_case stay on the tensor cores): the same bits,
+	 * with 2, 4 and 8 rounds of loads in flight (the last round of a row
+	 * ragged at 33 super-blocks, and at 3 and 1 for 3 * 256 and 256
+	 * elements; Q6_K's super-blocks at every 2-byte alignment) */
+	CHECK_INT_EQ(n_wide, 0);
+	for (int rounds : { 2, 4, 8 }) {
+		cuda_matmul_set_wide(rounds);
+		for (uint32_t type : { QT_Q4_K, QT_Q6_K }) {
+			for (int n_in : { 256, 768, 33 * QK_K, 56 * QK_K })
+				for (int n_out : { 1, 7, 70 })
+					check_case(type, n_in, n_out, 1, false);
+			check_case(type, 768, 7, 5, true); /* T > 1: the tensor cores, same bits alone */
+		}
+	}
+	cuda_matmul_set_wide(0);
+	CHECK_INT_EQ(n_wide, 3 * 2 * 12);
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);
@@ -477,6 +495,11 @@ static void test_small()
 	check_case(QT_Q6_K, 8 * QK_K, 7, 1, false);  /* 16-byte aligned Q6_K rows, skewed blocks */
 	cuda_matmul_set_async(0);
 	CHECK(n_async > 0);
+	cuda_matmul_set_wide(2); /* a warp per row: its steps through shared memory */
+	check_case(QT_Q4_K, 33 * QK_K, 7, 1, false);
+	check_case(QT_Q6_K, 9 * QK_K, 7, 1, false);
+	cuda_matmul_set_wide(0);
+	CHECK_INT_EQ(n_wide, 2);
 	cuda_matmul_set_mma_min_t(8);
 	for (uint32_t type : q32_types)
 		check_case(type, 64, 7, 2, true);
@@ -509,9 +532,10 @@ int main(void)
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels, %d of them Q4_K/Q5_K, "
-	       "each also from 2-byte aligned rows, %d split-K; %d on dp4a; cpu isa %s and scalar), all "
-	       "bit-identical: %s, %.1f s\n",
-	       n_cases, n_mma, n_k45, n_split, n_cases - n_mma, quant_isa_name(quant_get_isa()),
+	       "each also from 2-byte aligned rows, %d split-K; %d Q4_K/Q6_K a row a warp; %d on dp4a; "
+	       "cpu isa %s and scalar), all bit-identical: %s, %.1f s\n",
+	       n_cases, n_mma, n_k45, n_split, n_wide, n_cases - n_mma - n_wide,
+	       quant_isa_name(quant_get_isa()),
 	       test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();

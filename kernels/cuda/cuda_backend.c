@@ -1336,6 +1336,8 @@ static void cb_env_knobs(int device)
 		cuda_matmul_set_split_warps((int32_t)v);
 	if (cb_env("LLMD_CUDA_MM_ASYNC", &v)) /* 1: K-quant weights through cp.async stages */
 		cuda_matmul_set_async(v != 0);
+	if (cb_env("LLMD_CUDA_MM_WIDE", &v)) /* rounds > 0: Q4_K at T = 1 a row a warp */
+		cuda_matmul_set_wide((int32_t)v);
 	if (cb_env("LLMD_CUDA_PDL", &v)) /* 1: programmatic dependent launch, sm_90 and up */
 		cuda_set_pdl(v != 0 &&
 			     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==

@@ -1,0 +1,269 @@
+/* cuda_mm_bench.cc - the decode matmuls alone on a GPU: each kernel
+ * variant (matmul.cu's knobs) on an 8B Llama's Q4_K_M shapes (and
+ * SmolLM2's Q4_1 ones), timed over back-to-back launches, against how
+ * fast the device streams the same bytes at all.
+ *
+ * Built with nvcc from the same source as the backend (matmul.cu included
+ * here, as the kernel tests do); .ci/gpu-bundle ships it, .ci/gpu-run runs
+ * it.  For each shape: random weights of the type (sane scales), one
+ * activation row per T quantized once into the scratch, then for each
+ * variant 3 launches to warm up and REPS (default 200) timed with events;
+ * the microseconds per launch, the weight bytes it streams per second,
+ * and whether its outputs have the bits of the first variant's (they
+ * must: every variant reproduces the CPU's arithmetic).  The reference,
+ * "stream", is a kernel that only reads the weights (16 bytes a load,
+ * a grid of the device's resident warps).
+ *
+ * Usage: cuda_mm_bench [REPS]
+ * Exit status 77 when there is no device, 1 when a variant's bits differ.
+ */
+extern "C" {
+#include "backend.h"
+#include "quant.h"
+}
+
+#include "matmul.cu"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#define CK(call)                                                                              \
+	do {                                                                                  \
+		cudaError_t e_ = (call);                                                      \
+		if (e_ != cudaSuccess) {                                                      \
+			fprintf(stderr, "cuda_mm_bench: %s: %s\n", #call, cudaGetErrorString(e_)); \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t next_u32()
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)rng;
+}
+
+static void put_f16(uint8_t *p, float f)
+{
+	qt_f16 h = qt_f32_to_f16(f);
+	memcpy(p, &h, 2);
+}
+
+/* Random blocks of TYPE with their f16 scales small and finite. */
+static std::vector<uint8_t> random_weights(uint32_t type, int n_in, int n_out, size_t *ret_rb)
+{
+	const qtype_info *ti = qtype_get(type);
+	const size_t rb = qtype_row_bytes(type, n_in);
+	std::vector<uint8_t> w(rb * n_out);
+	for (uint8_t &b : w)
+		b = (uint8_t)next_u32();
+	const int nb = n_in / (int)ti->blck;
+	for (int r = 0; r < n_out; r++)
+		for (int b = 0; b < nb; b++) {
+			uint8_t *blk = w.data() + r * rb + (size_t)b * ti->bytes;
+			const float d = 0.001f + (float)(next_u32() % 1000) * 1e-5f;
+			if (type == QT_Q6_K) {
+				put_f16(blk + 208, d);
+			} else {
+				put_f16(blk, d);
+				if (type != QT_Q4_0 && type != QT_Q8_0)
+					put_f16(blk + 2, d * 0.5f);
+			}
+		}
+	*ret_rb = rb;
+	return w;
+}
+
+/* ---- the reference: read every byte once ---- */
+
+static __global__ void stream_kernel(const uint4 *__restrict__ p, size_t n, unsigned *sink)
+{
+	unsigned v = 0;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		const uint4 q = __ldg(&p[i]);
+		v ^= q.x ^ q.y ^ q.z ^ q.w;
+	}
+	if (v == 0x9e3779b9u) /* never, as far as the compiler knows */
+		*sink = v;
+}
+
+struct variant {
+	const char *name;
+	int split_max, split_warps, async, wide, mma_min_t;
+};
+
+static const variant variants[] = {
+	{ "default", 16, 0, 0, 0, 1 },
+	{ "no-split", 1, 0, 0, 0, 1 },
+	{ "warps4096", 16, 4096, 0, 0, 1 },
+	{ "warps8192", 16, 8192, 0, 0, 1 },
+	{ "warps16384", 16, 16384, 0, 0, 1 },
+	{ "async", 16, 0, 1, 0, 1 },
+	{ "async-w8192", 16, 8192, 1, 0, 1 },
+	{ "wide2", 16, 0, 0, 2, 1 },
+	{ "wide4", 16, 0, 0, 4, 1 },
+	{ "wide8", 16, 0, 0, 8, 1 },
+	{ "dp4a", 16, 0, 0, 0, 8 },
+};
+
+static void set_variant(const variant &v)
+{
+	cuda_matmul_set_split_k(v.split_max);
+	cuda_matmul_set_split_warps(v.split_warps);
+	cuda_matmul_set_async(v.async);
+	cuda_matmul_set_wide(v.wide);
+	cuda_matmul_set_mma_min_t(v.mma_min_t);
+}
+
+struct shape {
+	const char *name;
+	uint32_t type;
+	int n_in;
+	int n_out[CUDA_MM_GROUP];
+	int nw;
+};
+
+static const shape shapes[] = {
+	{ "8b gate+up", QT_Q4_K, 4096, { 14336, 14336 }, 2 },
+	{ "8b down q4k", QT_Q4_K, 14336, { 4096 }, 1 },
+	{ "8b down q6k", QT_Q6_K, 14336, { 4096 }, 1 },
+	{ "8b wo", QT_Q4_K, 4096, { 4096 }, 1 },
+	{ "8b qkv", QT_Q4_K, 4096, { 4096, 1024, 1024 }, 3 },
+	{ "8b qk", QT_Q4_K, 4096, { 4096, 1024 }, 2 },
+	{ "8b wv q6k", QT_Q6_K, 4096, { 1024 }, 1 },
+	{ "8b output", QT_Q6_K, 4096, { 49152 }, 1 },
+	{ "smol gate+up", QT_Q4_1, 576, { 1536, 1536 }, 2 },
+	{ "smol down", QT_Q4_1, 1536, { 576 }, 1 },
+};
+
+int main(int argc, char **argv)
+{
+	const int reps = argc > 1 ? atoi(argv[1]) : 200;
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+		fprintf(stderr, "cuda_mm_bench: no CUDA device\n");
+		return 77;
+	}
+	cudaDeviceProp prop;
+	CK(cudaGetDeviceProperties(&prop, 0));
+	printf("%s, %d SMs; %d launches a variant (T = 1 unless given)\n", prop.name, prop.multiProcessorCount,
+	       reps);
+	printf("%-14s %-4s %-12s %9s %8s %s\n", "shape", "T", "variant", "us", "GB/s", "bits");
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	unsigned *sink;
+	CK(cudaMalloc(&sink, sizeof(unsigned)));
+	int differ = 0;
+
+	for (const shape &s : shapes) {
+		for (int T : { 1, 2, 4, 8 }) {
+			if (T > 1 && strncmp(s.name, "8b gate", 7) && strncmp(s.name, "8b down q6k", 11))
+				continue;
+			const bk_weight *wp[CUDA_MM_GROUP];
+			bk_weight wt[CUDA_MM_GROUP];
+			uint8_t *dw[CUDA_MM_GROUP];
+			float *dout[CUDA_MM_GROUP];
+			size_t bytes = 0, outs = 0;
+			for (int k = 0; k < s.nw; k++) {
+				size_t rb;
+				std::vector<uint8_t> hw = random_weights(s.type, s.n_in, s.n_out[k], &rb);
+				CK(cudaMalloc(&dw[k], hw.size()));
+				CK(cudaMemcpy(dw[k], hw.data(), hw.size(), cudaMemcpyHostToDevice));
+				CK(cudaMalloc(&dout[k], sizeof(float) * T * s.n_out[k]));
+				wt[k] = { s.type, s.n_in, s.n_out[k], dw[k], rb };
+				wp[k] = &wt[k];
+				bytes += hw.size();
+				outs += (size_t)T * s.n_out[k];
+			}
+			std::vector<float> hx((size_t)T * s.n_in);
+			for (float &v : hx)
+				v = (float)(next_u32() % 4001) / 1000.0f - 2.0f;
+			float *dx;
+			uint8_t *scratch;
+			CK(cudaMalloc(&dx, hx.size() * sizeof(float)));
+			CK(cudaMemcpy(dx, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice));
+			CK(cudaMalloc(&scratch, cuda_matmul_scratch_bytes(wp[0], T)));
+			set_variant(variants[0]);
+			if (cuda_matmul_q_group(wp, s.nw, dx, T, dout, scratch, NULL)) {
+				fprintf(stderr, "cuda_mm_bench: %s: the matmul refused\n", s.name);
+				return 1;
+			}
+			CK(cudaDeviceSynchronize());
+
+			/* the reference: the same bytes (the first weight's,
+			 * repeated to the group's size) read once */
+			{
+				const size_t n16 = wt[0].row_bytes * s.n_out[0] / 16;
+				const int grid = prop.multiProcessorCount * (prop.maxThreadsPerMultiProcessor / 256);
+				float best = 0;
+				for (int pass = 0; pass < 2; pass++) {
+					CK(cudaEventRecord(e0));
+					for (int i = 0; i < reps; i++)
+						LAUNCH(stream_kernel, grid, 256, 0, 0, (const uint4 *)dw[0], n16, sink);
+					CK(cudaEventRecord(e1));
+					CK(cudaEventSynchronize(e1));
+					CK(cudaEventElapsedTime(&best, e0, e1));
+				}
+				const double us = 1e3 * best / reps;
+				printf("%-14s %-4d %-12s %9.2f %8.0f\n", s.name, T, "stream", us * bytes / (n16 * 16.0),
+				       n16 * 16.0 / (us * 1e3));
+			}
+
+			std::vector<float> ref;
+			for (const variant &v : variants) {
+				if (v.wide && (s.type != QT_Q4_K || T > 1))
+					continue;
+				if (v.async && (s.type == QT_Q4_1 || T > 8))
+					continue;
+				set_variant(v);
+				for (int i = 0; i < 3; i++)
+					if (cuda_matmul_q_group(wp, s.nw, NULL, T, dout, scratch, NULL)) {
+						fprintf(stderr, "cuda_mm_bench: %s %s: the matmul refused\n", s.name, v.name);
+						return 1;
+					}
+				CK(cudaDeviceSynchronize());
+				float ms = 0;
+				CK(cudaEventRecord(e0));
+				for (int i = 0; i < reps; i++)
+					cuda_matmul_q_group(wp, s.nw, NULL, T, dout, scratch, NULL);
+				CK(cudaEventRecord(e1));
+				CK(cudaEventSynchronize(e1));
+				CK(cudaEventElapsedTime(&ms, e0, e1));
+				CK(cudaGetLastError());
+				std::vector<float> got;
+				for (int k = 0; k < s.nw; k++) {
+					std::vector<float> o((size_t)T * s.n_out[k]);
+					CK(cudaMemcpy(o.data(), dout[k], o.size() * sizeof(float), cudaMemcpyDeviceToHost));
+					got.insert(got.end(), o.begin(), o.end());
+				}
+				const char *bits = "first";
+				if (ref.empty()) {
+					ref = got;
+				} else {
+					bits = memcmp(ref.data(), got.data(), outs * sizeof(float)) ? "DIFFER" : "same";
+					differ += bits[0] == 'D';
+				}
+				const double us = 1e3 * ms / reps;
+				printf("%-14s %-4d %-12s %9.2f %8.0f %s\n", s.name, T, v.name, us, bytes / (us * 1e3), bits);
+			}
+			fflush(stdout);
+			for (int k = 0; k < s.nw; k++) {
+				CK(cudaFree(dw[k]));
+				CK(cudaFree(dout[k]));
+			}
+			CK(cudaFree(dx));
+			CK(cudaFree(scratch));
+		}
+	}
+	set_variant(variants[0]);
+	CK(cudaFree(sink));
+	if (differ)
+		printf("cuda_mm_bench: %d variants' bits differ from the default's\n", differ);
+	return differ ? 1 : 0;
+}
