@@ -328,11 +328,11 @@ static void test_shapes()
 	CHECK(k_async > 0 && n_async == k_async + 4);
 	/* Q4_K and Q6_K at T = 1 a weight row a warp (Q4_K's unaligned
 	 * copies of check_case stay on the tensor cores): the same bits,
-	 * with 2, 4 and 8 rounds of loads in flight (the last round of a row
+	 * with 1, 2, 4 and 8 rounds of loads in flight (the last round of a row
 	 * ragged at 33 super-blocks, and at 3 and 1 for 3 * 256 and 256
 	 * elements; Q6_K's super-blocks at every 2-byte alignment) */
 	CHECK_INT_EQ(n_wide, 0);
-	for (int rounds : { 2, 4, 8 }) {
+	for (int rounds : { 1, 2, 4, 8 }) {
 		cuda_matmul_set_wide(rounds);
 		for (uint32_t type : { QT_Q4_K, QT_Q6_K }) {
 			for (int n_in : { 256, 768, 33 * QK_K, 56 * QK_K })
@@ -342,7 +342,7 @@ static void test_shapes()
 		}
 	}
 	cuda_matmul_set_wide(0);
-	CHECK_INT_EQ(n_wide, 3 * 2 * 12);
+	CHECK_INT_EQ(n_wide, 4 * 2 * 12);
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);

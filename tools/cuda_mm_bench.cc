@@ -1,7 +1,8 @@
 /* cuda_mm_bench.cc - the decode matmuls alone on a GPU: each kernel
  * variant (matmul.cu's knobs) on an 8B Llama's Q4_K_M shapes (and
  * SmolLM2's Q4_1 ones), timed over back-to-back launches, against how
- * fast the device streams the same bytes at all.
+ * fast the device streams the same bytes at all, from HBM (copies of the
+ * weights in turn, 4 times the L2 cache in all).
  *
  * Built with nvcc from the same source as the backend (matmul.cu included
  * here, as the kernel tests do); .ci/gpu-bundle ships it, .ci/gpu-run runs
@@ -100,11 +101,14 @@ struct variant {
 static const variant variants[] = {
 	{ "default", 16, 0, 0, 0, 1 },
 	{ "no-split", 1, 0, 0, 0, 1 },
+	{ "warps512", 16, 512, 0, 0, 1 },
+	{ "warps1024", 16, 1024, 0, 0, 1 },
 	{ "warps4096", 16, 4096, 0, 0, 1 },
 	{ "warps8192", 16, 8192, 0, 0, 1 },
 	{ "warps16384", 16, 16384, 0, 0, 1 },
 	{ "async", 16, 0, 1, 0, 1 },
 	{ "async-w8192", 16, 8192, 1, 0, 1 },
+	{ "wide1", 16, 0, 0, 1, 1 },
 	{ "wide2", 16, 0, 0, 2, 1 },
 	{ "wide4", 16, 0, 0, 4, 1 },
 	{ "wide8", 16, 0, 0, 8, 1 },
@@ -165,21 +169,30 @@ int main(int argc, char **argv)
 		for (int T : { 1, 2, 4, 8 }) {
 			if (T > 1 && strncmp(s.name, "8b gate", 7) && strncmp(s.name, "8b down q6k", 11))
 				continue;
-			const bk_weight *wp[CUDA_MM_GROUP];
-			bk_weight wt[CUDA_MM_GROUP];
-			uint8_t *dw[CUDA_MM_GROUP];
-			float *dout[CUDA_MM_GROUP];
+			/* COPIES of the group's weights, together 4 times the L2
+			 * cache at least, taken in turn: every launch reads its
+			 * weights from HBM, as a decode step's layers do */
 			size_t bytes = 0, outs = 0;
+			for (int k = 0; k < s.nw; k++) {
+				bytes += qtype_row_bytes(s.type, s.n_in) * s.n_out[k];
+				outs += (size_t)T * s.n_out[k];
+			}
+			const int copies = (int)((4 * (size_t)prop.l2CacheSize + bytes - 1) / bytes) + 1;
+			std::vector<const bk_weight *> wp((size_t)copies * s.nw);
+			std::vector<bk_weight> wt((size_t)copies * s.nw);
+			std::vector<uint8_t *> dw((size_t)copies * s.nw);
+			float *dout[CUDA_MM_GROUP];
 			for (int k = 0; k < s.nw; k++) {
 				size_t rb;
 				std::vector<uint8_t> hw = random_weights(s.type, s.n_in, s.n_out[k], &rb);
-				CK(cudaMalloc(&dw[k], hw.size()));
-				CK(cudaMemcpy(dw[k], hw.data(), hw.size(), cudaMemcpyHostToDevice));
+				for (int c = 0; c < copies; c++) {
+					const size_t i = (size_t)c * s.nw + k;
+					CK(cudaMalloc(&dw[i], hw.size()));
+					CK(cudaMemcpy(dw[i], hw.data(), hw.size(), cudaMemcpyHostToDevice));
+					wt[i] = { s.type, s.n_in, s.n_out[k], dw[i], rb };
+					wp[i] = &wt[i];
+				}
 				CK(cudaMalloc(&dout[k], sizeof(float) * T * s.n_out[k]));
-				wt[k] = { s.type, s.n_in, s.n_out[k], dw[k], rb };
-				wp[k] = &wt[k];
-				bytes += hw.size();
-				outs += (size_t)T * s.n_out[k];
 			}
 			std::vector<float> hx((size_t)T * s.n_in);
 			for (float &v : hx)
@@ -190,40 +203,43 @@ int main(int argc, char **argv)
 			CK(cudaMemcpy(dx, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice));
 			CK(cudaMalloc(&scratch, cuda_matmul_scratch_bytes(wp[0], T)));
 			set_variant(variants[0]);
-			if (cuda_matmul_q_group(wp, s.nw, dx, T, dout, scratch, NULL)) {
+			if (cuda_matmul_q_group(wp.data(), s.nw, dx, T, dout, scratch, NULL)) {
 				fprintf(stderr, "cuda_mm_bench: %s: the matmul refused\n", s.name);
 				return 1;
 			}
 			CK(cudaDeviceSynchronize());
 
-			/* the reference: the same bytes (the first weight's,
-			 * repeated to the group's size) read once */
+			/* the reference: the group's weights only read, a launch
+			 * per weight, copies in turn */
 			{
-				const size_t n16 = wt[0].row_bytes * s.n_out[0] / 16;
 				const int grid = prop.multiProcessorCount * (prop.maxThreadsPerMultiProcessor / 256);
-				float best = 0;
+				float ms = 0;
 				for (int pass = 0; pass < 2; pass++) {
 					CK(cudaEventRecord(e0));
 					for (int i = 0; i < reps; i++)
-						LAUNCH(stream_kernel, grid, 256, 0, 0, (const uint4 *)dw[0], n16, sink);
+						for (int k = 0; k < s.nw; k++) {
+							const bk_weight &w = wt[(size_t)(i % copies) * s.nw + k];
+							LAUNCH(stream_kernel, grid, 256, 0, 0, (const uint4 *)w.data,
+							       w.row_bytes * w.n_out / 16, sink);
+						}
 					CK(cudaEventRecord(e1));
 					CK(cudaEventSynchronize(e1));
-					CK(cudaEventElapsedTime(&best, e0, e1));
+					CK(cudaEventElapsedTime(&ms, e0, e1));
 				}
-				const double us = 1e3 * best / reps;
-				printf("%-14s %-4d %-12s %9.2f %8.0f\n", s.name, T, "stream", us * bytes / (n16 * 16.0),
-				       n16 * 16.0 / (us * 1e3));
+				const double us = 1e3 * ms / reps;
+				printf("%-14s %-4d %-12s %9.2f %8.0f\n", s.name, T, "stream", us, bytes / (us * 1e3));
 			}
 
 			std::vector<float> ref;
 			for (const variant &v : variants) {
-				if (v.wide && (s.type != QT_Q4_K || T > 1))
+				if (v.wide && ((s.type != QT_Q4_K && s.type != QT_Q6_K) || T > 1))
 					continue;
 				if (v.async && (s.type == QT_Q4_1 || T > 8))
 					continue;
 				set_variant(v);
 				for (int i = 0; i < 3; i++)
-					if (cuda_matmul_q_group(wp, s.nw, NULL, T, dout, scratch, NULL)) {
+					if (cuda_matmul_q_group(&wp[(size_t)(i % copies) * s.nw], s.nw, NULL, T, dout, scratch,
+								NULL)) {
 						fprintf(stderr, "cuda_mm_bench: %s %s: the matmul refused\n", s.name, v.name);
 						return 1;
 					}
@@ -231,7 +247,8 @@ int main(int argc, char **argv)
 				float ms = 0;
 				CK(cudaEventRecord(e0));
 				for (int i = 0; i < reps; i++)
-					cuda_matmul_q_group(wp, s.nw, NULL, T, dout, scratch, NULL);
+					cuda_matmul_q_group(&wp[(size_t)(i % copies) * s.nw], s.nw, NULL, T, dout, scratch,
+							    NULL);
 				CK(cudaEventRecord(e1));
 				CK(cudaEventSynchronize(e1));
 				CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -253,10 +270,10 @@ int main(int argc, char **argv)
 				printf("%-14s %-4d %-12s %9.2f %8.0f %s\n", s.name, T, v.name, us, bytes / (us * 1e3), bits);
 			}
 			fflush(stdout);
-			for (int k = 0; k < s.nw; k++) {
-				CK(cudaFree(dw[k]));
+			for (uint8_t *p : dw)
+				CK(cudaFree(p));
+			for (int k = 0; k < s.nw; k++)
 				CK(cudaFree(dout[k]));
-			}
 			CK(cudaFree(dx));
 			CK(cudaFree(scratch));
 		}

@@ -167,10 +167,10 @@ void cuda_matmul_set_split_warps(int32_t warps);
  * process-wide. */
 void cuda_matmul_set_async(int on);
 /* ROUNDS > 0: Q4_K (16-byte aligned rows) and Q6_K matmuls of one
- * activation row take a warp per weight row reading it 512 bytes a load, ROUNDS (2, 4 or
- * 8) of those loads in flight per lane; 0 (the default): the tensor-core
- * kernels.  The same bits either way.  LLMD_CUDA_MM_WIDE (cuda_backend.c),
- * the tests; process-wide. */
+ * activation row take a warp per weight row reading it 512 bytes a load,
+ * ROUNDS (1, 2, 4 or 8) of those loads in flight per lane; 0: the
+ * tensor-core kernels.  The same bits either way.  LLMD_CUDA_MM_WIDE
+ * (cuda_backend.c), the tests; process-wide. */
 void cuda_matmul_set_wide(int32_t rounds);
 /* ON: every launch from here on may start before the kernel before it in
  * its stream has finished (programmatic dependent launch; each kernel

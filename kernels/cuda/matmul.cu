@@ -1649,7 +1649,7 @@ static int mm_wide = 0;
 
 extern "C" void cuda_matmul_set_wide(int32_t rounds)
 {
-	mm_wide = rounds <= 0 ? 0 : rounds <= 2 ? 2 : rounds <= 4 ? 4 : 8;
+	mm_wide = rounds <= 0 ? 0 : rounds <= 2 ? rounds : rounds <= 4 ? 4 : 8;
 }
 
 static int mm_use_wide(uint32_t type, int aligned, int32_t T)
@@ -1659,11 +1659,12 @@ static int mm_use_wide(uint32_t type, int aligned, int32_t T)
 
 static mm_kernel mm_wide_kernel(uint32_t type)
 {
-	if (type == QT_Q6_K)
-		return mm_wide == 2 ? matmul_q6k_wide_kernel<2>
-		     : mm_wide == 4 ? matmul_q6k_wide_kernel<4> : matmul_q6k_wide_kernel<8>;
-	return mm_wide == 2 ? matmul_q4k_wide_kernel<2>
-	     : mm_wide == 4 ? matmul_q4k_wide_kernel<4> : matmul_q4k_wide_kernel<8>;
+	switch (mm_wide) {
+	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1> : matmul_q4k_wide_kernel<1>;
+	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2> : matmul_q4k_wide_kernel<2>;
+	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4> : matmul_q4k_wide_kernel<4>;
+	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8> : matmul_q4k_wide_kernel<8>;
+	}
 }
 
 /* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
