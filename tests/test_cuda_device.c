@@ -17,8 +17,9 @@
  *    give the logits of launched ones bit for bit (the q4_0 model again);
  *  - 12-row decode steps, whose matmuls run on the int8 tensor cores with
  *    2 tiles of 8 rows a pass, give each sequence the logits of its one-row
- *    steps (1 tile; with LLMD_CUDA_MMA_MIN_T=8, the dp4a kernels) bit for
- *    bit;
+ *    steps (the dp4a kernels, the default for one row of Q4_0 and Q8_0;
+ *    with LLMD_CUDA_MMA_MIN_T=1, the tensor cores' 1 tile) bit for bit;
+ *    (--wide, K-quants: one row on the wide kernels, a warp a weight row);
  *  - gemm_rows: a prompt's matmuls through f16 tiles and cublasGemmEx stay
  *    near the CPU's logits and give its greedy tokens; so do F16 and BF16
  *    weights;
@@ -282,15 +283,16 @@ int main(int argc, char **argv)
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	twide_check(dir, "derived/TinyStories-656K-q8_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	setenv("LLMD_CUDA_MMA_MIN_T", "8", 1); /* one-row steps on the dp4a kernels */
+	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1); /* one-row steps on the tensor cores */
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1); /* the default again, from the next engine */
-	/* launches overlapping their predecessors' tails (sm_90), recorded
-	 * into graphs too: the same tokens */
-	setenv("LLMD_CUDA_PDL", "1", 1);
+	unsetenv("LLMD_CUDA_MMA_MIN_T"); /* the default again, from the next engine */
+	/* launches in order, none overlapping its predecessor's tail (the
+	 * default on sm_90 and later), recorded into graphs too: the same
+	 * tokens */
+	setenv("LLMD_CUDA_PDL", "0", 1);
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	setenv("LLMD_CUDA_PDL", "0", 1);
+	unsetenv("LLMD_CUDA_PDL");
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);
 	thalf_check(dir, QT_BF16, 0.005f); /* 1e-4 on the emulator; the H200's tensor cores: 8.4e-4 */

@@ -8,9 +8,9 @@
  *    other sequences through the scheduler;
  *  - decode steps replayed from CUDA graphs give launched steps' logits;
  *  - 12-row decode steps (matmuls on the tensor-core kernels, 2 tiles of 8
- *    rows a pass) give each sequence the logits of its one-row steps (1
- *    tile), and of its one-row steps on the dp4a kernels
- *    (LLMD_CUDA_MMA_MIN_T=8);
+ *    rows a pass) give each sequence the logits of its one-row steps (on
+ *    the dp4a kernels, the default for Q4_0 at one row), and of its
+ *    one-row steps on the tensor cores (1 tile, LLMD_CUDA_MMA_MIN_T=1);
  *  - a decode step launches 10 kernels per layer and 4 more (the fused
  *    add + norm and rope + kv_store ops; every op before an integer
  *    matmul quantizes its input);
@@ -315,11 +315,11 @@ int main(int argc, char **argv)
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	/* the same with the one-row steps on the dp4a kernels: the engine
+	/* the same with the one-row steps on the tensor cores: the engine
 	 * reads the knob when it makes its backend */
-	setenv("LLMD_CUDA_MMA_MIN_T", "8", 1);
+	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1);
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1); /* the default again, from the next engine */
+	unsetenv("LLMD_CUDA_MMA_MIN_T"); /* the default again, from the next engine */
 	tgemm_check(dir, "derived/TinyStories-656K-q4_0.gguf", 0.5f);
 	tgemm_check(dir, "derived/TinyStories-656K-q8_0.gguf", 0.5f);
 	thalf_check(dir, QT_F16, 0.05f);

@@ -509,6 +509,33 @@ static void test_small()
 }
 #endif
 
+/* The defaults (after the explicit settings the rest of the tests take):
+ * one row of Q4_K (16-byte aligned) and Q6_K on the wide kernels, of the
+ * 32-element types on dp4a, more rows on the tensor cores; split-K within
+ * one wave of resident warps (the emulator's 132 SMs): an 8B's gate+up
+ * (1792 runs of 16 rows) unsplit, its down (256) 8 warps a run. */
+static void test_defaults()
+{
+	cuda_matmul_set_wide(-1);
+	cuda_matmul_set_mma_min_t(0);
+	cuda_matmul_set_split_warps(0);
+	CHECK(mm_use_wide(QT_Q4_K, 1, 1) && !mm_use_wide(QT_Q4_K, 0, 1) && mm_use_wide(QT_Q6_K, 0, 1));
+	CHECK(!mm_use_wide(QT_Q4_K, 1, 2) && !mm_use_wide(QT_Q5_K, 1, 1) && !mm_use_wide(QT_Q4_1, 1, 1));
+	CHECK(!mm_use_mma(QT_Q4_0, 1) && !mm_use_mma(QT_Q4_1, 1) && !mm_use_mma(QT_Q8_0, 1));
+	CHECK(mm_use_mma(QT_Q4_1, 2) && mm_use_mma(QT_Q4_K, 1) && mm_use_mma(QT_Q6_K, 2));
+	CHECK_INT_EQ(mm_split(QK_K, 16, 1, 1792), 1);
+	CHECK_INT_EQ(mm_split(QK_K, 56, 1, 256), 8);
+	CHECK_INT_EQ(mm_split(QK_K, 16, 1, 384), 8);
+	CHECK_INT_EQ(mm_split(QK, 18, 1, 192), 8);
+	CHECK_INT_EQ(mm_split(QK, 48, 1, 36), 16);
+	const int wide = n_wide;
+	for (uint32_t type : { QT_Q4_0, QT_Q4_1, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K })
+		for (int T : { 1, 2 })
+			check_case(type, type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q8_0 ? 576 : 768, 7, T,
+				   T == 2);
+	CHECK_INT_EQ(n_wide, wide + 2);
+}
+
 #ifndef CPU_REF_THREADS
 #define CPU_REF_THREADS 2
 #endif
@@ -520,6 +547,10 @@ int main(void)
 	CHECK_INT_EQ(cpu_backend_new(CPU_REF_THREADS, &cpu_be), 0);
 	if (!cpu_be)
 		return test_result();
+	/* the kernels by name: the tensor cores at every T, no wide kernels
+	 * (test_defaults: what the backend picks unless told) */
+	cuda_matmul_set_mma_min_t(1);
+	cuda_matmul_set_wide(0);
 	test_args();
 	test_mma_layout();
 #ifdef MATMUL_SMALL
@@ -528,6 +559,7 @@ int main(void)
 	test_shapes();
 	test_orders();
 #endif
+	test_defaults();
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -99,19 +99,18 @@ struct variant {
 };
 
 static const variant variants[] = {
-	{ "default", 16, 0, 0, 0, 1 },
-	{ "no-split", 1, 0, 0, 0, 1 },
-	{ "warps512", 16, 512, 0, 0, 1 },
-	{ "warps1024", 16, 1024, 0, 0, 1 },
-	{ "warps4096", 16, 4096, 0, 0, 1 },
-	{ "warps8192", 16, 8192, 0, 0, 1 },
-	{ "warps16384", 16, 16384, 0, 0, 1 },
-	{ "async", 16, 0, 1, 0, 1 },
-	{ "async-w8192", 16, 8192, 1, 0, 1 },
+	/* name, split-K most warps a run, most warps in all (0: one wave),
+	 * cp.async, wide rounds (-1: the default), tensor cores from T (0: the default) */
+	{ "default", 16, 0, 0, -1, 0 },
+	{ "mma", 16, 0, 0, 0, 1 },
+	{ "mma-no-split", 1, 0, 0, 0, 1 },
+	{ "mma-w1024", 16, 1024, 0, 0, 1 },
+	{ "mma-w2048", 16, 2048, 0, 0, 1 },
+	{ "mma-w8192", 16, 8192, 0, 0, 1 },
+	{ "mma-async", 16, 0, 1, 0, 1 },
 	{ "wide1", 16, 0, 0, 1, 1 },
 	{ "wide2", 16, 0, 0, 2, 1 },
 	{ "wide4", 16, 0, 0, 4, 1 },
-	{ "wide8", 16, 0, 0, 8, 1 },
 	{ "dp4a", 16, 0, 0, 0, 8 },
 };
 
@@ -232,7 +231,7 @@ int main(int argc, char **argv)
 
 			std::vector<float> ref;
 			for (const variant &v : variants) {
-				if (v.wide && ((s.type != QT_Q4_K && s.type != QT_Q6_K) || T > 1))
+				if (v.wide > 0 && ((s.type != QT_Q4_K && s.type != QT_Q6_K) || T > 1))
 					continue;
 				if (v.async && (s.type == QT_Q4_1 || T > 8))
 					continue;

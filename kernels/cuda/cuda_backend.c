@@ -1322,26 +1322,28 @@ static int cb_env(const char *name, long *v)
 
 /* The speed knobs (llm-bench(1), ENVIRONMENT): process-wide settings of the
  * kernels, none of which changes a bit of their results but
- * LLMD_CUDA_ATTN_SPLIT's (attention's, within its tolerance). */
+ * LLMD_CUDA_ATTN_SPLIT's (attention's, within its tolerance).  The
+ * defaults they change were timed on an H200 (tools/cuda_mm_bench,
+ * .ci/gpu-run). */
 static void cb_env_knobs(int device)
 {
 	long v;
 	int major = 0;
 
-	if (cb_env("LLMD_CUDA_MMA_MIN_T", &v)) /* 8: fewer rows on the dp4a kernels */
-		cuda_matmul_set_mma_min_t((int32_t)v);
+	/* unset, the defaults (each backend applies all of them again) */
+	cuda_matmul_set_mma_min_t(cb_env("LLMD_CUDA_MMA_MIN_T", &v) ? (int32_t)v : 0);
 	if (cb_env("LLMD_CUDA_MM_SPLIT", &v)) /* 1: no split-K */
 		cuda_matmul_set_split_k((int32_t)v);
 	if (cb_env("LLMD_CUDA_MM_WARPS", &v)) /* the warps split-K aims for */
 		cuda_matmul_set_split_warps((int32_t)v);
 	if (cb_env("LLMD_CUDA_MM_ASYNC", &v)) /* 1: K-quant weights through cp.async stages */
 		cuda_matmul_set_async(v != 0);
-	if (cb_env("LLMD_CUDA_MM_WIDE", &v)) /* rounds > 0: Q4_K at T = 1 a row a warp */
-		cuda_matmul_set_wide((int32_t)v);
-	if (cb_env("LLMD_CUDA_PDL", &v)) /* 1: programmatic dependent launch, sm_90 and up */
-		cuda_set_pdl(v != 0 &&
-			     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-				     cudaSuccess && major >= 9);
+	/* Q4_K/Q6_K at T = 1 a row a warp, ROUNDS of loads in flight; 0: off */
+	cuda_matmul_set_wide(cb_env("LLMD_CUDA_MM_WIDE", &v) ? (int32_t)v : -1);
+	/* programmatic dependent launch, sm_90 and up; 0: off */
+	cuda_set_pdl((!cb_env("LLMD_CUDA_PDL", &v) || v != 0) &&
+		     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+		     major >= 9);
 	if (cb_env("LLMD_CUDA_ATTN_SPLIT", &v)) /* attention's positions per split block */
 		cuda_attention_set_split((int32_t)v);
 }

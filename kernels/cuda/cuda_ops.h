@@ -145,10 +145,12 @@ int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *o
 int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
 			float *const *out, void *scratch, void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
-/* The matmuls of T rows take the tensor-core kernels from T = MIN_T (1,
- * the default: always), the dp4a ones below it: the same bits either way.
- * For comparing the two (LLMD_CUDA_MMA_MIN_T, cuda_backend.c) and for the
- * tests; process-wide, set it before any launch. */
+/* The matmuls of T rows take the tensor-core kernels from T = MIN_T, the
+ * dp4a ones below it: the same bits either way.  Below 1, the default:
+ * the K-quants always (at one row the wide kernels, cuda_matmul_set_wide,
+ * come first), Q4_0/Q4_1/Q8_0 from 2 rows.  For comparing the two
+ * (LLMD_CUDA_MMA_MIN_T, cuda_backend.c) and for the tests; process-wide,
+ * set it before any launch. */
 void cuda_matmul_set_mma_min_t(int32_t min_t);
 /* The tensor-core kernels split a run of 16 weight rows' blocks over up to
  * MAX warps of a block (split-K; default 16) when the launch has too few
@@ -156,9 +158,11 @@ void cuda_matmul_set_mma_min_t(int32_t min_t);
  * stay in order).  1 turns it off (LLMD_CUDA_MM_SPLIT, cuda_backend.c; the
  * tests); process-wide, set it before any launch. */
 void cuda_matmul_set_split_k(int32_t max);
-/* The warps a launch's split-K aims for in all (default 2048; below 1 the
- * default): the same bits whatever it is.  For timing on a GPU
- * (LLMD_CUDA_MM_WARPS, cuda_backend.c) and the tests; process-wide. */
+/* The most warps a launch's split-K may have in all; below 1, the
+ * default: one wave of resident warps on the device (24 an SM for the
+ * K-quants, 12 for the others).  The same bits whatever it is.  For timing
+ * on a GPU (LLMD_CUDA_MM_WARPS, cuda_backend.c) and the tests;
+ * process-wide. */
 void cuda_matmul_set_split_warps(int32_t warps);
 /* ON: the K-quant tensor-core kernels of up to 8 rows read their
  * weights through cp.async stages in shared memory, 2 super-blocks ahead
@@ -169,15 +173,15 @@ void cuda_matmul_set_async(int on);
 /* ROUNDS > 0: Q4_K (16-byte aligned rows) and Q6_K matmuls of one
  * activation row take a warp per weight row reading it 512 bytes a load,
  * ROUNDS (1, 2, 4 or 8) of those loads in flight per lane; 0: the
- * tensor-core kernels.  The same bits either way.  LLMD_CUDA_MM_WIDE
- * (cuda_backend.c), the tests; process-wide. */
+ * tensor-core kernels; below 0, the default: 2.  The same bits either
+ * way.  LLMD_CUDA_MM_WIDE (cuda_backend.c), the tests; process-wide. */
 void cuda_matmul_set_wide(int32_t rounds);
 /* ON: every launch from here on may start before the kernel before it in
  * its stream has finished (programmatic dependent launch; each kernel
  * waits for it first thing, grid_dep_wait): launch latency hidden behind
  * the previous kernel's tail.  Only for devices of compute capability 9.0
- * and up (LLMD_CUDA_PDL, cuda_backend.c); the emulator ignores it.
- * Process-wide, off by default. */
+ * and up, where cuda_backend_new turns it on unless LLMD_CUDA_PDL=0; the
+ * emulator ignores it.  Process-wide, off until set. */
 void cuda_set_pdl(int on);
 /* Attention's split: positions per block of the flash-decoding kernel at
  * the shortest (rounded up to whole KV blocks, doubled as a row grows past

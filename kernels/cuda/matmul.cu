@@ -1524,12 +1524,14 @@ static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32
 	return 0;
 }
 
-/* T from which the matmuls take the tensor-core kernels (1: always). */
-static int mm_mma_min_t = 1;
+/* T from which the matmuls take the tensor-core kernels; 0, the default:
+ * the K-quants always (at T = 1 the wide kernels first, mm_use_wide), the
+ * 32-element types from T = 2 (one row is faster on dp4a: a warp a row). */
+static int mm_mma_min_t = 0;
 
 extern "C" void cuda_matmul_set_mma_min_t(int32_t t)
 {
-	mm_mma_min_t = t < 1 ? 1 : t;
+	mm_mma_min_t = t < 1 ? 0 : t;
 }
 
 /* Whether a matmul of TYPE over T activation rows takes the tensor-core
@@ -1537,7 +1539,9 @@ extern "C" void cuda_matmul_set_mma_min_t(int32_t t)
 static int mm_use_mma(uint32_t type, int32_t T)
 {
 	int blck;
-	return T >= mm_mma_min_t && mm_block_bytes(type, &blck) > 0;
+	if (!mm_block_bytes(type, &blck))
+		return 0;
+	return T >= (mm_mma_min_t ? mm_mma_min_t : blck == QK ? 2 : 1);
 }
 
 /* Whether weights WS (NW, of one type) are read a word at a time: every
@@ -1560,27 +1564,48 @@ extern "C" void cuda_matmul_set_split_k(int32_t max)
 	mm_split_max = max < 1 ? 1 : max;
 }
 
-#define MM_SPLIT_WARPS 2048 /* enough warps to keep HBM's loads in flight on ~132 SMs */
-static long long mm_split_warps = MM_SPLIT_WARPS;
+/* The warps a launch's split-K may have in all: set, or 0 for one wave of
+ * the kernels' resident warps (per SM: some 24 of the K-quant kernels at
+ * their ~80 registers; 12 for the 32-element ones, whose split adds a
+ * shared-memory tree), so that no launch leaves a last wave mostly empty.
+ * On an H200 (cuda_mm_bench): an 8B's gate+up at T = 2..8 (1792 runs)
+ * 17-21% faster unsplit than split in two waves; its down (256 runs)
+ * wants the 8 warps a run that stay within the one wave. */
+static long long mm_split_warps = 0;
+static int mm_sms = 0; /* the device's SMs, asked once */
 
 extern "C" void cuda_matmul_set_split_warps(int32_t warps)
 {
-	mm_split_warps = warps < 1 ? MM_SPLIT_WARPS : warps;
+	mm_split_warps = warps < 1 ? 0 : warps;
+}
+
+static long long mm_split_target(int blck)
+{
+	if (mm_split_warps)
+		return mm_split_warps;
+	if (!mm_sms) {
+		int dev = 0, n = 0;
+		mm_sms = cudaGetDevice(&dev) == cudaSuccess &&
+				 cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
+			 ? n : 132;
+	}
+	return (long long)mm_sms * (blck == QK ? 12 : 24);
 }
 
 /* The warps per run of 16 rows (KS) of a tensor-core launch over RUNS runs
  * of blocks of BLCK elements, NB of them per row, NT tiles a pass: the
- * fewest powers of two that reach mm_split_warps in all (MM_SPLIT_WARPS
- * unless cuda_matmul_set_split_warps says otherwise), at most the 16
- * float lanes of the 32-element types or the super-blocks of a row of the
- * K-quants, and within 32 KiB of shared memory (mm_split_smem). */
+ * most powers of two that keep the launch within mm_split_target's warps,
+ * at most the 16 float lanes of the 32-element types or the super-blocks
+ * of a row of the K-quants, and within 32 KiB of shared memory
+ * (mm_split_smem). */
 static int mm_split(int blck, int nb, int nt, long long runs)
 {
 	int cap = blck == QK ? 16 : nt == 1 ? 8 : nt == 2 ? 4 : 1;
 	if (cap > mm_split_max)
 		cap = mm_split_max;
+	const long long target = mm_split_target(blck);
 	int ks = 1;
-	while (ks * 2 <= cap && runs * ks < mm_split_warps && (blck == QK || ks * 2 <= nb))
+	while (ks * 2 <= cap && runs * ks * 2 <= target && (blck == QK || ks * 2 <= nb))
 		ks *= 2;
 	return ks;
 }
@@ -1645,11 +1670,11 @@ static mm_kernel mm_async_kernel_of(uint32_t type)
  * whole (matmul_q4k_wide_kernel: Q4_K, 16-byte aligned rows; or
  * matmul_q6k_wide_kernel; T = 1) with
  * cuda_matmul_set_wide's rounds of loads in flight (0: never). */
-static int mm_wide = 0;
+static int mm_wide = 2; /* cuda_mm_bench on an H200: 1 and 2 best, 4 some 15% slower */
 
 extern "C" void cuda_matmul_set_wide(int32_t rounds)
 {
-	mm_wide = rounds <= 0 ? 0 : rounds <= 2 ? rounds : rounds <= 4 ? 4 : 8;
+	mm_wide = rounds < 0 ? 2 : rounds <= 2 ? rounds : rounds <= 4 ? 4 : 8;
 }
 
 static int mm_use_wide(uint32_t type, int aligned, int32_t T)
