@@ -17,20 +17,24 @@
  *      same tree sum as hsum16; for the K-quants, one float accumulator over
  *      the super-blocks in order, each lane computing one super-block's
  *      integer sums and the warp broadcasting them in order.
- * By default step 2 runs on the int8 tensor cores instead, at every T
- * (mma.sync m16n8k32, cuda_mma.h): one warp per 16 weight rows takes each
- * 32-element block's (or sub-block's) integer dot for 8 activation rows
- * at a time (from T = 9 for 16 at once, the K-quants from T = 17 for 32,
- * sharing the weights' fragment), exactly the integers dp4a gives, and
- * then the same float steps per (weight row, activation row) pair.  At
- * T = 1 it wastes 7 of the mma's 8 columns, and still issues several times
- * fewer instructions per weight byte than the dp4a kernels (a lane per
- * super-block, a serial broadcast): those stay for T below
- * cuda_matmul_set_mma_min_t's threshold, a knob for comparing the two.
+ * Step 2 runs on the int8 tensor cores instead from T = 2 (the K-quants
+ * from T = 1, after the wide kernels below; mma.sync m16n8k32,
+ * cuda_mma.h): one warp per 16 weight rows takes each 32-element block's
+ * (or sub-block's) integer dot for 8 activation rows at a time (from
+ * T = 9 for 16 at once, the K-quants from T = 17 for 32, sharing the
+ * weights' fragment), exactly the integers dp4a gives, and then the same
+ * float steps per (weight row, activation row) pair.  At T = 1 it wastes
+ * 7 of the mma's 8 columns, and still issues several times fewer
+ * instructions per weight byte than the K-quants' dp4a kernel (a lane per
+ * super-block, a serial broadcast); the 32-element types' dp4a kernel is
+ * the faster at T = 1 (cuda_matmul_set_mma_min_t moves the threshold).
+ * One row of Q4_K or Q6_K takes a warp per weight row reading 512 bytes a
+ * load (matmul_q4k_wide_kernel, cuda_matmul_set_wide).
  * A launch with too few runs of 16 rows to keep the memory busy (an 8B
- * model's 4096-row matrices at T = 1: 256 warps) gives each run a block of
- * up to 16 warps (split-K, mm_split): they share its blocks and leave their
- * float steps' operands in shared memory for warp 0 to apply in order.
+ * model's 4096-row matrices: 256 warps) gives each run a block of up to
+ * 16 warps, within one wave of resident warps (split-K, mm_split): they
+ * share its blocks and leave their float steps' operands in shared memory
+ * for warp 0 to apply in order.
  * With cuda_matmul_set_async (LLMD_CUDA_MM_ASYNC) the K-quant kernels
  * of one tile a pass copy each warp's next super-blocks into shared memory
  * with cp.async (MM_STAGES stages, cuda_mma.h) while computing one: more
