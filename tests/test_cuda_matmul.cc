@@ -341,26 +341,8 @@ static void test_shapes()
 			check_case(type, 768, 7, 5, true); /* T > 1: the tensor cores, same bits alone */
 		}
 	}
-	/* 3 and 4 rows a warp, one after the other (70 rows: a ragged last
-	 * warp; check_case also groups three weights, the third of 5 rows),
-	 * and with each chunk's loads issued before the last one's are used
-	 * (across rows too), 1 and 2 rounds */
-	for (int rows : { 1, 3, 4 })
-		for (int pipe : { 0, 1 })
-			for (int rounds : { 1, 2 }) {
-				if (rows == 1 && !pipe)
-					continue; /* above */
-				cuda_matmul_set_wide(rounds);
-				cuda_matmul_set_wide_rows(rows);
-				cuda_matmul_set_wide_pipe(pipe);
-				for (uint32_t type : { QT_Q4_K, QT_Q6_K })
-					for (int n_out : { 1, 7, 70 })
-						check_case(type, rows == 1 ? 33 * QK_K : 768, n_out, 1, false);
-			}
-	cuda_matmul_set_wide_pipe(0);
-	cuda_matmul_set_wide_rows(1);
 	cuda_matmul_set_wide(0);
-	CHECK_INT_EQ(n_wide, 4 * 2 * 12 + 10 * 2 * 3);
+	CHECK_INT_EQ(n_wide, 4 * 2 * 12);
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);
@@ -516,13 +498,8 @@ static void test_small()
 	cuda_matmul_set_wide(2); /* a warp per row: its steps through shared memory */
 	check_case(QT_Q4_K, 33 * QK_K, 7, 1, false);
 	check_case(QT_Q6_K, 9 * QK_K, 7, 1, false);
-	cuda_matmul_set_wide_rows(3); /* 3 rows a warp, the next chunk's loads early */
-	cuda_matmul_set_wide_pipe(1);
-	check_case(QT_Q4_K, 9 * QK_K, 7, 1, false);
-	cuda_matmul_set_wide_pipe(0);
-	cuda_matmul_set_wide_rows(1);
 	cuda_matmul_set_wide(0);
-	CHECK_INT_EQ(n_wide, 3);
+	CHECK_INT_EQ(n_wide, 2);
 	cuda_matmul_set_mma_min_t(8);
 	for (uint32_t type : q32_types)
 		check_case(type, 64, 7, 2, true);

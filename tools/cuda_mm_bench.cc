@@ -95,27 +95,23 @@ static __global__ void stream_kernel(const uint4 *__restrict__ p, size_t n, unsi
 
 struct variant {
 	const char *name;
-	int split_max, split_warps, async, wide, mma_min_t, wide_rows;
+	int split_max, split_warps, async, wide, mma_min_t;
 };
 
 static const variant variants[] = {
 	/* name, split-K most warps a run, most warps in all (0: one wave),
-	 * cp.async, wide rounds (-1: the default), tensor cores from T (0: the
-	 * default), wide kernels' rows per warp */
-	{ "default", 16, 0, 0, -1, 0, 1 },
-	{ "mma", 16, 0, 0, 0, 1, 1 },
-	{ "mma-no-split", 1, 0, 0, 0, 1, 1 },
-	{ "mma-w2048", 16, 2048, 0, 0, 1, 1 },
-	{ "mma-async", 16, 0, 1, 0, 1, 1 },
-	{ "wide1", 16, 0, 0, 1, 1, 1 },
-	{ "wide2", 16, 0, 0, 2, 1, 1 },
-	{ "wide4", 16, 0, 0, 4, 1, 1 },
-	{ "wide1-r4", 16, 0, 0, 1, 1, 4 },
-	{ "wide2-r2", 16, 0, 0, 2, 1, 2 },
-	{ "wide2-r4", 16, 0, 0, 2, 1, 4 },
-	{ "wide2-r8", 16, 0, 0, 2, 1, 8 },
-	{ "wide4-r4", 16, 0, 0, 4, 1, 4 },
-	{ "dp4a", 16, 0, 0, 0, 8, 1 },
+	 * cp.async, wide rounds (-1: the default), tensor cores from T (0: the default) */
+	{ "default", 16, 0, 0, -1, 0 },
+	{ "mma", 16, 0, 0, 0, 1 },
+	{ "mma-no-split", 1, 0, 0, 0, 1 },
+	{ "mma-w1024", 16, 1024, 0, 0, 1 },
+	{ "mma-w2048", 16, 2048, 0, 0, 1 },
+	{ "mma-w8192", 16, 8192, 0, 0, 1 },
+	{ "mma-async", 16, 0, 1, 0, 1 },
+	{ "wide1", 16, 0, 0, 1, 1 },
+	{ "wide2", 16, 0, 0, 2, 1 },
+	{ "wide4", 16, 0, 0, 4, 1 },
+	{ "dp4a", 16, 0, 0, 0, 8 },
 };
 
 static void set_variant(const variant &v)
@@ -125,7 +121,6 @@ static void set_variant(const variant &v)
 	cuda_matmul_set_async(v.async);
 	cuda_matmul_set_wide(v.wide);
 	cuda_matmul_set_mma_min_t(v.mma_min_t);
-	cuda_matmul_set_wide_rows(v.wide_rows);
 }
 
 struct shape {

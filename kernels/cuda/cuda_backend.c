@@ -1340,8 +1340,6 @@ static void cb_env_knobs(int device)
 		cuda_matmul_set_async(v != 0);
 	/* Q4_K/Q6_K at T = 1 a row a warp, ROUNDS of loads in flight; 0: off */
 	cuda_matmul_set_wide(cb_env("LLMD_CUDA_MM_WIDE", &v) ? (int32_t)v : -1);
-	cuda_matmul_set_wide_rows(cb_env("LLMD_CUDA_MM_WIDE_ROWS", &v) ? (int32_t)v : 1);
-	cuda_matmul_set_wide_pipe(cb_env("LLMD_CUDA_MM_WIDE_PIPE", &v) && v != 0);
 	/* programmatic dependent launch, sm_90 and up; 0: off */
 	cuda_set_pdl((!cb_env("LLMD_CUDA_PDL", &v) || v != 0) &&
 		     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&

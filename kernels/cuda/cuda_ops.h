@@ -176,16 +176,6 @@ void cuda_matmul_set_async(int on);
  * tensor-core kernels; below 0, the default: 2.  The same bits either
  * way.  LLMD_CUDA_MM_WIDE (cuda_backend.c), the tests; process-wide. */
 void cuda_matmul_set_wide(int32_t rounds);
-/* The weight rows each warp of the wide kernels takes, one after the
- * other (default 1; at most 64): fewer, longer-lived warps.  The same
- * bits.  LLMD_CUDA_MM_WIDE_ROWS (cuda_backend.c), the tests;
- * process-wide. */
-void cuda_matmul_set_wide_rows(int32_t rows);
-/* ON: the wide kernels of 1 or 2 rounds issue the next chunk's loads
- * (across rows too) before using this one's (default off).  The same
- * bits.  LLMD_CUDA_MM_WIDE_PIPE (cuda_backend.c), the tests;
- * process-wide. */
-void cuda_matmul_set_wide_pipe(int on);
 /* ON: every launch from here on may start before the kernel before it in
  * its stream has finished (programmatic dependent launch; each kernel
  * waits for it first thing, grid_dep_wait): launch latency hidden behind

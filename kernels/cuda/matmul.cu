@@ -29,7 +29,7 @@
  * super-block, a serial broadcast); the 32-element types' dp4a kernel is
  * the faster at T = 1 (cuda_matmul_set_mma_min_t moves the threshold).
  * One row of Q4_K or Q6_K takes a warp per weight row reading 512 bytes a
- * load (matmul_wide_kernel, cuda_matmul_set_wide).
+ * load (matmul_q4k_wide_kernel, cuda_matmul_set_wide).
  * A launch with too few runs of 16 rows to keep the memory busy (an 8B
  * model's 4096-row matrices: 256 warps) gives each run a block of up to
  * 16 warps, within one wave of resident warps (split-K, mm_split): they
@@ -1299,91 +1299,106 @@ UNROLL
 	}
 }
 
-/* ---- matmul: Q4_K and Q6_K rows read whole (one activation row) ----
+/* ---- matmul: Q4_K rows read whole (one activation row) ----
  *
  * At T = 1 the tensor-core kernels waste 7 of the mma's 8 columns and read
  * 8 rows' 32 bytes a load; their split-K (to have enough warps for HBM)
- * costs a barrier a chunk.  Here (cuda_matmul_set_wide) one warp takes a
- * weight row at a time (cuda_matmul_set_wide_rows of them, one after the
- * other), reading it 512 bytes a load: lane 8c + k takes 16-byte piece k
- * of super-block 4i + c's codes (so a load is 4 super-blocks' codes,
- * contiguous but for their heads), U such rounds' loads in flight before
- * any is used; with PIPE (cuda_matmul_set_wide_pipe) the next U rounds'
- * loads go out before these are used, across rows too.  The 8 lanes of a
- * super-block add their integer sums exactly, and its float steps (two
- * fmas, Q6_K one) then run in order from shared memory, as
- * matmul_k_kernel's: so the same bits.  The types' parts: wide_q4k and
- * wide_q6k, each a lane's context, its loads of one super-block (a round)
- * and the super-block's step. */
-#define MM_WIDE_WARPS MM_WARPS /* warps per block */
+ * costs a barrier a chunk and leaves the last wave of blocks mostly empty.
+ * Here (cuda_matmul_set_wide) one warp takes one weight row, reading it 512
+ * bytes a load: lane 8c + k takes 16-byte piece k of super-block 4i + c's
+ * codes (so a load is 4 super-blocks' codes, contiguous but for their
+ * 16-byte heads), U such rounds' loads in flight before any is used.  A
+ * piece is 16 codes of sub-block 2j (low nibbles) and the same 16 of
+ * 2j + 1 (high), j = k / 2: two dp4a chains times their 6-bit scales; the
+ * even pieces add sub-blocks 2j and 2j + 1's mins times the activations'
+ * sums over 32 codes.  The 8 lanes of a super-block add those exactly
+ * (integers), and the two fmas per super-block then run in order from
+ * shared memory, as matmul_k_kernel's: so the same bits. */
+#define MM_WIDE_WARPS MM_WARPS /* rows (warps) per block */
 
-/* Q4_K: piece k is 16 codes of sub-block 2j (low nibbles) and the same 16
- * of 2j + 1 (high), j = k / 2: two dp4a chains times their 6-bit scales;
- * the even pieces add sub-blocks 2j and 2j + 1's mins times the
- * activations' sums over 32 codes. */
-struct wide_q4k {
-	enum { bytes = 144, nf = 2 };
-	struct ctx {
-		int k, j, h;
-		const int8_t *x;
-		const float *xd;
-		const unsigned *bs;
-	};
-	struct round {
-		uint4 code, head, xa, xb;
-		unsigned bsw;
-		float da;
-	};
-	static __device__ __forceinline__ ctx make(const uint8_t *xq, int nsb, int lane)
-	{
-		const int n_in = nsb * QK_K, k = lane % 8;
-		return { k, k / 2, k % 2, reinterpret_cast<const int8_t *>(xq),
-			 reinterpret_cast<const float *>(xq + n_in),
-			 reinterpret_cast<const unsigned *>(xq + q8k_bs32_offset(n_in)) };
-	}
-	static __device__ __forceinline__ void load(const ctx &cx, const uint8_t *blk, int sb, round &rd)
-	{
-		rd.head = __ldg(reinterpret_cast<const uint4 *>(blk));
-		rd.code = __ldg(reinterpret_cast<const uint4 *>(blk + 16 + 16 * cx.k));
-		const int8_t *xs = cx.x + (size_t)sb * QK_K + 64 * cx.j + 16 * cx.h;
-		rd.xa = __ldg(reinterpret_cast<const uint4 *>(xs));
-		rd.xb = __ldg(reinterpret_cast<const uint4 *>(xs + 32));
-		rd.bsw = __ldg(&cx.bs[4 * sb + cx.j]);
-		rd.da = __ldg(&cx.xd[sb]);
-	}
-	/* every lane calls it: (sumi, d * da, -summ, dmin * da) */
-	static __device__ __forceinline__ float4 step(const ctx &cx, const round &rd)
-	{
-		const unsigned cw[4] = { rd.code.x, rd.code.y, rd.code.z, rd.code.w };
-		const unsigned aw[4] = { rd.xa.x, rd.xa.y, rd.xa.z, rd.xa.w };
-		const unsigned bw[4] = { rd.xb.x, rd.xb.y, rd.xb.z, rd.xb.w };
-		int slo = 0, shi = 0;
-UNROLL
-		for (int i = 0; i < 4; i++) {
-			slo = __dp4a((int)(cw[i] & 0x0f0f0f0fu), (int)aw[i], slo);
-			shi = __dp4a((int)(cw[i] >> 4 & 0x0f0f0f0fu), (int)bw[i], shi);
-		}
-		unsigned sc[2], mn[2];
-		k4_scales_packed(rd.head.y, rd.head.z, rd.head.w, sc, mn);
-		/* sub-blocks 2j, 2j + 1: bytes 2 (j % 2) and + 1 of word j / 2 */
-		const unsigned scw = cx.j < 2 ? sc[0] : sc[1], mnw = cx.j < 2 ? mn[0] : mn[1];
-		const int sel = 2 * (cx.j % 2);
-		int sumi = (int)__byte_perm(scw, 0, 0x4440 | sel) * slo +
-			   (int)__byte_perm(scw, 0, 0x4440 | (sel + 1)) * shi;
-		int summ = cx.h ? 0
-				: cx.j % 2 ? __dp2a_hi((int)rd.bsw, (int)mnw, 0) : __dp2a_lo((int)rd.bsw, (int)mnw, 0);
-UNROLL
-		for (int off = 1; off < 8; off *= 2) {
-			sumi += __shfl_xor_sync(MM_FULL, sumi, off);
-			summ += __shfl_xor_sync(MM_FULL, summ, off);
-		}
-		const float dw = __half2float(__ushort_as_half((unsigned short)(rd.head.x & 0xffffu)));
-		const float dm = __half2float(__ushort_as_half((unsigned short)(rd.head.x >> 16)));
-		return make_float4((float)sumi, dw * rd.da, (float)-summ, dm * rd.da);
-	}
-};
+template <int U>
+static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
+{
+	grid_dep_wait();
+	__shared__ float4 steps[MM_WIDE_WARPS][4 * U];
+	const int lane = threadIdx.x % 32, c = lane / 8, k = lane % 8, j = k / 2, h = k % 2;
+	const mm_row m = mm_pick(g, 1);
+	if (!m.w) /* whole warps only */
+		return;
+	float4 *st = steps[threadIdx.x / 32];
+	const int n_in = nsb * QK_K;
+	const int8_t *x = reinterpret_cast<const int8_t *>(xq);
+	const float *xd = reinterpret_cast<const float *>(xq + n_in);
+	const unsigned *bs = reinterpret_cast<const unsigned *>(xq + q8k_bs32_offset(n_in));
+	float acc = 0.0f;
 
-/* 16 bytes at the 2-byte aligned P: 5 aligned words funnel-shifted into 4. */
+	for (int b0 = 0; b0 < nsb; b0 += 4 * U) {
+		uint4 code[U], head[U], xa[U], xb[U];
+		unsigned bsw[U];
+		float da[U];
+UNROLL
+		for (int u = 0; u < U; u++) { /* every load of the U rounds first */
+			const int sb0 = b0 + 4 * u + c, sb = sb0 < nsb ? sb0 : nsb - 1;
+			const uint8_t *blk = m.w + (size_t)sb * 144;
+			head[u] = __ldg(reinterpret_cast<const uint4 *>(blk));
+			code[u] = __ldg(reinterpret_cast<const uint4 *>(blk + 16 + 16 * k));
+			xa[u] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)sb * QK_K + 64 * j + 16 * h));
+			xb[u] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)sb * QK_K + 64 * j + 32 + 16 * h));
+			bsw[u] = __ldg(&bs[4 * sb + j]);
+			da[u] = __ldg(&xd[sb]);
+		}
+UNROLL
+		for (int u = 0; u < U; u++) {
+			const unsigned cw[4] = { code[u].x, code[u].y, code[u].z, code[u].w };
+			const unsigned aw[4] = { xa[u].x, xa[u].y, xa[u].z, xa[u].w };
+			const unsigned bw[4] = { xb[u].x, xb[u].y, xb[u].z, xb[u].w };
+			int slo = 0, shi = 0;
+UNROLL
+			for (int i = 0; i < 4; i++) {
+				slo = __dp4a((int)(cw[i] & 0x0f0f0f0fu), (int)aw[i], slo);
+				shi = __dp4a((int)(cw[i] >> 4 & 0x0f0f0f0fu), (int)bw[i], shi);
+			}
+			unsigned sc[2], mn[2];
+			k4_scales_packed(head[u].y, head[u].z, head[u].w, sc, mn);
+			/* sub-blocks 2j, 2j + 1: bytes 2 (j % 2) and + 1 of word j / 2 */
+			const unsigned scw = j < 2 ? sc[0] : sc[1], mnw = j < 2 ? mn[0] : mn[1];
+			const int sel = 2 * (j % 2);
+			int sumi = (int)__byte_perm(scw, 0, 0x4440 | sel) * slo +
+				   (int)__byte_perm(scw, 0, 0x4440 | (sel + 1)) * shi;
+			int summ = h ? 0 : j % 2 ? __dp2a_hi((int)bsw[u], (int)mnw, 0) : __dp2a_lo((int)bsw[u], (int)mnw, 0);
+UNROLL
+			for (int off = 1; off < 8; off *= 2) {
+				sumi += __shfl_xor_sync(MM_FULL, sumi, off);
+				summ += __shfl_xor_sync(MM_FULL, summ, off);
+			}
+			if (k == 0) {
+				const float dw = __half2float(__ushort_as_half((unsigned short)(head[u].x & 0xffffu)));
+				const float dm = __half2float(__ushort_as_half((unsigned short)(head[u].x >> 16)));
+				st[4 * u + c] = make_float4((float)sumi, dw * da[u], (float)-summ, dm * da[u]);
+			}
+		}
+		__syncwarp(); /* the round's steps are in shared memory */
+		const int n = nsb - b0 < 4 * U ? nsb - b0 : 4 * U;
+		for (int i = 0; i < n; i++) {
+			const float4 v = st[i];
+			acc = fmaf(v.x, v.y, acc);
+			acc = fmaf(v.z, v.w, acc);
+		}
+		__syncwarp(); /* read before the next rounds' writes */
+	}
+	if (lane == 0)
+		m.out[0] = acc;
+}
+
+/* Q6_K a row a warp: as Q4_K's, lane 8c + k on super-block 4i + c, its
+ * piece k = 4 hf + 2 q + p (hf: the half of 128 elements, q: quarter q
+ * and q + 2 of it, p: elements 16p.. of each quarter): 16 bytes of ql
+ * (quarter q's low nibbles, q + 2's high ones) and the 16 bytes of qh that
+ * hold both quarters' top bits, 32 codes made signed (c - 32, as
+ * matmul_q6k_mma_kernel) into two dp4a chains times their groups' int8
+ * scales.  210 bytes a super-block leave them only 2-byte aligned: each
+ * 16 bytes are 5 aligned words funnel-shifted into 4. */
 static __device__ __forceinline__ uint4 ld_u4_a2(const uint8_t *p)
 {
 	const unsigned *a = reinterpret_cast<const unsigned *>(p - ((uintptr_t)p & 2));
@@ -1396,128 +1411,73 @@ UNROLL
 			  __funnelshift_r(w[2], w[3], sh), __funnelshift_r(w[3], w[4], sh));
 }
 
-/* Q6_K: piece k = 4 hf + 2 q + p (hf: the half of 128 elements, q:
- * quarters q and q + 2 of it, p: elements 16p.. of each quarter) is 16
- * bytes of ql (quarter q's low nibbles, q + 2's high ones) and the 16
- * bytes of qh holding both quarters' top bits: 32 codes made signed
- * (c - 32, as matmul_q6k_mma_kernel) into two dp4a chains times their
- * groups' int8 scales.  210 bytes a super-block leave them only 2-byte
- * aligned (ld_u4_a2). */
-struct wide_q6k {
-	enum { bytes = 210, nf = 1 };
-	struct ctx {
-		int q, ql, qh, e0, grp;
-		const int8_t *x;
-		const float *xd;
-	};
-	struct round {
-		uint4 ql, qh, xa, xb;
-		int sc0, sc1;
-		float dw, da;
-	};
-	static __device__ __forceinline__ ctx make(const uint8_t *xq, int nsb, int lane)
-	{
-		const int k = lane % 8, hf = k / 4, q = k / 2 % 2, p = k % 2;
-		const int e0 = 128 * hf + 32 * q + 16 * p; /* the low nibbles' first element; + 64 the high's */
-		return { q, 64 * hf + 32 * q + 16 * p, 128 + 32 * hf + 16 * p, e0, e0 / 16,
-			 reinterpret_cast<const int8_t *>(xq), reinterpret_cast<const float *>(xq + nsb * QK_K) };
-	}
-	static __device__ __forceinline__ void load(const ctx &cx, const uint8_t *blk, int sb, round &rd)
-	{
-		rd.ql = ld_u4_a2(blk + cx.ql);
-		rd.qh = ld_u4_a2(blk + cx.qh);
-		rd.sc0 = __ldg(reinterpret_cast<const int8_t *>(blk + 192 + cx.grp)); /* groups grp, grp + 4 */
-		rd.sc1 = __ldg(reinterpret_cast<const int8_t *>(blk + 192 + cx.grp + 4));
-		rd.dw = ld_f16(blk + 208);
-		rd.xa = __ldg(reinterpret_cast<const uint4 *>(cx.x + (size_t)sb * QK_K + cx.e0));
-		rd.xb = __ldg(reinterpret_cast<const uint4 *>(cx.x + (size_t)sb * QK_K + cx.e0 + 64));
-		rd.da = __ldg(&cx.xd[sb]);
-	}
-	/* every lane calls it: (sumi, d * da, unused) */
-	static __device__ __forceinline__ float4 step(const ctx &cx, const round &rd)
-	{
-		const unsigned lw[4] = { rd.ql.x, rd.ql.y, rd.ql.z, rd.ql.w };
-		const unsigned hw[4] = { rd.qh.x, rd.qh.y, rd.qh.z, rd.qh.w };
-		const unsigned aw[4] = { rd.xa.x, rd.xa.y, rd.xa.z, rd.xa.w };
-		const unsigned bw[4] = { rd.xb.x, rd.xb.y, rd.xb.z, rd.xb.w };
-		int t0 = 0, t1 = 0;
-UNROLL
-		for (int i = 0; i < 4; i++) {
-			const unsigned lo = (lw[i] & 0x0f0f0f0fu) | (hw[i] >> 2 * cx.q & 0x03030303u) << 4;
-			const unsigned hi = (lw[i] >> 4 & 0x0f0f0f0fu) | (hw[i] >> (2 * cx.q + 4) & 0x03030303u) << 4;
-			t0 = __dp4a(q6_k_signed((int)lo), (int)aw[i], t0);
-			t1 = __dp4a(q6_k_signed((int)hi), (int)bw[i], t1);
-		}
-		int sumi = rd.sc0 * t0 + rd.sc1 * t1;
-UNROLL
-		for (int off = 1; off < 8; off *= 2)
-			sumi += __shfl_xor_sync(MM_FULL, sumi, off);
-		return make_float4((float)sumi, rd.dw * rd.da, 0.0f, 0.0f);
-	}
-};
-
-/* The loads of chunk I of a wide warp's rows (M; NCH chunks of 4 U
- * super-blocks a row) into RD: lane 8c + k's pieces. */
-template <typename W, int U>
-static __device__ __forceinline__ void wide_load(const typename W::ctx &cx, const mm_row &m, int i, int nch,
-	int nsb, int c, typename W::round *rd)
-{
-	const uint8_t *wrow = m.w + (size_t)(i / nch) * m.row_bytes;
-	const int b0 = i % nch * 4 * U;
-UNROLL
-	for (int u = 0; u < U; u++) {
-		const int sb0 = b0 + 4 * u + c, sb = sb0 < nsb ? sb0 : nsb - 1;
-		W::load(cx, wrow + (size_t)sb * W::bytes, sb, rd[u]);
-	}
-}
-
-template <typename W, int U, bool PIPE>
-static __global__ void matmul_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T, int rpw)
+template <int U>
+static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
 {
 	grid_dep_wait();
-	__shared__ float4 steps[MM_WIDE_WARPS][4 * U];
-	const int lane = threadIdx.x % 32, c = lane / 8;
-	const mm_row m = mm_pick(g, rpw);
+	__shared__ float2 steps[MM_WIDE_WARPS][4 * U];
+	const int lane = threadIdx.x % 32, c = lane / 8, k = lane % 8;
+	const int hf = k / 4, q = k / 2 % 2, p = k % 2;
+	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
 		return;
-	float4 *st = steps[threadIdx.x / 32];
-	const typename W::ctx cx = W::make(xq, nsb, lane);
-	const int nch = (nsb + 4 * U - 1) / (4 * U), total = m.rows * nch;
-	typename W::round cur[U], nxt[U] = {}; /* (nxt: g++ cannot see it is set first) */
-	if (PIPE)
-		wide_load<W, U>(cx, m, 0, nch, nsb, c, cur);
+	float2 *st = steps[threadIdx.x / 32];
+	const int n_in = nsb * QK_K;
+	const int8_t *x = reinterpret_cast<const int8_t *>(xq);
+	const float *xd = reinterpret_cast<const float *>(xq + n_in);
+	const int e0 = 128 * hf + 32 * q + 16 * p; /* the low nibbles' first element; + 64 the high's */
+	const int grp = e0 / 16;                   /* their scales: groups grp and grp + 4 */
 	float acc = 0.0f;
 
-	for (int i = 0; i < total; i++) { /* chunk i % nch of row i / nch */
-		if (!PIPE)
-			wide_load<W, U>(cx, m, i, nch, nsb, c, cur);
-		else if (i + 1 < total)
-			wide_load<W, U>(cx, m, i + 1, nch, nsb, c, nxt);
+	for (int b0 = 0; b0 < nsb; b0 += 4 * U) {
+		uint4 ql[U], qh[U], xa[U], xb[U];
+		int sc0[U], sc1[U];
+		float dw[U], da[U];
+UNROLL
+		for (int u = 0; u < U; u++) { /* every load of the U rounds first */
+			const int sb0 = b0 + 4 * u + c, sb = sb0 < nsb ? sb0 : nsb - 1;
+			const uint8_t *blk = m.w + (size_t)sb * 210;
+			ql[u] = ld_u4_a2(blk + 64 * hf + 32 * q + 16 * p);
+			qh[u] = ld_u4_a2(blk + 128 + 32 * hf + 16 * p);
+			sc0[u] = __ldg(reinterpret_cast<const int8_t *>(blk + 192 + grp));
+			sc1[u] = __ldg(reinterpret_cast<const int8_t *>(blk + 192 + grp + 4));
+			dw[u] = ld_f16(blk + 208);
+			xa[u] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)sb * QK_K + e0));
+			xb[u] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)sb * QK_K + e0 + 64));
+			da[u] = __ldg(&xd[sb]);
+		}
 UNROLL
 		for (int u = 0; u < U; u++) {
-			const float4 f = W::step(cx, cur[u]);
-			if (lane % 8 == 0)
-				st[4 * u + c] = f;
-		}
-		__syncwarp(); /* the chunk's steps are in shared memory */
-		const int b0 = i % nch * 4 * U, n = nsb - b0 < 4 * U ? nsb - b0 : 4 * U;
-		if (b0 == 0)
-			acc = 0.0f;
-		for (int s = 0; s < n; s++) {
-			const float4 v = st[s];
-			acc = fmaf(v.x, v.y, acc);
-			if (W::nf == 2)
-				acc = fmaf(v.z, v.w, acc);
-		}
-		__syncwarp(); /* read before the next chunk's writes */
-		if (b0 + 4 * U >= nsb && lane == 0)
-			m.out[i / nch] = acc;
-		if (PIPE && i + 1 < total)
+			const unsigned lw[4] = { ql[u].x, ql[u].y, ql[u].z, ql[u].w };
+			const unsigned hw[4] = { qh[u].x, qh[u].y, qh[u].z, qh[u].w };
+			const unsigned aw[4] = { xa[u].x, xa[u].y, xa[u].z, xa[u].w };
+			const unsigned bw[4] = { xb[u].x, xb[u].y, xb[u].z, xb[u].w };
+			int t0 = 0, t1 = 0;
 UNROLL
-			for (int u = 0; u < U; u++)
-				cur[u] = nxt[u];
+			for (int i = 0; i < 4; i++) {
+				const unsigned lo = (lw[i] & 0x0f0f0f0fu) | (hw[i] >> 2 * q & 0x03030303u) << 4;
+				const unsigned hi = (lw[i] >> 4 & 0x0f0f0f0fu) | (hw[i] >> (2 * q + 4) & 0x03030303u) << 4;
+				t0 = __dp4a(q6_k_signed((int)lo), (int)aw[i], t0);
+				t1 = __dp4a(q6_k_signed((int)hi), (int)bw[i], t1);
+			}
+			int sumi = sc0[u] * t0 + sc1[u] * t1;
+UNROLL
+			for (int off = 1; off < 8; off *= 2)
+				sumi += __shfl_xor_sync(MM_FULL, sumi, off);
+			if (k == 0)
+				st[4 * u + c] = make_float2((float)sumi, dw[u] * da[u]);
+		}
+		__syncwarp(); /* the round's steps are in shared memory */
+		const int n = nsb - b0 < 4 * U ? nsb - b0 : 4 * U;
+		for (int i = 0; i < n; i++) {
+			const float2 v = st[i];
+			acc = fmaf(v.x, v.y, acc);
+		}
+		__syncwarp(); /* read before the next rounds' writes */
 	}
+	if (lane == 0)
+		m.out[0] = acc;
 }
 
 /* ---- launchers ---- */
@@ -1711,8 +1671,9 @@ static mm_kernel mm_async_kernel_of(uint32_t type)
 }
 
 /* Whether a matmul of TYPE over T activation rows reads its weight rows
- * whole (matmul_wide_kernel: Q4_K, 16-byte aligned rows, or Q6_K; T = 1)
- * with cuda_matmul_set_wide's rounds of loads in flight (0: never). */
+ * whole (matmul_q4k_wide_kernel: Q4_K, 16-byte aligned rows; or
+ * matmul_q6k_wide_kernel; T = 1) with
+ * cuda_matmul_set_wide's rounds of loads in flight (0: never). */
 static int mm_wide = 2; /* cuda_mm_bench on an H200: 1 and 2 best, 4 some 15% slower */
 
 extern "C" void cuda_matmul_set_wide(int32_t rounds)
@@ -1725,38 +1686,14 @@ static int mm_use_wide(uint32_t type, int aligned, int32_t T)
 	return mm_wide && ((type == QT_Q4_K && aligned) || type == QT_Q6_K) && T == 1;
 }
 
-/* Weight rows per warp of the wide kernels, one after the other
- * (cuda_matmul_set_wide_rows). */
-static int mm_wide_rows = 1;
-
-extern "C" void cuda_matmul_set_wide_rows(int32_t rows)
-{
-	mm_wide_rows = rows < 1 ? 1 : rows > 64 ? 64 : rows;
-}
-
-/* Whether the wide kernels issue the next chunk's loads before using this
- * one's (cuda_matmul_set_wide_pipe; rounds 1 and 2 only). */
-static int mm_wide_pipe = 0;
-
-extern "C" void cuda_matmul_set_wide_pipe(int on)
-{
-	mm_wide_pipe = on != 0;
-}
-
-template <typename W>
-static mm_kernel mm_wide_kernel_of(void)
-{
-	switch (mm_wide) {
-	case 1:  return mm_wide_pipe ? matmul_wide_kernel<W, 1, true> : matmul_wide_kernel<W, 1, false>;
-	case 2:  return mm_wide_pipe ? matmul_wide_kernel<W, 2, true> : matmul_wide_kernel<W, 2, false>;
-	case 4:  return matmul_wide_kernel<W, 4, false>;
-	default: return matmul_wide_kernel<W, 8, false>;
-	}
-}
-
 static mm_kernel mm_wide_kernel(uint32_t type)
 {
-	return type == QT_Q6_K ? mm_wide_kernel_of<wide_q6k>() : mm_wide_kernel_of<wide_q4k>();
+	switch (mm_wide) {
+	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1> : matmul_q4k_wide_kernel<1>;
+	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2> : matmul_q4k_wide_kernel<2>;
+	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4> : matmul_q4k_wide_kernel<4>;
+	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8> : matmul_q4k_wide_kernel<8>;
+	}
 }
 
 /* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
@@ -1806,7 +1743,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	for (int k = 0; k < nw; k++)
 		runs += (ws[k]->n_out + MMA_ROWS - 1) / MMA_ROWS;
 	const int ks = mma ? mm_split(blck, nbk, nt, runs) : 1;
-	const int rows_per_block = ks > 1 ? MMA_ROWS : MM_WARPS * (mma ? MMA_ROWS : wide ? mm_wide_rows : 1);
+	const int rows_per_block = ks > 1 ? MMA_ROWS : MM_WARPS * (mma ? MMA_ROWS : 1);
 	const unsigned threads = 32u * (ks > 1 ? ks : MM_WARPS);
 	size_t smem = mm_split_smem(blck, nt, ks);
 	for (int k = 0; k < CUDA_MM_GROUP; k++) {
@@ -1874,9 +1811,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		if (mm_launched())
 			return -EIO;
 	}
-	/* (the wide kernels take their rows per warp where the others take KS) */
-	LAUNCH(kernel, mm_blocks, threads, smem, st, g, nsb, (const uint8_t *)xq, stride, (int)T,
-	       wide ? mm_wide_rows : ks);
+	LAUNCH(kernel, mm_blocks, threads, smem, st, g, nsb, (const uint8_t *)xq, stride, (int)T, ks);
 	return mm_launched();
 }
 
