@@ -33,18 +33,7 @@ extern "C" {
 
 #include "emu_testutil.h"
 #include "q8rows.h"
-
-static uint64_t rng = 20240611;
-static uint32_t next_u32()
-{
-	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-	return (uint32_t)(rng >> 32);
-}
-/* Uniform in [lo, hi). */
-static float frand(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)(next_u32() >> 8) * 0x1p-24f;
-}
+#include "q_random.h"
 
 /* N values in [LO, HI), each EVERY-th (0: none) times SCALE: an input with
  * outliers. */
@@ -52,7 +41,7 @@ static std::vector<float> rand_vec(size_t n, float lo, float hi, size_t every = 
 {
 	std::vector<float> v(n);
 	for (size_t i = 0; i < n; i++)
-		v[i] = frand(lo, hi) * (every && i % every == 0 ? scale : 1.0f);
+		v[i] = uniform(lo, hi) * (every && i % every == 0 ? scale : 1.0f);
 	return v;
 }
 
@@ -120,7 +109,7 @@ static std::vector<uint8_t> make_weight(uint32_t type, int64_t n, int64_t n_out,
 	for (int64_t r = 0; r < n_out; r++) {
 		uint8_t *row = w.data() + r * rb;
 		for (float &v : f)
-			v = frand(-2, 2);
+			v = uniform(-2, 2);
 		switch (type) {
 		case QT_F32: case QT_F16: case QT_BF16: case QT_Q8_0:
 			/* the CPU's own converters and activation quantizer */
@@ -132,7 +121,7 @@ static std::vector<uint8_t> make_weight(uint32_t type, int64_t n, int64_t n_out,
 				row[i] = (uint8_t)next_u32();
 			for (int64_t b = 0; b < n / qi->blck; b++) {
 				uint8_t *blk = row + b * qi->bytes;
-				qt_f16 d = qt_f32_to_f16(frand(-0.1f, 0.1f)), m = qt_f32_to_f16(frand(0, 0.05f));
+				qt_f16 d = qt_f32_to_f16(uniform(-0.1f, 0.1f)), m = qt_f32_to_f16(uniform(0, 0.05f));
 				if (type == QT_Q6_K) {
 					memcpy(blk + offsetof(struct block_q6_k, d), &d, 2);
 				} else {
@@ -539,7 +528,7 @@ static void test_half()
 	/* ties, subnormals, overflow to infinity, infinities */
 	std::vector<float> x(5000);
 	for (float &v : x)
-		v = frand(-70000, 70000) * (next_u32() % 2 ? 1.0f : 1e-6f);
+		v = uniform(-70000, 70000) * (next_u32() % 2 ? 1.0f : 1e-6f);
 	const float special[] = { 0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 0x1p-24f,
 				  0x1p-25f, 65519.0f, 65520.0f, 1e30f, -1e30f, INFINITY, -INFINITY,
 				  1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3e-39f };

@@ -31,6 +31,8 @@ extern "C" {
 
 #include <vector>
 
+#include "q_random.h"
+
 #define CK(call)                                                                              \
 	do {                                                                                  \
 		cudaError_t e_ = (call);                                                      \
@@ -39,46 +41,6 @@ extern "C" {
 			exit(1);                                                              \
 		}                                                                             \
 	} while (0)
-
-static uint64_t rng = 88172645463325252ull;
-static uint32_t next_u32()
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)rng;
-}
-
-static void put_f16(uint8_t *p, float f)
-{
-	qt_f16 h = qt_f32_to_f16(f);
-	memcpy(p, &h, 2);
-}
-
-/* Random blocks of TYPE with their f16 scales small and finite. */
-static std::vector<uint8_t> random_weights(uint32_t type, int n_in, int n_out, size_t *ret_rb)
-{
-	const qtype_info *ti = qtype_get(type);
-	const size_t rb = qtype_row_bytes(type, n_in);
-	std::vector<uint8_t> w(rb * n_out);
-	for (uint8_t &b : w)
-		b = (uint8_t)next_u32();
-	const int nb = n_in / (int)ti->blck;
-	for (int r = 0; r < n_out; r++)
-		for (int b = 0; b < nb; b++) {
-			uint8_t *blk = w.data() + r * rb + (size_t)b * ti->bytes;
-			const float d = 0.001f + (float)(next_u32() % 1000) * 1e-5f;
-			if (type == QT_Q6_K) {
-				put_f16(blk + 208, d);
-			} else {
-				put_f16(blk, d);
-				if (type != QT_Q4_0 && type != QT_Q8_0)
-					put_f16(blk + 2, d * 0.5f);
-			}
-		}
-	*ret_rb = rb;
-	return w;
-}
 
 /* ---- the reference: read every byte once ---- */
 
@@ -195,7 +157,7 @@ int main(int argc, char **argv)
 			}
 			std::vector<float> hx((size_t)T * s.n_in);
 			for (float &v : hx)
-				v = (float)(next_u32() % 4001) / 1000.0f - 2.0f;
+				v = uniform(-2.0f, 2.0f);
 			float *dx;
 			uint8_t *scratch;
 			CK(cudaMalloc(&dx, hx.size() * sizeof(float)));
