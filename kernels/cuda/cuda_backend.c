@@ -1334,7 +1334,7 @@ static void cb_env_knobs(int device)
 	cuda_matmul_set_mma_min_t(cb_env("LLMD_CUDA_MMA_MIN_T", &v) ? (int32_t)v : 0);
 	if (cb_env("LLMD_CUDA_MM_SPLIT", &v)) /* 1: no split-K */
 		cuda_matmul_set_split_k((int32_t)v);
-	if (cb_env("LLMD_CUDA_MM_WARPS", &v)) /* the warps split-K aims for */
+	if (cb_env("LLMD_CUDA_MM_WARPS", &v)) /* the most warps split-K may give a launch */
 		cuda_matmul_set_split_warps((int32_t)v);
 	if (cb_env("LLMD_CUDA_MM_ASYNC", &v)) /* 1: K-quant weights through cp.async stages */
 		cuda_matmul_set_async(v != 0);

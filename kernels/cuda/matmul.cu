@@ -1302,8 +1302,8 @@ UNROLL
 /* ---- matmul: Q4_K rows read whole (one activation row) ----
  *
  * At T = 1 the tensor-core kernels waste 7 of the mma's 8 columns and read
- * 8 rows' 32 bytes a load; their split-K (to have enough warps for HBM)
- * costs a barrier a chunk and leaves the last wave of blocks mostly empty.
+ * 8 rows' 32 bytes a load, and their split-K (to have enough warps for
+ * HBM) costs a barrier a chunk.
  * Here (cuda_matmul_set_wide) one warp takes one weight row, reading it 512
  * bytes a load: lane 8c + k takes 16-byte piece k of super-block 4i + c's
  * codes (so a load is 4 super-blocks' codes, contiguous but for their
