@@ -55,14 +55,18 @@ static __global__ void stream_kernel(const uint4 *__restrict__ p, size_t n, unsi
 		*sink = v;
 }
 
+/* One setting of matmul.cu's knobs (cuda_ops.h's setters say what each
+ * value means). */
 struct variant {
 	const char *name;
-	int split_max, split_warps, async, wide, mma_min_t;
+	int split_max;   /* split-K's most warps on a run of 16 rows */
+	int split_warps; /* its most warps in all (0: one wave) */
+	int async;       /* K-quant weights through cp.async stages */
+	int wide;        /* wide kernels' rounds (-1: the default, 0: off) */
+	int mma_min_t;   /* tensor cores from this T (0: the default) */
 };
 
 static const variant variants[] = {
-	/* name, split-K most warps a run, most warps in all (0: one wave),
-	 * cp.async, wide rounds (-1: the default), tensor cores from T (0: the default) */
 	{ "default", 16, 0, 0, -1, 0 },
 	{ "mma", 16, 0, 0, 0, 1 },
 	{ "mma-no-split", 1, 0, 0, 0, 1 },
@@ -85,25 +89,27 @@ static void set_variant(const variant &v)
 	cuda_matmul_set_mma_min_t(v.mma_min_t);
 }
 
+/* A matmul group of a decode step: NW weights of TYPE sharing their input. */
 struct shape {
 	const char *name;
 	uint32_t type;
 	int n_in;
-	int n_out[CUDA_MM_GROUP];
-	int nw;
+	int n_out[CUDA_MM_GROUP]; /* each weight's rows */
+	int nw;    /* weights in the group */
+	int max_t; /* timed at T = 1, 2, 4, 8 up to this */
 };
 
 static const shape shapes[] = {
-	{ "8b gate+up", QT_Q4_K, 4096, { 14336, 14336 }, 2 },
-	{ "8b down q4k", QT_Q4_K, 14336, { 4096 }, 1 },
-	{ "8b down q6k", QT_Q6_K, 14336, { 4096 }, 1 },
-	{ "8b wo", QT_Q4_K, 4096, { 4096 }, 1 },
-	{ "8b qkv", QT_Q4_K, 4096, { 4096, 1024, 1024 }, 3 },
-	{ "8b qk", QT_Q4_K, 4096, { 4096, 1024 }, 2 },
-	{ "8b wv q6k", QT_Q6_K, 4096, { 1024 }, 1 },
-	{ "8b output", QT_Q6_K, 4096, { 49152 }, 1 },
-	{ "smol gate+up", QT_Q4_1, 576, { 1536, 1536 }, 2 },
-	{ "smol down", QT_Q4_1, 1536, { 576 }, 1 },
+	{ "8b gate+up", QT_Q4_K, 4096, { 14336, 14336 }, 2, 8 },
+	{ "8b down q4k", QT_Q4_K, 14336, { 4096 }, 1, 1 },
+	{ "8b down q6k", QT_Q6_K, 14336, { 4096 }, 1, 8 },
+	{ "8b wo", QT_Q4_K, 4096, { 4096 }, 1, 1 },
+	{ "8b qkv", QT_Q4_K, 4096, { 4096, 1024, 1024 }, 3, 1 },
+	{ "8b qk", QT_Q4_K, 4096, { 4096, 1024 }, 2, 1 },
+	{ "8b wv q6k", QT_Q6_K, 4096, { 1024 }, 1, 1 },
+	{ "8b output", QT_Q6_K, 4096, { 49152 }, 1, 1 },
+	{ "smol gate+up", QT_Q4_1, 576, { 1536, 1536 }, 2, 1 },
+	{ "smol down", QT_Q4_1, 1536, { 576 }, 1, 1 },
 };
 
 int main(int argc, char **argv)
@@ -128,7 +134,7 @@ int main(int argc, char **argv)
 
 	for (const shape &s : shapes) {
 		for (int T : { 1, 2, 4, 8 }) {
-			if (T > 1 && strncmp(s.name, "8b gate", 7) && strncmp(s.name, "8b down q6k", 11))
+			if (T > s.max_t)
 				continue;
 			/* COPIES of the group's weights, together 4 times the L2
 			 * cache at least, taken in turn: every launch reads its

@@ -1299,7 +1299,7 @@ UNROLL
 	}
 }
 
-/* ---- matmul: Q4_K rows read whole (one activation row) ----
+/* ---- matmul: Q4_K and Q6_K rows read whole (one activation row) ----
  *
  * At T = 1 the tensor-core kernels waste 7 of the mma's 8 columns and read
  * 8 rows' 32 bytes a load, and their split-K (to have enough warps for
@@ -1315,6 +1315,31 @@ UNROLL
  * (integers), and the two fmas per super-block then run in order from
  * shared memory, as matmul_k_kernel's: so the same bits. */
 #define MM_WIDE_WARPS MM_WARPS /* rows (warps) per block */
+
+/* A super-block's float steps, as matmul_k_kernel takes them: Q4_K's two
+ * fmas (sumi * d, -summ * dmin), Q6_K's one. */
+static __device__ __forceinline__ float wide_step(float4 v, float acc)
+{
+	return fmaf(v.z, v.w, fmaf(v.x, v.y, acc));
+}
+
+static __device__ __forceinline__ float wide_step(float2 v, float acc)
+{
+	return fmaf(v.x, v.y, acc);
+}
+
+/* A wide warp's chunk from super-block B0: its steps, left in ST by each
+ * super-block's lane 0, applied to ACC in super-block order. */
+template <int U, typename S>
+static __device__ __forceinline__ float wide_chain(const S *st, int b0, int nsb, float acc)
+{
+	__syncwarp(); /* the chunk's steps are in shared memory */
+	const int n = nsb - b0 < 4 * U ? nsb - b0 : 4 * U;
+	for (int i = 0; i < n; i++)
+		acc = wide_step(st[i], acc);
+	__syncwarp(); /* read before the next chunk's writes */
+	return acc;
+}
 
 template <int U>
 static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
@@ -1340,7 +1365,7 @@ static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const u
 UNROLL
 		for (int u = 0; u < U; u++) { /* every load of the U rounds first */
 			const int sb0 = b0 + 4 * u + c, sb = sb0 < nsb ? sb0 : nsb - 1;
-			const uint8_t *blk = m.w + (size_t)sb * 144;
+			const uint8_t *blk = m.w + (size_t)sb * k_traits<QT_Q4_K>::bytes;
 			head[u] = __ldg(reinterpret_cast<const uint4 *>(blk));
 			code[u] = __ldg(reinterpret_cast<const uint4 *>(blk + 16 + 16 * k));
 			xa[u] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)sb * QK_K + 64 * j + 16 * h));
@@ -1366,7 +1391,8 @@ UNROLL
 			const int sel = 2 * (j % 2);
 			int sumi = (int)__byte_perm(scw, 0, 0x4440 | sel) * slo +
 				   (int)__byte_perm(scw, 0, 0x4440 | (sel + 1)) * shi;
-			int summ = h ? 0 : j % 2 ? __dp2a_hi((int)bsw[u], (int)mnw, 0) : __dp2a_lo((int)bsw[u], (int)mnw, 0);
+			int summ = h ? 0
+				 : j % 2 ? __dp2a_hi((int)bsw[u], (int)mnw, 0) : __dp2a_lo((int)bsw[u], (int)mnw, 0);
 UNROLL
 			for (int off = 1; off < 8; off *= 2) {
 				sumi += __shfl_xor_sync(MM_FULL, sumi, off);
@@ -1378,14 +1404,7 @@ UNROLL
 				st[4 * u + c] = make_float4((float)sumi, dw * da[u], (float)-summ, dm * da[u]);
 			}
 		}
-		__syncwarp(); /* the round's steps are in shared memory */
-		const int n = nsb - b0 < 4 * U ? nsb - b0 : 4 * U;
-		for (int i = 0; i < n; i++) {
-			const float4 v = st[i];
-			acc = fmaf(v.x, v.y, acc);
-			acc = fmaf(v.z, v.w, acc);
-		}
-		__syncwarp(); /* read before the next rounds' writes */
+		acc = wide_chain<U>(st, b0, nsb, acc);
 	}
 	if (lane == 0)
 		m.out[0] = acc;
@@ -1437,7 +1456,7 @@ static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const u
 UNROLL
 		for (int u = 0; u < U; u++) { /* every load of the U rounds first */
 			const int sb0 = b0 + 4 * u + c, sb = sb0 < nsb ? sb0 : nsb - 1;
-			const uint8_t *blk = m.w + (size_t)sb * 210;
+			const uint8_t *blk = m.w + (size_t)sb * k_traits<QT_Q6_K>::bytes;
 			ql[u] = ld_u4_a2(blk + 64 * hf + 32 * q + 16 * p);
 			qh[u] = ld_u4_a2(blk + 128 + 32 * hf + 16 * p);
 			sc0[u] = __ldg(reinterpret_cast<const int8_t *>(blk + 192 + grp));
@@ -1468,13 +1487,7 @@ UNROLL
 			if (k == 0)
 				st[4 * u + c] = make_float2((float)sumi, dw[u] * da[u]);
 		}
-		__syncwarp(); /* the round's steps are in shared memory */
-		const int n = nsb - b0 < 4 * U ? nsb - b0 : 4 * U;
-		for (int i = 0; i < n; i++) {
-			const float2 v = st[i];
-			acc = fmaf(v.x, v.y, acc);
-		}
-		__syncwarp(); /* read before the next rounds' writes */
+		acc = wide_chain<U>(st, b0, nsb, acc);
 	}
 	if (lane == 0)
 		m.out[0] = acc;
