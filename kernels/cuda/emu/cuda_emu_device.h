@@ -153,10 +153,17 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu, const char *file = __
 {
 	cuda_emu::warp_collective(cuda_emu::COLL_SYNCWARP, mask, 0, 0, 0, 0, file, line);
 }
-/* Fences order nothing more here: a block's threads never run at once. */
-static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+/* Fences order nothing more here: a block's threads never run at once,
+ * nor do two blocks (the scheduler orders them for TSan, which has no
+ * fences of its own: a compiler barrier under it). */
+#ifdef __SANITIZE_THREAD__
+#define EMU_FENCE() __asm__ __volatile__("" ::: "memory")
+#else
+#define EMU_FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
+static inline void __threadfence_block() { EMU_FENCE(); }
+static inline void __threadfence() { EMU_FENCE(); }
+static inline void __threadfence_system() { EMU_FENCE(); }
 
 /* ---- warp collectives (CUDA's semantics, PTX shfl.sync's lane rules) ---- */
 template <typename T>
