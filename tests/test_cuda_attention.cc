@@ -27,14 +27,6 @@ extern "C" { /* C headers, before cuda_ops.h includes backend.h as C++ */
 #include "emu_testutil.h"
 #include "q8rows.h"
 
-/* The leading bytes of an attention scratch that must start zeroed. */
-static void zero_counts(dbuf<uint8_t> &scratch, const struct bk_kv &kv, const struct bk_attn &a)
-{
-	const size_t n = cuda_attention_scratch_zeroed(&kv, &a);
-	CHECK(n > 0 && n <= scratch.n);
-	CHECK_INT_EQ(cudaMemset(scratch.d, 0, n), cudaSuccess);
-}
-
 static uint64_t rng = 7;
 static uint32_t next_u32()
 {
@@ -313,21 +305,15 @@ static void run_cfg(const cfg &c)
 		const size_t sb = cuda_attention_scratch_bytes(&dkv, &a, T, TABLE_STRIDE);
 		CHECK(sb > 0);
 		dbuf<uint8_t> scratch(sb, 0xff);
-		zero_counts(scratch, dkv, a);
 		dpos.put(st.pos);
 		dtab.put(tables_of(st));
 		dq.put(q);
 		std::vector<float> first;
-		/* one row per block, reduced by the split blocks' last (fused)
-		 * and by the second kernel, then a prefill chunk's rows sharing
-		 * blocks (reduced by the second kernel) */
-		for (int mode = 0; mode < 3; mode++)
+		/* one row per block, then a prefill chunk's rows sharing blocks */
+		for (int tiled = 0; tiled < 2; tiled++)
 		for_each_order([&](const char *order) {
-			const bool tiled = mode == 2;
-			cuda_attention_set_fused(mode == 0);
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
 					     dout.d, tiled ? &rows : NULL, scratch.d, 0), 0);
-			cuda_attention_set_fused(1);
 			std::vector<float> out = dout.get();
 			int bad = 0;
 			for (size_t i = 0; i < qn; i++) {
@@ -377,14 +363,10 @@ static void run_cfg(const cfg &c)
 			dbuf<uint8_t> dxq(qs * (size_t)T, 0xff);
 			char what[80];
 			snprintf(what, sizeof what, "type %u hd %d T %d %s", c.type, hd, T, qtype_get(vec)->name);
-			/* the second kernel (tiled), then the fused reduction */
-			for (int host = 1; host >= 0; host--)
 			for_each_order([&](const char *) {
 				dout.put(std::vector<float>(qn, -1.0f));
-				dxq.put(std::vector<uint8_t>(qs * (size_t)T, 0xff));
 				CHECK_INT_EQ(cuda_attention_q8(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
-							       dout.d, host ? &rows : NULL, scratch.d, vec, dxq.d,
-							       qs, 0), 0);
+							       dout.d, &rows, scratch.d, vec, dxq.d, qs, 0), 0);
 				CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
 				expect_q8_rows("attention_q8", what, dxq.get(), first, T, row_n, qs, vec);
 			});
@@ -406,7 +388,6 @@ static void run_cfg(const cfg &c)
 			dbuf<int32_t> ppos(TP), pt(ptab.size());
 			dbuf<float> pdq(pq.size()), pout(pq.size(), 0xff);
 			dbuf<uint8_t> ps(cuda_attention_scratch_bytes(&dkv, &a, TP, TABLE_STRIDE), 0xff);
-			zero_counts(ps, dkv, a);
 			ppos.put(pad.pos);
 			pt.put(ptab);
 			pdq.put(pq);
@@ -426,10 +407,6 @@ static void run_cfg(const cfg &c)
 			CHECK(memcmp(one.data(), first.data() + (size_t)t * c.n_head * hd,
 				     (size_t)c.n_head * hd * sizeof(float)) == 0);
 		}
-		/* every call left the fused reduction's counts at zero */
-		std::vector<uint8_t> counts = scratch.get();
-		counts.resize(cuda_attention_scratch_zeroed(&dkv, &a));
-		CHECK(std::all_of(counts.begin(), counts.end(), [](uint8_t b) { return b == 0; }));
 	}
 }
 

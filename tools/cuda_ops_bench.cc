@@ -1,8 +1,8 @@
 /* cuda_ops_bench.cc - a decode step's other launches alone on a GPU: the
  * fused norms, RoPE with the KV store, attention (at several context
- * lengths, its partials reduced in the split kernel or by a second one)
- * and SwiGLU, each on an 8B Llama's shapes and SmolLM2's, against an
- * empty kernel: what a launch costs where it moves almost nothing.
+ * lengths: its split kernel and its reduction) and SwiGLU, each on an 8B
+ * Llama's shapes and SmolLM2's, against an empty kernel: what a launch
+ * costs where it moves almost nothing.
  *
  * A decode step replays a CUDA graph, so each op is timed that way: REPS
  * (default 200) launches of it captured into one graph on a stream (with
@@ -180,7 +180,7 @@ int main(int argc, char **argv)
 		float *q = dev_random(qn, -1, 1), *k = dev_random(kv_dim, -1, 1), *v = dev_random(kv_dim, -1, 1);
 		float *att = dev<float>(qn);
 		const size_t sb = cuda_attention_scratch_bytes(&kv, &a, 1, table_stride);
-		uint8_t *scratch = dev<uint8_t>(sb); /* zeroed: its counts */
+		uint8_t *scratch = dev<uint8_t>(sb);
 
 		for (int ctx : { 64, 512, 4096 }) {
 			const int32_t p = ctx - 1;
@@ -191,15 +191,11 @@ int main(int argc, char **argv)
 				return cuda_rope_kv_store(&kv, 0, 1, pos, tables, table_stride, &a, m.head_dim,
 							  m.rope_base, BK_ROPE_NORMAL, q, k, v, st);
 			}));
-			for (int fused = 1; fused >= 0; fused--) {
-				cuda_attention_set_fused(fused);
-				snprintf(what, sizeof what, "attention_q8 ctx %d %s", ctx, fused ? "fused" : "2 launches");
-				printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-					return cuda_attention_q8(&kv, 0, 1, pos, tables, table_stride, &a, q, att, NULL,
-								 scratch, m.vec, xq, xq_stride, st);
-				}));
-			}
-			cuda_attention_set_fused(1);
+			snprintf(what, sizeof what, "attention_q8 ctx %d", ctx);
+			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
+				return cuda_attention_q8(&kv, 0, 1, pos, tables, table_stride, &a, q, att, NULL, scratch,
+							 m.vec, xq, xq_stride, st);
+			}));
 		}
 
 		float *gg = dev_random(m.n_ff, -4, 4), *u = dev_random(m.n_ff, -1, 1), *h = dev<float>(m.n_ff);

@@ -54,17 +54,7 @@ extern "C" void cuda_attention_set_split(int32_t tokens)
 {
 	attn_split_tokens = tokens < 1 ? ATTN_SPLIT_TOKENS : tokens;
 }
-
-/* Whether launches of one row a block reduce in the split kernel (the
- * same bits either way; cuda_attention_set_fused). */
-static bool attn_fused = true;
-
-extern "C" void cuda_attention_set_fused(int on)
-{
-	attn_fused = on != 0;
-}
 #define ATTN_THREADS 128          /* threads of a split block */
-static_assert(ATTN_MAX_SPLITS <= 32, "the fused reduction gives each split a lane");
 #define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
 static_assert(ATTN_MAX_TILE <= 32, "the online softmax gives each position of a tile a lane");
 #define ATTN_ROW_CHUNK 64         /* rows per launch pair: bounds the scratch */
@@ -228,7 +218,6 @@ struct attn_shape {
 	int32_t tile;       /* positions per shared-memory tile */
 	int32_t qrows;      /* rows of one sequence per split block (1 .. ATTN_MAX_QROWS) */
 	int32_t vec_load;   /* a head's pool rows load 4 elements at a time (kv_elem4) */
-	int32_t gh;         /* kv heads a fused reduction combines at once (attn_finish_group) */
 };
 
 /* Floats between consecutive positions of a staged K or V tile: the head
@@ -292,7 +281,7 @@ static __device__ __forceinline__ float4 kv_elem4(const char *row, uint32_t type
  * on) of kv head HK into KT and VT (rows KS floats apart).  Each thread's
  * loads of a batch are issued before any of its stores (through the
  * read-only path, so nothing orders them after the shared stores). */
-#define ATTN_LOAD_BATCH 4
+#define ATTN_LOAD_BATCH 8
 static __device__ __forceinline__ void attn_stage(const kv_view &kv, const attn_shape &sh, const char *krow,
 	const char *vrow, int32_t hk, int32_t n, float *kt, float *vt, int32_t ks)
 {
@@ -354,122 +343,6 @@ static __device__ __forceinline__ float attn_dot(const float *qg, const float *k
 	return (a.x + a.y) + (a.z + a.w);
 }
 
-/* The combination of one row's partials for one query head (PP, the
- * first split's; STRIDE floats apart):
- * out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the row's
- * splits that hold positions, M their largest max.  attn_combine_scale
- * sets *M and returns 1 / sum (0 for a padding row, P < 0, which has no
- * splits: its output is zeros); attn_combine gives element C. */
-static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
-{
-	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
-}
-
-static __device__ __forceinline__ float attn_combine_scale(const float *pp, size_t stride, int32_t n_act,
-	float *ret_m)
-{
-	float M = -INFINITY;
-	for (int32_t s = 0; s < n_act; s++)
-		M = fmaxf(M, pp[s * stride]);
-	float L = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		L = fmaf(pp[s * stride + 1], expf(pp[s * stride] - M), L);
-	*ret_m = M;
-	return n_act > 0 ? 1.0f / L : 0.0f;
-}
-
-static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act, float M,
-	float inv, int c)
-{
-	float a = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
-	return a * inv;
-}
-
-/* The fused reduction's end (attn_split_kernel with counts): the
- * combination of the query heads of kv heads HK0 .. HK0 + sh.gh - 1 of row
- * T (at position P, partials from PR on) by the block, with
- * attn_reduce_kernel's operations, each split's weight e^(m_s - M) and
- * 1 / sum computed once per head (a warp per head, lane s its split's
- * weight, lane 0 the sum in split order) into W; then OUT, and with VEC
- * its rows quantized into XQ as attn_reduce_q8_kernel does (a warp per
- * 32-element block, or per Q8_K super-block, lane l its elements 8l ..
- * 8l + 7, q8k_warp_store).  W: attn_finish_floats(sh) of shared memory. */
-static __host__ __device__ __forceinline__ int32_t attn_finish_floats(const attn_shape &sh)
-{
-	return sh.gh * sh.group * (2 * ATTN_MAX_SPLITS + 1);
-}
-
-static __device__ __forceinline__ float attn_combine_w(const float *pp, size_t stride, int32_t n_act,
-	const float *ew, float inv, int c)
-{
-	float a = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		a = fmaf(__ldcg(&pp[s * stride + 2 + c]), ew[s], a);
-	return a * inv;
-}
-
-static __device__ void attn_finish_group(const attn_shape &sh, int32_t t, int32_t p, int32_t hk0,
-	const float *pr, float *__restrict__ out, uint32_t vec, uint8_t *__restrict__ xq, size_t xq_stride,
-	float *w)
-{
-	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-	const int32_t hd = sh.head_dim, nh = sh.gh * sh.group, h0 = hk0 * sh.group;
-	const int32_t n_act = attn_splits_of(p, sh);
-	const size_t stride = (size_t)hd + 2, hstride = (size_t)sh.n_splits * stride;
-	float *ew = w;                          /* (nh, ATTN_MAX_SPLITS) e^(m_s - M) */
-	float *lw = ew + nh * ATTN_MAX_SPLITS;  /* (nh, ATTN_MAX_SPLITS) l_s */
-	float *inv = lw + nh * ATTN_MAX_SPLITS; /* (nh) 1 / sum */
-	for (int32_t j = warp; j < nh; j += n_warps) {
-		const float *pp = pr + (size_t)(h0 + j) * hstride;
-		const float ms = lane < n_act ? __ldcg(&pp[lane * stride]) : -INFINITY;
-		float M = ms;
-		for (int off = 16; off > 0; off /= 2)
-			M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-		if (lane < n_act) {
-			ew[j * ATTN_MAX_SPLITS + lane] = expf(ms - M);
-			lw[j * ATTN_MAX_SPLITS + lane] = __ldcg(&pp[lane * stride + 1]);
-		}
-		__syncwarp();
-		if (lane == 0) {
-			float L = 0.0f;
-			for (int32_t s = 0; s < n_act; s++)
-				L = fmaf(lw[j * ATTN_MAX_SPLITS + s], ew[j * ATTN_MAX_SPLITS + s], L);
-			inv[j] = n_act > 0 ? 1.0f / L : 0.0f;
-		}
-	}
-	__syncthreads();
-	const int32_t n = sh.n_head * hd, e0 = h0 * hd, e1 = e0 + nh * hd;
-	float *orow = out + (size_t)t * n;
-	uint8_t *row = vec ? xq + (size_t)t * xq_stride : NULL;
-	if (vec == QT_Q8_K) { /* sh.gh makes the group whole super-blocks */
-		for (int32_t b = e0 / QK_K + warp; b < e1 / QK_K; b += n_warps) {
-			float v[8];
-UNROLL
-			for (int k = 0; k < 8; k++) {
-				const int32_t e = b * QK_K + 8 * lane + k, j = e / hd - h0;
-				v[k] = attn_combine_w(pr + (size_t)(h0 + j) * hstride, stride, n_act,
-						      ew + j * ATTN_MAX_SPLITS, inv[j], e % hd);
-				orow[e] = v[k];
-			}
-			q8k_warp_store(v, lane, b, n / QK_K, n, row);
-		}
-		return;
-	}
-	for (int32_t b = e0 / 32 + warp; b * 32 < e1; b += n_warps) { /* whole 32-blocks with VEC */
-		const int32_t e = b * 32 + lane, j = e / hd - h0;
-		float v = 0.0f;
-		if (e >= e0 && e < e1) {
-			v = attn_combine_w(pr + (size_t)(h0 + j) * hstride, stride, n_act, ew + j * ATTN_MAX_SPLITS,
-					   inv[j], e % hd);
-			orow[e] = v;
-		}
-		if (vec)
-			q8_block_store(v, lane, b, n / 32, n, vec == QT_Q8_1, row);
-	}
-}
-
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
  * sh.qrows consecutive rows of one sequence (consecutive positions: a
  * prefill chunk), TILES[base + blockIdx.z] = (first row, rows); without
@@ -487,8 +360,7 @@ UNROLL
 static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, attn_shape sh, int32_t row0,
 	const int32_t *__restrict__ tiles, int32_t tile_base, const float *__restrict__ q,
-	float *__restrict__ partial, unsigned *counts, float *__restrict__ out, uint32_t vec,
-	uint8_t *__restrict__ xq, size_t xq_stride)
+	float *__restrict__ partial)
 {
 	grid_dep_wait();
 	const int32_t hk = blockIdx.y, s = blockIdx.x;
@@ -497,11 +369,6 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	const int32_t last = pos[t0 + R - 1];  /* the tile's largest position */
 	const int32_t S = attn_split_size(last, sh.split_pos, sh.max_splits); /* every row's */
 	const int32_t p0 = s * S;
-	DYN_SHARED(float, smem);
-	const size_t stride = (size_t)sh.head_dim + 2;
-	if (last < 0 && counts && s == 0 && hk % sh.gh == 0) /* a padding row's zeros */
-		attn_finish_group(sh, t0, last, hk, partial + (size_t)blockIdx.z * sh.n_head * sh.n_splits * stride,
-				  out, vec, xq, xq_stride, smem);
 	if (last < 0 || p0 >= last + 1) /* the whole block leaves, before any barrier */
 		return;
 	const int32_t P1 = min(p0 + S, last + 1);
@@ -512,6 +379,7 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	const int tid = threadIdx.x, nt = blockDim.x;
 	const int lane = tid % 32, warp = tid / 32, n_warps = nt / 32;
 
+	DYN_SHARED(float, smem);
 	float *qs = smem;                  /* (R, G, hd) */
 	float *acc = qs + RG * hd;         /* (R, G, hd) */
 	float *kt = acc + RG * hd;         /* (tile, ks) */
@@ -522,10 +390,23 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	float *corr = l + RG;              /* (R, G) */
 	int32_t *rp = reinterpret_cast<int32_t *>(corr + RG); /* (R) the rows' positions */
 
-	for (int i = tid; i < RG * hd; i += nt) {
-		const int32_t r = i / (G * hd), gc = i % (G * hd);
-		qs[i] = __ldg(&q[((size_t)(t0 + r) * sh.n_head + (size_t)hk * G) * hd + gc]);
-		acc[i] = 0.0f;
+	/* q, ATTN_LOAD_BATCH loads a thread in flight (a decode row's heads:
+	 * one batch) */
+	for (int i0 = tid; i0 < RG * hd; i0 += ATTN_LOAD_BATCH * nt) {
+		float x[ATTN_LOAD_BATCH];
+UNROLL
+		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
+			const int i = i0 + j * nt, r = i / (G * hd), gc = i % (G * hd);
+			x[j] = i < RG * hd ? __ldg(&q[((size_t)(t0 + r) * sh.n_head + (size_t)hk * G) * hd + gc]) : 0.0f;
+		}
+UNROLL
+		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
+			const int i = i0 + j * nt;
+			if (i < RG * hd) {
+				qs[i] = x[j];
+				acc[i] = 0.0f;
+			}
+		}
 	}
 	for (int g = tid; g < RG; g += nt) {
 		m[g] = -INFINITY;
@@ -613,6 +494,7 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 		p += n;
 	}
 
+	const size_t stride = (size_t)hd + 2;
 	for (int i = tid; i < RG * hd; i += nt) {
 		const int rg = i / hd, c = i % hd, r = rg / G, g = rg % G;
 		if (rp[r] < p0)
@@ -625,29 +507,57 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 			pp[1] = l[rg];
 		}
 	}
-	if (!counts)
-		return;
-	/* The fused reduction (a row a block): the block that counts last
-	 * among its group's (sh.gh kv heads, the row's splits) combines the
-	 * group, and puts the count back to 0 for the next launch.  Fences
-	 * order each block's partials before its count, and the count before
-	 * the last block's reads (the threadFenceReduction pattern). */
-	__shared__ int s_last;
-	__threadfence();
-	__syncthreads();
-	if (tid == 0) {
-		unsigned *cnt = counts + (size_t)blockIdx.z * sh.n_head_kv + hk / sh.gh;
-		const unsigned got = atomicAdd(cnt, 1u) + 1;
-		s_last = got == (unsigned)(sh.gh * attn_splits_of(last, sh));
-		if (s_last)
-			atomicExch(cnt, 0u);
+}
+
+/* The combination of one row's partials for one query head (PP, the
+ * first split's; STRIDE floats apart):
+ * out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the row's
+ * splits that hold positions, M their largest max.  attn_combine_weights
+ * sets E[s] = e^(m_s - M) and returns 1 / sum (0 for a padding row, P < 0,
+ * which has no splits: its output is zeros); attn_combine gives element C.
+ * Each loads what it needs of every split at once (unrolled, predicated
+ * loads: one memory latency, not one a split), then sums in split order. */
+static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
+{
+	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
+}
+
+static __device__ __forceinline__ float attn_combine_weights(const float *pp, size_t stride, int32_t n_act,
+	float *e)
+{
+	float m[ATTN_MAX_SPLITS], l[ATTN_MAX_SPLITS];
+UNROLL
+	for (int s = 0; s < ATTN_MAX_SPLITS; s++) {
+		m[s] = s < n_act ? pp[s * stride] : -INFINITY;
+		l[s] = s < n_act ? pp[s * stride + 1] : 0.0f;
 	}
-	__syncthreads();
-	if (!s_last)
-		return;
-	__threadfence();
-	attn_finish_group(sh, t0, last, hk - hk % sh.gh, partial + (size_t)blockIdx.z * sh.n_head * sh.n_splits * stride,
-			  out, vec, xq, xq_stride, smem);
+	float M = -INFINITY;
+UNROLL
+	for (int s = 0; s < ATTN_MAX_SPLITS; s++)
+		M = fmaxf(M, m[s]);
+	float L = 0.0f;
+UNROLL
+	for (int s = 0; s < ATTN_MAX_SPLITS; s++) {
+		e[s] = s < n_act ? expf(m[s] - M) : 0.0f;
+		if (s < n_act)
+			L = fmaf(l[s], e[s], L);
+	}
+	return n_act > 0 ? 1.0f / L : 0.0f;
+}
+
+static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act,
+	const float *e, float inv, int c)
+{
+	float v[ATTN_MAX_SPLITS];
+UNROLL
+	for (int s = 0; s < ATTN_MAX_SPLITS; s++)
+		v[s] = s < n_act ? pp[s * stride + 2 + c] : 0.0f;
+	float a = 0.0f;
+UNROLL
+	for (int s = 0; s < ATTN_MAX_SPLITS; s++)
+		if (s < n_act)
+			a = fmaf(v[s], e[s], a);
+	return a * inv;
 }
 
 /* grid (n_head, rows of this chunk): each row's heads combined (attn_combine). */
@@ -659,11 +569,11 @@ static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_
 	const size_t stride = (size_t)hd + 2;
 	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
 	const int32_t n_act = attn_splits_of(pos[t], sh);
-	float M;
-	const float inv = attn_combine_scale(pp, stride, n_act, &M);
+	float e[ATTN_MAX_SPLITS];
+	const float inv = attn_combine_weights(pp, stride, n_act, e);
 	float *o = out + ((size_t)t * sh.n_head + h) * hd;
 	for (int c = threadIdx.x; c < hd; c += blockDim.x)
-		o[c] = attn_combine(pp, stride, n_act, M, inv, c);
+		o[c] = attn_combine(pp, stride, n_act, e, inv, c);
 }
 
 /* attn_reduce_kernel that also quantizes each row of OUT (N = n_head *
@@ -689,9 +599,9 @@ static __global__ void attn_reduce_q8_kernel(const int32_t *__restrict__ pos, at
 	const size_t stride = (size_t)hd + 2;
 	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
 	const int32_t n_act = attn_splits_of(pos[t], sh);
-	float M;
-	const float inv = attn_combine_scale(pp, stride, n_act, &M);
-	const float v = attn_combine(pp, stride, n_act, M, inv, c);
+	float w[ATTN_MAX_SPLITS];
+	const float inv = attn_combine_weights(pp, stride, n_act, w);
+	const float v = attn_combine(pp, stride, n_act, w, inv, c);
 	out[(size_t)t * n + e] = v;
 	uint8_t *row = xq + (size_t)t * xq_stride;
 	if (vec == QT_Q8_K)
@@ -830,39 +740,14 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	while (sh->qrows > 1 &&
 	       attn_smem_floats(sh->qrows, sh->group, sh->head_dim, tile) * 4 > ATTN_SMEM_LIMIT)
 		sh->qrows /= 2;
-	sh->gh = 1;
 	return 0;
 }
 
-/* Whether a launch of one row a block may reduce in its split kernel
- * (attn_finish_group): with VEC, SH->gh set to the fewest kv heads whose
- * query heads are whole blocks of it (all of them at the most: the row is
- * whole blocks), and the finish's weights fit the shared memory. */
-static bool attn_fusable(attn_shape *sh, uint32_t vec)
-{
-	if (!attn_fused)
-		return false;
-	const int64_t blk = vec == QT_Q8_K ? QK_K : vec ? QK : 1, heads = (int64_t)sh->group * sh->head_dim;
-	sh->gh = 1;
-	while (sh->gh < sh->n_head_kv && (sh->n_head_kv % sh->gh || sh->gh * heads % blk))
-		sh->gh++;
-	return sh->gh * heads % blk == 0 &&
-	       (size_t)attn_finish_floats(*sh) <= attn_smem_floats(1, sh->group, sh->head_dim, sh->tile);
-}
-
-/* Bytes at the start of scratch: the fused reduction's counts, a kv head
- * of a row of a chunk each (zero between launches). */
-static size_t attn_counts_bytes(const attn_shape &sh)
-{
-	return ((size_t)ATTN_ROW_CHUNK * sh.n_head_kv * sizeof(unsigned) + 15) / 16 * 16;
-}
-
-/* Bytes of scratch before the row-tile list: the counts, then the partials
- * of ROWS rows. */
+/* Bytes of scratch before the row-tile list: the partials of ROWS rows. */
 static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
 {
 	const size_t b = rows * sh.n_head * sh.n_splits * ((size_t)sh.head_dim + 2) * sizeof(float);
-	return attn_counts_bytes(sh) + (b + 15) / 16 * 16;
+	return (b + 15) / 16 * 16;
 }
 
 /* The row tiles of HOST's rows (see attn_split_kernel): runs of rows of one
@@ -893,14 +778,6 @@ extern "C" int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_
 	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
 		return 0;
 	return sh.qrows;
-}
-
-extern "C" size_t cuda_attention_scratch_zeroed(const struct bk_kv *kv, const struct bk_attn *a)
-{
-	attn_shape sh;
-	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
-		return 0;
-	return attn_counts_bytes(sh);
 }
 
 extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a,
@@ -936,8 +813,7 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 	const int red_threads = sh.head_dim < 128 ? (sh.head_dim + 31) / 32 * 32 : 128;
 	const int64_t q8_blocks = ((int64_t)sh.n_head * sh.head_dim + Q8K_THREADS - 1) / Q8K_THREADS;
 	cudaStream_t st = (cudaStream_t)stream;
-	unsigned *counts = (unsigned *)scratch;
-	float *partial = (float *)((char *)scratch + attn_counts_bytes(sh));
+	float *partial = (float *)scratch;
 	const size_t chunk_rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
 	int32_t *d_tiles = NULL;
 	std::vector<int32_t> tiles;
@@ -951,8 +827,6 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 		}
 	}
 	const int32_t R = d_tiles ? sh.qrows : 1;
-	/* a row a block: the split kernel reduces too, one launch a chunk */
-	const bool fused = !d_tiles && attn_fusable(&sh, vec);
 	const size_t smem = attn_smem_floats(R, sh.group, sh.head_dim, sh.tile) * sizeof(float);
 	size_t ti = 0; /* the first tile of the chunk */
 	for (int32_t row0 = 0; row0 < T; row0 += ATTN_ROW_CHUNK) {
@@ -965,21 +839,17 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 		}
 		LAUNCH(attn_split_kernel, dim3((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)n_tiles),
 			ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh, row0,
-			(const int32_t *)d_tiles, (int32_t)ti, q, partial, fused ? counts : NULL, out, vec,
-			(uint8_t *)xq, xq_stride);
+			(const int32_t *)d_tiles, (int32_t)ti, q, partial);
 		if ((err = launched()))
 			return err;
-		if (!fused) {
-			if (vec)
-				LAUNCH(attn_reduce_q8_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS,
-					0, st, pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq,
-					xq_stride);
-			else
-				LAUNCH(attn_reduce_kernel, dim3((unsigned)sh.n_head, (unsigned)rows), red_threads, 0,
-					st, pos, sh, row0, (const float *)partial, out);
-			if ((err = launched()))
-				return err;
-		}
+		if (vec)
+			LAUNCH(attn_reduce_q8_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS, 0, st,
+				pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq, xq_stride);
+		else
+			LAUNCH(attn_reduce_kernel, dim3((unsigned)sh.n_head, (unsigned)rows), red_threads, 0, st,
+				pos, sh, row0, (const float *)partial, out);
+		if ((err = launched()))
+			return err;
 		ti = tj;
 	}
 	return 0;

@@ -406,20 +406,6 @@ static int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need)
 	return 0;
 }
 
-/* cb_grow of the attention scratch, which must start zeroed (its counts:
- * cuda_attention_scratch_zeroed). */
-static int cb_grow_att(struct cuda_backend *cb, size_t need)
-{
-	int r;
-
-	if (need <= cb->att_scratch_cap)
-		return 0;
-	if ((r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need)) < 0)
-		return r;
-	CB_CUDA(cb, cudaMemsetAsync(cb->att_scratch, 0, cb->att_scratch_cap, cb->stream));
-	return 0;
-}
-
 static size_t cb_hash(const void *p, size_t cap)
 {
 	uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
@@ -921,7 +907,7 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 		snprintf(cb->last_err, sizeof cb->last_err, "cuda_attention: unsupported shapes");
 		return -EINVAL;
 	}
-	if ((r = cb_grow_att(cb, need)) < 0)
+	if ((r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need)) < 0)
 		return r;
 	if (fused)
 		return cb_fuse_end(cb, "cuda_attention_q8",
@@ -1152,7 +1138,7 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	if (!att)
 		return 2;
 	if ((r = cb_use_device(cb)) < 0 ||
-	    (r = cb_grow_att(cb, att)) < 0 ||
+	    (r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, att)) < 0 ||
 	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
 	    (r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
 			 (cb->half_row_bytes * (size_t)TB + 255) / 256 * 256)) < 0 ||
@@ -1360,8 +1346,6 @@ static void cb_env_knobs(int device)
 		     major >= 9);
 	if (cb_env("LLMD_CUDA_ATTN_SPLIT", &v)) /* attention's positions per split block */
 		cuda_attention_set_split((int32_t)v);
-	/* 0: attention's partials always combined by a second launch */
-	cuda_attention_set_fused(!cb_env("LLMD_CUDA_ATTN_FUSED", &v) || v != 0);
 }
 
 int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)

@@ -107,9 +107,7 @@ int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const i
  * captured graph replays with new positions and tables.  SCRATCH holds the
  * partials and the tile list: at least cuda_attention_scratch_bytes(kv, a,
  * T, table_stride) bytes of device memory, not shared with a concurrent
- * call; its first cuda_attention_scratch_zeroed(kv, a) bytes (counts of
- * the blocks that finished) must be zero before the first call, and every
- * call leaves them so; the rest needs no initialisation.  Limits: head_dim <= 256,
+ * call; it needs no initialisation.  Limits: head_dim <= 256,
  * n_head / n_head_kv <= 64, Q8_0 needs head_dim a multiple or divisor of 32
  * (-EINVAL otherwise). */
 int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
@@ -130,9 +128,6 @@ int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_attn *a);
 /* Bytes of SCRATCH cuda_attention needs for these shapes (0 on bad ones). */
 size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a, int32_t T,
 				    int32_t table_stride);
-/* Bytes at the start of SCRATCH that must be zero before the first call
- * for these shapes, whatever T (0 on bad shapes). */
-size_t cuda_attention_scratch_zeroed(const struct bk_kv *kv, const struct bk_attn *a);
 
 /* ---- matmul (kernels/cuda/matmul.cu) ---- */
 
@@ -194,11 +189,6 @@ void cuda_set_pdl(int on);
  * on it, so batch invariance holds for one value: set it once, before any
  * launch (LLMD_CUDA_ATTN_SPLIT, cuda_backend.c). */
 void cuda_attention_set_split(int32_t tokens);
-/* ON (the default): a launch whose rows each have their own blocks (a
- * decode step) combines the splits' partials in its last block to finish;
- * off: always in a second kernel.  The same bits either way.
- * LLMD_CUDA_ATTN_FUSED (cuda_backend.c), the tests; process-wide. */
-void cuda_attention_set_fused(int on);
 
 #ifdef __cplusplus
 }
