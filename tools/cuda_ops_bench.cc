@@ -45,38 +45,6 @@ static __global__ void empty_kernel(int *never)
 		*never = 1;
 }
 
-/* For comparison: attn_reduce_q8_kernel as it was before its loads were
- * batched, a loop over the splits a load at a time (the same values). */
-static __global__ void serial_reduce_q8_kernel(const int32_t *__restrict__ pos, attn_shape sh,
-	const float *__restrict__ partial, float *__restrict__ out, uint32_t vec, uint8_t *__restrict__ xq)
-{
-	grid_dep_wait();
-	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
-	const int32_t hd = sh.head_dim, n = sh.n_head * hd;
-	const int32_t e = (int32_t)blockIdx.x * Q8K_THREADS + threadIdx.x;
-	if (e >= n)
-		return;
-	const int32_t h = e / hd, c = e % hd;
-	const size_t stride = (size_t)hd + 2;
-	const float *pp = partial + (size_t)h * sh.n_splits * stride;
-	const int32_t n_act = attn_splits_of(pos[0], sh);
-	float M = -INFINITY;
-	for (int32_t s = 0; s < n_act; s++)
-		M = fmaxf(M, pp[s * stride]);
-	float L = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		L = fmaf(pp[s * stride + 1], expf(pp[s * stride] - M), L);
-	float a = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
-	const float v = a * (n_act > 0 ? 1.0f / L : 0.0f);
-	out[e] = v;
-	if (vec == QT_Q8_K)
-		q8k_block_store(v, (int)blockIdx.x, n / QK_K, n, xq, s_ax, s_v);
-	else
-		q8_block_store(v, threadIdx.x % 32, e / 32, n / 32, n, vec == QT_Q8_1, xq);
-}
-
 static uint64_t rng = 42;
 static float uniform(float lo, float hi)
 {
@@ -249,12 +217,6 @@ int main(int argc, char **argv)
 			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
 				LAUNCH(attn_reduce_q8_kernel, dim3(q8_blocks, 1u), Q8K_THREADS, 0, st, pos, sh, 0,
 				       (const float *)partial, att, m.vec, xq, xq_stride);
-				return launched();
-			}));
-			snprintf(what, sizeof what, "  a load a split instead");
-			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-				LAUNCH(serial_reduce_q8_kernel, dim3(q8_blocks, 1u), Q8K_THREADS, 0, st, pos, sh,
-				       (const float *)partial, att, m.vec, xq);
 				return launched();
 			}));
 		}

@@ -281,7 +281,7 @@ static __device__ __forceinline__ float4 kv_elem4(const char *row, uint32_t type
  * on) of kv head HK into KT and VT (rows KS floats apart).  Each thread's
  * loads of a batch are issued before any of its stores (through the
  * read-only path, so nothing orders them after the shared stores). */
-#define ATTN_LOAD_BATCH 8
+#define ATTN_LOAD_BATCH 4
 static __device__ __forceinline__ void attn_stage(const kv_view &kv, const attn_shape &sh, const char *krow,
 	const char *vrow, int32_t hk, int32_t n, float *kt, float *vt, int32_t ks)
 {
@@ -512,51 +512,35 @@ UNROLL
 /* The combination of one row's partials for one query head (PP, the
  * first split's; STRIDE floats apart):
  * out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the row's
- * splits that hold positions, M their largest max.  attn_combine_weights
- * sets E[s] = e^(m_s - M) and returns 1 / sum (0 for a padding row, P < 0,
- * which has no splits: its output is zeros); attn_combine gives element C.
- * Each loads what it needs of every split at once (unrolled, predicated
- * loads: one memory latency, not one a split), then sums in split order. */
+ * splits that hold positions, M their largest max.  attn_combine_scale
+ * sets *M and returns 1 / sum (0 for a padding row, P < 0, which has no
+ * splits: its output is zeros); attn_combine gives element C.  (Loops a
+ * load a split: on an H200 these take half the time of all the splits'
+ * loads unrolled and issued at once, tools/cuda_ops_bench.) */
 static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
 {
 	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
 }
 
-static __device__ __forceinline__ float attn_combine_weights(const float *pp, size_t stride, int32_t n_act,
-	float *e)
+static __device__ __forceinline__ float attn_combine_scale(const float *pp, size_t stride, int32_t n_act,
+	float *ret_m)
 {
-	float m[ATTN_MAX_SPLITS], l[ATTN_MAX_SPLITS];
-UNROLL
-	for (int s = 0; s < ATTN_MAX_SPLITS; s++) {
-		m[s] = s < n_act ? pp[s * stride] : -INFINITY;
-		l[s] = s < n_act ? pp[s * stride + 1] : 0.0f;
-	}
 	float M = -INFINITY;
-UNROLL
-	for (int s = 0; s < ATTN_MAX_SPLITS; s++)
-		M = fmaxf(M, m[s]);
+	for (int32_t s = 0; s < n_act; s++)
+		M = fmaxf(M, pp[s * stride]);
 	float L = 0.0f;
-UNROLL
-	for (int s = 0; s < ATTN_MAX_SPLITS; s++) {
-		e[s] = s < n_act ? expf(m[s] - M) : 0.0f;
-		if (s < n_act)
-			L = fmaf(l[s], e[s], L);
-	}
+	for (int32_t s = 0; s < n_act; s++)
+		L = fmaf(pp[s * stride + 1], expf(pp[s * stride] - M), L);
+	*ret_m = M;
 	return n_act > 0 ? 1.0f / L : 0.0f;
 }
 
-static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act,
-	const float *e, float inv, int c)
+static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act, float M,
+	float inv, int c)
 {
-	float v[ATTN_MAX_SPLITS];
-UNROLL
-	for (int s = 0; s < ATTN_MAX_SPLITS; s++)
-		v[s] = s < n_act ? pp[s * stride + 2 + c] : 0.0f;
 	float a = 0.0f;
-UNROLL
-	for (int s = 0; s < ATTN_MAX_SPLITS; s++)
-		if (s < n_act)
-			a = fmaf(v[s], e[s], a);
+	for (int32_t s = 0; s < n_act; s++)
+		a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
 	return a * inv;
 }
 
@@ -569,11 +553,11 @@ static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_
 	const size_t stride = (size_t)hd + 2;
 	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
 	const int32_t n_act = attn_splits_of(pos[t], sh);
-	float e[ATTN_MAX_SPLITS];
-	const float inv = attn_combine_weights(pp, stride, n_act, e);
+	float M;
+	const float inv = attn_combine_scale(pp, stride, n_act, &M);
 	float *o = out + ((size_t)t * sh.n_head + h) * hd;
 	for (int c = threadIdx.x; c < hd; c += blockDim.x)
-		o[c] = attn_combine(pp, stride, n_act, e, inv, c);
+		o[c] = attn_combine(pp, stride, n_act, M, inv, c);
 }
 
 /* attn_reduce_kernel that also quantizes each row of OUT (N = n_head *
@@ -599,9 +583,9 @@ static __global__ void attn_reduce_q8_kernel(const int32_t *__restrict__ pos, at
 	const size_t stride = (size_t)hd + 2;
 	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
 	const int32_t n_act = attn_splits_of(pos[t], sh);
-	float w[ATTN_MAX_SPLITS];
-	const float inv = attn_combine_weights(pp, stride, n_act, w);
-	const float v = attn_combine(pp, stride, n_act, w, inv, c);
+	float M;
+	const float inv = attn_combine_scale(pp, stride, n_act, &M);
+	const float v = attn_combine(pp, stride, n_act, M, inv, c);
 	out[(size_t)t * n + e] = v;
 	uint8_t *row = xq + (size_t)t * xq_stride;
 	if (vec == QT_Q8_K)
