@@ -333,6 +333,7 @@ static __device__ __forceinline__ float attn_dot(const float *qg, const float *k
 	}
 	const float4 *q4 = reinterpret_cast<const float4 *>(qg), *k4 = reinterpret_cast<const float4 *>(kr);
 	float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+UNROLL4
 	for (int c = 0; c < hd / 4; c++) {
 		const float4 x = q4[c], y = k4[c];
 		a.x = fmaf(x.x, y.x, a.x);
@@ -438,6 +439,7 @@ UNROLL
 			float *sg = sc + rg * tile;
 			const float m_old = m[rg];
 			float mx = m_old;
+UNROLL4
 			for (int r = 0; r < nr; r++)
 				mx = fmaxf(mx, sg[r]);
 			const float s_r = lane < nr ? sg[lane] : 0.0f;
@@ -448,6 +450,7 @@ UNROLL
 			if (lane == 0) {
 				const float cr = mx > m_old ? expf(m_old - mx) : 1.0f; /* 0 on the first tile */
 				float sum = l[rg] * cr;
+UNROLL4
 				for (int r = 0; r < nr; r++)
 					sum += sg[r];
 				m[rg] = mx;
@@ -470,6 +473,7 @@ UNROLL
 			const float cr = corr[rg];
 			if (cw == 1) {
 				float a = ag[0] * cr;
+UNROLL4
 				for (int r = 0; r < nr; r++)
 					a = fmaf(wg[r], vt[r * ks + c], a);
 				ag[0] = a;
@@ -480,6 +484,7 @@ UNROLL
 			a.y *= cr;
 			a.z *= cr;
 			a.w *= cr;
+UNROLL4
 			for (int r = 0; r < nr; r++) {
 				const float w = wg[r];
 				const float4 v = *reinterpret_cast<const float4 *>(vt + r * ks + c);
