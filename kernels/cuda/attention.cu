@@ -520,8 +520,9 @@ UNROLL4
  * splits that hold positions, M their largest max.  attn_combine_scale
  * sets *M and returns 1 / sum (0 for a padding row, P < 0, which has no
  * splits: its output is zeros); attn_combine gives element C.  (Loops a
- * load a split: on an H200 these take half the time of all the splits'
- * loads unrolled and issued at once, tools/cuda_ops_bench.) */
+ * load a split: on an H200 the reduction took 2.1 us at 64 positions and
+ * 5.1 at 4096 so, 4.4 and 7.6 with every split's loads unrolled and
+ * issued at once; tools/cuda_ops_bench.) */
 static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
 {
 	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
