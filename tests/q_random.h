@@ -1,4 +1,4 @@
-/* q_random.h - the CUDA kernel tests' (and tools/cuda_mm_bench's) random
+/* q_random.h - the CUDA kernel tests' (and the GPU benchmarks') random
  * numbers: one seeded generator (the same sequence every run), uniform
  * floats from it, and rows of random quantized blocks whose f16 scales
  * are made sane (finite, small; Q4_1's and the K-quants' d positive).

@@ -31,16 +31,9 @@ extern "C" {
 
 #include <vector>
 
+#define BENCH_NAME "cuda_mm_bench"
+#include "cuda_bench.h"
 #include "q_random.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "cuda_mm_bench: %s: %s\n", #call, cudaGetErrorString(e_)); \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 /* ---- the reference: read every byte once ---- */
 

@@ -29,27 +29,15 @@ extern "C" {
 #include <functional>
 #include <vector>
 
-#define CK(call)                                                                               \
-	do {                                                                                   \
-		cudaError_t e_ = (call);                                                       \
-		if (e_ != cudaSuccess) {                                                       \
-			fprintf(stderr, "cuda_ops_bench: %s: %s\n", #call, cudaGetErrorString(e_)); \
-			exit(1);                                                               \
-		}                                                                              \
-	} while (0)
+#define BENCH_NAME "cuda_ops_bench"
+#include "cuda_bench.h"
+#include "q_random.h" /* uniform() */
 
 static __global__ void empty_kernel(int *never)
 {
 	grid_dep_wait();
 	if (never && threadIdx.x == 1024) /* no block has that thread */
 		*never = 1;
-}
-
-static uint64_t rng = 42;
-static float uniform(float lo, float hi)
-{
-	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-	return lo + (hi - lo) * (float)(rng >> 40) / 16777216.0f;
 }
 
 template <typename T> static T *dev(size_t n)
