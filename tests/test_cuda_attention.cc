@@ -60,20 +60,21 @@ struct cfg {
 	uint32_t type;
 	int32_t head_dim, n_head, n_head_kv;
 	bool big_batch; /* also a 70-row prefill chunk (more than one row chunk) */
+	bool small_lanes; /* the TSan build's shapes for attn_split_lanes_kernel */
 };
 
 static const cfg cfgs[] = {
-	{ QT_F32, 8, 4, 2, true },
-	{ QT_F32, 64, 6, 1, false },
-	{ QT_F16, 16, 9, 3, false },
-	{ QT_F16, 64, 8, 2, false },
-	{ QT_F16, 6, 4, 2, false },    /* heads of no whole float4s: one element at a time */
+	{ QT_F32, 8, 4, 2, true, false },
+	{ QT_F32, 64, 6, 1, false, true },
+	{ QT_F16, 16, 9, 3, false, false },
+	{ QT_F16, 64, 8, 2, false, false },
+	{ QT_F16, 6, 4, 2, false, true },    /* heads of no whole float4s: one element at a time */
 #ifndef ATTN_SMALL /* the TSan build: its barriers are the others' */
-	{ QT_F16, 128, 12, 4, false }, /* rope_kv_store's q heads over two blocks (8 + 4) */
+	{ QT_F16, 128, 12, 4, false, false }, /* rope_kv_store's q heads over two blocks (8 + 4) */
 #endif
-	{ QT_Q8_0, 64, 4, 2, false },
-	{ QT_Q8_0, 16, 6, 2, false },  /* heads inside a Q8_0 block */
-	{ QT_Q8_0, 8, 8, 4, false },
+	{ QT_Q8_0, 64, 4, 2, false, false },
+	{ QT_Q8_0, 16, 6, 2, false, true },  /* heads inside a Q8_0 block */
+	{ QT_Q8_0, 8, 8, 4, false, false },
 };
 
 static size_t row_bytes_of(uint32_t type, int32_t kv_dim)
@@ -167,7 +168,8 @@ static void rope_kv_store_vs_cpu(const cfg &c, const struct bk_kv &shape, const 
 	}
 }
 
-static void run_cfg(const cfg &c)
+/* kv_store and attention on C's shapes; WITH_ROPE: rope_kv_store too. */
+static void run_cfg(const cfg &c, bool with_rope)
 {
 	const int32_t kv_dim = c.head_dim * c.n_head_kv, hd = c.head_dim;
 	const size_t rb = row_bytes_of(c.type, kv_dim);
@@ -252,7 +254,8 @@ static void run_cfg(const cfg &c)
 		fprintf(stderr, "type %u hd %d: kv_store: %zu of %zu pool bytes differ\n", c.type, hd, diff,
 			pool_bytes);
 	CHECK(diff == 0);
-	rope_kv_store_vs_cpu(c, hkv, fills, tables_of, rows_of);
+	if (with_rope)
+		rope_kv_store_vs_cpu(c, hkv, fills, tables_of, rows_of);
 	dpool.put(cpu_pool); /* attention below reads the CPU's bytes either way */
 	{ /* padding rows (negative positions, tables of holes) store nothing,
 	   * and rope_kv_store rotates nothing of theirs either */
@@ -333,6 +336,19 @@ static void run_cfg(const cfg &c)
 			else
 				CHECK(memcmp(first.data(), out.data(), qn * sizeof(float)) == 0);
 		});
+		/* attn_reduce_lanes_kernel's bits are attn_reduce_kernel's: the
+		 * latter on the partials the last run left (all of them when
+		 * the step is one row chunk) */
+		if (attn_lanes && T <= ATTN_ROW_CHUNK) {
+			attn_shape sh;
+			CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &sh), 0);
+			dbuf<float> dref(qn, 0xff);
+			const int red_threads = hd < 128 ? (hd + 31) / 32 * 32 : 128;
+			LAUNCH(attn_reduce_kernel, dim3((unsigned)c.n_head, (unsigned)T), red_threads, 0, 0, dpos.d,
+			       sh, 0, (const float *)scratch.d, dref.d);
+			CHECK_INT_EQ(launched(), 0);
+			CHECK(memcmp(dref.get().data(), first.data(), qn * sizeof(float)) == 0);
+		}
 		/* the pool at an offset of its allocation that leaves its rows
 		 * no whole-word loads (F32 4 bytes, F16 2: attn_plan's
 		 * vec_load): the one-element loads give the same floats, so
@@ -480,15 +496,36 @@ int main()
 	if (!cpu)
 		return test_result();
 	test_args();
-	for (const cfg &c : cfgs)
-		run_cfg(c);
-	/* a split of one KV block (cuda_attention_set_split): more splits, the
-	 * same tolerances */
-	cuda_attention_set_split(16);
-	run_cfg(cfgs[0]);
-	cuda_attention_set_split(0);
+	/* attn_split_kernel on every shape, then attn_split_lanes_kernel
+	 * (cuda_attention_set_lanes); the TSan build, much the slowest, takes
+	 * the lanes kernel on the small_lanes shapes only (its barriers are
+	 * the same on all).  Then a split of one KV block
+	 * (cuda_attention_set_split): more splits, the same tolerances. */
+	for (int lanes = 0; lanes < 2; lanes++) {
+		cuda_attention_set_lanes(lanes);
+		worst_err = 0;
+		for (const cfg &c : cfgs) {
+#ifdef ATTN_SMALL
+			if (lanes && !c.small_lanes)
+				continue;
+#endif
+			run_cfg(c, !lanes);
+		}
+		bool one_block_split = true;
+#ifdef ATTN_SMALL
+		one_block_split = !lanes;
+#endif
+		if (one_block_split) {
+			cuda_attention_set_split(16);
+			run_cfg(cfgs[0], false);
+			cuda_attention_set_split(0);
+		}
+		fprintf(stderr, "%s: worst |gpu - cpu| = %.3g\n",
+			lanes ? "attn_split_lanes_kernel" : "attn_split_kernel", worst_err);
+	}
+	cuda_attention_set_lanes(0);
 	backend_free(cpu);
-	fprintf(stderr, "worst |gpu - cpu| = %.3g (RoPE'd q and k: %.3g)\n", worst_err, worst_rope);
+	fprintf(stderr, "RoPE'd q and k: worst |gpu - cpu| = %.3g\n", worst_rope);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	return test_result();
 }

@@ -1,8 +1,9 @@
 /* cuda_ops_bench.cc - a decode step's other launches alone on a GPU: the
  * fused norms, RoPE with the KV store, attention (at several context
- * lengths: its split kernel and its reduction) and SwiGLU, each on an 8B
- * Llama's shapes and SmolLM2's, against an empty kernel: what a launch
- * costs where it moves almost nothing.
+ * lengths, with either pair of kernels, attn_split_kernel and its
+ * reduction or the lanes versions, each kernel also alone) and SwiGLU, each
+ * on an 8B Llama's shapes and SmolLM2's, against an empty kernel: what a
+ * launch costs where it moves almost nothing.
  *
  * A decode step replays a CUDA graph, so each op is timed that way: REPS
  * (default 200) launches of it captured into one graph on a stream (with
@@ -179,12 +180,8 @@ int main(int argc, char **argv)
 				return cuda_rope_kv_store(&kv, 0, 1, pos, tables, table_stride, &a, m.head_dim,
 							  m.rope_base, BK_ROPE_NORMAL, q, k, v, st);
 			}));
-			snprintf(what, sizeof what, "attention_q8 ctx %d", ctx);
-			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-				return cuda_attention_q8(&kv, 0, 1, pos, tables, table_stride, &a, q, att, NULL, scratch,
-							 m.vec, xq, xq_stride, st);
-			}));
-			/* its two kernels alone, as attn_run launches them */
+			/* attention with either pair of kernels (cuda_attention_set_lanes),
+			 * then each of the pair alone, as attn_run launches it */
 			attn_shape sh;
 			if (attn_plan(&kv, &a, table_stride, &sh)) {
 				fprintf(stderr, "cuda_ops_bench: attention refused the shapes\n");
@@ -192,21 +189,36 @@ int main(int argc, char **argv)
 			}
 			const kv_view view = kv_view_of(&kv, 0);
 			const size_t smem = attn_smem_floats(1, sh.group, sh.head_dim, sh.tile) * sizeof(float);
+			const dim3 grid((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, 1u);
+			const dim3 red_grid((unsigned)((qn + Q8K_THREADS - 1) / Q8K_THREADS), 1u);
 			float *partial = (float *)scratch;
-			snprintf(what, sizeof what, "  its split kernel");
-			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-				LAUNCH(attn_split_kernel, dim3((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, 1u),
-				       ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh, 0,
-				       (const int32_t *)NULL, 0, q, partial);
-				return launched();
-			}));
-			const unsigned q8_blocks = (unsigned)((qn + Q8K_THREADS - 1) / Q8K_THREADS);
-			snprintf(what, sizeof what, "  its reduction");
-			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-				LAUNCH(attn_reduce_q8_kernel, dim3(q8_blocks, 1u), Q8K_THREADS, 0, st, pos, sh, 0,
-				       (const float *)partial, att, m.vec, xq, xq_stride);
-				return launched();
-			}));
+			for (int lanes = 0; lanes < 2; lanes++) {
+				cuda_attention_set_lanes(lanes);
+				snprintf(what, sizeof what, "attention_q8%s ctx %d", lanes ? " lanes" : "", ctx);
+				printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
+					return cuda_attention_q8(&kv, 0, 1, pos, tables, table_stride, &a, q, att, NULL,
+								 scratch, m.vec, xq, xq_stride, st);
+				}));
+				printf("%-6s %-28s %9.2f\n", m.name, "  its split kernel", time_graph(st, reps, [&] {
+					if (lanes)
+						LAUNCH(attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos,
+						       tables, table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial);
+					else
+						LAUNCH(attn_split_kernel, grid, ATTN_THREADS, smem, st, view, pos, tables,
+						       table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial);
+					return launched();
+				}));
+				printf("%-6s %-28s %9.2f\n", m.name, "  its reduction", time_graph(st, reps, [&] {
+					if (lanes)
+						LAUNCH(attn_reduce_lanes_kernel, red_grid, Q8K_THREADS, attn_reduce_smem(sh), st,
+						       pos, sh, 0, (const float *)partial, att, m.vec, xq, xq_stride);
+					else
+						LAUNCH(attn_reduce_q8_kernel, red_grid, Q8K_THREADS, 0, st, pos, sh, 0,
+						       (const float *)partial, att, m.vec, xq, xq_stride);
+					return launched();
+				}));
+			}
+			cuda_attention_set_lanes(0);
 		}
 
 		float *gg = dev_random(m.n_ff, -4, 4), *u = dev_random(m.n_ff, -1, 1), *h = dev<float>(m.n_ff);

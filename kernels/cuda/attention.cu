@@ -54,6 +54,16 @@ extern "C" void cuda_attention_set_split(int32_t tokens)
 {
 	attn_split_tokens = tokens < 1 ? ATTN_SPLIT_TOKENS : tokens;
 }
+
+/* Whether attn_run launches attn_split_lanes_kernel and
+ * attn_reduce_lanes_kernel rather than attn_split_kernel and
+ * attn_reduce_kernel or attn_reduce_q8_kernel (cuda_attention_set_lanes). */
+static int attn_lanes = 0;
+
+extern "C" void cuda_attention_set_lanes(int on)
+{
+	attn_lanes = on != 0;
+}
 #define ATTN_THREADS 128          /* threads of a split block */
 #define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
 static_assert(ATTN_MAX_TILE <= 32, "the online softmax gives each position of a tile a lane");
@@ -254,27 +264,44 @@ static __host__ __device__ __forceinline__ int32_t attn_split_size(int32_t p, in
 	return (int32_t)S;
 }
 
-/* Four consecutive elements E.. of a pool row as floats (kv_elem's), by
- * whole loads: 16 bytes of F32, 8 of F16, a Q8_0 block's scale and 4 codes
- * (2-byte aligned: two 16-bit loads).  The row is aligned for them
- * (attn_plan's vec_load) and E % 4 == 0. */
-static __device__ __forceinline__ float4 kv_elem4(const char *row, uint32_t type, int32_t e)
+/* Four consecutive elements E.. of a pool row as loaded, before kv_cvt4:
+ * whole loads of 16 bytes of F32, 8 of F16 (x, y), a Q8_0 block's scale
+ * and 4 codes (2-byte aligned: x the scale, y and z two 16-bit loads).
+ * The row is aligned for them (attn_plan's vec_load) and E % 4 == 0.
+ * Apart from kv_cvt4 so that a tile's loads can be issued well before
+ * anything waits on them (attn_split_lanes_kernel's prefetch). */
+static __device__ __forceinline__ uint4 kv_load4(const char *row, uint32_t type, int32_t e)
 {
 	if (type == QT_F32)
-		return __ldg(reinterpret_cast<const float4 *>(row) + e / 4);
+		return __ldg(reinterpret_cast<const uint4 *>(row) + e / 4);
 	if (type == QT_F16) {
 		const uint2 h = __ldg(reinterpret_cast<const uint2 *>(row) + e / 4);
-		return make_float4(__half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu))),
-				   __half2float(__ushort_as_half((unsigned short)(h.x >> 16))),
-				   __half2float(__ushort_as_half((unsigned short)(h.y & 0xffffu))),
-				   __half2float(__ushort_as_half((unsigned short)(h.y >> 16))));
+		return make_uint4(h.x, h.y, 0u, 0u);
 	}
 	const char *blk = row + (size_t)(e / QK) * sizeof(struct block_q8_0);
-	const float d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(blk))));
 	const unsigned short *c = reinterpret_cast<const unsigned short *>(blk + sizeof(qt_f16) + e % QK);
-	const unsigned lo = __ldg(c), hi = __ldg(c + 1);
-	return make_float4((float)(int8_t)(lo & 0xffu) * d, (float)(int8_t)(lo >> 8) * d,
-			   (float)(int8_t)(hi & 0xffu) * d, (float)(int8_t)(hi >> 8) * d);
+	return make_uint4(__ldg(reinterpret_cast<const unsigned short *>(blk)), __ldg(c), __ldg(c + 1), 0u);
+}
+
+/* kv_load4's words as the four floats kv_elem gives. */
+static __device__ __forceinline__ float4 kv_cvt4(uint4 w, uint32_t type)
+{
+	if (type == QT_F32)
+		return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z),
+				   __uint_as_float(w.w));
+	if (type == QT_F16)
+		return make_float4(__half2float(__ushort_as_half((unsigned short)(w.x & 0xffffu))),
+				   __half2float(__ushort_as_half((unsigned short)(w.x >> 16))),
+				   __half2float(__ushort_as_half((unsigned short)(w.y & 0xffffu))),
+				   __half2float(__ushort_as_half((unsigned short)(w.y >> 16))));
+	const float d = __half2float(__ushort_as_half((unsigned short)w.x));
+	return make_float4((float)(int8_t)(w.y & 0xffu) * d, (float)(int8_t)(w.y >> 8) * d,
+			   (float)(int8_t)(w.z & 0xffu) * d, (float)(int8_t)(w.z >> 8) * d);
+}
+
+static __device__ __forceinline__ float4 kv_elem4(const char *row, uint32_t type, int32_t e)
+{
+	return kv_cvt4(kv_load4(row, type, e), type);
 }
 
 /* Stages positions P.. (N of them, within one KV block: rows KROW, VROW
@@ -344,6 +371,98 @@ UNROLL4
 	return (a.x + a.y) + (a.z + a.w);
 }
 
+/* A split block's shared memory (attn_smem_floats), carved up. */
+struct attn_smem {
+	float *qs;   /* (R, G, hd) the rows' query heads */
+	float *acc;  /* (R, G, hd) their weighted V sums */
+	float *kt;   /* (tile, ks) the staged K tile */
+	float *vt;   /* (tile, ks) and V tile */
+	float *sc;   /* (R, G, tile) scores, then weights */
+	float *m;    /* (R, G) running max */
+	float *l;    /* (R, G) running sum */
+	float *corr; /* (R, G) this tile's rescaling of acc */
+	int32_t *rp; /* (R) the rows' positions */
+};
+
+static __device__ __forceinline__ attn_smem attn_carve(float *smem, int32_t RG, int32_t hd, int32_t tile,
+	int32_t ks)
+{
+	attn_smem a;
+	a.qs = smem;
+	a.acc = a.qs + RG * hd;
+	a.kt = a.acc + RG * hd;
+	a.vt = a.kt + tile * ks;
+	a.sc = a.vt + tile * ks;
+	a.m = a.sc + RG * tile;
+	a.l = a.m + RG;
+	a.corr = a.l + RG;
+	a.rp = reinterpret_cast<int32_t *>(a.corr + RG);
+	return a;
+}
+
+/* A split block's start: its rows' query heads of kv head HK into shared
+ * memory (ATTN_LOAD_BATCH loads a thread in flight: a decode row's heads
+ * are one batch), acc zeroed, the running max and sum reset, the rows'
+ * positions.  Visible to the block after its next barrier. */
+static __device__ __forceinline__ void attn_begin(const attn_smem &a, const attn_shape &sh,
+	const int32_t *__restrict__ pos, const float *__restrict__ q, int32_t t0, int32_t R, int32_t hk)
+{
+	const int32_t G = sh.group, hd = sh.head_dim, RG = R * G;
+	const int tid = threadIdx.x, nt = blockDim.x;
+	for (int i0 = tid; i0 < RG * hd; i0 += ATTN_LOAD_BATCH * nt) {
+		float x[ATTN_LOAD_BATCH];
+UNROLL
+		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
+			const int i = i0 + j * nt, r = i / (G * hd), gc = i % (G * hd);
+			x[j] = i < RG * hd ? __ldg(&q[((size_t)(t0 + r) * sh.n_head + (size_t)hk * G) * hd + gc]) : 0.0f;
+		}
+UNROLL
+		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
+			const int i = i0 + j * nt;
+			if (i < RG * hd) {
+				a.qs[i] = x[j];
+				a.acc[i] = 0.0f;
+			}
+		}
+	}
+	for (int g = tid; g < RG; g += nt) {
+		a.m[g] = -INFINITY;
+		a.l[g] = 0.0f;
+	}
+	for (int r = tid; r < R; r += nt)
+		a.rp[r] = pos[t0 + r];
+}
+
+/* A split block's end, after a barrier: each row's partial (max, sum,
+ * acc) of split S for its query heads, at
+ * (((row - row0) * n_head + h) * n_splits + s) * (hd + 2); a split past
+ * the row's last position writes nothing (the reduction never reads it). */
+static __device__ __forceinline__ void attn_write_partial(const attn_smem &a, const attn_shape &sh,
+	int32_t t0, int32_t R, int32_t hk, int32_t row0, int32_t s, int32_t p0, float *__restrict__ partial)
+{
+	const int32_t G = sh.group, hd = sh.head_dim, RG = R * G;
+	const size_t stride = (size_t)hd + 2;
+	for (int i = threadIdx.x; i < RG * hd; i += blockDim.x) {
+		const int rg = i / hd, c = i % hd, r = rg / G, g = rg % G;
+		if (a.rp[r] < p0)
+			continue; /* this split is past the row's position */
+		const int32_t h = hk * G + g;
+		float *pp = partial + (((size_t)(t0 + r - row0) * sh.n_head + h) * sh.n_splits + s) * stride;
+		pp[2 + c] = a.acc[i];
+		if (c == 0) {
+			pp[0] = a.m[rg];
+			pp[1] = a.l[rg];
+		}
+	}
+}
+
+/* Positions of the tile at P: to the split's end P1, the KV block's
+ * edge or sh.tile positions, whichever comes first. */
+static __device__ __forceinline__ int32_t attn_tile_len(int32_t p, int32_t P1, int32_t bt, int32_t tile)
+{
+	return min(min(P1 - p, bt - p % bt), tile);
+}
+
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
  * sh.qrows consecutive rows of one sequence (consecutive positions: a
  * prefill chunk), TILES[base + blockIdx.z] = (first row, rows); without
@@ -353,11 +472,8 @@ UNROLL4
  * start at the split and end at KV block edges or sh.tile positions, a row
  * stops at its own position, and its online softmax sees its own scores in
  * order; so a row's bits do not depend on its tile (batch invariance, and
- * a prefill row equals the same position decoded).
- * Partial of (row, query head h, split s) at
- * (((row - row0) * n_head + h) * n_splits + s) * (hd + 2): max, sum, then
- * acc[hd]; a split past the row's last position writes nothing (the
- * reduction never reads it). */
+ * a prefill row equals the same position decoded).  Writes the partials
+ * (attn_write_partial). */
 static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, attn_shape sh, int32_t row0,
 	const int32_t *__restrict__ tiles, int32_t tile_base, const float *__restrict__ q,
@@ -375,50 +491,19 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	const int32_t P1 = min(p0 + S, last + 1);
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
-	const int32_t bt = kv.block_tokens;
 	const int32_t *table = tables + (size_t)(t0 + R - 1) * table_stride;
 	const int tid = threadIdx.x, nt = blockDim.x;
 	const int lane = tid % 32, warp = tid / 32, n_warps = nt / 32;
 
 	DYN_SHARED(float, smem);
-	float *qs = smem;                  /* (R, G, hd) */
-	float *acc = qs + RG * hd;         /* (R, G, hd) */
-	float *kt = acc + RG * hd;         /* (tile, ks) */
-	float *vt = kt + tile * ks;        /* (tile, ks) */
-	float *sc = vt + tile * ks;        /* (R, G, tile) */
-	float *m = sc + RG * tile;         /* (R, G) */
-	float *l = m + RG;                 /* (R, G) */
-	float *corr = l + RG;              /* (R, G) */
-	int32_t *rp = reinterpret_cast<int32_t *>(corr + RG); /* (R) the rows' positions */
-
-	/* q, ATTN_LOAD_BATCH loads a thread in flight (a decode row's heads:
-	 * one batch) */
-	for (int i0 = tid; i0 < RG * hd; i0 += ATTN_LOAD_BATCH * nt) {
-		float x[ATTN_LOAD_BATCH];
-UNROLL
-		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
-			const int i = i0 + j * nt, r = i / (G * hd), gc = i % (G * hd);
-			x[j] = i < RG * hd ? __ldg(&q[((size_t)(t0 + r) * sh.n_head + (size_t)hk * G) * hd + gc]) : 0.0f;
-		}
-UNROLL
-		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
-			const int i = i0 + j * nt;
-			if (i < RG * hd) {
-				qs[i] = x[j];
-				acc[i] = 0.0f;
-			}
-		}
-	}
-	for (int g = tid; g < RG; g += nt) {
-		m[g] = -INFINITY;
-		l[g] = 0.0f;
-	}
-	for (int r = tid; r < R; r += nt)
-		rp[r] = pos[t0 + r];
+	const attn_smem sm = attn_carve(smem, RG, hd, tile, ks);
+	float *const qs = sm.qs, *const acc = sm.acc, *const kt = sm.kt, *const vt = sm.vt, *const sc = sm.sc;
+	float *const m = sm.m, *const l = sm.l, *const corr = sm.corr;
+	const int32_t *const rp = sm.rp;
+	attn_begin(sm, sh, pos, q, t0, R, hk);
 
 	for (int32_t p = p0; p < P1;) {
-		int32_t n = min(P1 - p, bt - p % bt);
-		n = min(n, tile);
+		const int32_t n = attn_tile_len(p, P1, kv.block_tokens, tile);
 		attn_stage(kv, sh, kv_row(kv, table, 0, p), kv_row(kv, table, 1, p), hk, n, kt, vt, ks);
 		__syncthreads(); /* (the first time, also q and the rows' state) */
 		for (int i = tid; i < RG * n; i += nt) {
@@ -499,19 +584,344 @@ UNROLL4
 		p += n;
 	}
 
-	const size_t stride = (size_t)hd + 2;
-	for (int i = tid; i < RG * hd; i += nt) {
-		const int rg = i / hd, c = i % hd, r = rg / G, g = rg % G;
-		if (rp[r] < p0)
-			continue; /* this split is past the row's position */
-		const int32_t h = hk * G + g;
-		float *pp = partial + (((size_t)(t0 + r - row0) * sh.n_head + h) * sh.n_splits + s) * stride;
-		pp[2 + c] = acc[i];
-		if (c == 0) {
-			pp[0] = m[rg];
-			pp[1] = l[rg];
+	attn_write_partial(sm, sh, t0, R, hk, row0, s, p0, partial);
+}
+
+/* ---- the split kernel, lanes version ----
+ *
+ * attn_split_kernel spends a thread per score and per output element on a
+ * chain as long as the head (scores) or the tile (weighted V), with 4 warps
+ * a block and tiles cut at KV block edges (16 positions at the default
+ * block size); on an H200 (ncu, 8B shapes at 4096 positions) it issued 0.2
+ * instructions a cycle per scheduler, waiting on those chains and on its
+ * tiles' loads, at 5% of DRAM bandwidth.  This version (cuda_attention_set_
+ * lanes, LLMD_CUDA_ATTN_LANES) has 8 warps, shorter chains side by side,
+ * and fewer, longer tiles:
+ *   - a tile is sh.tile positions from the split's start, across KV block
+ *     edges (each position's row from the table);
+ *   - a score is ATTN_DOT_LANES lanes' (lane j takes the float4s j, j + 8,
+ *     ... of the head in four fmaf chains, as attn_dot does the whole
+ *     head), summed by xor shuffles (attn_dot_lanes);
+ *   - the softmax's max and sum over a tile are xor shuffles across the
+ *     warp, lane r holding position r;
+ *   - a weighted V column is ATTN_V_PHASES chains (positions r = ph mod 4)
+ *     summed by shuffles (attn_phase_sum4), then added to acc * corr by
+ *     one fmaf;
+ *   - the next tile's loads are issued (into registers, as loaded: attn_pf)
+ *     before the current tile is computed, and converted and stored after.
+ * Its bits differ from attn_split_kernel's (another summation order and
+ * other tiles), but a row's are again a function of the row alone (its
+ * tiles start at its split's start whatever the row tile): batch
+ * invariance, prefill == decode. */
+#define ATTN_LANES_THREADS 256
+#define ATTN_DOT_LANES 8 /* lanes of one score's dot product */
+#define ATTN_V_PHASES 4  /* interleaved position chains of a weighted V column */
+#define ATTN_PREFETCH 4  /* float4 units of K (and of V) a thread loads ahead:
+			  * a tile of 32 positions of a 128-wide head */
+static_assert(ATTN_DOT_LANES * ATTN_V_PHASES == 32, "a warp is 4 scores' lanes, 8 V columns' phases");
+
+/* Lane SUB's part of the dot product of QG and KR (HD floats), for
+ * attn_dot_lanes: HD % 4 == 0, the float4s SUB, SUB + ATTN_DOT_LANES, ...
+ * in four fmaf chains summed as (0 + 1) + (2 + 3); else the elements SUB,
+ * SUB + ATTN_DOT_LANES, ... in one. */
+static __device__ __forceinline__ float attn_dot_part(const float *qg, const float *kr, int32_t hd, int sub)
+{
+	if (hd % 4) {
+		float dot = 0.0f;
+		for (int c = sub; c < hd; c += ATTN_DOT_LANES)
+			dot = fmaf(qg[c], kr[c], dot);
+		return dot;
+	}
+	const float4 *q4 = reinterpret_cast<const float4 *>(qg), *k4 = reinterpret_cast<const float4 *>(kr);
+	float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+UNROLL4
+	for (int c = sub; c < hd / 4; c += ATTN_DOT_LANES) {
+		const float4 x = q4[c], y = k4[c];
+		a.x = fmaf(x.x, y.x, a.x);
+		a.y = fmaf(x.y, y.y, a.y);
+		a.z = fmaf(x.z, y.z, a.z);
+		a.w = fmaf(x.w, y.w, a.w);
+	}
+	return (a.x + a.y) + (a.z + a.w);
+}
+
+/* The dot product of QG and KR by the ATTN_DOT_LANES lanes of this
+ * lane's group (every lane of the warp calls it): the parts summed by
+ * xor shuffles 4, 2, 1, which give every lane of the group the same bits
+ * (each add has the same two operands, in either order). */
+static __device__ __forceinline__ float attn_dot_lanes(const float *qg, const float *kr, int32_t hd)
+{
+	float d = attn_dot_part(qg, kr, hd, threadIdx.x % ATTN_DOT_LANES);
+UNROLL
+	for (int off = ATTN_DOT_LANES / 2; off > 0; off /= 2)
+		d += __shfl_xor_sync(0xffffffffu, d, off);
+	return d;
+}
+
+/* The sum over the warp's 4 phases (lane groups GRP 0..3, lanes 8 apart)
+ * of each lane's V, as ((ph0 + ph1) + (ph2 + ph3)) per component, by
+ * three shuffles (a reduce-scatter: each lane ends with one component):
+ * lanes of odd GRP keep z, w and pass x, y to their partner 8 away,
+ * which keeps x, y; then GRP < 2 keep the first of their two, GRP >= 2
+ * the second.  Returns the sum of component attn_phase_comp(GRP). */
+static __device__ __forceinline__ int attn_phase_comp(int grp)
+{
+	return 2 * (grp & 1) + (grp >> 1);
+}
+
+static __device__ __forceinline__ float attn_phase_sum4(float4 v, int grp)
+{
+	const bool odd = grp & 1, high = grp >= 2;
+	/* the pair this lane keeps, and the pair it passes */
+	const float k0 = odd ? v.z : v.x, k1 = odd ? v.w : v.y;
+	const float s0 = odd ? v.x : v.z, s1 = odd ? v.y : v.w;
+	/* (ph0 + ph1) at even GRP, (ph1 + ph0) at odd: the same bits */
+	const float a0 = k0 + __shfl_xor_sync(0xffffffffu, s0, ATTN_DOT_LANES);
+	const float a1 = k1 + __shfl_xor_sync(0xffffffffu, s1, ATTN_DOT_LANES);
+	const float keep = high ? a1 : a0, pass = high ? a0 : a1;
+	return keep + __shfl_xor_sync(0xffffffffu, pass, 2 * ATTN_DOT_LANES);
+}
+
+/* attn_phase_sum4 of one float (heads of no whole float4s): the same
+ * ((ph0 + ph1) + (ph2 + ph3)), in every lane. */
+static __device__ __forceinline__ float attn_phase_sum(float x)
+{
+	x += __shfl_xor_sync(0xffffffffu, x, ATTN_DOT_LANES);
+	return x + __shfl_xor_sync(0xffffffffu, x, 2 * ATTN_DOT_LANES);
+}
+
+/* A thread's first ATTN_PREFETCH float4 units of a tile: unit u (thread +
+ * j * blockDim) is position r = u / (hd / 4), float4 u % (hd / 4) of the
+ * head, the same for every tile; so are its byte offsets in a pool row
+ * (of the data: F32/F16 the floats or halves, Q8_0 the codes; and of
+ * Q8_0's block scale) and its float offset in the staged tile. */
+struct attn_units {
+	int32_t r[ATTN_PREFETCH];  /* position in the tile */
+	uint32_t data[ATTN_PREFETCH];
+	uint32_t scale[ATTN_PREFETCH];
+	int32_t so[ATTN_PREFETCH]; /* offset in KT, VT */
+};
+
+static __device__ __forceinline__ attn_units attn_units_of(const kv_view &kv, const attn_shape &sh,
+	int32_t hk, int32_t ks)
+{
+	attn_units u;
+	const int32_t upr = sh.head_dim / 4;
+UNROLL
+	for (int j = 0; j < ATTN_PREFETCH; j++) {
+		const int x = threadIdx.x + j * blockDim.x;
+		const int32_t r = x / upr, c = x % upr, e = hk * sh.head_dim + c * 4;
+		u.r[j] = r;
+		u.so[j] = r * ks + c * 4;
+		if (kv.type == QT_Q8_0) {
+			u.scale[j] = (uint32_t)(e / QK * sizeof(struct block_q8_0));
+			u.data[j] = u.scale[j] + (uint32_t)(sizeof(qt_f16) + e % QK);
+		} else {
+			u.scale[j] = 0;
+			u.data[j] = (uint32_t)e * (kv.type == QT_F32 ? 4u : 2u);
 		}
 	}
+	return u;
+}
+
+/* kv_load4's words from a row at BASE, by attn_units' offsets. */
+static __device__ __forceinline__ uint4 attn_load_unit(const char *base, uint32_t type, uint32_t data,
+	uint32_t scale)
+{
+	if (type == QT_F32)
+		return __ldg(reinterpret_cast<const uint4 *>(base + data));
+	if (type == QT_F16) {
+		const uint2 h = __ldg(reinterpret_cast<const uint2 *>(base + data));
+		return make_uint4(h.x, h.y, 0u, 0u);
+	}
+	const unsigned short *c = reinterpret_cast<const unsigned short *>(base + data);
+	return make_uint4(__ldg(reinterpret_cast<const unsigned short *>(base + scale)), __ldg(c), __ldg(c + 1),
+			  0u);
+}
+
+/* The thread's units of a tile as loaded. */
+struct attn_pf {
+	uint4 k[ATTN_PREFETCH], v[ATTN_PREFETCH];
+};
+
+/* Issues the loads of the thread's units of the tile at position P (N
+ * positions; V rows VOFS bytes past their K rows). */
+static __device__ __forceinline__ void attn_prefetch(const kv_view &kv, const int32_t *table, int32_t p,
+	int32_t n, size_t vofs, const attn_units &u, attn_pf &pf)
+{
+UNROLL
+	for (int j = 0; j < ATTN_PREFETCH; j++)
+		if (u.r[j] < n) {
+			const char *kr = kv_row(kv, table, 0, p + u.r[j]);
+			pf.k[j] = attn_load_unit(kr, kv.type, u.data[j], u.scale[j]);
+			pf.v[j] = attn_load_unit(kr + vofs, kv.type, u.data[j], u.scale[j]);
+		}
+}
+
+/* Stages the tile at P (N positions) into KT and VT (rows KS floats
+ * apart): with vec_load, the units attn_prefetch loaded (PF) converted
+ * (kv_cvt4) and stored, then any units past them (heads over 128 wide)
+ * loaded and stored; else an element at a time (kv_elem). */
+static __device__ __forceinline__ void attn_stage_lanes(const kv_view &kv, const attn_shape &sh,
+	const int32_t *table, int32_t p, int32_t n, int32_t hk, size_t vofs, const attn_units &u,
+	const attn_pf &pf, float *kt, float *vt, int32_t ks)
+{
+	const int32_t hd = sh.head_dim;
+	const int tid = threadIdx.x, nt = blockDim.x;
+	if (!sh.vec_load) {
+		for (int i = tid; i < n * hd; i += nt) {
+			const int r = i / hd, c = i % hd;
+			const char *kr = kv_row(kv, table, 0, p + r);
+			kt[r * ks + c] = kv_elem(kr, kv.type, hk * hd + c);
+			vt[r * ks + c] = kv_elem(kr + vofs, kv.type, hk * hd + c);
+		}
+		return;
+	}
+UNROLL
+	for (int j = 0; j < ATTN_PREFETCH; j++)
+		if (u.r[j] < n) {
+			*reinterpret_cast<float4 *>(kt + u.so[j]) = kv_cvt4(pf.k[j], kv.type);
+			*reinterpret_cast<float4 *>(vt + u.so[j]) = kv_cvt4(pf.v[j], kv.type);
+		}
+	const int32_t upr = hd / 4, units = n * upr;
+	for (int x = tid + ATTN_PREFETCH * nt; x < units; x += nt) {
+		const int r = x / upr, e = hk * hd + x % upr * 4, o = r * ks + x % upr * 4;
+		const char *kr = kv_row(kv, table, 0, p + r);
+		const float4 kx = kv_elem4(kr, kv.type, e), vx = kv_elem4(kr + vofs, kv.type, e);
+		*reinterpret_cast<float4 *>(kt + o) = kx;
+		*reinterpret_cast<float4 *>(vt + o) = vx;
+	}
+}
+
+/* attn_split_kernel's grid, rows and partials, with ATTN_LANES_THREADS
+ * threads and the tiles and arithmetic described above. */
+static __global__ void __launch_bounds__(ATTN_LANES_THREADS, 2)
+attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32_t *__restrict__ tables,
+	int32_t table_stride, attn_shape sh, int32_t row0, const int32_t *__restrict__ tiles, int32_t tile_base,
+	const float *__restrict__ q, float *__restrict__ partial)
+{
+	grid_dep_wait();
+	const int32_t hk = blockIdx.y, s = blockIdx.x;
+	const int32_t t0 = tiles ? tiles[2 * (tile_base + blockIdx.z)] : row0 + (int32_t)blockIdx.z;
+	const int32_t R = tiles ? tiles[2 * (tile_base + blockIdx.z) + 1] : 1;
+	const int32_t last = pos[t0 + R - 1];
+	const int32_t S = attn_split_size(last, sh.split_pos, sh.max_splits);
+	const int32_t p0 = s * S;
+	if (last < 0 || p0 >= last + 1)
+		return;
+	const int32_t P1 = min(p0 + S, last + 1);
+	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
+	const int32_t RG = R * G;
+	const size_t vofs = (size_t)kv.block_tokens * kv.row_bytes; /* a V row past its K row */
+	const int32_t *table = tables + (size_t)(t0 + R - 1) * table_stride;
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+	/* the lane's group of ATTN_DOT_LANES: its position among the 4 a
+	 * warp scores at once, its phase of a V column; CL: its column */
+	const int grp = lane / ATTN_DOT_LANES, cl = lane % ATTN_DOT_LANES;
+
+	DYN_SHARED(float, smem);
+	const attn_smem sm = attn_carve(smem, RG, hd, tile, ks);
+	attn_begin(sm, sh, pos, q, t0, R, hk);
+
+	attn_units un;
+	attn_pf pf;
+	int32_t n = min(P1 - p0, tile);
+	if (sh.vec_load) {
+		un = attn_units_of(kv, sh, hk, ks);
+		attn_prefetch(kv, table, p0, n, vofs, un, pf);
+	}
+	for (int32_t p = p0; p < P1;) {
+		attn_stage_lanes(kv, sh, table, p, n, hk, vofs, un, pf, sm.kt, sm.vt, ks);
+		__syncthreads(); /* (the first time, also q and the rows' state) */
+		const int32_t pn = p + n, nn = min(P1 - pn, tile);
+		if (sh.vec_load && nn > 0)
+			attn_prefetch(kv, table, pn, nn, vofs, un, pf);
+
+		/* scores: warp item k is (row-head rg, positions 4i.. 4i + 3),
+		 * lane group grp taking position 4i + grp */
+		const int32_t nq = (n + 3) / 4;
+		for (int k = warp; k < RG * nq; k += n_warps) { /* uniform across the warp */
+			const int rg = k / nq, r = k % nq * 4 + grp;
+			const int rr = min(r, n - 1); /* past the tile: a staged row, result unused */
+			const float d = attn_dot_lanes(sm.qs + rg * hd, sm.kt + rr * ks, hd);
+			if (cl == 0 && r < n && r <= sm.rp[rg / G] - p)
+				sm.sc[rg * tile + r] = d * sh.scale;
+		}
+		__syncthreads();
+		/* online softmax, a warp per (row, head), lane r at position p + r */
+		for (int rg = warp; rg < RG; rg += n_warps) {
+			const int32_t nr = min(n, sm.rp[rg / G] + 1 - p); /* uniform across the warp */
+			if (nr <= 0)
+				continue; /* the row ended before this tile */
+			float *sg = sm.sc + rg * tile;
+			const float s_r = lane < nr ? sg[lane] : -INFINITY;
+			/* lane 0 alone reads (and later writes) the row's state:
+			 * the others' reads would race its writes, shuffles
+			 * order no memory; the max is the same either way */
+			const float m_old = lane == 0 ? sm.m[rg] : -INFINITY;
+			float mx = fmaxf(m_old, s_r);
+UNROLL
+			for (int off = 16; off > 0; off /= 2)
+				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+			const float w = lane < nr ? expf(s_r - mx) : 0.0f;
+			float sum = w;
+UNROLL
+			for (int off = 16; off > 0; off /= 2)
+				sum += __shfl_xor_sync(0xffffffffu, sum, off);
+			if (lane < nr)
+				sg[lane] = w;
+			if (lane == 0) {
+				const float cr = mx > m_old ? expf(m_old - mx) : 1.0f; /* 0 on the first tile */
+				sm.l[rg] = fmaf(sm.l[rg], cr, sum);
+				sm.m[rg] = mx;
+				sm.corr[rg] = cr;
+			}
+		}
+		__syncthreads();
+		/* acc = acc * corr + sum_r w_r v_r: warp item k is (rg, 8
+		 * columns: float4s where the head is whole float4s, else
+		 * elements), lane (grp, cl) summing column cl's positions
+		 * r = grp mod 4 */
+		const int32_t cw = hd % 4 ? 1 : 4, cn = hd / cw, ncg = (cn + 7) / 8;
+		for (int k = warp; k < RG * ncg; k += n_warps) { /* uniform across the warp */
+			const int rg = k / ncg, c = k % ncg * 8 + cl;
+			const int32_t nr = min(n, sm.rp[rg / G] + 1 - p);
+			if (nr <= 0)
+				continue;
+			const int cc = c < cn ? c : 0; /* past the head: column 0, result unused */
+			const float *wg = sm.sc + rg * tile;
+			float *ag = sm.acc + rg * hd + cc * cw;
+			const float cr = sm.corr[rg];
+			if (cw == 1) {
+				float v = 0.0f;
+				for (int r = grp; r < nr; r += ATTN_V_PHASES)
+					v = fmaf(wg[r], sm.vt[r * ks + cc], v);
+				v = attn_phase_sum(v);
+				if (grp == 0 && c < cn)
+					ag[0] = fmaf(ag[0], cr, v);
+				continue;
+			}
+			float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+UNROLL4
+			for (int r = grp; r < nr; r += ATTN_V_PHASES) {
+				const float w = wg[r];
+				const float4 x = *reinterpret_cast<const float4 *>(sm.vt + r * ks + cc * 4);
+				v.x = fmaf(w, x.x, v.x);
+				v.y = fmaf(w, x.y, v.y);
+				v.z = fmaf(w, x.z, v.z);
+				v.w = fmaf(w, x.w, v.w);
+			}
+			const float t = attn_phase_sum4(v, grp);
+			if (c < cn) { /* each of the 4 lanes its component */
+				float *o = ag + attn_phase_comp(grp);
+				*o = fmaf(*o, cr, t);
+			}
+		}
+		__syncthreads(); /* the next tile overwrites kt, vt, sc */
+		p = pn;
+		n = nn;
+	}
+	attn_write_partial(sm, sh, t0, R, hk, row0, s, p0, partial);
 }
 
 /* The combination of one row's partials for one query head (PP, the
@@ -593,6 +1003,82 @@ static __global__ void attn_reduce_q8_kernel(const int32_t *__restrict__ pos, at
 	const float inv = attn_combine_scale(pp, stride, n_act, &M);
 	const float v = attn_combine(pp, stride, n_act, M, inv, c);
 	out[(size_t)t * n + e] = v;
+	uint8_t *row = xq + (size_t)t * xq_stride;
+	if (vec == QT_Q8_K)
+		q8k_block_store(v, (int)blockIdx.x, n / QK_K, n, row, s_ax, s_v);
+	else
+		q8_block_store(v, threadIdx.x % 32, e / 32, n / 32, n, vec == QT_Q8_1, row);
+}
+
+/* attn_reduce_kernel and attn_reduce_q8_kernel in one, with the same bits
+ * and less work (launched with attn_split_lanes_kernel): there, each of a
+ * head's threads finds the largest max and takes expf(m_s - M) of every
+ * split twice, a load at a time; here a warp per head of the block takes
+ * the splits a lane each for the max, then their weights
+ * w_s = expf(m_s - M) once into shared memory (lane 0 sums
+ * l_s * w_s in split order, as attn_combine_scale), and each thread only
+ * sums its element's acc_s * w_s in split order (attn_combine's steps).
+ * grid (N / Q8K_THREADS rounded up, rows of this chunk), Q8K_THREADS
+ * threads: thread i of block b takes element e = b * Q8K_THREADS + i of
+ * its row; VEC 0 writes OUT only, else also XQ's rows as
+ * attn_reduce_q8_kernel.  Dynamic shared memory: attn_reduce_smem(). */
+static __host__ __device__ __forceinline__ int32_t attn_reduce_heads(int32_t hd)
+{
+	return (Q8K_THREADS - 1) / hd + 2; /* heads a block's elements can touch */
+}
+
+static size_t attn_reduce_smem(const attn_shape &sh)
+{
+	return (size_t)attn_reduce_heads(sh.head_dim) * (sh.n_splits + 1) * sizeof(float);
+}
+
+static __global__ void attn_reduce_lanes_kernel(const int32_t *__restrict__ pos, attn_shape sh,
+	int32_t row0, const float *__restrict__ partial, float *__restrict__ out, uint32_t vec,
+	uint8_t *__restrict__ xq, size_t xq_stride)
+{
+	grid_dep_wait();
+	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
+	DYN_SHARED(float, sw); /* (heads, n_splits) weights, then (heads) 1 / L */
+	const int32_t t = row0 + blockIdx.y, hd = sh.head_dim, n = sh.n_head * hd, ns = sh.n_splits;
+	const int32_t e0 = (int32_t)blockIdx.x * Q8K_THREADS, e = e0 + threadIdx.x;
+	const int32_t h0 = e0 / hd, nh = min(sh.n_head, (e0 + Q8K_THREADS - 1) / hd + 1) - h0;
+	float *inv = sw + (size_t)attn_reduce_heads(hd) * ns;
+	const size_t stride = (size_t)hd + 2;
+	const float *rows = partial + (size_t)blockIdx.y * sh.n_head * ns * stride;
+	const int32_t n_act = attn_splits_of(pos[t], sh);
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	for (int32_t j = warp; j < nh; j += Q8K_THREADS / 32) { /* uniform across the warp */
+		const float *pp = rows + (size_t)(h0 + j) * ns * stride;
+		float *w = sw + (size_t)j * ns;
+		float M = -INFINITY;
+		for (int32_t s = lane; s < n_act; s += 32)
+			M = fmaxf(M, pp[s * stride]);
+UNROLL
+		for (int off = 16; off > 0; off /= 2) /* the max: exact in any order */
+			M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+		for (int32_t s = lane; s < n_act; s += 32)
+			w[s] = expf(pp[s * stride] - M);
+		__syncwarp(); /* lane 0 reads every lane's weights */
+		if (lane == 0) {
+			float L = 0.0f;
+			for (int32_t s = 0; s < n_act; s++)
+				L = fmaf(pp[s * stride + 1], w[s], L);
+			inv[j] = n_act > 0 ? 1.0f / L : 0.0f;
+		}
+	}
+	__syncthreads();
+	if (e >= n) /* whole warps, past the last 32-element block (never for Q8_K) */
+		return;
+	const int32_t j = e / hd - h0, c = e % hd;
+	const float *pp = rows + (size_t)(h0 + j) * ns * stride + 2 + c, *w = sw + (size_t)j * ns;
+	float a = 0.0f;
+UNROLL4
+	for (int32_t s = 0; s < n_act; s++)
+		a = fmaf(pp[s * stride], w[s], a);
+	const float v = a * inv[j];
+	out[(size_t)t * n + e] = v;
+	if (!vec)
+		return;
 	uint8_t *row = xq + (size_t)t * xq_stride;
 	if (vec == QT_Q8_K)
 		q8k_block_store(v, (int)blockIdx.x, n / QK_K, n, row, s_ax, s_v);
@@ -827,12 +1313,20 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 				tj++;
 			n_tiles = tj - ti;
 		}
-		LAUNCH(attn_split_kernel, dim3((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)n_tiles),
-			ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh, row0,
-			(const int32_t *)d_tiles, (int32_t)ti, q, partial);
+		const dim3 grid((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)n_tiles);
+		if (attn_lanes)
+			LAUNCH(attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos, tables,
+				table_stride, sh, row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
+		else
+			LAUNCH(attn_split_kernel, grid, ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh,
+				row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
 		if ((err = launched()))
 			return err;
-		if (vec)
+		if (attn_lanes)
+			LAUNCH(attn_reduce_lanes_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS,
+				attn_reduce_smem(sh), st, pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq,
+				xq_stride);
+		else if (vec)
 			LAUNCH(attn_reduce_q8_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS, 0, st,
 				pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq, xq_stride);
 		else

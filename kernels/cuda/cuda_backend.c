@@ -1322,7 +1322,8 @@ static int cb_env(const char *name, long *v)
 
 /* The speed knobs (llm-bench(1), ENVIRONMENT): process-wide settings of the
  * kernels, none of which changes a bit of their results but
- * LLMD_CUDA_ATTN_SPLIT's (attention's, within its tolerance).  The
+ * LLMD_CUDA_ATTN_SPLIT's and LLMD_CUDA_ATTN_LANES's (attention's, within
+ * its tolerance).  The
  * defaults they change were timed on an H200 (tools/cuda_mm_bench,
  * .ci/gpu-run). */
 static void cb_env_knobs(int device)
@@ -1346,6 +1347,8 @@ static void cb_env_knobs(int device)
 		     major >= 9);
 	if (cb_env("LLMD_CUDA_ATTN_SPLIT", &v)) /* attention's positions per split block */
 		cuda_attention_set_split((int32_t)v);
+	/* 1: attention's split blocks as attn_split_lanes_kernel */
+	cuda_attention_set_lanes(cb_env("LLMD_CUDA_ATTN_LANES", &v) && v != 0);
 }
 
 int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)

@@ -189,6 +189,16 @@ void cuda_set_pdl(int on);
  * on it, so batch invariance holds for one value: set it once, before any
  * launch (LLMD_CUDA_ATTN_SPLIT, cuda_backend.c). */
 void cuda_attention_set_split(int32_t tokens);
+/* Attention's kernels: 0 (the default) attn_split_kernel, 4 warps with a
+ * thread per score and per output element, and its reductions; else
+ * attn_split_lanes_kernel, 8 warps with each score and weighted V column
+ * spread over lanes and the next tile's loads issued early, and
+ * attn_reduce_lanes_kernel (the same bits as the other reductions, with
+ * each split's weight computed once a head) (attention.cu).  The split
+ * kernels differ in summation order, so in the last bits of attention's
+ * output, each within the CPU comparison's tolerance: like the split, set
+ * it once, before any launch (LLMD_CUDA_ATTN_LANES, cuda_backend.c). */
+void cuda_attention_set_lanes(int on);
 
 #ifdef __cplusplus
 }
