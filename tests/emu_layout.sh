@@ -2,7 +2,8 @@
 # emu_layout.sh - the kernels/cuda layout rules that let the emulator
 # run the CUDA source (issue 5, item 7): every launch goes through LAUNCH and
 # dynamic shared memory through DYN_SHARED, both defined in cuda_compat.h
-# only; and every kernel's body begins with grid_dep_wait(), so that a launch
+# only; and every kernel's body begins with grid_dep_wait() (or
+# grid_dep_wait_prefetch(), which prefetches, then waits), so that a launch
 # may overlap the kernel before it (cuda_compat_pdl).  Fails on any raw
 # triple chevron or `extern __shared__` elsewhere, or a kernel without it.
 srcdir=${LLMD_SRCDIR:-$(dirname "$0")/..}
@@ -24,7 +25,7 @@ scan_wait() {
 			state == 1 && /^\{$/ { state = 2; next }
 			state == 1 && /;[[:space:]]*$/ { state = 0; next }
 			state == 2 && NF {
-				if ($0 !~ /^\tgrid_dep_wait\(\);/)
+				if ($0 !~ /^\tgrid_dep_wait(_prefetch)?\(/)
 					print f ":" line ": a kernel that does not begin with grid_dep_wait()"
 				state = 0
 			}' "$f"

@@ -2,9 +2,10 @@
  * and leak report, cudaMemcpy/cudaMemset refusals with CUDA's error codes,
  * cudaFree of what is not an allocation, launch configuration errors, the
  * sticky error after __trap() and after a planted fault, streams, events,
- * graph capture and replay.
+ * graph capture and replay, grid_dep_wait_prefetch's range check.
  */
 #include "cuda_compat.h"
+#include "cuda_mma.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -247,6 +248,33 @@ static void test_trap_is_sticky()
 	CHECK_INT_EQ(cudaFree(p), cudaSuccess);
 }
 
+/* grid_dep_wait_prefetch (cuda_mma.h): a prefetch changes nothing, but
+ * one that reaches past its allocation traps on the emulator (on a GPU it
+ * would ask L2 for another buffer's lines, or none). */
+static __global__ void prefetch_kernel(const float *p, int bytes, float *out)
+{
+	grid_dep_wait_prefetch(p, bytes);
+	out[threadIdx.x] = 1.0f;
+}
+
+static void test_prefetch_range()
+{
+	float *x = NULL, *out = NULL;
+	CHECK_INT_EQ(cudaMalloc(&x, 1000), cudaSuccess);
+	CHECK_INT_EQ(cudaMalloc(&out, 32 * sizeof(float)), cudaSuccess);
+	LAUNCH(prefetch_kernel, 1, 32, 0, 0, (const float *)x, 1000, out); /* all of it */
+	CHECK_INT_EQ(cudaGetLastError(), cudaSuccess);
+	LAUNCH(prefetch_kernel, 1, 32, 0, 0, (const float *)(x + 10), 960, out);
+	CHECK_INT_EQ(cudaGetLastError(), cudaSuccess);
+	LAUNCH(prefetch_kernel, 1, 32, 0, 0, (const float *)NULL, 1000, out); /* NULL: nothing */
+	CHECK_INT_EQ(cudaGetLastError(), cudaSuccess);
+	LAUNCH(prefetch_kernel, 1, 32, 0, 0, (const float *)(x + 10), 961, out); /* a byte past */
+	CHECK_INT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+	expect_diag("__trap()");
+	CHECK_INT_EQ(cudaDeviceReset(), cudaSuccess);
+	CHECK_INT_EQ(cuda_emu_bytes_allocated(), 0);
+}
+
 /* A planted fault: the Nth launch from the plant fails as a trap would,
  * sticky until the reset; the launches before it run. */
 static void test_planted_fault()
@@ -473,6 +501,7 @@ int main(void)
 	test_graph_capture_misuse();
 	test_trap_is_sticky();
 	test_planted_fault();
+	test_prefetch_range();
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	return test_result();
 }

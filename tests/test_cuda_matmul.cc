@@ -243,6 +243,38 @@ static void shape_cases(std::initializer_list<int> Ts, int inv_T, int long_T)
  * a ragged last one, 33 the K-quants' four tiles), then the T < 8 ones
  * again on the dp4a kernels (T = 2: a second round of the warp's
  * broadcast over 33 super-blocks). */
+/* A warp's weight row asked of L2 before the kernel waits
+ * (cuda_matmul_set_prefetch): the wide kernels' first round of loads,
+ * whole rows shorter than that, up to 2 KiB of a dp4a row; the emulator
+ * traps a prefetch past the weights (grid_dep_wait_prefetch).  The same
+ * bits. */
+static void test_prefetch()
+{
+	const int wide = n_wide;
+	cuda_matmul_set_prefetch(1);
+	for (int rounds : { 1, 8 }) {
+		cuda_matmul_set_wide(rounds);
+		CHECK(mm_wide_kernel(QT_Q4_K) == (rounds == 1 ? (mm_kernel)matmul_q4k_wide_kernel<1, true>
+							       : (mm_kernel)matmul_q4k_wide_kernel<8, true>));
+		for (uint32_t type : { QT_Q4_K, QT_Q6_K })
+			for (int n_in : { 256, 9 * QK_K })
+				check_case(type, n_in, 7, 1, false);
+	}
+	cuda_matmul_set_wide(0);
+	CHECK_INT_EQ(n_wide, wide + 8);
+	cuda_matmul_set_mma_min_t(8); /* the dp4a kernels */
+	CHECK((mm_kernel_of(QT_Q4_1, 0, 1, 1) == (mm_kernel)matmul_q32_kernel<QT_Q4_1, true>));
+	for (uint32_t type : q32_types)
+		check_case(type, 128 * QK, 7, 2, false); /* rows of 2176..4352 bytes: 2 KiB of each */
+	check_case(QT_Q4_1, 2 * QK, 7, 1, false);        /* a 40-byte row, whole */
+	CHECK((mm_kernel_of(QT_Q6_K, 0, 1, 1) == (mm_kernel)matmul_k_kernel<QT_Q6_K, true>));
+	for (uint32_t type : k_types)
+		check_case(type, 3 * QK_K, 7, 1, false);
+	cuda_matmul_set_mma_min_t(1);
+	cuda_matmul_set_prefetch(0);
+	CHECK((mm_kernel_of(QT_Q4_1, 0, 1, 1) == (mm_kernel)matmul_q32_kernel<QT_Q4_1, false>));
+}
+
 static void test_shapes()
 {
 	shape_cases({ 1, 2, 5, 9, 16, 33 }, 9, 9);
@@ -293,6 +325,7 @@ static void test_shapes()
 	}
 	cuda_matmul_set_wide(0);
 	CHECK_INT_EQ(n_wide, 4 * 2 * 12);
+	test_prefetch();
 	cuda_matmul_set_mma_min_t(8);
 	shape_cases({ 1, 2, 5 }, 5, 2);
 	cuda_matmul_set_mma_min_t(1);
@@ -450,6 +483,7 @@ static void test_small()
 	check_case(QT_Q6_K, 9 * QK_K, 7, 1, false);
 	cuda_matmul_set_wide(0);
 	CHECK_INT_EQ(n_wide, 2);
+	test_prefetch();
 	cuda_matmul_set_mma_min_t(8);
 	for (uint32_t type : q32_types)
 		check_case(type, 64, 7, 2, true);

@@ -1339,6 +1339,8 @@ static void cb_env_knobs(int device)
 		cuda_matmul_set_split_warps((int32_t)v);
 	if (cb_env("LLMD_CUDA_MM_ASYNC", &v)) /* 1: K-quant weights through cp.async stages */
 		cuda_matmul_set_async(v != 0);
+	/* 1: a warp's weight row asked of L2 before the kernel waits */
+	cuda_matmul_set_prefetch(cb_env("LLMD_CUDA_MM_PREFETCH", &v) && v != 0);
 	/* Q4_K/Q6_K at T = 1 a row a warp, ROUNDS of loads in flight; 0: off */
 	cuda_matmul_set_wide(cb_env("LLMD_CUDA_MM_WIDE", &v) ? (int32_t)v : -1);
 	/* programmatic dependent launch, sm_90 and up; 0: off */

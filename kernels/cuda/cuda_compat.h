@@ -8,7 +8,8 @@
  *   - every launch goes through LAUNCH(): no raw triple chevrons;
  *   - dynamic shared memory is declared with DYN_SHARED(): no raw
  *     `extern __shared__`;
- *   - every kernel's body begins with grid_dep_wait() (cuda_mma.h).
+ *   - every kernel's body begins with grid_dep_wait() (cuda_mma.h), or
+ *     grid_dep_wait_prefetch(), which asks L2 for some of its data first.
  * Tensor-core and inline-PTX code lives in cuda_mma.h only, behind a
  * portable branch the emulator runs.  No spin-waits and no implicit warp
  * lockstep: the emulator schedules threads only at barriers and collectives

@@ -16,6 +16,9 @@
  *                    kernel before it in the stream when the launch let
  *                    the two overlap, then lets the next one launch
  *                    (griddepcontrol, sm_90).
+ *   grid_dep_wait_prefetch
+ *                    the same, after asking L2 for data the kernel will
+ *                    read (prefetch.global.L2, sm_80+).
  *   cp_async16, cp_async_commit, cp_async_wait<N>
  *                    16-byte copies from global to shared memory that
  *                    complete in the background (cp.async, sm_80+).
@@ -83,6 +86,32 @@ static __device__ __forceinline__ void grid_dep_wait()
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+/* grid_dep_wait, after the calling warp has asked L2 for the BYTES bytes at
+ * P (nothing when P is NULL or BYTES 0): data the kernel will read that the
+ * kernels before it do not write, weights say, so that a launch overlapping
+ * its predecessor's tail (cuda_compat_pdl) has its first reads on their way
+ * while it waits.  A prefetch changes no value.  Every lane of the warp
+ * calls it with the same P and BYTES (lane i the 128-byte lines i, i + 32,
+ * ... from P's line); [P, P + BYTES) lies in one allocation, which the
+ * emulator checks (a launch that breaks it traps).  It may be a kernel's
+ * first statement in grid_dep_wait's place (tests/emu_layout.sh). */
+static __device__ __forceinline__ void grid_dep_wait_prefetch(const void *p, int bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	if (p && bytes > 0) {
+		const char *end = static_cast<const char *>(p) + bytes;
+		for (const char *l = reinterpret_cast<const char *>((uintptr_t)p & ~(uintptr_t)127) +
+				     128 * (threadIdx.x % 32);
+		     l < end; l += 32 * 128)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
+	}
+#elif defined(CUDA_EMU)
+	if (p && bytes > 0 && !::cuda_emu::device_range(p, (size_t)bytes))
+		__trap();
+#endif
+	grid_dep_wait();
 }
 
 /* cp_async16(DST, SRC): 16 bytes from global SRC to shared DST (both

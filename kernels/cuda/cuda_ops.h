@@ -176,6 +176,14 @@ void cuda_matmul_set_async(int on);
  * tensor-core kernels; below 0, the default: 2.  The same bits either
  * way.  LLMD_CUDA_MM_WIDE (cuda_backend.c), the tests; process-wide. */
 void cuda_matmul_set_wide(int32_t rounds);
+/* ON: the matmul kernels that give a warp a weight row (the wide ones and
+ * the dp4a ones) ask L2 for the first bytes of it (the wide kernels' first
+ * round of loads; up to 2 KiB) before they wait for the kernel before them
+ * (grid_dep_wait_prefetch, cuda_mma.h): with programmatic dependent
+ * launch, those reads overlap the previous kernel's tail.  Off by default
+ * until timed.  The same bits either way.  LLMD_CUDA_MM_PREFETCH
+ * (cuda_backend.c), the tests; process-wide. */
+void cuda_matmul_set_prefetch(int on);
 /* ON: every launch from here on may start before the kernel before it in
  * its stream has finished (programmatic dependent launch; each kernel
  * waits for it first thing, grid_dep_wait): launch latency hidden behind

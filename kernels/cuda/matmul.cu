@@ -82,6 +82,7 @@ struct mm_group {
 	size_t row_bytes[CUDA_MM_GROUP];
 	int n_out[CUDA_MM_GROUP];
 	int first[CUDA_MM_GROUP + 1];
+	int prefetch; /* bytes of its row a warp asks L2 for before it waits (0: none) */
 };
 
 /* ---- scratch layout ---- */
@@ -234,11 +235,11 @@ UNROLL
  * lanes 4t + b % 4 with the partial over elements 4t..4t+3 (half 0) and
  * 16+4t..16+4t+3 (half 1).  Every loop bound is uniform over the warp, so
  * the shuffles always see all 32 lanes. */
-template <int TYPE>
+template <int TYPE, bool PF>
 static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait();
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -684,11 +685,11 @@ UNROLL
 /* One warp per weight row: lane i computes super-block b0 + i's integer
  * sums, then the warp walks the 32 in order with one float accumulator, as
  * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
-template <int TYPE>
+template <int TYPE, bool PF>
 static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait();
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -1341,11 +1342,11 @@ static __device__ __forceinline__ float wide_chain(const S *st, int b0, int nsb,
 	return acc;
 }
 
-template <int U>
+template <int U, bool PF>
 static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait();
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	__shared__ float4 steps[MM_WIDE_WARPS][4 * U];
 	const int lane = threadIdx.x % 32, c = lane / 8, k = lane % 8, j = k / 2, h = k % 2;
 	const mm_row m = mm_pick(g, 1);
@@ -1430,11 +1431,11 @@ UNROLL
 			  __funnelshift_r(w[2], w[3], sh), __funnelshift_r(w[3], w[4], sh));
 }
 
-template <int U>
+template <int U, bool PF>
 static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait();
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	__shared__ float2 steps[MM_WIDE_WARPS][4 * U];
 	const int lane = threadIdx.x % 32, c = lane / 8, k = lane % 8;
 	const int hf = k / 4, q = k / 2 % 2, p = k % 2;
@@ -1694,18 +1695,49 @@ extern "C" void cuda_matmul_set_wide(int32_t rounds)
 	mm_wide = rounds < 0 ? 2 : rounds <= 2 ? rounds : rounds <= 4 ? 4 : 8;
 }
 
+/* Whether the kernels that give a warp a weight row (the wide ones and
+ * the dp4a ones) ask L2 for its first bytes before they wait for the
+ * kernel before them (cuda_matmul_set_prefetch; grid_dep_wait_prefetch). */
+static int mm_prefetch = 0;
+
+extern "C" void cuda_matmul_set_prefetch(int on)
+{
+	mm_prefetch = on != 0;
+}
+
 static int mm_use_wide(uint32_t type, int aligned, int32_t T)
 {
 	return mm_wide && ((type == QT_Q4_K && aligned) || type == QT_Q6_K) && T == 1;
 }
 
-static mm_kernel mm_wide_kernel(uint32_t type)
+template <bool PF>
+static mm_kernel mm_wide_kernel_pf(uint32_t type)
 {
 	switch (mm_wide) {
-	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1> : matmul_q4k_wide_kernel<1>;
-	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2> : matmul_q4k_wide_kernel<2>;
-	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4> : matmul_q4k_wide_kernel<4>;
-	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8> : matmul_q4k_wide_kernel<8>;
+	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1, PF> : matmul_q4k_wide_kernel<1, PF>;
+	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2, PF> : matmul_q4k_wide_kernel<2, PF>;
+	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4, PF> : matmul_q4k_wide_kernel<4, PF>;
+	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8, PF> : matmul_q4k_wide_kernel<8, PF>;
+	}
+}
+
+static mm_kernel mm_wide_kernel(uint32_t type)
+{
+	return mm_prefetch ? mm_wide_kernel_pf<true>(type) : mm_wide_kernel_pf<false>(type);
+}
+
+/* The dp4a kernel of a supported TYPE, a warp a weight row; PF: asking L2
+ * for its row before it waits (cuda_matmul_set_prefetch). */
+template <bool PF>
+static mm_kernel mm_dp4a_kernel_of(uint32_t type)
+{
+	switch (type) {
+	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0, PF>;
+	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1, PF>;
+	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0, PF>;
+	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K, PF>;
+	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K, PF>;
+	default:      return matmul_k_kernel<QT_Q6_K, PF>;
 	}
 }
 
@@ -1717,14 +1749,7 @@ static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T)
 	if (mma)
 		return T <= 8 ? mm_mma_kernel_of<1>(type, aligned)
 		     : T <= 16 ? mm_mma_kernel_of<2>(type, aligned) : mm_mma_kernel_of<4>(type, aligned);
-	switch (type) {
-	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0>;
-	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1>;
-	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0>;
-	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K>;
-	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K>;
-	default:      return matmul_k_kernel<QT_Q6_K>;
-	}
+	return mm_prefetch ? mm_dp4a_kernel_of<true>(type) : mm_dp4a_kernel_of<false>(type);
 }
 
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
@@ -1772,6 +1797,13 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	if (blocks > 0x7fffffffLL)
 		return -EINVAL;
 	g.first[CUDA_MM_GROUP] = INT_MAX;
+	/* the wide kernels' first round of loads, or up to 2 KiB of a dp4a
+	 * kernel's row (the whole row at SmolLM2's widths) */
+	g.prefetch = 0;
+	if (mm_prefetch && (wide || !mma)) {
+		const size_t want = wide ? (size_t)4 * mm_wide * mm_block_bytes(ws[0]->type, &blck) : 2048;
+		g.prefetch = (int)(ws[0]->row_bytes < want ? ws[0]->row_bytes : want);
+	}
 
 	const struct bk_weight *w = ws[0];
 	const int n_in = (int)w->n_in;

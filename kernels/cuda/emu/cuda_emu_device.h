@@ -110,6 +110,9 @@ int block_barrier(int kind, int pred, const char *file, int line);
 unsigned active_mask();
 /* Ends the launch with cudaErrorLaunchFailure (sticky). */
 [[noreturn]] void trap(const char *file, int line);
+/* Whether [P, P + N) lies inside one live cudaMalloc allocation
+ * (cuda_emu_is_device_range, without the API lock the launch holds). */
+bool device_range(const void *p, size_t n);
 /* This launch's dynamic shared memory: exactly the bytes it asked for. */
 void *dyn_shared();
 long long clock_ticks();

@@ -328,6 +328,14 @@ static void report_leaks_at_exit()
 
 } // namespace
 
+/* For device code (grid_dep_wait_prefetch): a kernel runs while its
+ * launch holds the API lock, so nothing changes the allocations meanwhile,
+ * and it may not take the lock itself. */
+bool device_range(const void *p, size_t n)
+{
+	return classify(p, n) == SIDE_DEVICE;
+}
+
 std::mutex &api_lock()
 {
 	static std::mutex *m = new std::mutex();
