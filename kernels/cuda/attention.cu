@@ -346,22 +346,25 @@ UNROLL
 	}
 }
 
-/* The dot product of query head QG and staged key KR (HD floats): with
- * HD % 4 == 0, four fmaf chains over the elements 4i + j, summed as
- * (0 + 1) + (2 + 3); else one chain in order.  A function of the two
- * vectors alone (batch invariance). */
-static __device__ __forceinline__ float attn_dot(const float *qg, const float *kr, int32_t hd)
+/* The dot product of QG and KR (HD floats) over the elements (HD % 4 ==
+ * 0: the float4s) FIRST, FIRST + STEP, ...: with HD % 4 == 0 four fmaf
+ * chains, one per element of a float4, summed as (0 + 1) + (2 + 3); else
+ * one chain in order.  A function of the two vectors alone (batch
+ * invariance).  attn_dot takes the whole head, attn_dot_lanes a lane's
+ * share. */
+static __device__ __forceinline__ float attn_dot_strided(const float *qg, const float *kr, int32_t hd,
+	int first, int step)
 {
 	if (hd % 4) {
 		float dot = 0.0f;
-		for (int c = 0; c < hd; c++)
+		for (int c = first; c < hd; c += step)
 			dot = fmaf(qg[c], kr[c], dot);
 		return dot;
 	}
 	const float4 *q4 = reinterpret_cast<const float4 *>(qg), *k4 = reinterpret_cast<const float4 *>(kr);
 	float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 UNROLL4
-	for (int c = 0; c < hd / 4; c++) {
+	for (int c = first; c < hd / 4; c += step) {
 		const float4 x = q4[c], y = k4[c];
 		a.x = fmaf(x.x, y.x, a.x);
 		a.y = fmaf(x.y, y.y, a.y);
@@ -369,6 +372,12 @@ UNROLL4
 		a.w = fmaf(x.w, y.w, a.w);
 	}
 	return (a.x + a.y) + (a.z + a.w);
+}
+
+/* The dot product of query head QG and staged key KR (HD floats). */
+static __device__ __forceinline__ float attn_dot(const float *qg, const float *kr, int32_t hd)
+{
+	return attn_dot_strided(qg, kr, hd, 0, 1);
 }
 
 /* A split block's shared memory (attn_smem_floats), carved up. */
@@ -620,38 +629,15 @@ UNROLL4
 			  * a tile of 32 positions of a 128-wide head */
 static_assert(ATTN_DOT_LANES * ATTN_V_PHASES == 32, "a warp is 4 scores' lanes, 8 V columns' phases");
 
-/* Lane SUB's part of the dot product of QG and KR (HD floats), for
- * attn_dot_lanes: HD % 4 == 0, the float4s SUB, SUB + ATTN_DOT_LANES, ...
- * in four fmaf chains summed as (0 + 1) + (2 + 3); else the elements SUB,
- * SUB + ATTN_DOT_LANES, ... in one. */
-static __device__ __forceinline__ float attn_dot_part(const float *qg, const float *kr, int32_t hd, int sub)
-{
-	if (hd % 4) {
-		float dot = 0.0f;
-		for (int c = sub; c < hd; c += ATTN_DOT_LANES)
-			dot = fmaf(qg[c], kr[c], dot);
-		return dot;
-	}
-	const float4 *q4 = reinterpret_cast<const float4 *>(qg), *k4 = reinterpret_cast<const float4 *>(kr);
-	float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-UNROLL4
-	for (int c = sub; c < hd / 4; c += ATTN_DOT_LANES) {
-		const float4 x = q4[c], y = k4[c];
-		a.x = fmaf(x.x, y.x, a.x);
-		a.y = fmaf(x.y, y.y, a.y);
-		a.z = fmaf(x.z, y.z, a.z);
-		a.w = fmaf(x.w, y.w, a.w);
-	}
-	return (a.x + a.y) + (a.z + a.w);
-}
-
 /* The dot product of QG and KR by the ATTN_DOT_LANES lanes of this
- * lane's group (every lane of the warp calls it): the parts summed by
- * xor shuffles 4, 2, 1, which give every lane of the group the same bits
- * (each add has the same two operands, in either order). */
+ * lane's group (every lane of the warp calls it): lane j's part over the
+ * float4s (elements) j, j + ATTN_DOT_LANES, ... (attn_dot_strided), the
+ * parts summed by xor shuffles 4, 2, 1, which give every lane of the
+ * group the same bits (each add has the same two operands, in either
+ * order). */
 static __device__ __forceinline__ float attn_dot_lanes(const float *qg, const float *kr, int32_t hd)
 {
-	float d = attn_dot_part(qg, kr, hd, threadIdx.x % ATTN_DOT_LANES);
+	float d = attn_dot_strided(qg, kr, hd, threadIdx.x % ATTN_DOT_LANES, ATTN_DOT_LANES);
 UNROLL
 	for (int off = ATTN_DOT_LANES / 2; off > 0; off /= 2)
 		d += __shfl_xor_sync(0xffffffffu, d, off);
