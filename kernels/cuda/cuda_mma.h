@@ -28,6 +28,8 @@
 
 #include "cuda_compat.h"
 
+#include <stdint.h> /* uintptr_t (grid_dep_wait_prefetch) */
+
 /* D = A * B + D for one 16 x 8 tile over k = 32, signed bytes into int32:
  * mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32, all 32 lanes of the warp
  * together (every lane calls it, converged).  Lane 4g + q holds, in PTX's
