@@ -343,9 +343,8 @@ static void run_cfg(const cfg &c, bool with_rope)
 			attn_shape sh;
 			CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &sh), 0);
 			dbuf<float> dref(qn, 0xff);
-			const int red_threads = hd < 128 ? (hd + 31) / 32 * 32 : 128;
-			LAUNCH(attn_reduce_kernel, dim3((unsigned)c.n_head, (unsigned)T), red_threads, 0, 0, dpos.d,
-			       sh, 0, (const float *)scratch.d, dref.d);
+			LAUNCH(attn_reduce_kernel, dim3((unsigned)c.n_head, (unsigned)T), attn_reduce_threads(hd), 0, 0,
+			       dpos.d, sh, 0, (const float *)scratch.d, dref.d);
 			CHECK_INT_EQ(launched(), 0);
 			CHECK(memcmp(dref.get().data(), first.data(), qn * sizeof(float)) == 0);
 		}

@@ -5,18 +5,18 @@
  * weights in turn, 4 times the L2 cache in all).
  *
  * Built with nvcc from the same source as the backend (matmul.cu included
- * here, as the kernel tests do, and rows.cu for cuda_set_pdl); .ci/gpu-bundle ships it, .ci/gpu-run runs
- * it.  For each shape: random weights of the type (sane scales), one
- * activation row per T quantized once into the scratch, then for each
- * variant 3 launches to warm up and REPS (default 200) timed with events;
- * the microseconds per launch, the weight bytes it streams per second,
- * and whether its outputs have the bits of the first variant's (they
- * must: every variant reproduces the CPU's arithmetic).  The last two
- * variants launch with programmatic dependent launch (sm_90 and up), as
- * a decode step does, the second also prefetching its weights while the
- * launch before it drains.  The reference,
- * "stream", is a kernel that only reads the weights (16 bytes a load,
- * a grid of the device's resident warps).
+ * here, as the kernel tests do, and rows.cu for cuda_set_pdl);
+ * .ci/gpu-bundle ships it, .ci/gpu-run runs it.  For each shape: random
+ * weights of the type (sane scales), one activation row per T quantized
+ * once into the scratch, then for each variant 3 launches to warm up and
+ * REPS (default 200) timed with events; the microseconds per launch, the
+ * weight bytes it streams per second, and whether its outputs have the
+ * bits of the first variant's (they must: every variant reproduces the
+ * CPU's arithmetic).  The last two variants launch with programmatic
+ * dependent launch (sm_90 and up), as a decode step does, the second also
+ * prefetching its weights while the launch before it drains.  The
+ * reference, "stream", is a kernel that only reads the weights (16 bytes a
+ * load, a grid of the device's resident warps).
  *
  * Usage: cuda_mm_bench [REPS]
  * Exit status 77 when there is no device, 1 when a variant's bits differ.

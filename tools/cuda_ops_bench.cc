@@ -109,17 +109,16 @@ static const model models[] = {
 int main(int argc, char **argv)
 {
 	const int reps = argc > 1 ? atoi(argv[1]) : 200;
-	int ndev = 0, major = 0;
+	int ndev = 0;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
 		fprintf(stderr, "cuda_ops_bench: no CUDA device\n");
 		return 77;
 	}
 	cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
-	CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-	cuda_set_pdl(major >= 9);
+	cuda_set_pdl(prop.major >= 9);
 	printf("%s, %d SMs; %d launches of each op in a graph%s; T = 1\n", prop.name,
-	       prop.multiProcessorCount, reps, major >= 9 ? ", programmatic dependent launch" : "");
+	       prop.multiProcessorCount, reps, prop.major >= 9 ? ", programmatic dependent launch" : "");
 	printf("%-6s %-28s %9s\n", "model", "op", "us");
 	cudaStream_t st;
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));

@@ -472,6 +472,36 @@ static __device__ __forceinline__ int32_t attn_tile_len(int32_t p, int32_t P1, i
 	return min(min(P1 - p, bt - p % bt), tile);
 }
 
+/* A split block's rows and positions (attn_split_kernel's grid). */
+struct attn_rows {
+	int32_t t0;           /* the first row */
+	int32_t R;            /* rows, of one sequence at consecutive positions */
+	int32_t p0, P1;       /* the split's positions [p0, P1) the block reads */
+	const int32_t *table; /* the last row's block table: it covers them all */
+};
+
+/* This block's attn_rows in *RET; false when it has no position (padding
+ * rows, or a split past the last row's position): the whole block then
+ * leaves, before any barrier. */
+static __device__ __forceinline__ bool attn_rows_of(const int32_t *__restrict__ pos,
+	const int32_t *__restrict__ tables, int32_t table_stride, const attn_shape &sh, int32_t row0,
+	const int32_t *__restrict__ tiles, int32_t tile_base, attn_rows *ret)
+{
+	const int32_t t0 = tiles ? tiles[2 * (tile_base + blockIdx.z)] : row0 + (int32_t)blockIdx.z;
+	const int32_t R = tiles ? tiles[2 * (tile_base + blockIdx.z) + 1] : 1;
+	const int32_t last = pos[t0 + R - 1];  /* the tile's largest position */
+	const int32_t S = attn_split_size(last, sh.split_pos, sh.max_splits); /* every row's */
+	const int32_t p0 = (int32_t)blockIdx.x * S;
+	if (last < 0 || p0 >= last + 1)
+		return false;
+	ret->t0 = t0;
+	ret->R = R;
+	ret->p0 = p0;
+	ret->P1 = min(p0 + S, last + 1);
+	ret->table = tables + (size_t)(t0 + R - 1) * table_stride;
+	return true;
+}
+
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
  * sh.qrows consecutive rows of one sequence (consecutive positions: a
  * prefill chunk), TILES[base + blockIdx.z] = (first row, rows); without
@@ -489,18 +519,13 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	float *__restrict__ partial)
 {
 	grid_dep_wait();
-	const int32_t hk = blockIdx.y, s = blockIdx.x;
-	const int32_t t0 = tiles ? tiles[2 * (tile_base + blockIdx.z)] : row0 + (int32_t)blockIdx.z;
-	const int32_t R = tiles ? tiles[2 * (tile_base + blockIdx.z) + 1] : 1;
-	const int32_t last = pos[t0 + R - 1];  /* the tile's largest position */
-	const int32_t S = attn_split_size(last, sh.split_pos, sh.max_splits); /* every row's */
-	const int32_t p0 = s * S;
-	if (last < 0 || p0 >= last + 1) /* the whole block leaves, before any barrier */
+	attn_rows b;
+	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b))
 		return;
-	const int32_t P1 = min(p0 + S, last + 1);
+	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
-	const int32_t *table = tables + (size_t)(t0 + R - 1) * table_stride;
+	const int32_t *table = b.table;
 	const int tid = threadIdx.x, nt = blockDim.x;
 	const int lane = tid % 32, warp = tid / 32, n_warps = nt / 32;
 
@@ -682,10 +707,10 @@ static __device__ __forceinline__ float attn_phase_sum(float x)
  * (of the data: F32/F16 the floats or halves, Q8_0 the codes; and of
  * Q8_0's block scale) and its float offset in the staged tile. */
 struct attn_units {
-	int32_t r[ATTN_PREFETCH];  /* position in the tile */
-	uint32_t data[ATTN_PREFETCH];
-	uint32_t scale[ATTN_PREFETCH];
-	int32_t so[ATTN_PREFETCH]; /* offset in KT, VT */
+	int32_t r[ATTN_PREFETCH];      /* position in the tile */
+	uint32_t data[ATTN_PREFETCH];  /* bytes from the row's start to its data */
+	uint32_t scale[ATTN_PREFETCH]; /* to its Q8_0 block's scale (other types: 0) */
+	int32_t so[ATTN_PREFETCH];     /* floats from KT's (VT's) start */
 };
 
 static __device__ __forceinline__ attn_units attn_units_of(const kv_view &kv, const attn_shape &sh,
@@ -727,7 +752,8 @@ static __device__ __forceinline__ uint4 attn_load_unit(const char *base, uint32_
 
 /* The thread's units of a tile as loaded. */
 struct attn_pf {
-	uint4 k[ATTN_PREFETCH], v[ATTN_PREFETCH];
+	uint4 k[ATTN_PREFETCH]; /* unit j of K, kv_load4's words */
+	uint4 v[ATTN_PREFETCH]; /* and of V */
 };
 
 /* Issues the loads of the thread's units of the tile at position P (N
@@ -787,19 +813,14 @@ attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32
 	const float *__restrict__ q, float *__restrict__ partial)
 {
 	grid_dep_wait();
-	const int32_t hk = blockIdx.y, s = blockIdx.x;
-	const int32_t t0 = tiles ? tiles[2 * (tile_base + blockIdx.z)] : row0 + (int32_t)blockIdx.z;
-	const int32_t R = tiles ? tiles[2 * (tile_base + blockIdx.z) + 1] : 1;
-	const int32_t last = pos[t0 + R - 1];
-	const int32_t S = attn_split_size(last, sh.split_pos, sh.max_splits);
-	const int32_t p0 = s * S;
-	if (last < 0 || p0 >= last + 1)
+	attn_rows b;
+	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b))
 		return;
-	const int32_t P1 = min(p0 + S, last + 1);
+	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
 	const size_t vofs = (size_t)kv.block_tokens * kv.row_bytes; /* a V row past its K row */
-	const int32_t *table = tables + (size_t)(t0 + R - 1) * table_stride;
+	const int32_t *table = b.table;
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
 	/* the lane's group of ATTN_DOT_LANES: its position among the 4 a
 	 * warp scores at once, its phase of a V column; CL: its column */
@@ -1205,6 +1226,12 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	return 0;
 }
 
+/* Threads of an attn_reduce_kernel block (a head of HD): whole warps. */
+static int attn_reduce_threads(int32_t hd)
+{
+	return hd < 128 ? (hd + 31) / 32 * 32 : 128;
+}
+
 /* Bytes of scratch before the row-tile list: the partials of ROWS rows. */
 static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
 {
@@ -1272,7 +1299,7 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 	if (!pos || !tables || !q || !out || !scratch)
 		return -EINVAL;
 	const kv_view view = kv_view_of(kv, layer);
-	const int red_threads = sh.head_dim < 128 ? (sh.head_dim + 31) / 32 * 32 : 128;
+	const int red_threads = attn_reduce_threads(sh.head_dim);
 	const int64_t q8_blocks = ((int64_t)sh.n_head * sh.head_dim + Q8K_THREADS - 1) / Q8K_THREADS;
 	cudaStream_t st = (cudaStream_t)stream;
 	float *partial = (float *)scratch;
