@@ -15,6 +15,8 @@
  *    matmul runs our kernels: cuBLAS's F32 GEMM may pick its algorithm by T);
  *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
  *    give the logits of launched ones bit for bit (the q4_0 model again);
+ *  - the golden ids, batch invariance and graphs again with attention's
+ *    reduction in its split kernel (LLMD_CUDA_ATTN_FUSE);
  *  - 12-row decode steps, whose matmuls run on the int8 tensor cores with
  *    2 tiles of 8 rows a pass, give each sequence the logits of its one-row
  *    steps (the dp4a kernels, the default for one row of Q4_0 and Q8_0;
@@ -278,9 +280,18 @@ int main(int argc, char **argv)
 	CHECK(root && json_object_is_type(root, json_type_array));
 	for (size_t i = 0; root && i < json_object_array_length(root); i++)
 		check_case(json_object_array_get_idx(root, i), dir);
-	json_object_put(root);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	/* attention's reduction in the last of its split blocks to finish
+	 * (LLMD_CUDA_ATTN_FUSE), the blocks running at once in any order:
+	 * the same ids, invariance and replays */
+	setenv("LLMD_CUDA_ATTN_FUSE", "1", 1);
+	for (size_t i = 0; root && i < json_object_array_length(root); i++)
+		check_case(json_object_array_get_idx(root, i), dir);
+	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
+	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	unsetenv("LLMD_CUDA_ATTN_FUSE");
+	json_object_put(root);
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	twide_check(dir, "derived/TinyStories-656K-q8_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	setenv("LLMD_CUDA_MMA_MIN_T", "1", 1); /* one-row steps on the tensor cores */

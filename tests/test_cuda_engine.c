@@ -14,7 +14,9 @@
  *    one-row steps on the tensor cores (1 tile, LLMD_CUDA_MMA_MIN_T=1);
  *  - a decode step launches 10 kernels per layer and 4 more (the fused
  *    add + norm and rope + kv_store ops; every op before an integer
- *    matmul quantizes its input);
+ *    matmul quantizes its input), 9 with attention's reduction in its
+ *    split kernel (LLMD_CUDA_ATTN_FUSE), which gives the golden ids and
+ *    graph replays equal to launched steps again;
  *  - gemm_rows: a prompt's matmuls on f16 cuBLAS stay near the CPU's logits;
  *    F16 and BF16 weights (always cuBLAS) too;
  *  - the backend is named, and a bad device is refused with a message;
@@ -230,7 +232,7 @@ static void test_kv_sizing(const struct model *m)
  * for down, 1 add + the next layer's norm + its quantization (the last
  * layer's add alone); then embed, the first layer's norm + quantization,
  * the output norm + quantization, the output matmul: 10 per layer and 4. */
-static void test_launches_per_step(const char *dir)
+static void test_launches_per_step(const char *dir, int per_layer)
 {
 #ifdef LLMD_EMU_STATS
 	static struct tseq s;
@@ -246,7 +248,7 @@ static void test_launches_per_step(const char *dir)
 		CHECK_INT_EQ(tseq_feed(e, &s, prompt, 1, 1, logits), 1);
 		cuda_emu_stats(&l1, &sw);
 		printf("kernels per decode step: %llu (%d layers)\n", l1 - l0, (int)m->hp.n_layer);
-		CHECK_INT_EQ((long long)(l1 - l0), 10LL * m->hp.n_layer + 4);
+		CHECK_INT_EQ((long long)(l1 - l0), (long long)per_layer * m->hp.n_layer + 4);
 		tseq_free(e, &s);
 		free(logits);
 		engine_free(e);
@@ -254,6 +256,7 @@ static void test_launches_per_step(const char *dir)
 	model_free(m);
 #else
 	(void)dir;
+	(void)per_layer;
 #endif
 }
 
@@ -317,11 +320,21 @@ int main(int argc, char **argv)
 		check_case(json_object_array_get_idx(root, i), dir);
 	tbatch_invariance(dir, "stories260K.gguf", batch_engine);
 	unsetenv("LLMD_CUDA_ATTN_LANES");
-	json_object_put(root);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
-	test_launches_per_step(dir);
+	test_launches_per_step(dir, 10);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	/* attention's reduction in its split kernel (LLMD_CUDA_ATTN_FUSE):
+	 * one launch fewer a layer, the same bits (the golden ids), and graph
+	 * replays that find the arrival counters zero each time */
+	setenv("LLMD_CUDA_ATTN_FUSE", "1", 1);
+	test_launches_per_step(dir, 9);
+	for (size_t i = 0; root && i < json_object_array_length(root); i++)
+		check_case(json_object_array_get_idx(root, i), dir);
+	tgraph_check(dir, "stories260K.gguf");
+	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	unsetenv("LLMD_CUDA_ATTN_FUSE");
+	json_object_put(root);
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	/* the same with the one-row steps on the tensor cores: the engine
 	 * reads the knob when it makes its backend */

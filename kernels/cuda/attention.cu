@@ -64,6 +64,17 @@ extern "C" void cuda_attention_set_lanes(int on)
 {
 	attn_lanes = on != 0;
 }
+
+/* Whether the last split block of a row tile and kv head combines its
+ * partials itself (attn_tail_run) where the shapes allow, instead of a
+ * reduction kernel after the split one (cuda_attention_set_fused). */
+static int attn_fused = 0;
+
+extern "C" void cuda_attention_set_fused(int on)
+{
+	attn_fused = on != 0;
+}
+
 #define ATTN_THREADS 128          /* threads of a split block */
 #define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
 static_assert(ATTN_MAX_TILE <= 32, "the online softmax gives each position of a tile a lane");
@@ -478,11 +489,12 @@ struct attn_rows {
 	int32_t R;            /* rows, of one sequence at consecutive positions */
 	int32_t p0, P1;       /* the split's positions [p0, P1) the block reads */
 	const int32_t *table; /* the last row's block table: it covers them all */
+	int32_t n_split;      /* the tile's splits that hold positions (0: padding rows) */
 };
 
 /* This block's attn_rows in *RET; false when it has no position (padding
  * rows, or a split past the last row's position): the whole block then
- * leaves, before any barrier. */
+ * leaves, before any barrier (t0, R and n_split are set either way). */
 static __device__ __forceinline__ bool attn_rows_of(const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, const attn_shape &sh, int32_t row0,
 	const int32_t *__restrict__ tiles, int32_t tile_base, attn_rows *ret)
@@ -492,14 +504,189 @@ static __device__ __forceinline__ bool attn_rows_of(const int32_t *__restrict__ 
 	const int32_t last = pos[t0 + R - 1];  /* the tile's largest position */
 	const int32_t S = attn_split_size(last, sh.split_pos, sh.max_splits); /* every row's */
 	const int32_t p0 = (int32_t)blockIdx.x * S;
-	if (last < 0 || p0 >= last + 1)
-		return false;
 	ret->t0 = t0;
 	ret->R = R;
+	ret->n_split = last < 0 ? 0 : last / S + 1;
+	if (last < 0 || p0 >= last + 1)
+		return false;
 	ret->p0 = p0;
 	ret->P1 = min(p0 + S, last + 1);
 	ret->table = tables + (size_t)(t0 + R - 1) * table_stride;
 	return true;
+}
+
+/* ---- combining the splits ---- */
+
+/* The combination of one row's partials for one query head (PP, the
+ * first split's; STRIDE floats apart):
+ * out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the row's
+ * splits that hold positions, M their largest max.  attn_combine_scale
+ * sets *M and returns 1 / sum (0 for a padding row, P < 0, which has no
+ * splits: its output is zeros); attn_combine gives element C.  (Loops a
+ * load a split: on an H200 the reduction took 2.1 us at 64 positions and
+ * 5.1 at 4096 so, 4.4 and 7.6 with every split's loads unrolled and
+ * issued at once; tools/cuda_ops_bench.) */
+static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
+{
+	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
+}
+
+static __device__ __forceinline__ float attn_combine_scale(const float *pp, size_t stride, int32_t n_act,
+	float *ret_m)
+{
+	float M = -INFINITY;
+	for (int32_t s = 0; s < n_act; s++)
+		M = fmaxf(M, pp[s * stride]);
+	float L = 0.0f;
+	for (int32_t s = 0; s < n_act; s++)
+		L = fmaf(pp[s * stride + 1], expf(pp[s * stride] - M), L);
+	*ret_m = M;
+	return n_act > 0 ? 1.0f / L : 0.0f;
+}
+
+static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act, float M,
+	float inv, int c)
+{
+	float a = 0.0f;
+	for (int32_t s = 0; s < n_act; s++)
+		a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
+	return a * inv;
+}
+
+/* A warp's part of the combination of one row's partials for one query
+ * head (PP, the first split's; STRIDE floats apart), attn_combine_scale's
+ * bits with each split's weight taken once: lane s of each 32 takes split
+ * s's max for M (exact in any order), then W[s] = expf(m_s - M); lane 0
+ * sums l_s * W[s] in split order and returns 1 / sum (0 without splits),
+ * which the other lanes must not use.  Reads through L2 (__ldcg): the
+ * fused reduction reads partials other blocks of its own launch wrote. */
+static __device__ __forceinline__ float attn_head_weights(const float *pp, size_t stride, int32_t n_act,
+	float *w, int lane)
+{
+	float M = -INFINITY;
+	for (int32_t s = lane; s < n_act; s += 32)
+		M = fmaxf(M, __ldcg(&pp[s * stride]));
+UNROLL
+	for (int off = 16; off > 0; off /= 2)
+		M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+	for (int32_t s = lane; s < n_act; s += 32)
+		w[s] = expf(__ldcg(&pp[s * stride]) - M);
+	__syncwarp(); /* lane 0 reads every lane's weights */
+	float L = 0.0f;
+	if (lane == 0)
+		for (int32_t s = 0; s < n_act; s++)
+			L = fmaf(__ldcg(&pp[s * stride + 1]), w[s], L);
+	return n_act > 0 ? 1.0f / L : 0.0f;
+}
+
+/* Element C's weighted sum over the splits (attn_combine's steps, PP the
+ * first split's partial of its head, W attn_head_weights'), in split
+ * order. */
+static __device__ __forceinline__ float attn_weighted(const float *pp, size_t stride, int32_t n_act,
+	const float *w, int c)
+{
+	float a = 0.0f;
+UNROLL4
+	for (int32_t s = 0; s < n_act; s++)
+		a = fmaf(__ldcg(&pp[s * stride + 2 + c]), w[s], a);
+	return a;
+}
+
+/* The reduction fused into the split kernels (cuda_attention_set_fused):
+ * every split block of a (row tile, kv head), once its partials are
+ * written, counts itself in ARRIVE; the one that arrives last, when all
+ * the others' partials are written, combines the tile's rows for the kv
+ * head's query heads and sets the counter back to zero for the next
+ * launch.  A decode step's attention is one launch, and the wait for a
+ * kernel's end, a layer.  The bits are the reduction kernels': the same
+ * weights (attn_head_weights), the same sums in split order; the
+ * quantization for the matmul after it goes by warp (q8k_warp_store,
+ * q8_block_store: the bytes of q8k_block_store), so each of VEC's blocks
+ * must lie inside one kv head's elements (attn_run checks). */
+struct attn_tail {
+	unsigned *arrive; /* (ATTN_ROW_CHUNK, n_head_kv) counters, zero between launches;
+			     NULL: unfused, a reduction kernel follows */
+	float *out;       /* (T, n_head * head_dim) the output */
+	uint32_t vec;     /* QT_Q8_0, QT_Q8_1, QT_Q8_K: out also quantized; 0: not */
+	uint8_t *xq;      /* (T) rows of out quantized to VEC, xq_stride bytes apart */
+	size_t xq_stride;
+};
+
+/* Floats of shared memory attn_tail_run takes for R rows: the weights
+ * (R * group, n_splits), the 1 / L (R * group), the outputs
+ * (R * group, head_dim), and an int, the last block's flag. */
+static size_t attn_tail_floats(int32_t R, const attn_shape &sh)
+{
+	return (size_t)R * sh.group * (sh.n_splits + 1 + sh.head_dim) + 1;
+}
+
+/* The end of split block B of a (row tile, kv head HK), every thread:
+ * arrive, and if last, combine (attn_tail).  A tile of padding rows has no
+ * split block: split 0's writes its rows' zeros alone (B.n_split 0).  SMEM
+ * is the block's dynamic shared memory, free again (its partials are
+ * written). */
+static __device__ NOINLINE void attn_tail_run(const attn_tail &tl, const attn_shape &sh,
+	const int32_t *__restrict__ pos, const attn_rows &b, int32_t hk, int32_t row0,
+	const float *partial, float *smem)
+{
+	const int32_t G = sh.group, hd = sh.head_dim, R = b.R, RG = R * G, ns = sh.n_splits;
+	float *w = smem, *inv = w + (size_t)RG * ns, *val = inv + RG;
+	int *last = reinterpret_cast<int *>(val + (size_t)RG * hd);
+	const int tid = threadIdx.x, nt = blockDim.x, lane = tid % 32, warp = tid / 32, n_warps = nt / 32;
+	__syncthreads(); /* the block's partials are written, its shared memory read */
+	if (tid == 0) {
+		unsigned *c = tl.arrive + (size_t)blockIdx.z * sh.n_head_kv + hk;
+		__threadfence(); /* the block's partials before its arrival */
+		const int is_last = atomicAdd(c, 1u) + 1 == (unsigned)max(b.n_split, 1);
+		if (is_last) {
+			atomicExch(c, 0u); /* every block has arrived: none touches it again */
+			__threadfence(); /* the others' partials after their arrivals */
+		}
+		*last = is_last;
+	}
+	__syncthreads();
+	if (!*last)
+		return;
+
+	const size_t stride = (size_t)hd + 2, n = (size_t)sh.n_head * hd;
+	/* a warp per (row, head): its weights and 1 / L */
+	for (int rg = warp; rg < RG; rg += n_warps) { /* uniform across the warp */
+		const int32_t r = rg / G, h = hk * G + rg % G;
+		const float *pp = partial + ((size_t)(b.t0 + r - row0) * sh.n_head + h) * ns * stride;
+		const float iv = attn_head_weights(pp, stride, attn_splits_of(pos[b.t0 + r], sh), w + (size_t)rg * ns,
+						   lane);
+		if (lane == 0)
+			inv[rg] = iv;
+	}
+	__syncthreads();
+	for (int i = tid; i < RG * hd; i += nt) {
+		const int rg = i / hd, c = i % hd;
+		const int32_t r = rg / G, h = hk * G + rg % G, t = b.t0 + r;
+		const float *pp = partial + ((size_t)(t - row0) * sh.n_head + h) * ns * stride;
+		const float v = attn_weighted(pp, stride, attn_splits_of(pos[t], sh), w + (size_t)rg * ns, c) * inv[rg];
+		tl.out[(size_t)t * n + (size_t)h * hd + c] = v;
+		val[i] = v;
+	}
+	if (!tl.vec)
+		return;
+	__syncthreads();
+	/* VEC's blocks of the kv head's G * hd elements of each row, a warp each */
+	const int32_t ghd = G * hd, bl = tl.vec == QT_Q8_K ? QK_K : QK, nbk = ghd / bl;
+	for (int j = warp; j < R * nbk; j += n_warps) { /* uniform across the warp */
+		const int32_t r = j / nbk, k = j % nbk, t = b.t0 + r;
+		const float *vr = val + (size_t)r * ghd + (size_t)k * bl;
+		uint8_t *row = tl.xq + (size_t)t * tl.xq_stride;
+		const int32_t blk = (hk * ghd) / bl + k; /* the row's block index */
+		if (tl.vec == QT_Q8_K) {
+			float v8[8];
+UNROLL
+			for (int e = 0; e < 8; e++)
+				v8[e] = vr[8 * lane + e];
+			q8k_warp_store(v8, lane, blk, (int)(n / QK_K), (int)n, row);
+		} else {
+			q8_block_store(vr[lane], lane, blk, (int)(n / QK), (int)n, tl.vec == QT_Q8_1, row);
+		}
+	}
 }
 
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
@@ -512,16 +699,21 @@ static __device__ __forceinline__ bool attn_rows_of(const int32_t *__restrict__ 
  * stops at its own position, and its online softmax sees its own scores in
  * order; so a row's bits do not depend on its tile (batch invariance, and
  * a prefill row equals the same position decoded).  Writes the partials
- * (attn_write_partial). */
+ * (attn_write_partial); with TL.arrive, the last block of a tile and kv
+ * head also combines them (attn_tail_run). */
 static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, attn_shape sh, int32_t row0,
 	const int32_t *__restrict__ tiles, int32_t tile_base, const float *__restrict__ q,
-	float *__restrict__ partial)
+	float *__restrict__ partial, attn_tail tl)
 {
 	grid_dep_wait();
+	DYN_SHARED(float, smem);
 	attn_rows b;
-	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b))
+	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b)) {
+		if (tl.arrive && !b.n_split && blockIdx.x == 0)
+			attn_tail_run(tl, sh, pos, b, blockIdx.y, row0, partial, smem);
 		return;
+	}
 	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
@@ -529,7 +721,6 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	const int tid = threadIdx.x, nt = blockDim.x;
 	const int lane = tid % 32, warp = tid / 32, n_warps = nt / 32;
 
-	DYN_SHARED(float, smem);
 	const attn_smem sm = attn_carve(smem, RG, hd, tile, ks);
 	float *const qs = sm.qs, *const acc = sm.acc, *const kt = sm.kt, *const vt = sm.vt, *const sc = sm.sc;
 	float *const m = sm.m, *const l = sm.l, *const corr = sm.corr;
@@ -619,6 +810,8 @@ UNROLL4
 	}
 
 	attn_write_partial(sm, sh, t0, R, hk, row0, s, p0, partial);
+	if (tl.arrive)
+		attn_tail_run(tl, sh, pos, b, hk, row0, partial, smem);
 }
 
 /* ---- the split kernel, lanes version ----
@@ -810,12 +1003,16 @@ UNROLL
 static __global__ void __launch_bounds__(ATTN_LANES_THREADS, 2)
 attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32_t *__restrict__ tables,
 	int32_t table_stride, attn_shape sh, int32_t row0, const int32_t *__restrict__ tiles, int32_t tile_base,
-	const float *__restrict__ q, float *__restrict__ partial)
+	const float *__restrict__ q, float *__restrict__ partial, attn_tail tl)
 {
 	grid_dep_wait();
+	DYN_SHARED(float, smem);
 	attn_rows b;
-	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b))
+	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b)) {
+		if (tl.arrive && !b.n_split && blockIdx.x == 0)
+			attn_tail_run(tl, sh, pos, b, blockIdx.y, row0, partial, smem);
 		return;
+	}
 	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
@@ -826,7 +1023,6 @@ attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32
 	 * warp scores at once, its phase of a V column; CL: its column */
 	const int grp = lane / ATTN_DOT_LANES, cl = lane % ATTN_DOT_LANES;
 
-	DYN_SHARED(float, smem);
 	const attn_smem sm = attn_carve(smem, RG, hd, tile, ks);
 	attn_begin(sm, sh, pos, q, t0, R, hk);
 
@@ -929,42 +1125,8 @@ UNROLL4
 		n = nn;
 	}
 	attn_write_partial(sm, sh, t0, R, hk, row0, s, p0, partial);
-}
-
-/* The combination of one row's partials for one query head (PP, the
- * first split's; STRIDE floats apart):
- * out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the row's
- * splits that hold positions, M their largest max.  attn_combine_scale
- * sets *M and returns 1 / sum (0 for a padding row, P < 0, which has no
- * splits: its output is zeros); attn_combine gives element C.  (Loops a
- * load a split: on an H200 the reduction took 2.1 us at 64 positions and
- * 5.1 at 4096 so, 4.4 and 7.6 with every split's loads unrolled and
- * issued at once; tools/cuda_ops_bench.) */
-static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
-{
-	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
-}
-
-static __device__ __forceinline__ float attn_combine_scale(const float *pp, size_t stride, int32_t n_act,
-	float *ret_m)
-{
-	float M = -INFINITY;
-	for (int32_t s = 0; s < n_act; s++)
-		M = fmaxf(M, pp[s * stride]);
-	float L = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		L = fmaf(pp[s * stride + 1], expf(pp[s * stride] - M), L);
-	*ret_m = M;
-	return n_act > 0 ? 1.0f / L : 0.0f;
-}
-
-static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act, float M,
-	float inv, int c)
-{
-	float a = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
-	return a * inv;
+	if (tl.arrive)
+		attn_tail_run(tl, sh, pos, b, hk, row0, partial, smem);
 }
 
 /* grid (n_head, rows of this chunk): each row's heads combined (attn_combine). */
@@ -1055,34 +1217,17 @@ static __global__ void attn_reduce_lanes_kernel(const int32_t *__restrict__ pos,
 	const int32_t n_act = attn_splits_of(pos[t], sh);
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	for (int32_t j = warp; j < nh; j += Q8K_THREADS / 32) { /* uniform across the warp */
-		const float *pp = rows + (size_t)(h0 + j) * ns * stride;
-		float *w = sw + (size_t)j * ns;
-		float M = -INFINITY;
-		for (int32_t s = lane; s < n_act; s += 32)
-			M = fmaxf(M, pp[s * stride]);
-UNROLL
-		for (int off = 16; off > 0; off /= 2) /* the max: exact in any order */
-			M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-		for (int32_t s = lane; s < n_act; s += 32)
-			w[s] = expf(pp[s * stride] - M);
-		__syncwarp(); /* lane 0 reads every lane's weights */
-		if (lane == 0) {
-			float L = 0.0f;
-			for (int32_t s = 0; s < n_act; s++)
-				L = fmaf(pp[s * stride + 1], w[s], L);
-			inv[j] = n_act > 0 ? 1.0f / L : 0.0f;
-		}
+		const float iv = attn_head_weights(rows + (size_t)(h0 + j) * ns * stride, stride, n_act,
+						   sw + (size_t)j * ns, lane);
+		if (lane == 0)
+			inv[j] = iv;
 	}
 	__syncthreads();
 	if (e >= n) /* whole warps, past the last 32-element block (never for Q8_K) */
 		return;
 	const int32_t j = e / hd - h0, c = e % hd;
-	const float *pp = rows + (size_t)(h0 + j) * ns * stride + 2 + c, *w = sw + (size_t)j * ns;
-	float a = 0.0f;
-UNROLL4
-	for (int32_t s = 0; s < n_act; s++)
-		a = fmaf(pp[s * stride], w[s], a);
-	const float v = a * inv[j];
+	const float v = attn_weighted(rows + (size_t)(h0 + j) * ns * stride, stride, n_act, sw + (size_t)j * ns, c) *
+			inv[j];
 	out[(size_t)t * n + e] = v;
 	if (!vec)
 		return;
@@ -1226,17 +1371,37 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	return 0;
 }
 
+/* Whether a launch of R rows a block combines in its split blocks' tails
+ * (attn_tail_run) for VEC: fused (cuda_attention_set_fused), the tail's
+ * shared memory within the limit, and each of VEC's blocks inside one kv
+ * head's elements. */
+static bool attn_fuses(const attn_shape &sh, int32_t R, uint32_t vec)
+{
+	const int32_t ghd = sh.group * sh.head_dim;
+	return attn_fused && attn_tail_floats(R, sh) * sizeof(float) <= ATTN_SMEM_LIMIT &&
+	       (!vec || ghd % (vec == QT_Q8_K ? QK_K : QK) == 0);
+}
+
 /* Threads of an attn_reduce_kernel block (a head of HD): whole warps. */
 static int attn_reduce_threads(int32_t hd)
 {
 	return hd < 128 ? (hd + 31) / 32 * 32 : 128;
 }
 
-/* Bytes of scratch before the row-tile list: the partials of ROWS rows. */
+/* Scratch: the fused reduction's arrival counters (attn_tail: one per
+ * row tile of a chunk and kv head, zero between launches), then the
+ * partials of a chunk's rows, then the row-tile list.  Bytes of the
+ * counters, where the partials start: */
+static size_t attn_arrive_bytes(const attn_shape &sh)
+{
+	return ((size_t)ATTN_ROW_CHUNK * sh.n_head_kv * sizeof(unsigned) + 15) / 16 * 16;
+}
+
+/* Bytes of scratch before the row-tile list, with the partials of ROWS rows. */
 static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
 {
 	const size_t b = rows * sh.n_head * sh.n_splits * ((size_t)sh.head_dim + 2) * sizeof(float);
-	return (b + 15) / 16 * 16;
+	return attn_arrive_bytes(sh) + (b + 15) / 16 * 16;
 }
 
 /* The row tiles of HOST's rows (see attn_split_kernel): runs of rows of one
@@ -1267,6 +1432,14 @@ extern "C" int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_
 	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
 		return 0;
 	return sh.qrows;
+}
+
+extern "C" size_t cuda_attention_arrive_bytes(const struct bk_kv *kv, const struct bk_attn *a)
+{
+	attn_shape sh;
+	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
+		return 0;
+	return attn_arrive_bytes(sh);
 }
 
 extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a,
@@ -1302,7 +1475,7 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 	const int red_threads = attn_reduce_threads(sh.head_dim);
 	const int64_t q8_blocks = ((int64_t)sh.n_head * sh.head_dim + Q8K_THREADS - 1) / Q8K_THREADS;
 	cudaStream_t st = (cudaStream_t)stream;
-	float *partial = (float *)scratch;
+	float *partial = (float *)((char *)scratch + attn_arrive_bytes(sh));
 	const size_t chunk_rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
 	int32_t *d_tiles = NULL;
 	std::vector<int32_t> tiles;
@@ -1316,7 +1489,13 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 		}
 	}
 	const int32_t R = d_tiles ? sh.qrows : 1;
-	const size_t smem = attn_smem_floats(R, sh.group, sh.head_dim, sh.tile) * sizeof(float);
+	size_t smem = attn_smem_floats(R, sh.group, sh.head_dim, sh.tile) * sizeof(float);
+	attn_tail tl = { NULL, out, vec, (uint8_t *)xq, xq_stride };
+	if (attn_fuses(sh, R, vec)) {
+		const size_t tail = attn_tail_floats(R, sh) * sizeof(float);
+		tl.arrive = (unsigned *)scratch;
+		smem = smem > tail ? smem : tail;
+	}
 	size_t ti = 0; /* the first tile of the chunk */
 	for (int32_t row0 = 0; row0 < T; row0 += ATTN_ROW_CHUNK) {
 		const int32_t rows = T - row0 < ATTN_ROW_CHUNK ? T - row0 : ATTN_ROW_CHUNK;
@@ -1329,12 +1508,15 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 		const dim3 grid((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)n_tiles);
 		if (attn_lanes)
 			LAUNCH(attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos, tables,
-				table_stride, sh, row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
+				table_stride, sh, row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial, tl);
 		else
 			LAUNCH(attn_split_kernel, grid, ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh,
-				row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
+				row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial, tl);
 		if ((err = launched()))
 			return err;
+		ti = tj;
+		if (tl.arrive)
+			continue; /* the split blocks combined their partials */
 		if (attn_lanes)
 			LAUNCH(attn_reduce_lanes_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS,
 				attn_reduce_smem(sh), st, pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq,
@@ -1347,7 +1529,6 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 				pos, sh, row0, (const float *)partial, out);
 		if ((err = launched()))
 			return err;
-		ti = tj;
 	}
 	return 0;
 }

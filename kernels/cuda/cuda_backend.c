@@ -406,6 +406,18 @@ static int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need)
 	return 0;
 }
 
+/* cb_grow for attention's scratch (NEED bytes for KV and A): a new buffer
+ * gets its arrival counters zeroed, as cuda_attention asks. */
+static int cb_grow_att(struct cuda_backend *cb, const struct bk_kv *kv, const struct bk_attn *a, size_t need)
+{
+	const size_t cap = cb->att_scratch_cap;
+	int r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need);
+	if (r < 0 || cb->att_scratch_cap == cap)
+		return r;
+	CB_CUDA(cb, cudaMemsetAsync(cb->att_scratch, 0, cuda_attention_arrive_bytes(kv, a), cb->stream));
+	return 0;
+}
+
 static size_t cb_hash(const void *p, size_t cap)
 {
 	uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
@@ -907,7 +919,7 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 		snprintf(cb->last_err, sizeof cb->last_err, "cuda_attention: unsupported shapes");
 		return -EINVAL;
 	}
-	if ((r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need)) < 0)
+	if ((r = cb_grow_att(cb, &dkv, a, need)) < 0)
 		return r;
 	if (fused)
 		return cb_fuse_end(cb, "cuda_attention_q8",
@@ -1138,7 +1150,7 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	if (!att)
 		return 2;
 	if ((r = cb_use_device(cb)) < 0 ||
-	    (r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, att)) < 0 ||
+	    (r = cb_grow_att(cb, &cb->kv_view, &cb->attn, att)) < 0 ||
 	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
 	    (r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
 			 (cb->half_row_bytes * (size_t)TB + 255) / 256 * 256)) < 0 ||
@@ -1351,6 +1363,8 @@ static void cb_env_knobs(int device)
 		cuda_attention_set_split((int32_t)v);
 	/* 1: attention's split blocks as attn_split_lanes_kernel */
 	cuda_attention_set_lanes(cb_env("LLMD_CUDA_ATTN_LANES", &v) && v != 0);
+	/* 1: attention's reduction in its split kernel's last blocks */
+	cuda_attention_set_fused(cb_env("LLMD_CUDA_ATTN_FUSE", &v) && v != 0);
 }
 
 int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)

@@ -104,10 +104,13 @@ int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const i
  * HOST NULL: one row per block (what a captured graph records).  The
  * grid is sized from TABLE_STRIDE (a table's capacity: positions below
  * table_stride * block_tokens), never from the device's positions, so a
- * captured graph replays with new positions and tables.  SCRATCH holds the
- * partials and the tile list: at least cuda_attention_scratch_bytes(kv, a,
- * T, table_stride) bytes of device memory, not shared with a concurrent
- * call; it needs no initialisation.  Limits: head_dim <= 256,
+ * captured graph replays with new positions and tables.  SCRATCH holds
+ * arrival counters (cuda_attention_set_fused), the partials and the tile
+ * list: at least cuda_attention_scratch_bytes(kv, a, T, table_stride)
+ * bytes of device memory, not shared with a concurrent call, whose first
+ * cuda_attention_arrive_bytes(kv, a) bytes (the counters) are zero before
+ * its first call: every call leaves them zero, the rest needs no
+ * initialisation.  Limits: head_dim <= 256,
  * n_head / n_head_kv <= 64, Q8_0 needs head_dim a multiple or divisor of 32
  * (-EINVAL otherwise). */
 int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
@@ -128,6 +131,9 @@ int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_attn *a);
 /* Bytes of SCRATCH cuda_attention needs for these shapes (0 on bad ones). */
 size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a, int32_t T,
 				    int32_t table_stride);
+/* Bytes at the start of SCRATCH that must be zero before its first call
+ * for these shapes (0 on bad ones). */
+size_t cuda_attention_arrive_bytes(const struct bk_kv *kv, const struct bk_attn *a);
 
 /* ---- matmul (kernels/cuda/matmul.cu) ---- */
 
@@ -207,6 +213,13 @@ void cuda_attention_set_split(int32_t tokens);
  * output, each within the CPU comparison's tolerance: like the split, set
  * it once, before any launch (LLMD_CUDA_ATTN_LANES, cuda_backend.c). */
 void cuda_attention_set_lanes(int on);
+/* Attention's reduction: 0 (the default) a kernel of its own after the
+ * split kernel; else, where the shapes allow, in the split kernel itself,
+ * by the last of a row's split blocks of each kv head to finish (counted
+ * in SCRATCH's arrival counters): one launch a call, and the same bits
+ * (attention.cu's attn_tail).  Set it before a graph is captured
+ * (LLMD_CUDA_ATTN_FUSE, cuda_backend.c). */
+void cuda_attention_set_fused(int on);
 
 #ifdef __cplusplus
 }
