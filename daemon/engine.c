@@ -585,8 +585,13 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
 		OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn,
 							   gu[0]));
-		OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
-		OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
+		if (ops->gate_up_swiglu && vec_type_of(gu[0]) == vec_type_of(gu[1])) {
+			/* a backend that fuses them: the time is gate_up's */
+			OP(ENGINE_OP_GATE_UP, backend_gate_up_swiglu(be, gu, e->xn, T, gu_out, e->g, wd));
+		} else {
+			OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
+			OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
+		}
 		OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
 		if (l + 1 < hp->n_layer)
 			OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d,

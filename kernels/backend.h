@@ -198,6 +198,14 @@ struct backend_ops {
 			     const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
 			     float freq_base, enum bk_rope_style style, float *q, float *k,
 			     const float *v);                                       /* optional */
+	/* matmul of x with W[0] (gate) and W[1] (up), of one activation type,
+	 * into OUT[0] and OUT[1], then swiglu of them into H (may equal
+	 * OUT[0]) with NEXT as for swiglu: the two ops in one call, with
+	 * their bits, so that a device backend may fuse them (the CUDA one
+	 * into one launch).  Default: matmul, then swiglu. */
+	int (*gate_up_swiglu)(struct backend *be, const struct bk_weight *const *w, const float *x,
+			      int32_t T, float *const *out, float *h,
+			      const struct bk_weight *next);                        /* optional */
 };
 
 struct backend {
@@ -253,6 +261,19 @@ static inline int backend_add_rmsnorm(struct backend *be, float *x, const float 
 	if ((r = be->ops->add(be, x, y, (int64_t)T * n)) < 0)
 		return r;
 	return be->ops->rmsnorm(be, x, g, T, n, eps, out, next);
+}
+
+static inline int backend_gate_up_swiglu(struct backend *be, const struct bk_weight *const *w,
+					 const float *x, int32_t T, float *const *out, float *h,
+					 const struct bk_weight *next)
+{
+	int r;
+
+	if (be->ops->gate_up_swiglu)
+		return be->ops->gate_up_swiglu(be, w, x, T, out, h, next);
+	if ((r = be->ops->matmul(be, w, 2, x, T, out)) < 0)
+		return r;
+	return be->ops->swiglu(be, out[0], out[1], (int64_t)T * w[0]->n_out, h, next);
 }
 
 static inline int backend_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,

@@ -108,6 +108,22 @@ static inline void for_each_order(const std::function<void(const char *)> &fn)
 }
 #endif
 
+/* Kernel launches FN makes: the emulator counts them; -1 on a device
+ * (unchecked there). */
+static inline long long launches_of(const std::function<void()> &fn)
+{
+#ifdef CUDA_EMU
+	unsigned long long l0, l1, sw;
+	cuda_emu_stats(&l0, &sw);
+	fn();
+	cuda_emu_stats(&l1, &sw);
+	return (long long)(l1 - l0);
+#else
+	fn();
+	return -1;
+#endif
+}
+
 /* Whether GOT (RoPE on the device) matches WANT (the CPU's) for inputs of
  * magnitude at most XMAX.  On the emulator, sinf/cosf are the host's: the
  * same bits.  On a GPU, CUDA's sinf/cosf (<= 2 ulp, CUDA C Programming

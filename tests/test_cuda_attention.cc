@@ -99,22 +99,6 @@ struct step {
 static struct backend *cpu;
 static double worst_err, worst_rope;
 
-/* Kernel launches F makes: the emulator counts them; -1 on a GPU. */
-template <class F>
-static long long launches_of(F f)
-{
-#ifdef CUDA_EMU
-	unsigned long long l0, l1, sw;
-	cuda_emu_stats(&l0, &sw);
-	f();
-	cuda_emu_stats(&l1, &sw);
-	return (long long)(l1 - l0);
-#else
-	f();
-	return -1;
-#endif
-}
-
 /* A new scratch's arrival counters zeroed, as cuda_attention asks; and
  * whether they are zero (every call leaves them so). */
 static void arrive_zero(uint8_t *scratch, const struct bk_kv *kv, const struct bk_attn *a)

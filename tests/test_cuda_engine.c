@@ -15,8 +15,10 @@
  *  - a decode step launches 10 kernels per layer and 4 more (the fused
  *    add + norm and rope + kv_store ops; every op before an integer
  *    matmul quantizes its input), 9 with attention's reduction in its
- *    split kernel (LLMD_CUDA_ATTN_FUSE), which gives the golden ids and
- *    graph replays equal to launched steps again;
+ *    split kernel (LLMD_CUDA_ATTN_FUSE) or with SwiGLU in the gate + up
+ *    launch (LLMD_CUDA_SWIGLU_FUSE), 8 with both, which give the golden
+ *    ids, graph replays equal to launched steps and wide steps equal to
+ *    one-row ones again;
  *  - gemm_rows: a prompt's matmuls on f16 cuBLAS stay near the CPU's logits;
  *    F16 and BF16 weights (always cuBLAS) too;
  *  - the backend is named, and a bad device is refused with a message;
@@ -324,15 +326,24 @@ int main(int argc, char **argv)
 	test_launches_per_step(dir, 10);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
-	/* attention's reduction in its split kernel (LLMD_CUDA_ATTN_FUSE):
-	 * one launch fewer a layer, the same bits (the golden ids), and graph
-	 * replays that find the arrival counters zero each time */
-	setenv("LLMD_CUDA_ATTN_FUSE", "1", 1);
+	/* attention's reduction in its split kernel (LLMD_CUDA_ATTN_FUSE),
+	 * and SwiGLU in the gate + up launch (LLMD_CUDA_SWIGLU_FUSE): one
+	 * launch fewer a layer each, the same bits (the golden ids, the wide
+	 * steps), and graph replays that find the arrival counters zero each
+	 * time */
+	setenv("LLMD_CUDA_SWIGLU_FUSE", "1", 1);
 	test_launches_per_step(dir, 9);
+	setenv("LLMD_CUDA_ATTN_FUSE", "1", 1);
+	test_launches_per_step(dir, 8);
+	unsetenv("LLMD_CUDA_SWIGLU_FUSE");
+	test_launches_per_step(dir, 9);
+	setenv("LLMD_CUDA_SWIGLU_FUSE", "1", 1);
 	for (size_t i = 0; root && i < json_object_array_length(root); i++)
 		check_case(json_object_array_get_idx(root, i), dir);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
+	unsetenv("LLMD_CUDA_SWIGLU_FUSE");
 	unsetenv("LLMD_CUDA_ATTN_FUSE");
 	json_object_put(root);
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);

@@ -18,7 +18,9 @@
  * sum), so every output must equal the CPU backend's bit for bit, on its
  * default SIMD path and on the portable C one.  Also checked: each row's
  * output is the same bits computed alone (T = 1) or inside a T = 9 batch
- * (or, on dp4a, T = 5), the argument checks, and that nothing leaks.
+ * (or, on dp4a, T = 5), the argument checks, and that nothing leaks;
+ * and the gate + up launch with SwiGLU in its last warps
+ * (cuda_matmul_q_swiglu, test_swiglu) on the dp4a and wide kernels.
  *
  * Built again under ASan + UBSan (every shape) and under TSan
  * (MATMUL_SMALL: each kernel's code once), where the portable mma's shared
@@ -35,10 +37,12 @@ extern "C" {
 #include <string.h>
 #include <time.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <vector>
 
 #include "emu_testutil.h"
+#include "q8rows.h"
 #include "q_random.h"
 
 static std::vector<float> random_x(int n_in, int T)
@@ -273,6 +277,114 @@ static void test_prefetch()
 	cuda_matmul_set_mma_min_t(1);
 	cuda_matmul_set_prefetch(0);
 	CHECK((mm_kernel_of(QT_Q4_1, 0, 1, 1) == (mm_kernel)matmul_q32_kernel<QT_Q4_1, false>));
+}
+
+/* cuda_matmul_q_swiglu: gate and up with the bits of the unfused group,
+ * H = silu(gate) * up with the CPU's swiglu's bits on the emulator (on a
+ * GPU within CUDA's expf: a few ulps), H's rows quantized to VEC as the
+ * CPU's quantizer does, in one launch after the quantizer's (none with the
+ * rows already quantized), the counters left zero; H over gate's own
+ * output too; -ENOTSUP with nothing launched where the rows take the
+ * tensor cores. */
+static int n_swiglu;
+
+static void swiglu_case(uint32_t type, int n_in, int n_ff, int T, uint32_t vec, bool in_place)
+{
+	size_t rb;
+	std::vector<uint8_t> hg = random_weights(type, n_in, n_ff, &rb), hu = random_weights(type, n_in, n_ff, &rb);
+	std::vector<float> hx = random_x(n_in, T);
+	dbuf<uint8_t> dg(hg.size()), du(hu.size());
+	dg.put(hg);
+	du.put(hu);
+	dbuf<float> dx(hx.size()), g0((size_t)T * n_ff), u0((size_t)T * n_ff), g1((size_t)T * n_ff, 0xff),
+		u1((size_t)T * n_ff, 0xff), h((size_t)T * n_ff, 0xff);
+	dx.put(hx);
+	const bk_weight wg = { type, n_in, n_ff, dg.d, rb }, wu = { type, n_in, n_ff, du.d, rb };
+	const bk_weight *ws[2] = { &wg, &wu };
+	const size_t sb = cuda_matmul_scratch_bytes(&wg, T), qs = q8_stride(vec, n_ff);
+	dbuf<uint8_t> scratch(sb), xq(qs * T, 0xff), arrive(cuda_matmul_swiglu_arrive_bytes(&wg));
+	char what[96];
+	snprintf(what, sizeof what, "%s n_in %d n_ff %d T %d %s%s", qtype_get(type)->name, n_in, n_ff, T,
+		 qtype_get(vec)->name, in_place ? " in place" : "");
+	float *o0[2] = { g0.d, u0.d }, *o1[2] = { g1.d, u1.d };
+
+	CHECK_INT_EQ(cuda_matmul_q_group(ws, 2, dx.d, T, o0, scratch.d, NULL), 0);
+	CHECK(cuda_matmul_swiglu_fuses(ws, T));
+	float *hd = in_place ? g1.d : h.d;
+	const long long n = launches_of([&] {
+		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, dx.d, T, o1, hd, vec, xq.d, qs, (unsigned *)arrive.d,
+						  scratch.d, NULL), 0);
+	});
+	CHECK(n < 0 || n == 2); /* the quantizer, then the matmul with its tail */
+	std::vector<float> gg = g0.get(), uu = u0.get(), hv = in_place ? g1.get() : h.get();
+	if (!in_place)
+		CHECK(g1.get() == gg);
+	CHECK(u1.get() == uu);
+	std::vector<float> want(hv.size());
+	CHECK_INT_EQ(cpu_be->ops->swiglu(cpu_be, gg.data(), uu.data(), (int64_t)want.size(), want.data(), NULL), 0);
+	int bad = 0;
+	for (size_t i = 0; i < hv.size(); i++) {
+#ifdef CUDA_EMU
+		const bool ok = same_bits(hv[i], want[i]);
+#else
+		const bool ok = fabsf(hv[i] - want[i]) <= 4e-7f * fabsf(want[i]) + 1e-30f;
+#endif
+		if (!ok && bad++ < 3)
+			fprintf(stderr, "swiglu %s: h[%zu] = %.9g, cpu %.9g\n", what, i, hv[i], want[i]);
+	}
+	CHECK(bad == 0);
+	expect_q8_rows("matmul_q_swiglu", what, xq.get(), hv, T, n_ff, qs, vec);
+	std::vector<uint8_t> ar = arrive.get();
+	CHECK(std::all_of(ar.begin(), ar.end(), [](uint8_t b) { return b == 0; }));
+	/* again from the rows already quantized: the matmul alone */
+	const long long n2 = launches_of([&] {
+		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, NULL, T, o1, hd, vec, xq.d, qs, (unsigned *)arrive.d,
+						  scratch.d, NULL), 0);
+	});
+	CHECK(n2 < 0 || n2 == 1);
+	if (!in_place) /* (in place, gate's output is H now) */
+		CHECK(h.get() == hv);
+	n_swiglu++;
+}
+
+static void test_swiglu()
+{
+	cuda_matmul_set_mma_min_t(8); /* the dp4a kernels up to T = 7 */
+	for (uint32_t type : q32_types)
+		for (uint32_t vec : { QT_Q8_0, QT_Q8_1 })
+			swiglu_case(type, 4 * QK, 96, 1, vec, false);
+	swiglu_case(QT_Q4_1, 3 * QK, 64, 3, QT_Q8_1, true);
+	for (uint32_t type : k_types)
+		swiglu_case(type, QK_K, 512, 2, QT_Q8_K, false);
+	cuda_matmul_set_wide(2); /* one row of Q4_K, Q6_K: the wide kernels */
+	for (uint32_t type : { QT_Q4_K, QT_Q6_K }) {
+		swiglu_case(type, 2 * QK_K, 256, 1, QT_Q8_K, true);
+		swiglu_case(type, QK_K, 64, 1, QT_Q8_0, false);
+	}
+	cuda_matmul_set_wide(0);
+	cuda_matmul_set_mma_min_t(1); /* the tensor cores: refused, nothing launched */
+	{
+		size_t rb;
+		std::vector<uint8_t> hw = random_weights(QT_Q4_0, QK, 32, &rb);
+		dbuf<uint8_t> dw(hw.size()), scratch(1 << 12), xq(256), arrive(64);
+		dbuf<float> x(QK), g(32), u(32);
+		const bk_weight w = { QT_Q4_0, QK, 32, dw.d, rb };
+		const bk_weight *ws[2] = { &w, &w };
+		float *o[2] = { g.d, u.d };
+		CHECK(!cuda_matmul_swiglu_fuses(ws, 1));
+		const long long n = launches_of([&] {
+			CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_0, xq.d, 48, (unsigned *)arrive.d,
+							  scratch.d, NULL), -ENOTSUP);
+		});
+		CHECK(n <= 0);
+		/* bad arguments */
+		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_K, xq.d, 256, (unsigned *)arrive.d,
+						  scratch.d, NULL), -EINVAL); /* 32 outputs: no super-block */
+		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_0, xq.d, 40, (unsigned *)arrive.d,
+						  scratch.d, NULL), -EINVAL); /* a stride of no 16 bytes */
+		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_0, xq.d, 48, NULL, scratch.d, NULL),
+			     -EINVAL);
+	}
 }
 
 static void test_shapes()
@@ -544,14 +656,15 @@ int main(void)
 	test_orders();
 #endif
 	test_defaults();
+	test_swiglu();
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels, %d of them Q4_K/Q5_K, "
 	       "each also from 2-byte aligned rows, %d split-K; %d Q4_K/Q6_K a row a warp; %d on dp4a; "
-	       "cpu isa %s and scalar), all bit-identical: %s, %.1f s\n",
+	       "cpu isa %s and scalar; %d gate + up with SwiGLU fused), all bit-identical: %s, %.1f s\n",
 	       n_cases, n_mma, n_k45, n_split, n_wide, n_cases - n_mma - n_wide,
-	       quant_isa_name(quant_get_isa()),
+	       quant_isa_name(quant_get_isa()), n_swiglu,
 	       test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();

@@ -14,7 +14,9 @@
  * bits of the first variant's (they must: every variant reproduces the
  * CPU's arithmetic).  The last two variants launch with programmatic
  * dependent launch (sm_90 and up), as a decode step does, the second also
- * prefetching its weights while the launch before it drains.  The
+ * prefetching its weights while the launch before it drains.  The gate +
+ * up groups are then timed with SwiGLU after them, in a launch of its own
+ * and fused into theirs (cuda_matmul_q_swiglu), both with PDL.  The
  * reference, "stream", is a kernel that only reads the weights (16 bytes a
  * load, a grid of the device's resident warps).
  *
@@ -93,6 +95,14 @@ static void set_variant(const variant &v, int sm90)
 	cuda_matmul_set_mma_min_t(v.mma_min_t);
 	cuda_set_pdl(v.pdl && sm90);
 	cuda_matmul_set_prefetch(v.prefetch);
+}
+
+static const variant &variant_named(const char *name)
+{
+	for (const variant &v : variants)
+		if (!strcmp(v.name, name))
+			return v;
+	return variants[0];
 }
 
 /* A matmul group of a decode step: NW weights of TYPE sharing their input. */
@@ -245,6 +255,60 @@ int main(int argc, char **argv)
 				}
 				const double us = 1e3 * ms / reps;
 				printf("%-14s %-4d %-12s %9.2f %8.0f %s\n", s.name, T, v.name, us, bytes / (us * 1e3), bits);
+			}
+			/* gate + up then SwiGLU as a decode step runs them (with
+			 * PDL): two launches (cuda_matmul_q_group,
+			 * cuda_swiglu_q8), then one with SwiGLU in its last warps
+			 * (cuda_matmul_q_swiglu); the same bits */
+			if (strstr(s.name, "gate+up") && cuda_matmul_swiglu_fuses(wp.data(), T)) {
+				const uint32_t vec = qtype_get(s.type)->vec_type;
+				const int n = s.n_out[0];
+				const size_t qs = (q8_row_bytes(vec, n) + 15) / 16 * 16;
+				float *h;
+				uint8_t *xq2;
+				unsigned *arrive;
+				CK(cudaMalloc(&h, sizeof(float) * T * n));
+				CK(cudaMalloc(&xq2, qs * T));
+				CK(cudaMalloc(&arrive, cuda_matmul_swiglu_arrive_bytes(wp[0])));
+				CK(cudaMemset(arrive, 0, cuda_matmul_swiglu_arrive_bytes(wp[0])));
+				set_variant(variant_named("default-pdl"), sm90);
+				std::vector<float> href;
+				for (int fused = 0; fused < 2; fused++) {
+					float ms = 0;
+					for (int pass = 0; pass < 2; pass++) { /* the first warms up */
+						CK(cudaEventRecord(e0, pst));
+						for (int i = 0; i < (pass ? reps : 3); i++) {
+							const bk_weight *const *g = &wp[(size_t)(i % copies) * s.nw];
+							const int r = fused ? cuda_matmul_q_swiglu(g, NULL, T, dout, h, vec, xq2, qs,
+												   arrive, scratch, pst)
+									    : cuda_matmul_q_group(g, 2, NULL, T, dout, scratch, pst) ||
+										      cuda_swiglu_q8(dout[0], dout[1], T, n, h, vec,
+												     xq2, qs, pst);
+							if (r) {
+								fprintf(stderr, "cuda_mm_bench: %s swiglu: refused\n", s.name);
+								return 1;
+							}
+						}
+						CK(cudaEventRecord(e1, pst));
+						CK(cudaEventSynchronize(e1));
+						CK(cudaEventElapsedTime(&ms, e0, e1));
+					}
+					std::vector<float> hv((size_t)T * n);
+					CK(cudaMemcpy(hv.data(), h, hv.size() * sizeof(float), cudaMemcpyDeviceToHost));
+					const char *bits = "first";
+					if (fused) {
+						bits = hv == href ? "same" : "DIFFER";
+						differ += bits[0] == 'D';
+					}
+					href = hv;
+					const double us = 1e3 * ms / reps;
+					printf("%-14s %-4d %-12s %9.2f %8.0f %s\n", s.name, T,
+					       fused ? "swiglu-fused" : "+swiglu_q8", us, bytes / (us * 1e3), bits);
+				}
+				set_variant(variants[0], sm90);
+				CK(cudaFree(h));
+				CK(cudaFree(xq2));
+				CK(cudaFree(arrive));
 			}
 			fflush(stdout);
 			for (uint8_t *p : dw)

@@ -38,7 +38,10 @@
  * rows beside it).  Recorded (decode) steps always take the integer kernels.
  * The op before an integer matmul (the norms, attention, swiglu: their
  * NEXT) quantizes its output for it in the same launch (cb_fuse_begin), so
- * the matmul's own quantization launch is skipped.
+ * the matmul's own quantization launch is skipped.  With
+ * LLMD_CUDA_SWIGLU_FUSE, gate_up_swiglu runs gate, up and SwiGLU (so
+ * quantized) in one launch where the kernels allow (cb_swiglu_fused); its
+ * quantized rows go to mm_scratch2, the launch still reading mm_scratch.
  *
  * Attention tiles a prefill chunk's rows (cuda_attention with the host's
  * rows); recorded steps keep one row per block.
@@ -132,9 +135,17 @@ struct cuda_backend {
 	size_t d_pos2_cap;           /* bytes */
 	void *mm_scratch;            /* quantized activations for cuda_matmul_q */
 	size_t mm_scratch_cap;       /* bytes */
-	/* An op's output that its launch also quantized into mm_scratch for
-	 * the matmul after it (add_rmsnorm's or swiglu's NEXT): valid while no
+	/* The fused gate + up + SwiGLU launch (LLMD_CUDA_SWIGLU_FUSE): */
+	int swiglu_fuse;             /* whether gate_up_swiglu fuses where it can */
+	void *mm_scratch2;           /* its quantized output (the launch still reads mm_scratch) */
+	size_t mm_scratch2_cap;      /* bytes */
+	unsigned *sw_arrive;         /* its arrival counters, zero between launches */
+	size_t sw_arrive_cap;        /* bytes */
+	size_t sw_arrive_bytes;      /* the most any weight's launch needs */
+	/* An op's output that its launch also quantized for the matmul after
+	 * it (add_rmsnorm's or swiglu's NEXT), into xq_buf: valid while no
 	 * device call has been made since (calls == xq_calls). */
+	void *xq_buf;                /* mm_scratch, or mm_scratch2 (the fused SwiGLU's) */
 	const float *xq_src;         /* the rows quantized (device); NULL: none */
 	int32_t xq_T;                /* rows */
 	int64_t xq_n;                /* elements per row */
@@ -406,6 +417,17 @@ static int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need)
 	return 0;
 }
 
+/* cb_grow for the fused SwiGLU's counters: a new buffer starts at zero. */
+static int cb_grow_arrive(struct cuda_backend *cb, size_t need)
+{
+	const size_t cap = cb->sw_arrive_cap;
+	int r = cb_grow(cb, (void **)&cb->sw_arrive, &cb->sw_arrive_cap, need);
+	if (r < 0 || cb->sw_arrive_cap == cap)
+		return r;
+	CB_CUDA(cb, cudaMemsetAsync(cb->sw_arrive, 0, cb->sw_arrive_cap, cb->stream));
+	return 0;
+}
+
 /* cb_grow for attention's scratch (NEED bytes for KV and A): a new buffer
  * gets its arrival counters zeroed, as cuda_attention asks. */
 static int cb_grow_att(struct cuda_backend *cb, const struct bk_kv *kv, const struct bk_attn *a, size_t need)
@@ -504,6 +526,8 @@ static int cb_weight(struct cuda_backend *cb, const struct bk_weight *w, struct 
 	size_t mm = cuda_matmul_scratch_bytes(dw, 1);
 	if (w->type != QT_F32 && mm > cb->mm_row_bytes)
 		cb->mm_row_bytes = mm;
+	if (w->type != QT_F32 && cuda_matmul_swiglu_arrive_bytes(dw) > cb->sw_arrive_bytes)
+		cb->sw_arrive_bytes = cuda_matmul_swiglu_arrive_bytes(dw);
 	if ((w->type == QT_F16 || w->type == QT_BF16) && (size_t)w->n_in * 2 > cb->half_row_bytes)
 		cb->half_row_bytes = (size_t)w->n_in * 2;
 	return 0;
@@ -760,8 +784,9 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 	const struct bk_weight *run[CUDA_MM_GROUP];
 	int r;
 
-	int quantized = 0; /* x sits quantized in mm_scratch for this call */
+	int quantized = 0; /* x sits quantized in xq for this call */
 	int halved = 0;    /* x sits rounded to half in gemm_scratch */
+	void *xq = NULL;   /* mm_scratch, or the buffer the op before quantized x into */
 	/* the op before quantized x for us (cb_fuse_end), if nothing ran since */
 	const int handed = cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls;
 	cb->xq_src = NULL;
@@ -790,16 +815,19 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 				n++;
 			}
 			size_t need = cuda_matmul_scratch_bytes(&dw[0], T);
-			if (handed && dw[0].n_in == cb->xq_n && qtype_get(dw[0].type) &&
-			    qtype_get(dw[0].type)->vec_type == cb->xq_vec)
+			if (handed && !quantized && dw[0].n_in == cb->xq_n && qtype_get(dw[0].type) &&
+			    qtype_get(dw[0].type)->vec_type == cb->xq_vec) {
 				quantized = 1;
+				xq = cb->xq_buf;
+			}
 			if (cb->prof)
 				cb_prof_matmul(cb, run, n);
-			if (quantized || (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0)
+			if (!quantized && (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0)
+				xq = cb->mm_scratch;
+			if (quantized || r == 0)
 				r = cb_launched(cb, "cuda_matmul_q_group",
 						CB_TIMED(cb, cuda_matmul_q_group(run, n, quantized ? NULL : x, T,
-										 out + k, cb->mm_scratch,
-										 cb->stream)));
+										 out + k, xq, cb->stream)));
 			if (r < 0)
 				return r;
 			quantized = 1;
@@ -843,6 +871,7 @@ static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const f
 {
 	if ((r = cb_launched(cb, call, r)) < 0)
 		return r;
+	cb->xq_buf = cb->mm_scratch;
 	cb->xq_src = out;
 	cb->xq_T = T;
 	cb->xq_n = dw->n_in;
@@ -955,6 +984,67 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 							       stride, cb->stream)),
 				   out, T, &dw);
 	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, cb->stream)));
+}
+
+/* gate_up_swiglu's one launch (cuda_matmul_q_swiglu), where the knob is
+ * on, the weights take a kernel with the fused tail and NEXT takes
+ * quantized rows: 1 when launched, 0 when not fusable (nothing done), or
+ * a negative errno. */
+static int cb_swiglu_fused(struct cuda_backend *cb, const struct bk_weight *const *w, const float *x,
+			   int32_t T, float *const *out, float *h, const struct bk_weight *next)
+{
+	struct bk_weight dw[2], dn;
+	const struct bk_weight *run[2] = { &dw[0], &dw[1] };
+	const int64_t n = w[0]->n_out;
+	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
+	int r;
+
+	if (!cb->swiglu_fuse || T < 1 || !stride || w[0]->type != w[1]->type || w[1]->n_out != n ||
+	    !cuda_matmul_scratch_bytes(w[0], T) || ((uintptr_t)out[0] | (uintptr_t)out[1] | (uintptr_t)h) % 16)
+		return 0;
+	if ((r = cb_weight(cb, w[0], &dw[0])) < 0 || (r = cb_weight(cb, w[1], &dw[1])) < 0 ||
+	    (r = cb_weight(cb, next, &dn)) < 0)
+		return r;
+	if (cb_mm_half(cb, &dw[0], T) || cb_mm_half(cb, &dn, T) || !cuda_matmul_swiglu_fuses(run, T))
+		return 0;
+	/* x quantized by the op before (cb_fuse_end), as cb_matmul takes it */
+	const int handed = cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls &&
+			   cb->xq_buf == cb->mm_scratch && dw[0].n_in == cb->xq_n &&
+			   qtype_get(dw[0].type)->vec_type == cb->xq_vec;
+	if ((!handed && (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap,
+				     cuda_matmul_scratch_bytes(&dw[0], T))) < 0) ||
+	    (r = cb_grow(cb, &cb->mm_scratch2, &cb->mm_scratch2_cap, stride * (size_t)T)) < 0 ||
+	    (r = cb_grow_arrive(cb, cuda_matmul_swiglu_arrive_bytes(&dw[0]))) < 0)
+		return r;
+	const uint32_t vec = qtype_get(dn.type)->vec_type;
+	if (cb->prof)
+		cb_prof_matmul(cb, run, 2);
+	r = CB_TIMED(cb, cuda_matmul_q_swiglu(run, handed ? NULL : x, T, out, h, vec, cb->mm_scratch2, stride,
+					      cb->sw_arrive, cb->mm_scratch, cb->stream));
+	if ((r = cb_launched(cb, "cuda_matmul_q_swiglu", r)) < 0)
+		return r;
+	cb->xq_buf = cb->mm_scratch2;
+	cb->xq_src = h;
+	cb->xq_T = T;
+	cb->xq_n = n;
+	cb->xq_vec = vec;
+	cb->xq_calls = cb->calls;
+	return 1;
+}
+
+/* gate + up, then SwiGLU quantized for NEXT: one launch where it may
+ * (cb_swiglu_fused), else cb_matmul and cb_swiglu. */
+static int cb_gate_up_swiglu(struct backend *be, const struct bk_weight *const *w, const float *x,
+			     int32_t T, float *const *out, float *h, const struct bk_weight *next)
+{
+	struct cuda_backend *cb = cbk(be);
+	int r = cb_swiglu_fused(cb, w, x, T, out, h, next);
+
+	if (r)
+		return r < 0 ? r : 0;
+	if ((r = cb_matmul(be, w, 2, x, T, out)) < 0)
+		return r;
+	return cb_swiglu(be, out[0], out[1], (int64_t)T * w[0]->n_out, h, next);
 }
 
 static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
@@ -1152,6 +1242,9 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	if ((r = cb_use_device(cb)) < 0 ||
 	    (r = cb_grow_att(cb, &cb->kv_view, &cb->attn, att)) < 0 ||
 	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
+	    (cb->swiglu_fuse &&
+	     ((r = cb_grow(cb, &cb->mm_scratch2, &cb->mm_scratch2_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
+	      (r = cb_grow_arrive(cb, cb->sw_arrive_bytes)) < 0)) ||
 	    (r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
 			 (cb->half_row_bytes * (size_t)TB + 255) / 256 * 256)) < 0 ||
 	    (r = cb_graph_inputs(cb, rows, ids, TB, stride)) < 0)
@@ -1234,7 +1327,8 @@ static void cb_free(struct backend *be)
 			cudaFree(cb->map[i].dev);
 	free(cb->map);
 	void *bufs[] = { cb->kv_dev, cb->d_pos, cb->d_tables, cb->d_ids, cb->d_pos2,
-			 cb->mm_scratch, cb->att_scratch, cb->gemm_scratch, cb->blas_ws };
+			 cb->mm_scratch, cb->mm_scratch2, cb->sw_arrive, cb->att_scratch, cb->gemm_scratch,
+			 cb->blas_ws };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -1279,6 +1373,7 @@ static const struct backend_ops cuda_ops = {
 	.kv_store = cb_kv_store,
 	.attention = cb_attention,
 	.swiglu = cb_swiglu,
+	.gate_up_swiglu = cb_gate_up_swiglu,
 	.add = cb_add,
 	.alloc = cb_alloc,
 	.release = cb_release,
@@ -1373,6 +1468,7 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	cudaError_t e;
 	cublasStatus_t s;
 	char why[200];
+	long v;
 	int n;
 
 	if ((n = cuda_backend_device_count(why, sizeof why)) <= 0) {
@@ -1395,6 +1491,8 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	cb->be.ops = &cuda_ops;
 	cb->device = device;
 	cb_env_knobs(device);
+	/* 1: gate + up and SwiGLU in one launch where the kernels allow */
+	cb->swiglu_fuse = cb_env("LLMD_CUDA_SWIGLU_FUSE", &v) && v != 0;
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;

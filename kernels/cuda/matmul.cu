@@ -83,6 +83,12 @@ struct mm_group {
 	int n_out[CUDA_MM_GROUP];
 	int first[CUDA_MM_GROUP + 1];
 	int prefetch; /* bytes of its row a warp asks L2 for before it waits (0: none) */
+	/* SwiGLU fused in (cuda_matmul_q_swiglu; w[0] gate, w[1] up): */
+	unsigned *sw_arrive; /* (n_out / sw_vec's block) counters, zero between launches; NULL: none */
+	float *sw_out;       /* (T, n_out) silu(gate) * up; may be out[0] */
+	uint8_t *sw_xq;      /* (T) its rows quantized to sw_vec, sw_stride bytes apart */
+	size_t sw_stride;
+	uint32_t sw_vec;     /* QT_Q8_0, QT_Q8_1 or QT_Q8_K */
 };
 
 /* ---- scratch layout ---- */
@@ -197,6 +203,7 @@ struct mm_row {
 	int n_out;
 	int rows;
 	size_t row_bytes;
+	int row; /* W's row index in its weight */
 };
 
 /* This warp's rows of G, RPW per warp, found member by member with
@@ -211,7 +218,7 @@ UNROLL
 	for (int k = 1; k < CUDA_MM_GROUP; k++)
 		if ((int)blockIdx.x >= g.first[k])
 			k0 = k;
-	mm_row m = { NULL, NULL, 0, 0, 0 };
+	mm_row m = { NULL, NULL, 0, 0, 0, 0 };
 UNROLL
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
 		if (k == k0) {
@@ -224,9 +231,79 @@ UNROLL
 				m.n_out = g.n_out[k];
 				m.rows = g.n_out[k] - row < rpw ? g.n_out[k] - row : rpw;
 				m.row_bytes = g.row_bytes[k];
+				m.row = row;
 			}
 		}
 	return m;
+}
+
+/* ---- SwiGLU fused into the gate + up launch ----
+ *
+ * cuda_matmul_q_swiglu: the kernels that give a warp a weight row (the
+ * dp4a ones and the wide ones) end with mm_swiglu_tail when the group
+ * asks for it.  Each warp, its outputs written, counts itself in its
+ * block's counter (a block: the 32 or 256 outputs of one of SW_VEC's
+ * blocks, in gate and in up alike); the warp that arrives last, when
+ * both members' rows of the block are written, computes
+ * silu(gate) * up for them (swiglu_of) and quantizes them for the down
+ * projection as the swiglu kernels would (q8k_warp_store: the bytes of
+ * q8k_block_store; q8_block_store), and sets the counter back to zero for
+ * the next launch: one launch fewer a layer, the same bits. */
+static __device__ __forceinline__ void mm_swiglu_tail(unsigned *arrive, const float *gate, const float *up,
+	float *out, uint8_t *xq, size_t stride, uint32_t vec, int n, int row, int T)
+{
+	const int lane = threadIdx.x % 32, bl = vec == QT_Q8_K ? QK_K : QK, b = row / bl;
+	unsigned last = 0;
+	if (lane == 0) { /* the lane that wrote the row's outputs */
+		__threadfence(); /* the outputs before the arrival */
+		last = atomicAdd(&arrive[b], 1u) + 1 == 2u * (unsigned)bl;
+		if (last) {
+			atomicExch(&arrive[b], 0u); /* every warp has arrived: none touches it again */
+			__threadfence(); /* the other warps' outputs after their arrivals */
+		}
+	}
+	last = __shfl_sync(MM_FULL, last, 0);
+	if (!last)
+		return;
+	__syncwarp(); /* lane 0's fence orders the other lanes' loads too */
+	for (int t = 0; t < T; t++) {
+		const size_t e0 = (size_t)t * n + (size_t)b * bl;
+		uint8_t *xr = xq + (size_t)t * stride;
+		if (vec == QT_Q8_K) { /* lane l: elements 8l..8l+7, two float4s (N a multiple of 256) */
+			const size_t e = e0 + 8 * lane;
+			const float4 *g4 = reinterpret_cast<const float4 *>(gate + e);
+			const float4 *u4 = reinterpret_cast<const float4 *>(up + e);
+			float v[8];
+UNROLL
+			for (int k = 0; k < 2; k++) {
+				const float4 a = __ldcg(&g4[k]), c = __ldcg(&u4[k]);
+				v[4 * k] = swiglu_of(a.x, c.x);
+				v[4 * k + 1] = swiglu_of(a.y, c.y);
+				v[4 * k + 2] = swiglu_of(a.z, c.z);
+				v[4 * k + 3] = swiglu_of(a.w, c.w);
+			}
+			float4 *o4 = reinterpret_cast<float4 *>(out + e);
+			o4[0] = make_float4(v[0], v[1], v[2], v[3]);
+			o4[1] = make_float4(v[4], v[5], v[6], v[7]);
+			q8k_warp_store(v, lane, b, n / QK_K, n, xr);
+		} else {
+			const size_t e = e0 + lane;
+			const float v = swiglu_of(__ldcg(&gate[e]), __ldcg(&up[e]));
+			out[e] = v;
+			q8_block_store(v, lane, b, n / QK, n, vec == QT_Q8_1, xr);
+		}
+	}
+}
+
+/* A warp's end in the kernels above: the fused SwiGLU's tail in their SW
+ * instances, apart so that the others keep their registers (on sm_90 the
+ * wide kernels' U = 2 take 64 with it, 48 and 40 without). */
+template <bool SW>
+static __device__ __forceinline__ void mm_end(const mm_group &g, const mm_row &m, int T)
+{
+	if (SW)
+		mm_swiglu_tail(g.sw_arrive, g.out[0], g.out[1], g.sw_out, g.sw_xq, g.sw_stride, g.sw_vec,
+			       g.n_out[0], m.row, T);
 }
 
 /* One warp per weight row; lane l (< 16) and l + 16 hold quant.c's float
@@ -235,7 +312,7 @@ UNROLL
  * lanes 4t + b % 4 with the partial over elements 4t..4t+3 (half 0) and
  * 16+4t..16+4t+3 (half 1).  Every loop bound is uniform over the warp, so
  * the shuffles always see all 32 lanes. */
-template <int TYPE, bool PF>
+template <int TYPE, bool PF, bool SW = false>
 static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
@@ -338,6 +415,7 @@ UNROLL
 				m.out[(size_t)(t0 + j) * m.n_out] = v;
 		}
 	}
+	mm_end<SW>(g, m, T);
 }
 
 /* ---- matmul: 32-element blocks on the tensor cores ----
@@ -685,7 +763,7 @@ UNROLL
 /* One warp per weight row: lane i computes super-block b0 + i's integer
  * sums, then the warp walks the 32 in order with one float accumulator, as
  * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
-template <int TYPE, bool PF>
+template <int TYPE, bool PF, bool SW = false>
 static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
@@ -746,6 +824,7 @@ UNROLL
 				m.out[(size_t)(t0 + j) * m.n_out] = acc[j];
 		}
 	}
+	mm_end<SW>(g, m, T);
 }
 
 /* ---- matmul: K-quants on the tensor cores ----
@@ -1342,7 +1421,7 @@ static __device__ __forceinline__ float wide_chain(const S *st, int b0, int nsb,
 	return acc;
 }
 
-template <int U, bool PF>
+template <int U, bool PF, bool SW = false>
 static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
@@ -1409,6 +1488,7 @@ UNROLL
 	}
 	if (lane == 0)
 		m.out[0] = acc;
+	mm_end<SW>(g, m, T);
 }
 
 /* Q6_K a row a warp: as Q4_K's, lane 8c + k on super-block 4i + c, its
@@ -1431,7 +1511,7 @@ UNROLL
 			  __funnelshift_r(w[2], w[3], sh), __funnelshift_r(w[3], w[4], sh));
 }
 
-template <int U, bool PF>
+template <int U, bool PF, bool SW = false>
 static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
@@ -1492,6 +1572,7 @@ UNROLL
 	}
 	if (lane == 0)
 		m.out[0] = acc;
+	mm_end<SW>(g, m, T);
 }
 
 /* ---- launchers ---- */
@@ -1710,52 +1791,69 @@ static int mm_use_wide(uint32_t type, int aligned, int32_t T)
 	return mm_wide && ((type == QT_Q4_K && aligned) || type == QT_Q6_K) && T == 1;
 }
 
-template <bool PF>
+template <bool PF, bool SW>
 static mm_kernel mm_wide_kernel_pf(uint32_t type)
 {
 	switch (mm_wide) {
-	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1, PF> : matmul_q4k_wide_kernel<1, PF>;
-	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2, PF> : matmul_q4k_wide_kernel<2, PF>;
-	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4, PF> : matmul_q4k_wide_kernel<4, PF>;
-	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8, PF> : matmul_q4k_wide_kernel<8, PF>;
+	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1, PF, SW> : matmul_q4k_wide_kernel<1, PF, SW>;
+	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2, PF, SW> : matmul_q4k_wide_kernel<2, PF, SW>;
+	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4, PF, SW> : matmul_q4k_wide_kernel<4, PF, SW>;
+	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8, PF, SW> : matmul_q4k_wide_kernel<8, PF, SW>;
 	}
 }
 
-static mm_kernel mm_wide_kernel(uint32_t type)
+/* SW: the instance with the fused SwiGLU's tail (mm_end). */
+static mm_kernel mm_wide_kernel(uint32_t type, bool sw = false)
 {
-	return mm_prefetch ? mm_wide_kernel_pf<true>(type) : mm_wide_kernel_pf<false>(type);
+	if (sw)
+		return mm_prefetch ? mm_wide_kernel_pf<true, true>(type) : mm_wide_kernel_pf<false, true>(type);
+	return mm_prefetch ? mm_wide_kernel_pf<true, false>(type) : mm_wide_kernel_pf<false, false>(type);
 }
 
 /* The dp4a kernel of a supported TYPE, a warp a weight row; PF: asking L2
- * for its row before it waits (cuda_matmul_set_prefetch). */
-template <bool PF>
+ * for its row before it waits (cuda_matmul_set_prefetch); SW: with the
+ * fused SwiGLU's tail. */
+template <bool PF, bool SW>
 static mm_kernel mm_dp4a_kernel_of(uint32_t type)
 {
 	switch (type) {
-	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0, PF>;
-	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1, PF>;
-	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0, PF>;
-	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K, PF>;
-	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K, PF>;
-	default:      return matmul_k_kernel<QT_Q6_K, PF>;
+	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0, PF, SW>;
+	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1, PF, SW>;
+	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0, PF, SW>;
+	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K, PF, SW>;
+	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K, PF, SW>;
+	default:      return matmul_k_kernel<QT_Q6_K, PF, SW>;
 	}
 }
 
 /* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
  * tile of 8 activation rows a pass up to T = 8, 2 up to 16, then 4; or the
- * dp4a one. */
-static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T)
+ * dp4a one (SW: with the fused SwiGLU's tail). */
+static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T, bool sw = false)
 {
 	if (mma)
 		return T <= 8 ? mm_mma_kernel_of<1>(type, aligned)
 		     : T <= 16 ? mm_mma_kernel_of<2>(type, aligned) : mm_mma_kernel_of<4>(type, aligned);
-	return mm_prefetch ? mm_dp4a_kernel_of<true>(type) : mm_dp4a_kernel_of<false>(type);
+	if (sw)
+		return mm_prefetch ? mm_dp4a_kernel_of<true, true>(type) : mm_dp4a_kernel_of<false, true>(type);
+	return mm_prefetch ? mm_dp4a_kernel_of<true, false>(type) : mm_dp4a_kernel_of<false, false>(type);
 }
 
+/* The fused SwiGLU of cuda_matmul_q_swiglu, for matmul_q. */
+struct mm_sw {
+	unsigned *arrive; /* counters (mm_group's sw_arrive) */
+	float *out;       /* (T, n_out) */
+	uint8_t *xq;      /* quantized rows, stride bytes apart */
+	size_t stride;
+	uint32_t vec;
+};
+
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
- * quantized. */
+ * quantized.  SW not NULL: the gate + up launch with SwiGLU fused in
+ * (cuda_matmul_q_swiglu), -ENOTSUP before any launch where its kernel has
+ * no such tail. */
 static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, int32_t T,
-	float *const *outs, void *scratch, void *stream)
+	float *const *outs, void *scratch, void *stream, const mm_sw *sw)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	struct mm_group g;
@@ -1774,6 +1872,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const int aligned = mm_aligned16(ws, nw);
 	const int wide = mm_use_wide(ws[0]->type, aligned, T);
 	const int mma = !wide && mm_use_mma(ws[0]->type, T);
+	if (sw && mma) /* a tile of 16 rows a warp: no tail of a row a warp (cuda_matmul_swiglu_fuses) */
+		return -ENOTSUP;
 	mm_block_bytes(ws[0]->type, &blck);
 	const int nbk = (int)(ws[0]->n_in / blck);
 	const int nt = T <= 8 ? 1 : T <= 16 || blck == QK ? 2 : 4;
@@ -1800,6 +1900,11 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	/* the wide kernels' first round of loads, or up to 2 KiB of a dp4a
 	 * kernel's row (the whole row at SmolLM2's widths) */
 	g.prefetch = 0;
+	g.sw_arrive = sw ? sw->arrive : NULL;
+	g.sw_out = sw ? sw->out : NULL;
+	g.sw_xq = sw ? sw->xq : NULL;
+	g.sw_stride = sw ? sw->stride : 0;
+	g.sw_vec = sw ? sw->vec : 0;
 	if (mm_prefetch && (wide || !mma)) {
 		const size_t want = wide ? (size_t)4 * mm_wide * mm_block_bytes(ws[0]->type, &blck) : 2048;
 		g.prefetch = (int)(ws[0]->row_bytes < want ? ws[0]->row_bytes : want);
@@ -1811,8 +1916,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	uint8_t *xq = (uint8_t *)scratch;
 	const unsigned mm_blocks = (unsigned)blocks;
 	const int async = mm_use_async(w->type, mma, aligned, nt);
-	const mm_kernel kernel = wide ? mm_wide_kernel(w->type)
-			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T);
+	const mm_kernel kernel = wide ? mm_wide_kernel(w->type, sw != NULL)
+			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T, sw != NULL);
 	if (async) { /* each warp's stages after the split-K buffer */
 		const int bytes = (int)mm_block_bytes(w->type, &blck);
 		smem += (size_t)(threads / 32) * MM_STAGES * k_stage_bytes(bytes);
@@ -1863,11 +1968,40 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 extern "C" int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
 	float *const *out, void *scratch, void *stream)
 {
-	return matmul_q(w, nw, x, T, out, scratch, stream);
+	return matmul_q(w, nw, x, T, out, scratch, stream, NULL);
 }
 
 extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
 	void *scratch, void *stream)
 {
-	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream) : -EINVAL;
+	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream, NULL) : -EINVAL;
+}
+
+extern "C" int cuda_matmul_swiglu_fuses(const struct bk_weight *const *w, int32_t T)
+{
+	if (!w || !w[0] || !w[1] || w[0]->type != w[1]->type || T < 1)
+		return 0;
+	const int wide = mm_use_wide(w[0]->type, mm_aligned16(w, 2), T);
+	return wide || !mm_use_mma(w[0]->type, T);
+}
+
+extern "C" size_t cuda_matmul_swiglu_arrive_bytes(const struct bk_weight *w)
+{
+	return w && w->n_out > 0 && w->n_out <= INT32_MAX ? (size_t)(w->n_out + QK - 1) / QK * sizeof(unsigned)
+							 : 0;
+}
+
+extern "C" int cuda_matmul_q_swiglu(const struct bk_weight *const *w, const float *x, int32_t T,
+	float *const *out, float *h, uint32_t vec, void *xq, size_t xq_stride, unsigned *arrive,
+	void *scratch, void *stream)
+{
+	if (!w || !w[0] || !w[1] || !out || !h || !xq || !arrive || w[0]->n_out != w[1]->n_out ||
+	    (uintptr_t)xq % 16 || xq_stride % 16 || (uintptr_t)out[0] % 16 || (uintptr_t)out[1] % 16 ||
+	    (uintptr_t)h % 16)
+		return -EINVAL; /* (the tail's float4s) */
+	const size_t need = q8_row_bytes(vec, w[0]->n_out);
+	if (!need || xq_stride < need || w[0]->n_out > INT32_MAX)
+		return -EINVAL;
+	const mm_sw sw = { arrive, h, (uint8_t *)xq, xq_stride, vec };
+	return matmul_q(w, 2, x, T, out, scratch, stream, &sw);
 }

@@ -562,8 +562,7 @@ static __global__ void swiglu_kernel(const float *g, const float *__restrict__ u
 	grid_dep_wait();
 	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
 	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < n; k += stride) {
-		const float a = g[k];
-		out[k] = a / (1.0f + expf(-a)) * u[k];
+		out[k] = swiglu_of(g[k], u[k]);
 	}
 }
 
@@ -579,8 +578,7 @@ static __global__ void swiglu_q8_kernel(const float *g, const float *__restrict_
 	if (gw >= n_blocks) /* whole warps only */
 		return;
 	const int64_t k = gw * 32 + lane, t = gw / nb;
-	const float a = g[k];
-	const float v = a / (1.0f + expf(-a)) * u[k];
+	const float v = swiglu_of(g[k], u[k]);
 	out[k] = v;
 	q8_block_store(v, lane, (int)(gw % nb), nb, n_in, with_sum, xq + (size_t)t * stride);
 }
@@ -595,8 +593,7 @@ static __global__ void swiglu_q8k_kernel(const float *g, const float *__restrict
 	const int nsb = n_in / 256;
 	const int64_t t = blockIdx.x / nsb, b = blockIdx.x % nsb;
 	const int64_t k = t * n_in + b * 256 + threadIdx.x;
-	const float a = g[k];
-	const float v = a / (1.0f + expf(-a)) * u[k];
+	const float v = swiglu_of(g[k], u[k]);
 	out[k] = v;
 	q8k_block_store(v, (int)b, nsb, n_in, xq + (size_t)t * stride, s_ax, s_v);
 }

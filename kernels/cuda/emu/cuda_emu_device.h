@@ -157,10 +157,24 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu, const char *file = __
 	cuda_emu::warp_collective(cuda_emu::COLL_SYNCWARP, mask, 0, 0, 0, 0, file, line);
 }
 /* Fences order nothing more here: a block's threads never run at once,
- * nor do two blocks (the scheduler orders them for TSan, which has no
- * fences of its own: a compiler barrier under it). */
+ * nor do two blocks (the scheduler orders them for TSan).  TSan has no
+ * fences of its own: under it a fence releases and then acquires one
+ * process-wide sync object, so that what a thread did before its fence
+ * happens before what any thread does after a later fence.  That is the
+ * handoff a fence makes on a GPU together with the flag or counter it
+ * publishes (the last warp or block to arrive reading what the others
+ * wrote, matmul.cu's and attention.cu's fused tails); a fence without
+ * such a flag would go unreported, which no kernel here relies on. */
 #ifdef __SANITIZE_THREAD__
-#define EMU_FENCE() __asm__ __volatile__("" ::: "memory")
+extern "C" void __tsan_acquire(void *addr);
+extern "C" void __tsan_release(void *addr);
+inline char cuda_emu_fence_sync;
+#define EMU_FENCE()                                    \
+	do {                                           \
+		__asm__ __volatile__("" ::: "memory"); \
+		__tsan_release(&cuda_emu_fence_sync);  \
+		__tsan_acquire(&cuda_emu_fence_sync);  \
+	} while (0)
 #else
 #define EMU_FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
 #endif
