@@ -587,7 +587,7 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 							   gu[0]));
 		if (ops->gate_up_swiglu && vec_type_of(gu[0]) == vec_type_of(gu[1])) {
 			/* a backend that fuses them: the time is gate_up's */
-			OP(ENGINE_OP_GATE_UP, backend_gate_up_swiglu(be, gu, e->xn, T, gu_out, e->g, wd));
+			OP(ENGINE_OP_GATE_UP, ops->gate_up_swiglu(be, gu, e->xn, T, gu_out, e->g, wd));
 		} else {
 			OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
 			OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));

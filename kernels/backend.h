@@ -202,7 +202,8 @@ struct backend_ops {
 	 * into OUT[0] and OUT[1], then swiglu of them into H (may equal
 	 * OUT[0]) with NEXT as for swiglu: the two ops in one call, with
 	 * their bits, so that a device backend may fuse them (the CUDA one
-	 * into one launch).  Default: matmul, then swiglu. */
+	 * into one launch).  Without it the engine calls matmul, then
+	 * swiglu (as it does where gate and up differ in activation type). */
 	int (*gate_up_swiglu)(struct backend *be, const struct bk_weight *const *w, const float *x,
 			      int32_t T, float *const *out, float *h,
 			      const struct bk_weight *next);                        /* optional */
@@ -261,19 +262,6 @@ static inline int backend_add_rmsnorm(struct backend *be, float *x, const float 
 	if ((r = be->ops->add(be, x, y, (int64_t)T * n)) < 0)
 		return r;
 	return be->ops->rmsnorm(be, x, g, T, n, eps, out, next);
-}
-
-static inline int backend_gate_up_swiglu(struct backend *be, const struct bk_weight *const *w,
-					 const float *x, int32_t T, float *const *out, float *h,
-					 const struct bk_weight *next)
-{
-	int r;
-
-	if (be->ops->gate_up_swiglu)
-		return be->ops->gate_up_swiglu(be, w, x, T, out, h, next);
-	if ((r = be->ops->matmul(be, w, 2, x, T, out)) < 0)
-		return r;
-	return be->ops->swiglu(be, out[0], out[1], (int64_t)T * w[0]->n_out, h, next);
 }
 
 static inline int backend_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,

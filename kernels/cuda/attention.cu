@@ -689,6 +689,32 @@ UNROLL
 	}
 }
 
+/* A split block's start after its wait (both split kernels): its rows
+ * (attn_rows_of), or false when it has no position and leaves, a tile of
+ * padding rows' split 0 first writing their zeros (fused: attn_tail_run). */
+static __device__ __forceinline__ bool attn_split_rows(const int32_t *__restrict__ pos,
+	const int32_t *__restrict__ tables, int32_t table_stride, const attn_shape &sh, int32_t row0,
+	const int32_t *__restrict__ tiles, int32_t tile_base, const attn_tail &tl, const float *partial,
+	float *smem, attn_rows *b)
+{
+	if (attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, b))
+		return true;
+	if (tl.arrive && !b->n_split && blockIdx.x == 0)
+		attn_tail_run(tl, sh, pos, *b, blockIdx.y, row0, partial, smem);
+	return false;
+}
+
+/* A split block's end (both split kernels): its partials
+ * (attn_write_partial), then, fused, its arrival (attn_tail_run). */
+static __device__ __forceinline__ void attn_split_end(const attn_smem &sm, const attn_shape &sh,
+	const int32_t *__restrict__ pos, const attn_rows &b, int32_t hk, int32_t row0, int32_t s,
+	float *__restrict__ partial, const attn_tail &tl, float *smem)
+{
+	attn_write_partial(sm, sh, b.t0, b.R, hk, row0, s, b.p0, partial);
+	if (tl.arrive)
+		attn_tail_run(tl, sh, pos, b, hk, row0, partial, smem);
+}
+
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
  * sh.qrows consecutive rows of one sequence (consecutive positions: a
  * prefill chunk), TILES[base + blockIdx.z] = (first row, rows); without
@@ -709,11 +735,8 @@ static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__
 	grid_dep_wait();
 	DYN_SHARED(float, smem);
 	attn_rows b;
-	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b)) {
-		if (tl.arrive && !b.n_split && blockIdx.x == 0)
-			attn_tail_run(tl, sh, pos, b, blockIdx.y, row0, partial, smem);
+	if (!attn_split_rows(pos, tables, table_stride, sh, row0, tiles, tile_base, tl, partial, smem, &b))
 		return;
-	}
 	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
@@ -809,9 +832,7 @@ UNROLL4
 		p += n;
 	}
 
-	attn_write_partial(sm, sh, t0, R, hk, row0, s, p0, partial);
-	if (tl.arrive)
-		attn_tail_run(tl, sh, pos, b, hk, row0, partial, smem);
+	attn_split_end(sm, sh, pos, b, hk, row0, s, partial, tl, smem);
 }
 
 /* ---- the split kernel, lanes version ----
@@ -1008,11 +1029,8 @@ attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32
 	grid_dep_wait();
 	DYN_SHARED(float, smem);
 	attn_rows b;
-	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b)) {
-		if (tl.arrive && !b.n_split && blockIdx.x == 0)
-			attn_tail_run(tl, sh, pos, b, blockIdx.y, row0, partial, smem);
+	if (!attn_split_rows(pos, tables, table_stride, sh, row0, tiles, tile_base, tl, partial, smem, &b))
 		return;
-	}
 	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
 	const int32_t RG = R * G;
@@ -1124,9 +1142,7 @@ UNROLL4
 		p = pn;
 		n = nn;
 	}
-	attn_write_partial(sm, sh, t0, R, hk, row0, s, p0, partial);
-	if (tl.arrive)
-		attn_tail_run(tl, sh, pos, b, hk, row0, partial, smem);
+	attn_split_end(sm, sh, pos, b, hk, row0, s, partial, tl, smem);
 }
 
 /* grid (n_head, rows of this chunk): each row's heads combined (attn_combine). */

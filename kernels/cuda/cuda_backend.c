@@ -417,26 +417,16 @@ static int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need)
 	return 0;
 }
 
-/* cb_grow for the fused SwiGLU's counters: a new buffer starts at zero. */
-static int cb_grow_arrive(struct cuda_backend *cb, size_t need)
+/* cb_grow for a buffer that holds arrival counters (attention's scratch,
+ * the fused SwiGLU's): a new buffer gets its first ZERO bytes (at most
+ * all of it) zeroed, as the kernels ask. */
+static int cb_grow_zeroed(struct cuda_backend *cb, void **p, size_t *cap, size_t need, size_t zero)
 {
-	const size_t cap = cb->sw_arrive_cap;
-	int r = cb_grow(cb, (void **)&cb->sw_arrive, &cb->sw_arrive_cap, need);
-	if (r < 0 || cb->sw_arrive_cap == cap)
+	const size_t old = *cap;
+	int r = cb_grow(cb, p, cap, need);
+	if (r < 0 || *cap == old)
 		return r;
-	CB_CUDA(cb, cudaMemsetAsync(cb->sw_arrive, 0, cb->sw_arrive_cap, cb->stream));
-	return 0;
-}
-
-/* cb_grow for attention's scratch (NEED bytes for KV and A): a new buffer
- * gets its arrival counters zeroed, as cuda_attention asks. */
-static int cb_grow_att(struct cuda_backend *cb, const struct bk_kv *kv, const struct bk_attn *a, size_t need)
-{
-	const size_t cap = cb->att_scratch_cap;
-	int r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need);
-	if (r < 0 || cb->att_scratch_cap == cap)
-		return r;
-	CB_CUDA(cb, cudaMemsetAsync(cb->att_scratch, 0, cuda_attention_arrive_bytes(kv, a), cb->stream));
+	CB_CUDA(cb, cudaMemsetAsync(*p, 0, zero < *cap ? zero : *cap, cb->stream));
 	return 0;
 }
 
@@ -773,6 +763,19 @@ static int cb_mm_half(const struct cuda_backend *cb, const struct bk_weight *dw,
 		cuda_matmul_scratch_bytes(dw, 1) > 0);
 }
 
+/* Whether the op before quantized X's T rows (cb_fuse_end) with no device
+ * call since: ask before making any.  Then they sit in xq_buf, for a
+ * matmul whose weight cb_xq_fits. */
+static int cb_xq_handed(const struct cuda_backend *cb, const float *x, int32_t T)
+{
+	return cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls;
+}
+
+static int cb_xq_fits(const struct cuda_backend *cb, const struct bk_weight *dw)
+{
+	return dw->n_in == cb->xq_n && qtype_get(dw->type) && qtype_get(dw->type)->vec_type == cb->xq_vec;
+}
+
 /* Each weight on its path; runs of quantized ones of a type (a layer's q,
  * k and v) take one launch, and all share one quantization of x (the
  * weights share its type: Q4_K and Q6_K both take Q8_K). */
@@ -787,8 +790,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 	int quantized = 0; /* x sits quantized in xq for this call */
 	int halved = 0;    /* x sits rounded to half in gemm_scratch */
 	void *xq = NULL;   /* mm_scratch, or the buffer the op before quantized x into */
-	/* the op before quantized x for us (cb_fuse_end), if nothing ran since */
-	const int handed = cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls;
+	const int handed = cb_xq_handed(cb, x, T);
 	cb->xq_src = NULL;
 
 	for (int k = 0; k < nw;) {
@@ -815,8 +817,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 				n++;
 			}
 			size_t need = cuda_matmul_scratch_bytes(&dw[0], T);
-			if (handed && !quantized && dw[0].n_in == cb->xq_n && qtype_get(dw[0].type) &&
-			    qtype_get(dw[0].type)->vec_type == cb->xq_vec) {
+			if (handed && !quantized && cb_xq_fits(cb, &dw[0])) {
 				quantized = 1;
 				xq = cb->xq_buf;
 			}
@@ -864,14 +865,15 @@ static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, 
 	return 1;
 }
 
-/* The launch R of a kernel that quantized OUT for DW (cb_fuse_begin): the
- * next cb_matmul on OUT takes mm_scratch as it is, if nothing runs before. */
+/* The launch R of a kernel that quantized OUT for DW into BUF (mm_scratch
+ * after cb_fuse_begin): the next cb_matmul on OUT takes BUF as it is, if
+ * nothing runs before. */
 static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const float *out, int32_t T,
-		       const struct bk_weight *dw)
+		       const struct bk_weight *dw, void *buf)
 {
 	if ((r = cb_launched(cb, call, r)) < 0)
 		return r;
-	cb->xq_buf = cb->mm_scratch;
+	cb->xq_buf = buf;
 	cb->xq_src = out;
 	cb->xq_T = T;
 	cb->xq_n = dw->n_in;
@@ -948,7 +950,8 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 		snprintf(cb->last_err, sizeof cb->last_err, "cuda_attention: unsupported shapes");
 		return -EINVAL;
 	}
-	if ((r = cb_grow_att(cb, &dkv, a, need)) < 0)
+	if ((r = cb_grow_zeroed(cb, &cb->att_scratch, &cb->att_scratch_cap, need,
+				  cuda_attention_arrive_bytes(&dkv, a))) < 0)
 		return r;
 	if (fused)
 		return cb_fuse_end(cb, "cuda_attention_q8",
@@ -957,7 +960,7 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 								  cb->capturing ? NULL : rows, cb->att_scratch,
 								  qtype_get(dw.type)->vec_type, cb->mm_scratch,
 								  stride, cb->stream)),
-				   out, rows->n, &dw);
+				   out, rows->n, &dw, cb->mm_scratch);
 	return cb_launched(cb, "cuda_attention",
 			   CB_TIMED(cb, cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
 						       cb->table_stride, a, q, out, cb->capturing ? NULL : rows,
@@ -982,7 +985,7 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 				   CB_TIMED(cb, cuda_swiglu_q8(g, u, T, next->n_in, out,
 							       qtype_get(dw.type)->vec_type, cb->mm_scratch,
 							       stride, cb->stream)),
-				   out, T, &dw);
+				   out, T, &dw, cb->mm_scratch);
 	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, cb->stream)));
 }
 
@@ -997,6 +1000,9 @@ static int cb_swiglu_fused(struct cuda_backend *cb, const struct bk_weight *cons
 	const struct bk_weight *run[2] = { &dw[0], &dw[1] };
 	const int64_t n = w[0]->n_out;
 	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
+	/* x quantized by the op before into mm_scratch, as cb_matmul takes it
+	 * (not from mm_scratch2, which this launch writes) */
+	const int handed = cb_xq_handed(cb, x, T) && cb->xq_buf == cb->mm_scratch;
 	int r;
 
 	if (!cb->swiglu_fuse || T < 1 || !stride || w[0]->type != w[1]->type || w[1]->n_out != n ||
@@ -1007,29 +1013,21 @@ static int cb_swiglu_fused(struct cuda_backend *cb, const struct bk_weight *cons
 		return r;
 	if (cb_mm_half(cb, &dw[0], T) || cb_mm_half(cb, &dn, T) || !cuda_matmul_swiglu_fuses(run, T))
 		return 0;
-	/* x quantized by the op before (cb_fuse_end), as cb_matmul takes it */
-	const int handed = cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls &&
-			   cb->xq_buf == cb->mm_scratch && dw[0].n_in == cb->xq_n &&
-			   qtype_get(dw[0].type)->vec_type == cb->xq_vec;
-	if ((!handed && (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap,
+	const int quantized = handed && cb_xq_fits(cb, &dw[0]);
+	if ((!quantized && (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap,
 				     cuda_matmul_scratch_bytes(&dw[0], T))) < 0) ||
 	    (r = cb_grow(cb, &cb->mm_scratch2, &cb->mm_scratch2_cap, stride * (size_t)T)) < 0 ||
-	    (r = cb_grow_arrive(cb, cuda_matmul_swiglu_arrive_bytes(&dw[0]))) < 0)
+	    (r = cb_grow_zeroed(cb, (void **)&cb->sw_arrive, &cb->sw_arrive_cap,
+				cuda_matmul_swiglu_arrive_bytes(&dw[0]), SIZE_MAX)) < 0)
 		return r;
-	const uint32_t vec = qtype_get(dn.type)->vec_type;
 	if (cb->prof)
 		cb_prof_matmul(cb, run, 2);
-	r = CB_TIMED(cb, cuda_matmul_q_swiglu(run, handed ? NULL : x, T, out, h, vec, cb->mm_scratch2, stride,
-					      cb->sw_arrive, cb->mm_scratch, cb->stream));
-	if ((r = cb_launched(cb, "cuda_matmul_q_swiglu", r)) < 0)
-		return r;
-	cb->xq_buf = cb->mm_scratch2;
-	cb->xq_src = h;
-	cb->xq_T = T;
-	cb->xq_n = n;
-	cb->xq_vec = vec;
-	cb->xq_calls = cb->calls;
-	return 1;
+	r = cb_fuse_end(cb, "cuda_matmul_q_swiglu",
+			CB_TIMED(cb, cuda_matmul_q_swiglu(run, quantized ? NULL : x, T, out, h,
+							  qtype_get(dn.type)->vec_type, cb->mm_scratch2, stride,
+							  cb->sw_arrive, cb->mm_scratch, cb->stream)),
+			h, T, &dn, cb->mm_scratch2);
+	return r < 0 ? r : 1;
 }
 
 /* gate + up, then SwiGLU quantized for NEXT: one launch where it may
@@ -1073,7 +1071,7 @@ static int cb_norm(struct backend *be, float *x, const float *y, const float *g,
 							   cb->stream))
 				     : CB_TIMED(cb, cuda_rmsnorm_q8(x, dg, T, n, eps, out, vec, cb->mm_scratch,
 								    stride, cb->stream)),
-				   out, T, &dw);
+				   out, T, &dw, cb->mm_scratch);
 	}
 	if (y)
 		return cb_launched(cb, "cuda_add_rmsnorm",
@@ -1240,11 +1238,13 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	if (!att)
 		return 2;
 	if ((r = cb_use_device(cb)) < 0 ||
-	    (r = cb_grow_att(cb, &cb->kv_view, &cb->attn, att)) < 0 ||
+	    (r = cb_grow_zeroed(cb, &cb->att_scratch, &cb->att_scratch_cap, att,
+				cuda_attention_arrive_bytes(&cb->kv_view, &cb->attn))) < 0 ||
 	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
 	    (cb->swiglu_fuse &&
 	     ((r = cb_grow(cb, &cb->mm_scratch2, &cb->mm_scratch2_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
-	      (r = cb_grow_arrive(cb, cb->sw_arrive_bytes)) < 0)) ||
+	      (r = cb_grow_zeroed(cb, (void **)&cb->sw_arrive, &cb->sw_arrive_cap, cb->sw_arrive_bytes,
+				  SIZE_MAX)) < 0)) ||
 	    (r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
 			 (cb->half_row_bytes * (size_t)TB + 255) / 256 * 256)) < 0 ||
 	    (r = cb_graph_inputs(cb, rows, ids, TB, stride)) < 0)

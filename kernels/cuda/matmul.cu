@@ -73,6 +73,15 @@ extern "C" {
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
 
+/* SwiGLU fused into a gate + up launch (cuda_matmul_q_swiglu; mm_swiglu_tail). */
+struct mm_sw {
+	unsigned *arrive; /* (n_out / vec's block) counters, zero between launches; NULL: none */
+	float *out;       /* (T, n_out) silu(gate) * up; may be gate's output */
+	uint8_t *xq;      /* (T) its rows quantized to vec, stride bytes apart */
+	size_t stride;
+	uint32_t vec;     /* QT_Q8_0, QT_Q8_1 or QT_Q8_K */
+};
+
 /* The weights of one launch: a matmul group's q, k and v (or gate and up)
  * share their activations and take one grid, weight k its blocks
  * first[k] .. first[k + 1] - 1.  Unused entries start at INT_MAX. */
@@ -83,12 +92,7 @@ struct mm_group {
 	int n_out[CUDA_MM_GROUP];
 	int first[CUDA_MM_GROUP + 1];
 	int prefetch; /* bytes of its row a warp asks L2 for before it waits (0: none) */
-	/* SwiGLU fused in (cuda_matmul_q_swiglu; w[0] gate, w[1] up): */
-	unsigned *sw_arrive; /* (n_out / sw_vec's block) counters, zero between launches; NULL: none */
-	float *sw_out;       /* (T, n_out) silu(gate) * up; may be out[0] */
-	uint8_t *sw_xq;      /* (T) its rows quantized to sw_vec, sw_stride bytes apart */
-	size_t sw_stride;
-	uint32_t sw_vec;     /* QT_Q8_0, QT_Q8_1 or QT_Q8_K */
+	mm_sw sw;     /* the fused SwiGLU (w[0] gate, w[1] up), in the SW kernels */
 };
 
 /* ---- scratch layout ---- */
@@ -302,7 +306,7 @@ template <bool SW>
 static __device__ __forceinline__ void mm_end(const mm_group &g, const mm_row &m, int T)
 {
 	if (SW)
-		mm_swiglu_tail(g.sw_arrive, g.out[0], g.out[1], g.sw_out, g.sw_xq, g.sw_stride, g.sw_vec,
+		mm_swiglu_tail(g.sw.arrive, g.out[0], g.out[1], g.sw.out, g.sw.xq, g.sw.stride, g.sw.vec,
 			       g.n_out[0], m.row, T);
 }
 
@@ -1839,15 +1843,6 @@ static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T, bo
 	return mm_prefetch ? mm_dp4a_kernel_of<true, false>(type) : mm_dp4a_kernel_of<false, false>(type);
 }
 
-/* The fused SwiGLU of cuda_matmul_q_swiglu, for matmul_q. */
-struct mm_sw {
-	unsigned *arrive; /* counters (mm_group's sw_arrive) */
-	float *out;       /* (T, n_out) */
-	uint8_t *xq;      /* quantized rows, stride bytes apart */
-	size_t stride;
-	uint32_t vec;
-};
-
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
  * quantized.  SW not NULL: the gate + up launch with SwiGLU fused in
  * (cuda_matmul_q_swiglu), -ENOTSUP before any launch where its kernel has
@@ -1900,11 +1895,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	/* the wide kernels' first round of loads, or up to 2 KiB of a dp4a
 	 * kernel's row (the whole row at SmolLM2's widths) */
 	g.prefetch = 0;
-	g.sw_arrive = sw ? sw->arrive : NULL;
-	g.sw_out = sw ? sw->out : NULL;
-	g.sw_xq = sw ? sw->xq : NULL;
-	g.sw_stride = sw ? sw->stride : 0;
-	g.sw_vec = sw ? sw->vec : 0;
+	g.sw = sw ? *sw : mm_sw{ NULL, NULL, NULL, 0, 0 };
 	if (mm_prefetch && (wide || !mma)) {
 		const size_t want = wide ? (size_t)4 * mm_wide * mm_block_bytes(ws[0]->type, &blck) : 2048;
 		g.prefetch = (int)(ws[0]->row_bytes < want ? ws[0]->row_bytes : want);
