@@ -207,6 +207,14 @@ struct backend_ops {
 	int (*gate_up_swiglu)(struct backend *be, const struct bk_weight *const *w, const float *x,
 			      int32_t T, float *const *out, float *h,
 			      const struct bk_weight *next);                        /* optional */
+	/* matmul of IN (T, w->n_in) with W into Y (T, w->n_out), then
+	 * add_rmsnorm(X, Y, G, T, w->n_out, EPS, OUT, NEXT): the two ops in
+	 * one call, with their bits, so that a device backend may fuse them
+	 * (the CUDA one into one launch).  OUT may equal Y.  Without it the
+	 * engine calls matmul, then add_rmsnorm. */
+	int (*matmul_add_rmsnorm)(struct backend *be, const struct bk_weight *w, const float *in,
+				  int32_t T, float *y, float *x, const float *g, float eps,
+				  float *out, const struct bk_weight *next);        /* optional */
 };
 
 struct backend {

@@ -53,6 +53,13 @@ if grep -q '^#define HAVE_CUDA_EMU 1' config.h 2>/dev/null; then
 	# its own one-row steps.
 	./tests/test_cuda_engine --wide "$tmp" kq.gguf 17 ||
 		{ echo "gguf_synth: 17-row steps on cuda differ from one-row steps" >&2; exit 1; }
+	# The same with the fused launches (attention's reduction, SwiGLU,
+	# and the add + RMSNorm in the o and down projections): the one-row
+	# steps run the wide kernels' tails, quantizing Q8_K rows for the next
+	# projection, and must still equal the 17-row steps, which fuse none.
+	LLMD_CUDA_ATTN_FUSE=1 LLMD_CUDA_SWIGLU_FUSE=1 LLMD_CUDA_NORM_FUSE=1 \
+		./tests/test_cuda_engine --wide "$tmp" kq.gguf 17 ||
+		{ echo "gguf_synth: fused one-row steps on cuda differ from 17-row steps" >&2; exit 1; }
 fi
 synth "$tmp/head.gguf" "$tmp/q41.gguf" --recipe q4_1
 run "$tmp/q41.gguf"

@@ -20,7 +20,9 @@
  * output is the same bits computed alone (T = 1) or inside a T = 9 batch
  * (or, on dp4a, T = 5), the argument checks, and that nothing leaks;
  * and the gate + up launch with SwiGLU in its last warps
- * (cuda_matmul_q_swiglu, test_swiglu) on the dp4a and wide kernels.
+ * (cuda_matmul_q_swiglu, test_swiglu) and the projection with the add +
+ * RMSNorm in its last block (cuda_matmul_q_norm, test_norm) on the dp4a
+ * and wide kernels.
  *
  * Built again under ASan + UBSan (every shape) and under TSan
  * (MATMUL_SMALL: each kernel's code once), where the portable mma's shared
@@ -32,6 +34,7 @@ extern "C" {
 }
 
 #include "matmul.cu"
+#include "rows.cu" /* cuda_add_rmsnorm_q8: what the fused norm must equal */
 
 #include <math.h>
 #include <string.h>
@@ -302,7 +305,7 @@ static void swiglu_case(uint32_t type, int n_in, int n_ff, int T, uint32_t vec, 
 	const bk_weight wg = { type, n_in, n_ff, dg.d, rb }, wu = { type, n_in, n_ff, du.d, rb };
 	const bk_weight *ws[2] = { &wg, &wu };
 	const size_t sb = cuda_matmul_scratch_bytes(&wg, T), qs = q8_stride(vec, n_ff);
-	dbuf<uint8_t> scratch(sb), xq(qs * T, 0xff), arrive(cuda_matmul_swiglu_arrive_bytes(&wg));
+	dbuf<uint8_t> scratch(sb), xq(qs * T, 0xff), arrive(cuda_matmul_arrive_bytes(&wg));
 	char what[96];
 	snprintf(what, sizeof what, "%s n_in %d n_ff %d T %d %s%s", qtype_get(type)->name, n_in, n_ff, T,
 		 qtype_get(vec)->name, in_place ? " in place" : "");
@@ -384,6 +387,117 @@ static void test_swiglu()
 						  scratch.d, NULL), -EINVAL); /* a stride of no 16 bytes */
 		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_0, xq.d, 48, NULL, scratch.d, NULL),
 			     -EINVAL);
+	}
+}
+
+/* cuda_matmul_q_norm against cuda_matmul_q then cuda_add_rmsnorm_q8 (the
+ * CPU's within tolerance: test_cuda_rows): the same bits of y, x, out and
+ * the quantized rows, in one launch after the quantizer's (none from rows
+ * already quantized), the counter left zero; OUT over Y too (the
+ * engine's); -ENOTSUP with nothing launched on the tensor cores. */
+static int n_norm;
+
+static void norm_case(uint32_t type, int n_in, int n, int T, uint32_t vec, bool in_place)
+{
+	size_t rb;
+	std::vector<uint8_t> hw = random_weights(type, n_in, n, &rb);
+	std::vector<float> hin = random_x(n_in, T), hx = random_x(n, T), hg(n);
+	for (float &v : hg)
+		v = uniform(0.5f, 1.5f);
+	const float eps = 1e-5f;
+	dbuf<uint8_t> dw(hw.size());
+	dw.put(hw);
+	const bk_weight w = { type, n_in, n, dw.d, rb };
+	const size_t sb = cuda_matmul_scratch_bytes(&w, T), qs = q8_stride(vec, n);
+	dbuf<float> in(hin.size()), g(n), x0(hx.size()), y0((size_t)T * n), o0((size_t)T * n), x1(hx.size()),
+		y1((size_t)T * n, 0xff), o1((size_t)T * n, 0xff);
+	dbuf<uint8_t> scratch(sb), xq0(qs * T, 0xff), xq1(qs * T, 0xff), arrive(cuda_matmul_arrive_bytes(&w));
+	in.put(hin);
+	g.put(hg);
+	x0.put(hx);
+	x1.put(hx);
+	char what[96];
+	snprintf(what, sizeof what, "%s n_in %d n %d T %d %s%s", qtype_get(type)->name, n_in, n, T,
+		 qtype_get(vec)->name, in_place ? " in place" : "");
+
+	CHECK_INT_EQ(cuda_matmul_q(&w, in.d, T, y0.d, scratch.d, NULL), 0);
+	CHECK_INT_EQ(cuda_add_rmsnorm_q8(x0.d, y0.d, g.d, T, n, eps, o0.d, vec, xq0.d, qs, NULL), 0);
+	CHECK(cuda_matmul_norm_fuses(&w, T));
+	float *od = in_place ? y1.d : o1.d;
+	const long long k = launches_of([&] {
+		CHECK_INT_EQ(cuda_matmul_q_norm(&w, in.d, T, y1.d, x1.d, g.d, eps, od, vec, xq1.d, qs,
+						(unsigned *)arrive.d, scratch.d, NULL), 0);
+	});
+	CHECK(k < 0 || k == 2); /* the quantizer, then the matmul with its tail */
+	const std::vector<float> want_x = x0.get(), want_o = o0.get();
+	const std::vector<uint8_t> want_q = xq0.get();
+	int bad = 0;
+	const std::vector<float> gx = x1.get(), go = in_place ? y1.get() : o1.get();
+	for (size_t i = 0; i < go.size(); i++)
+		if ((!same_bits(gx[i], want_x[i]) || !same_bits(go[i], want_o[i])) && bad++ < 3)
+			fprintf(stderr, "norm %s: [%zu] x %.9g out %.9g, unfused %.9g %.9g\n", what, i, gx[i], go[i],
+				want_x[i], want_o[i]);
+	CHECK(bad == 0);
+	if (!in_place)
+		CHECK(y1.get() == y0.get());
+	CHECK(xq1.get() == want_q);
+	std::vector<uint8_t> ar = arrive.get();
+	CHECK(std::all_of(ar.begin(), ar.end(), [](uint8_t b) { return b == 0; }));
+	/* again from the rows already quantized (the quantizer's, in SCRATCH): the matmul alone */
+	x1.put(hx);
+	const long long k2 = launches_of([&] {
+		CHECK_INT_EQ(cuda_matmul_q_norm(&w, NULL, T, y1.d, x1.d, g.d, eps, od, vec, xq1.d, qs,
+						(unsigned *)arrive.d, scratch.d, NULL), 0);
+	});
+	CHECK(k2 < 0 || k2 == 1);
+	CHECK(x1.get() == want_x);
+	CHECK((in_place ? y1.get() : o1.get()) == want_o);
+	CHECK(xq1.get() == want_q);
+	ar = arrive.get();
+	CHECK(std::all_of(ar.begin(), ar.end(), [](uint8_t b) { return b == 0; }));
+	n_norm++;
+}
+
+static void test_norm()
+{
+	cuda_matmul_set_mma_min_t(8); /* the dp4a kernels up to T = 7 */
+	for (uint32_t type : q32_types)
+		for (uint32_t vec : { QT_Q8_0, QT_Q8_1 })
+			norm_case(type, 4 * QK, 96, 1, vec, false);
+	/* 9 blocks of 32, more than a pass of the norm's 8 warps; 2304: 9
+	 * super-blocks, and more than a batch of norm_add_scale's loads */
+	norm_case(QT_Q4_1, 3 * QK, 288, 3, QT_Q8_1, true);
+	norm_case(QT_Q8_0, QK, 2304, 2, QT_Q8_K, false);
+	for (uint32_t type : k_types)
+		norm_case(type, QK_K, 512, 2, QT_Q8_K, true);
+	cuda_matmul_set_wide(2); /* one row of Q4_K, Q6_K: the wide kernels */
+	for (uint32_t type : { QT_Q4_K, QT_Q6_K }) {
+		norm_case(type, 2 * QK_K, 2304, 1, QT_Q8_K, true);
+		norm_case(type, QK_K, 64, 1, QT_Q8_0, false);
+	}
+	cuda_matmul_set_wide(0);
+	cuda_matmul_set_mma_min_t(1); /* the tensor cores: refused, nothing launched */
+	{
+		size_t rb;
+		std::vector<uint8_t> hw = random_weights(QT_Q4_0, QK, 32, &rb);
+		dbuf<uint8_t> dw(hw.size()), scratch(1 << 12), xq(256), arrive(64);
+		dbuf<float> x(QK), y(32), r(32), g(32);
+		const bk_weight w = { QT_Q4_0, QK, 32, dw.d, rb };
+		CHECK(!cuda_matmul_norm_fuses(&w, 1));
+		const long long k = launches_of([&] {
+			CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 48,
+							(unsigned *)arrive.d, scratch.d, NULL), -ENOTSUP);
+		});
+		CHECK(k <= 0);
+		/* bad arguments */
+		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_K, xq.d, 256,
+						(unsigned *)arrive.d, scratch.d, NULL), -EINVAL); /* no super-block */
+		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 40,
+						(unsigned *)arrive.d, scratch.d, NULL), -EINVAL); /* no 16 bytes */
+		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 48, NULL,
+						scratch.d, NULL), -EINVAL);
+		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, NULL, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 48,
+						(unsigned *)arrive.d, scratch.d, NULL), -EINVAL);
 	}
 }
 
@@ -657,14 +771,16 @@ int main(void)
 #endif
 	test_defaults();
 	test_swiglu();
+	test_norm();
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels, %d of them Q4_K/Q5_K, "
 	       "each also from 2-byte aligned rows, %d split-K; %d Q4_K/Q6_K a row a warp; %d on dp4a; "
-	       "cpu isa %s and scalar; %d gate + up with SwiGLU fused), all bit-identical: %s, %.1f s\n",
+	       "cpu isa %s and scalar; %d gate + up with SwiGLU fused; %d projections with add + RMSNorm "
+	       "fused), all bit-identical: %s, %.1f s\n",
 	       n_cases, n_mma, n_k45, n_split, n_wide, n_cases - n_mma - n_wide,
-	       quant_isa_name(quant_get_isa()), n_swiglu,
+	       quant_isa_name(quant_get_isa()), n_swiglu, n_norm,
 	       test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();

@@ -40,8 +40,11 @@
  * NEXT) quantizes its output for it in the same launch (cb_fuse_begin), so
  * the matmul's own quantization launch is skipped.  With
  * LLMD_CUDA_SWIGLU_FUSE, gate_up_swiglu runs gate, up and SwiGLU (so
- * quantized) in one launch where the kernels allow (cb_swiglu_fused); its
- * quantized rows go to mm_scratch2, the launch still reading mm_scratch.
+ * quantized) in one launch where the kernels allow (cb_swiglu_fused); with
+ * LLMD_CUDA_NORM_FUSE, matmul_add_rmsnorm runs the o or down projection
+ * and the add + RMSNorm after it in one (cb_norm_fused).  Such a launch's
+ * tail writes its quantized rows to the one of mm_scratch and
+ * mm_scratch2 that the launch does not read (cb_tail_buffers).
  *
  * Attention tiles a prefill chunk's rows (cuda_attention with the host's
  * rows); recorded steps keep one row per block.
@@ -135,13 +138,14 @@ struct cuda_backend {
 	size_t d_pos2_cap;           /* bytes */
 	void *mm_scratch;            /* quantized activations for cuda_matmul_q */
 	size_t mm_scratch_cap;       /* bytes */
-	/* The fused gate + up + SwiGLU launch (LLMD_CUDA_SWIGLU_FUSE): */
-	int swiglu_fuse;             /* whether gate_up_swiglu fuses where it can */
-	void *mm_scratch2;           /* its quantized output (the launch still reads mm_scratch) */
+	/* The matmul launches with a tail fused in: */
+	int swiglu_fuse;             /* whether gate_up_swiglu fuses (LLMD_CUDA_SWIGLU_FUSE) */
+	int norm_fuse;               /* whether matmul_add_rmsnorm fuses (LLMD_CUDA_NORM_FUSE) */
+	void *mm_scratch2;           /* the tail's quantized output where the launch reads mm_scratch */
 	size_t mm_scratch2_cap;      /* bytes */
-	unsigned *sw_arrive;         /* its arrival counters, zero between launches */
-	size_t sw_arrive_cap;        /* bytes */
-	size_t sw_arrive_bytes;      /* the most any weight's launch needs */
+	unsigned *mm_arrive;         /* their arrival counters, zero between launches */
+	size_t mm_arrive_cap;        /* bytes */
+	size_t mm_arrive_bytes;      /* the most any weight's launch needs */
 	/* An op's output that its launch also quantized for the matmul after
 	 * it (add_rmsnorm's or swiglu's NEXT), into xq_buf: valid while no
 	 * device call has been made since (calls == xq_calls). */
@@ -516,8 +520,8 @@ static int cb_weight(struct cuda_backend *cb, const struct bk_weight *w, struct 
 	size_t mm = cuda_matmul_scratch_bytes(dw, 1);
 	if (w->type != QT_F32 && mm > cb->mm_row_bytes)
 		cb->mm_row_bytes = mm;
-	if (w->type != QT_F32 && cuda_matmul_swiglu_arrive_bytes(dw) > cb->sw_arrive_bytes)
-		cb->sw_arrive_bytes = cuda_matmul_swiglu_arrive_bytes(dw);
+	if (w->type != QT_F32 && cuda_matmul_arrive_bytes(dw) > cb->mm_arrive_bytes)
+		cb->mm_arrive_bytes = cuda_matmul_arrive_bytes(dw);
 	if ((w->type == QT_F16 || w->type == QT_BF16) && (size_t)w->n_in * 2 > cb->half_row_bytes)
 		cb->half_row_bytes = (size_t)w->n_in * 2;
 	return 0;
@@ -989,6 +993,34 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, cb->stream)));
 }
 
+/* The buffers of a launch with a fused tail over T rows of device weight
+ * DW, whose input the op before quantized when HANDED (cb_xq_handed, asked
+ * before any device call) and whose tail quantizes rows of STRIDE bytes
+ * for the matmul after it: *IN the rows the launch reads (the op before's
+ * with *QUANTIZED 1; else mm_scratch, which its quantizer fills first),
+ * *OUT the other of mm_scratch and mm_scratch2, for the tail; and the
+ * arrival counters; all grown as needed. */
+static int cb_tail_buffers(struct cuda_backend *cb, const struct bk_weight *dw, int32_t T, int handed,
+			   size_t stride, int *quantized, void **in, void **out)
+{
+	int r;
+
+	*quantized = handed && cb_xq_fits(cb, dw);
+	if (*quantized)
+		*in = cb->xq_buf;
+	else if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cuda_matmul_scratch_bytes(dw, T))) < 0)
+		return r;
+	else
+		*in = cb->mm_scratch;
+	const int two = *in == cb->mm_scratch;
+	if ((r = cb_grow(cb, two ? &cb->mm_scratch2 : &cb->mm_scratch,
+			 two ? &cb->mm_scratch2_cap : &cb->mm_scratch_cap, stride * (size_t)T)) < 0)
+		return r;
+	*out = two ? cb->mm_scratch2 : cb->mm_scratch;
+	return cb_grow_zeroed(cb, (void **)&cb->mm_arrive, &cb->mm_arrive_cap, cuda_matmul_arrive_bytes(dw),
+			      SIZE_MAX);
+}
+
 /* gate_up_swiglu's one launch (cuda_matmul_q_swiglu), where the knob is
  * on, the weights take a kernel with the fused tail and NEXT takes
  * quantized rows: 1 when launched, 0 when not fusable (nothing done), or
@@ -1000,10 +1032,9 @@ static int cb_swiglu_fused(struct cuda_backend *cb, const struct bk_weight *cons
 	const struct bk_weight *run[2] = { &dw[0], &dw[1] };
 	const int64_t n = w[0]->n_out;
 	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
-	/* x quantized by the op before into mm_scratch, as cb_matmul takes it
-	 * (not from mm_scratch2, which this launch writes) */
-	const int handed = cb_xq_handed(cb, x, T) && cb->xq_buf == cb->mm_scratch;
-	int r;
+	const int handed = cb_xq_handed(cb, x, T);
+	void *in, *xq;
+	int r, quantized;
 
 	if (!cb->swiglu_fuse || T < 1 || !stride || w[0]->type != w[1]->type || w[1]->n_out != n ||
 	    !cuda_matmul_scratch_bytes(w[0], T) || ((uintptr_t)out[0] | (uintptr_t)out[1] | (uintptr_t)h) % 16)
@@ -1013,20 +1044,15 @@ static int cb_swiglu_fused(struct cuda_backend *cb, const struct bk_weight *cons
 		return r;
 	if (cb_mm_half(cb, &dw[0], T) || cb_mm_half(cb, &dn, T) || !cuda_matmul_swiglu_fuses(run, T))
 		return 0;
-	const int quantized = handed && cb_xq_fits(cb, &dw[0]);
-	if ((!quantized && (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap,
-				     cuda_matmul_scratch_bytes(&dw[0], T))) < 0) ||
-	    (r = cb_grow(cb, &cb->mm_scratch2, &cb->mm_scratch2_cap, stride * (size_t)T)) < 0 ||
-	    (r = cb_grow_zeroed(cb, (void **)&cb->sw_arrive, &cb->sw_arrive_cap,
-				cuda_matmul_swiglu_arrive_bytes(&dw[0]), SIZE_MAX)) < 0)
+	if ((r = cb_tail_buffers(cb, &dw[0], T, handed, stride, &quantized, &in, &xq)) < 0)
 		return r;
 	if (cb->prof)
 		cb_prof_matmul(cb, run, 2);
 	r = cb_fuse_end(cb, "cuda_matmul_q_swiglu",
 			CB_TIMED(cb, cuda_matmul_q_swiglu(run, quantized ? NULL : x, T, out, h,
-							  qtype_get(dn.type)->vec_type, cb->mm_scratch2, stride,
-							  cb->sw_arrive, cb->mm_scratch, cb->stream)),
-			h, T, &dn, cb->mm_scratch2);
+							  qtype_get(dn.type)->vec_type, xq, stride, cb->mm_arrive,
+							  in, cb->stream)),
+			h, T, &dn, xq);
 	return r < 0 ? r : 1;
 }
 
@@ -1090,6 +1116,57 @@ static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const fl
 			  int64_t n, float eps, float *out, const struct bk_weight *next)
 {
 	return cb_norm(be, x, y, g, T, n, eps, out, next);
+}
+
+/* matmul_add_rmsnorm's one launch (cuda_matmul_q_norm), where the knob is
+ * on, W takes a kernel with the fused tail and NEXT takes quantized rows:
+ * 1 when launched, 0 when not fusable (nothing done), or a negative
+ * errno. */
+static int cb_norm_fused(struct cuda_backend *cb, const struct bk_weight *w, const float *in, int32_t T,
+			 float *y, float *x, const float *g, float eps, float *out, const struct bk_weight *next)
+{
+	struct bk_weight dw, dn;
+	const int64_t n = w->n_out;
+	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
+	const int handed = cb_xq_handed(cb, in, T);
+	void *dg, *xin, *xq;
+	int r, quantized;
+
+	if (!cb->norm_fuse || T < 1 || !stride || !cuda_matmul_scratch_bytes(w, T))
+		return 0;
+	if ((r = cb_weight(cb, w, &dw)) < 0 || (r = cb_weight(cb, next, &dn)) < 0)
+		return r;
+	if (cb_mm_half(cb, &dw, T) || cb_mm_half(cb, &dn, T) || !cuda_matmul_norm_fuses(&dw, T))
+		return 0;
+	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0 ||
+	    (r = cb_tail_buffers(cb, &dw, T, handed, stride, &quantized, &xin, &xq)) < 0)
+		return r;
+	if (cb->prof) {
+		const struct bk_weight *run = &dw;
+		cb_prof_matmul(cb, &run, 1);
+	}
+	r = cb_fuse_end(cb, "cuda_matmul_q_norm",
+			CB_TIMED(cb, cuda_matmul_q_norm(&dw, quantized ? NULL : in, T, y, x, dg, eps, out,
+							qtype_get(dn.type)->vec_type, xq, stride, cb->mm_arrive,
+							xin, cb->stream)),
+			out, T, &dn, xq);
+	return r < 0 ? r : 1;
+}
+
+/* A projection, then the add + RMSNorm after it quantized for NEXT: one
+ * launch where it may (cb_norm_fused), else cb_matmul and cb_norm. */
+static int cb_matmul_add_rmsnorm(struct backend *be, const struct bk_weight *w, const float *in, int32_t T,
+				 float *y, float *x, const float *g, float eps, float *out,
+				 const struct bk_weight *next)
+{
+	struct cuda_backend *cb = cbk(be);
+	int r = cb_norm_fused(cb, w, in, T, y, x, g, eps, out, next);
+
+	if (r)
+		return r < 0 ? r : 0;
+	if ((r = cb_matmul(be, &w, 1, in, T, &y)) < 0)
+		return r;
+	return cb_norm(be, x, y, g, T, w->n_out, eps, out, next);
 }
 
 /* ---- memory hooks ---- */
@@ -1241,9 +1318,9 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	    (r = cb_grow_zeroed(cb, &cb->att_scratch, &cb->att_scratch_cap, att,
 				cuda_attention_arrive_bytes(&cb->kv_view, &cb->attn))) < 0 ||
 	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
-	    (cb->swiglu_fuse &&
+	    ((cb->swiglu_fuse || cb->norm_fuse) &&
 	     ((r = cb_grow(cb, &cb->mm_scratch2, &cb->mm_scratch2_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
-	      (r = cb_grow_zeroed(cb, (void **)&cb->sw_arrive, &cb->sw_arrive_cap, cb->sw_arrive_bytes,
+	      (r = cb_grow_zeroed(cb, (void **)&cb->mm_arrive, &cb->mm_arrive_cap, cb->mm_arrive_bytes,
 				  SIZE_MAX)) < 0)) ||
 	    (r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
 			 (cb->half_row_bytes * (size_t)TB + 255) / 256 * 256)) < 0 ||
@@ -1327,7 +1404,7 @@ static void cb_free(struct backend *be)
 			cudaFree(cb->map[i].dev);
 	free(cb->map);
 	void *bufs[] = { cb->kv_dev, cb->d_pos, cb->d_tables, cb->d_ids, cb->d_pos2,
-			 cb->mm_scratch, cb->mm_scratch2, cb->sw_arrive, cb->att_scratch, cb->gemm_scratch,
+			 cb->mm_scratch, cb->mm_scratch2, cb->mm_arrive, cb->att_scratch, cb->gemm_scratch,
 			 cb->blas_ws };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
@@ -1386,6 +1463,7 @@ static const struct backend_ops cuda_ops = {
 	.kv_attach = cb_kv_attach,
 	.add_rmsnorm = cb_add_rmsnorm,
 	.rope_kv_store = cb_rope_kv_store,
+	.matmul_add_rmsnorm = cb_matmul_add_rmsnorm,
 };
 
 int cuda_backend_emulated(void)
@@ -1493,6 +1571,8 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	cb_env_knobs(device);
 	/* 1: gate + up and SwiGLU in one launch where the kernels allow */
 	cb->swiglu_fuse = cb_env("LLMD_CUDA_SWIGLU_FUSE", &v) && v != 0;
+	/* 1: the o and down projections and the add + RMSNorm after each in one launch */
+	cb->norm_fuse = cb_env("LLMD_CUDA_NORM_FUSE", &v) && v != 0;
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;

@@ -151,24 +151,39 @@ int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *o
 int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
 			float *const *out, void *scratch, void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
+/* Arrival counters, for the launches below with a tail fused in: bytes
+ * of device memory that any such launch of W takes (cuda_matmul_q_swiglu
+ * the first of gate; cuda_matmul_q_norm the first 4), zero before the
+ * first call (every call leaves them zero), not shared with a concurrent
+ * call. */
+size_t cuda_matmul_arrive_bytes(const struct bk_weight *w);
 /* cuda_matmul_q_group of gate W[0] and up W[1] (one type, the same n_out,
  * a whole number of VEC's blocks) into OUT[0] and OUT[1], then, in the
  * same launch, H (T, n_out) = silu(OUT[0]) * OUT[1], quantized to VEC
  * into XQ as cuda_swiglu_q8 does: both calls' bits, one launch.  H may
  * equal OUT[0]; OUT[0], OUT[1] and H 16-byte aligned; XQ must not overlap
- * SCRATCH (the matmul still reads it).
- * ARRIVE: cuda_matmul_swiglu_arrive_bytes(W[0]) bytes of device memory,
- * zero before the first call (every call leaves them zero), not shared
- * with a concurrent call.  -ENOTSUP, with nothing launched, where T rows
- * of these weights take the tensor-core kernels (the tail needs a warp a
- * weight row: the dp4a and wide kernels). */
+ * SCRATCH (the matmul still reads it); ARRIVE as above.  -ENOTSUP, with
+ * nothing launched, where T rows of these weights take the tensor-core
+ * kernels (the tail needs a warp a weight row: the dp4a and wide
+ * kernels). */
 int cuda_matmul_q_swiglu(const struct bk_weight *const *w, const float *x, int32_t T,
 			 float *const *out, float *h, uint32_t vec, void *xq, size_t xq_stride,
 			 unsigned *arrive, void *scratch, void *stream);
-size_t cuda_matmul_swiglu_arrive_bytes(const struct bk_weight *w);
 /* Whether T rows of gate and up W[0], W[1] take kernels with
  * cuda_matmul_q_swiglu's tail (1) or the tensor cores (0: it refuses). */
 int cuda_matmul_swiglu_fuses(const struct bk_weight *const *w, int32_t T);
+/* cuda_matmul_q of IN with W into Y (T, n = W->n_out, a whole number of
+ * VEC's blocks), then, in the same launch, cuda_add_rmsnorm_q8(X, Y, G,
+ * T, n, EPS, OUT, VEC, XQ, XQ_STRIDE): both calls' bits, one launch.  IN
+ * NULL: SCRATCH already holds it quantized.  OUT may equal Y or X; XQ
+ * must not overlap SCRATCH (the matmul still reads it); ARRIVE as above.
+ * -ENOTSUP, with nothing launched, where T rows of W take the
+ * tensor-core kernels. */
+int cuda_matmul_q_norm(const struct bk_weight *w, const float *in, int32_t T, float *y, float *x,
+		       const float *g, float eps, float *out, uint32_t vec, void *xq, size_t xq_stride,
+		       unsigned *arrive, void *scratch, void *stream);
+/* Whether T rows of W take kernels with cuda_matmul_q_norm's tail. */
+int cuda_matmul_norm_fuses(const struct bk_weight *w, int32_t T);
 /* The matmuls of T rows take the tensor-core kernels from T = MIN_T, the
  * dp4a ones below it: the same bits either way.  Below 1, the default:
  * the K-quants always (at one row the wide kernels, cuda_matmul_set_wide,

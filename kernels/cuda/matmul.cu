@@ -64,6 +64,7 @@ extern "C" {
 }
 #include "cuda_mma.h"
 #include "cuda_ops.h"
+#include "norm_q8.cuh"
 #include "quant_q8.cuh"
 
 #define MM_FULL 0xffffffffu
@@ -73,13 +74,23 @@ extern "C" {
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
 
-/* SwiGLU fused into a gate + up launch (cuda_matmul_q_swiglu; mm_swiglu_tail). */
-struct mm_sw {
-	unsigned *arrive; /* (n_out / vec's block) counters, zero between launches; NULL: none */
-	float *out;       /* (T, n_out) silu(gate) * up; may be gate's output */
-	uint8_t *xq;      /* (T) its rows quantized to vec, stride bytes apart */
+/* A launch's fused tail (mm_end), compiled only into its kernels' TL
+ * instances: none; SwiGLU over gate + up (cuda_matmul_q_swiglu,
+ * mm_swiglu_tail); or add + RMSNorm after one weight (cuda_matmul_q_norm,
+ * mm_norm_tail). */
+enum { MM_TAIL_NONE, MM_TAIL_SWIGLU, MM_TAIL_NORM };
+
+struct mm_tail {
+	unsigned *arrive;  /* counters, zero between launches: SwiGLU's (n_out / vec's block),
+			      the norm's one; NULL: no tail */
+	float *out;        /* (T, n_out) silu(gate) * up, which may be gate's output; or
+			      x / rms(x) * gain, which may be the matmul's */
+	uint8_t *xq;       /* (T) rows of out quantized to vec, stride bytes apart */
 	size_t stride;
-	uint32_t vec;     /* QT_Q8_0, QT_Q8_1 or QT_Q8_K */
+	uint32_t vec;      /* QT_Q8_0, QT_Q8_1 or QT_Q8_K */
+	float *x;          /* the norm's residual (T, n_out): x += the matmul's output */
+	const float *gain; /* the norm's weight (n_out) */
+	float eps;         /* the norm's epsilon */
 };
 
 /* The weights of one launch: a matmul group's q, k and v (or gate and up)
@@ -92,7 +103,7 @@ struct mm_group {
 	int n_out[CUDA_MM_GROUP];
 	int first[CUDA_MM_GROUP + 1];
 	int prefetch; /* bytes of its row a warp asks L2 for before it waits (0: none) */
-	mm_sw sw;     /* the fused SwiGLU (w[0] gate, w[1] up), in the SW kernels */
+	mm_tail tl;   /* the fused tail, in the TL kernels (SwiGLU: w[0] gate, w[1] up) */
 };
 
 /* ---- scratch layout ---- */
@@ -299,15 +310,68 @@ UNROLL
 	}
 }
 
-/* A warp's end in the kernels above: the fused SwiGLU's tail in their SW
- * instances, apart so that the others keep their registers (on sm_90 the
- * wide kernels' U = 2 take 64 with it, 48 and 40 without). */
-template <bool SW>
+/* ---- add + RMSNorm fused into a matmul launch ----
+ *
+ * cuda_matmul_q_norm: the same kernels end with mm_norm_tail.  A block's
+ * warps, their outputs written, meet at a barrier (every warp has a row:
+ * n_out is a whole number of 32-element blocks, so of MM_WARPS rows); the
+ * block counts itself in the launch's one counter; and the block that
+ * arrives last, when every output of every row is written, adds them to
+ * x and norms each row into out, quantized for the next matmul, as
+ * add_rmsnorm_q8's kernels do (norm_q8.cuh: its MM_WARPS * 32 threads
+ * play their NORM_THREADS, MM_NORM_V each, so the same bits), and sets
+ * the counter back to zero for the next launch: the norm's launch saved,
+ * twice a layer.  Its kernels (*_norm_kernel) are apart, under launch
+ * bounds: unbounded, ptxas gave them 76 to 80 registers where the others
+ * take 40 to 72, for the norm's Q8_K store. */
+#define MM_NORM_V (NORM_THREADS / (MM_WARPS * 32)) /* norm threads a thread plays */
+#define MM_NORM_B 2   /* elements a norm thread loads at once (norm_add_scale) */
+#define MM_NORM_BLOCKS 8 /* a norm launch's blocks resident per SM: at most 64 registers */
+static_assert(NORM_THREADS % (MM_WARPS * 32) == 0, "a block plays the norm's threads");
+static_assert(QK % MM_WARPS == 0, "a norm launch's blocks have a row for every warp");
+
+static __device__ __forceinline__ void mm_norm_tail(const mm_tail &tl, const float *y, int n, int T)
+{
+	__shared__ double s_warp[NORM_WARPS];
+	__shared__ int s_last;
+	__syncthreads(); /* the block's outputs are written */
+	if (threadIdx.x == 0) {
+		__threadfence(); /* the block's outputs before its arrival */
+		const int last = atomicAdd(tl.arrive, 1u) + 1 == gridDim.x;
+		if (last) {
+			atomicExch(tl.arrive, 0u); /* every block has arrived: none touches it again */
+			__threadfence(); /* the others' outputs after their arrivals */
+		}
+		s_last = last;
+	}
+	__syncthreads();
+	if (!s_last)
+		return;
+	for (int t = 0; t < T; t++) {
+		if (t)
+			__syncthreads(); /* the row before's sum read by every thread: s_warp free */
+		float *xr = tl.x + (size_t)t * n, *o = tl.out + (size_t)t * n;
+		const float *yr = y + (size_t)t * n;
+		uint8_t *row = tl.xq + (size_t)t * tl.stride;
+		if (tl.vec == QT_Q8_K)
+			norm_row_q8k<MM_NORM_V, MM_NORM_B, 0, true>(xr, yr, tl.gain, n, tl.eps, o, row, s_warp);
+		else
+			norm_row_q8<MM_NORM_V, MM_NORM_B, 0, true>(xr, yr, tl.gain, n, tl.eps, o, tl.vec == QT_Q8_1,
+								   row, s_warp);
+	}
+}
+
+/* A warp's end in the kernels above, M its rows: the fused tail of their
+ * TL instances, apart so that the others keep their registers (on sm_90
+ * the wide kernels' U = 2 take 64 with SwiGLU's, 48 and 40 without). */
+template <int TL>
 static __device__ __forceinline__ void mm_end(const mm_group &g, const mm_row &m, int T)
 {
-	if (SW)
-		mm_swiglu_tail(g.sw.arrive, g.out[0], g.out[1], g.sw.out, g.sw.xq, g.sw.stride, g.sw.vec,
+	if (TL == MM_TAIL_SWIGLU)
+		mm_swiglu_tail(g.tl.arrive, g.out[0], g.out[1], g.tl.out, g.tl.xq, g.tl.stride, g.tl.vec,
 			       g.n_out[0], m.row, T);
+	if (TL == MM_TAIL_NORM)
+		mm_norm_tail(g.tl, g.out[0], g.n_out[0], T);
 }
 
 /* One warp per weight row; lane l (< 16) and l + 16 hold quant.c's float
@@ -316,11 +380,10 @@ static __device__ __forceinline__ void mm_end(const mm_group &g, const mm_row &m
  * lanes 4t + b % 4 with the partial over elements 4t..4t+3 (half 0) and
  * 16+4t..16+4t+3 (half 1).  Every loop bound is uniform over the warp, so
  * the shuffles always see all 32 lanes. */
-template <int TYPE, bool PF, bool SW = false>
-static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
-	size_t stride, int T, int /* ks: 1 */)
+template <int TYPE, int TL>
+static __device__ __forceinline__ void matmul_q32_body(const mm_group &g, int nb,
+	const uint8_t *__restrict__ xq, size_t stride, int T)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -419,7 +482,26 @@ UNROLL
 				m.out[(size_t)(t0 + j) * m.n_out] = v;
 		}
 	}
-	mm_end<SW>(g, m, T);
+	mm_end<TL>(g, m, T);
+}
+
+template <int TYPE, bool PF, int TL = MM_TAIL_NONE>
+static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_q32_body<TYPE, TL>(g, nb, xq, stride, T);
+}
+
+/* matmul_q32_kernel with the norm's tail (mm_norm_tail), its registers
+ * capped (MM_NORM_BLOCKS). */
+template <int TYPE, bool PF>
+static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
+matmul_q32_norm_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq, size_t stride, int T,
+	int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_q32_body<TYPE, MM_TAIL_NORM>(g, nb, xq, stride, T);
 }
 
 /* ---- matmul: 32-element blocks on the tensor cores ----
@@ -767,11 +849,10 @@ UNROLL
 /* One warp per weight row: lane i computes super-block b0 + i's integer
  * sums, then the warp walks the 32 in order with one float accumulator, as
  * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
-template <int TYPE, bool PF, bool SW = false>
-static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T, int /* ks: 1 */)
+template <int TYPE, int TL>
+static __device__ __forceinline__ void matmul_k_body(const mm_group &g, int nsb,
+	const uint8_t *__restrict__ xq, size_t stride, int T)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -828,7 +909,26 @@ UNROLL
 				m.out[(size_t)(t0 + j) * m.n_out] = acc[j];
 		}
 	}
-	mm_end<SW>(g, m, T);
+	mm_end<TL>(g, m, T);
+}
+
+template <int TYPE, bool PF, int TL = MM_TAIL_NONE>
+static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_k_body<TYPE, TL>(g, nsb, xq, stride, T);
+}
+
+/* matmul_k_kernel with the norm's tail (mm_norm_tail), its registers capped
+ * (MM_NORM_BLOCKS). */
+template <int TYPE, bool PF>
+static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
+matmul_k_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
+	int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_k_body<TYPE, MM_TAIL_NORM>(g, nsb, xq, stride, T);
 }
 
 /* ---- matmul: K-quants on the tensor cores ----
@@ -1425,11 +1525,10 @@ static __device__ __forceinline__ float wide_chain(const S *st, int b0, int nsb,
 	return acc;
 }
 
-template <int U, bool PF, bool SW = false>
-static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T, int /* ks: 1 */)
+template <int U, int TL>
+static __device__ __forceinline__ void matmul_q4k_wide_body(const mm_group &g, int nsb,
+	const uint8_t *__restrict__ xq, size_t stride, int T)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	__shared__ float4 steps[MM_WIDE_WARPS][4 * U];
 	const int lane = threadIdx.x % 32, c = lane / 8, k = lane % 8, j = k / 2, h = k % 2;
 	const mm_row m = mm_pick(g, 1);
@@ -1492,7 +1591,26 @@ UNROLL
 	}
 	if (lane == 0)
 		m.out[0] = acc;
-	mm_end<SW>(g, m, T);
+	mm_end<TL>(g, m, T);
+}
+
+template <int U, bool PF, int TL = MM_TAIL_NONE>
+static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_q4k_wide_body<U, TL>(g, nsb, xq, stride, T);
+}
+
+/* matmul_q4k_wide_kernel with the norm's tail (mm_norm_tail), its registers capped
+ * (MM_NORM_BLOCKS). */
+template <int U, bool PF>
+static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
+matmul_q4k_wide_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
+	int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_q4k_wide_body<U, MM_TAIL_NORM>(g, nsb, xq, stride, T);
 }
 
 /* Q6_K a row a warp: as Q4_K's, lane 8c + k on super-block 4i + c, its
@@ -1515,11 +1633,10 @@ UNROLL
 			  __funnelshift_r(w[2], w[3], sh), __funnelshift_r(w[3], w[4], sh));
 }
 
-template <int U, bool PF, bool SW = false>
-static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T, int /* ks: 1 */)
+template <int U, int TL>
+static __device__ __forceinline__ void matmul_q6k_wide_body(const mm_group &g, int nsb,
+	const uint8_t *__restrict__ xq, size_t stride, int T)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	__shared__ float2 steps[MM_WIDE_WARPS][4 * U];
 	const int lane = threadIdx.x % 32, c = lane / 8, k = lane % 8;
 	const int hf = k / 4, q = k / 2 % 2, p = k % 2;
@@ -1576,7 +1693,26 @@ UNROLL
 	}
 	if (lane == 0)
 		m.out[0] = acc;
-	mm_end<SW>(g, m, T);
+	mm_end<TL>(g, m, T);
+}
+
+template <int U, bool PF, int TL = MM_TAIL_NONE>
+static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_q6k_wide_body<U, TL>(g, nsb, xq, stride, T);
+}
+
+/* matmul_q6k_wide_kernel with the norm's tail (mm_norm_tail), its registers capped
+ * (MM_NORM_BLOCKS). */
+template <int U, bool PF>
+static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
+matmul_q6k_wide_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
+	int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	matmul_q6k_wide_body<U, MM_TAIL_NORM>(g, nsb, xq, stride, T);
 }
 
 /* ---- launchers ---- */
@@ -1795,60 +1931,90 @@ static int mm_use_wide(uint32_t type, int aligned, int32_t T)
 	return mm_wide && ((type == QT_Q4_K && aligned) || type == QT_Q6_K) && T == 1;
 }
 
-template <bool PF, bool SW>
+/* The wide kernel of TYPE with U rounds, PF and tail TL (the norm's: its
+ * own kernel, under launch bounds). */
+template <int U, bool PF, int TL>
+static mm_kernel mm_wide_of(uint32_t type)
+{
+	if constexpr (TL == MM_TAIL_NORM)
+		return type == QT_Q6_K ? matmul_q6k_wide_norm_kernel<U, PF> : matmul_q4k_wide_norm_kernel<U, PF>;
+	else
+		return type == QT_Q6_K ? matmul_q6k_wide_kernel<U, PF, TL> : matmul_q4k_wide_kernel<U, PF, TL>;
+}
+
+template <bool PF, int TL>
 static mm_kernel mm_wide_kernel_pf(uint32_t type)
 {
 	switch (mm_wide) {
-	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1, PF, SW> : matmul_q4k_wide_kernel<1, PF, SW>;
-	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2, PF, SW> : matmul_q4k_wide_kernel<2, PF, SW>;
-	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4, PF, SW> : matmul_q4k_wide_kernel<4, PF, SW>;
-	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8, PF, SW> : matmul_q4k_wide_kernel<8, PF, SW>;
+	case 1:  return mm_wide_of<1, PF, TL>(type);
+	case 2:  return mm_wide_of<2, PF, TL>(type);
+	case 4:  return mm_wide_of<4, PF, TL>(type);
+	default: return mm_wide_of<8, PF, TL>(type);
 	}
 }
 
-/* SW: the instance with the fused SwiGLU's tail (mm_end). */
-static mm_kernel mm_wide_kernel(uint32_t type, bool sw = false)
+/* The kernel of a given prefetch flag and tail (mm_end), for each of both:
+ * KERNEL_OF<PF, TL>(ARGS) with PF mm_prefetch and TL the launch's. */
+#define MM_PICK(kernel_of, tl, ...)                                                                      \
+	((tl) == MM_TAIL_SWIGLU ? (mm_prefetch ? kernel_of<true, MM_TAIL_SWIGLU>(__VA_ARGS__)              \
+					       : kernel_of<false, MM_TAIL_SWIGLU>(__VA_ARGS__))              \
+	 : (tl) == MM_TAIL_NORM ? (mm_prefetch ? kernel_of<true, MM_TAIL_NORM>(__VA_ARGS__)                 \
+					       : kernel_of<false, MM_TAIL_NORM>(__VA_ARGS__))                \
+	 : (mm_prefetch ? kernel_of<true, MM_TAIL_NONE>(__VA_ARGS__) : kernel_of<false, MM_TAIL_NONE>(__VA_ARGS__)))
+
+/* TL: the instance with that fused tail (mm_end). */
+static mm_kernel mm_wide_kernel(uint32_t type, int tl = MM_TAIL_NONE)
 {
-	if (sw)
-		return mm_prefetch ? mm_wide_kernel_pf<true, true>(type) : mm_wide_kernel_pf<false, true>(type);
-	return mm_prefetch ? mm_wide_kernel_pf<true, false>(type) : mm_wide_kernel_pf<false, false>(type);
+	return MM_PICK(mm_wide_kernel_pf, tl, type);
 }
 
 /* The dp4a kernel of a supported TYPE, a warp a weight row; PF: asking L2
- * for its row before it waits (cuda_matmul_set_prefetch); SW: with the
- * fused SwiGLU's tail. */
-template <bool PF, bool SW>
+ * for its row before it waits (cuda_matmul_set_prefetch); TL: with that
+ * fused tail. */
+template <int TYPE, bool PF, int TL>
+static mm_kernel mm_dp4a_of()
+{
+	constexpr bool kq = TYPE == QT_Q4_K || TYPE == QT_Q5_K || TYPE == QT_Q6_K;
+	if constexpr (kq && TL == MM_TAIL_NORM)
+		return matmul_k_norm_kernel<TYPE, PF>;
+	else if constexpr (kq)
+		return matmul_k_kernel<TYPE, PF, TL>;
+	else if constexpr (TL == MM_TAIL_NORM)
+		return matmul_q32_norm_kernel<TYPE, PF>;
+	else
+		return matmul_q32_kernel<TYPE, PF, TL>;
+}
+
+template <bool PF, int TL>
 static mm_kernel mm_dp4a_kernel_of(uint32_t type)
 {
 	switch (type) {
-	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0, PF, SW>;
-	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1, PF, SW>;
-	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0, PF, SW>;
-	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K, PF, SW>;
-	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K, PF, SW>;
-	default:      return matmul_k_kernel<QT_Q6_K, PF, SW>;
+	case QT_Q4_0: return mm_dp4a_of<QT_Q4_0, PF, TL>();
+	case QT_Q4_1: return mm_dp4a_of<QT_Q4_1, PF, TL>();
+	case QT_Q8_0: return mm_dp4a_of<QT_Q8_0, PF, TL>();
+	case QT_Q4_K: return mm_dp4a_of<QT_Q4_K, PF, TL>();
+	case QT_Q5_K: return mm_dp4a_of<QT_Q5_K, PF, TL>();
+	default:      return mm_dp4a_of<QT_Q6_K, PF, TL>();
 	}
 }
 
 /* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
  * tile of 8 activation rows a pass up to T = 8, 2 up to 16, then 4; or the
- * dp4a one (SW: with the fused SwiGLU's tail). */
-static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T, bool sw = false)
+ * dp4a one (TL: with that fused tail). */
+static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T, int tl = MM_TAIL_NONE)
 {
 	if (mma)
 		return T <= 8 ? mm_mma_kernel_of<1>(type, aligned)
 		     : T <= 16 ? mm_mma_kernel_of<2>(type, aligned) : mm_mma_kernel_of<4>(type, aligned);
-	if (sw)
-		return mm_prefetch ? mm_dp4a_kernel_of<true, true>(type) : mm_dp4a_kernel_of<false, true>(type);
-	return mm_prefetch ? mm_dp4a_kernel_of<true, false>(type) : mm_dp4a_kernel_of<false, false>(type);
+	return MM_PICK(mm_dp4a_kernel_of, tl, type);
 }
 
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
- * quantized.  SW not NULL: the gate + up launch with SwiGLU fused in
- * (cuda_matmul_q_swiglu), -ENOTSUP before any launch where its kernel has
- * no such tail. */
+ * quantized.  TL not MM_TAIL_NONE: the launch with that tail fused in
+ * (cuda_matmul_q_swiglu, cuda_matmul_q_norm) as TAIL says, -ENOTSUP
+ * before any launch where its kernel has no such tail. */
 static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, int32_t T,
-	float *const *outs, void *scratch, void *stream, const mm_sw *sw)
+	float *const *outs, void *scratch, void *stream, int tl, const mm_tail *tail)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	struct mm_group g;
@@ -1867,7 +2033,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const int aligned = mm_aligned16(ws, nw);
 	const int wide = mm_use_wide(ws[0]->type, aligned, T);
 	const int mma = !wide && mm_use_mma(ws[0]->type, T);
-	if (sw && mma) /* a tile of 16 rows a warp: no tail of a row a warp (cuda_matmul_swiglu_fuses) */
+	if (tl != MM_TAIL_NONE && mma) /* a tile of 16 rows a warp: no tail (mm_tail_fuses) */
 		return -ENOTSUP;
 	mm_block_bytes(ws[0]->type, &blck);
 	const int nbk = (int)(ws[0]->n_in / blck);
@@ -1895,7 +2061,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	/* the wide kernels' first round of loads, or up to 2 KiB of a dp4a
 	 * kernel's row (the whole row at SmolLM2's widths) */
 	g.prefetch = 0;
-	g.sw = sw ? *sw : mm_sw{ NULL, NULL, NULL, 0, 0 };
+	g.tl = tl != MM_TAIL_NONE ? *tail : mm_tail{ NULL, NULL, NULL, 0, 0, NULL, NULL, 0.0f };
 	if (mm_prefetch && (wide || !mma)) {
 		const size_t want = wide ? (size_t)4 * mm_wide * mm_block_bytes(ws[0]->type, &blck) : 2048;
 		g.prefetch = (int)(ws[0]->row_bytes < want ? ws[0]->row_bytes : want);
@@ -1907,8 +2073,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	uint8_t *xq = (uint8_t *)scratch;
 	const unsigned mm_blocks = (unsigned)blocks;
 	const int async = mm_use_async(w->type, mma, aligned, nt);
-	const mm_kernel kernel = wide ? mm_wide_kernel(w->type, sw != NULL)
-			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T, sw != NULL);
+	const mm_kernel kernel = wide ? mm_wide_kernel(w->type, tl)
+			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T, tl);
 	if (async) { /* each warp's stages after the split-K buffer */
 		const int bytes = (int)mm_block_bytes(w->type, &blck);
 		smem += (size_t)(threads / 32) * MM_STAGES * k_stage_bytes(bytes);
@@ -1959,24 +2125,40 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 extern "C" int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
 	float *const *out, void *scratch, void *stream)
 {
-	return matmul_q(w, nw, x, T, out, scratch, stream, NULL);
+	return matmul_q(w, nw, x, T, out, scratch, stream, MM_TAIL_NONE, NULL);
 }
 
 extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
 	void *scratch, void *stream)
 {
-	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream, NULL) : -EINVAL;
+	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream, MM_TAIL_NONE, NULL) : -EINVAL;
+}
+
+/* Whether a launch of weights W (NW of one type) over T rows takes a
+ * kernel with the fused tails: a warp a weight row (the wide kernels, or
+ * dp4a rather than the tensor cores). */
+static int mm_tail_fuses(const struct bk_weight *const *w, int nw, int32_t T)
+{
+	for (int k = 0; k < nw; k++)
+		if (!w[k] || w[k]->type != w[0]->type)
+			return 0;
+	if (T < 1)
+		return 0;
+	const int wide = mm_use_wide(w[0]->type, mm_aligned16(w, nw), T);
+	return wide || !mm_use_mma(w[0]->type, T);
 }
 
 extern "C" int cuda_matmul_swiglu_fuses(const struct bk_weight *const *w, int32_t T)
 {
-	if (!w || !w[0] || !w[1] || w[0]->type != w[1]->type || T < 1)
-		return 0;
-	const int wide = mm_use_wide(w[0]->type, mm_aligned16(w, 2), T);
-	return wide || !mm_use_mma(w[0]->type, T);
+	return w && mm_tail_fuses(w, 2, T);
 }
 
-extern "C" size_t cuda_matmul_swiglu_arrive_bytes(const struct bk_weight *w)
+extern "C" int cuda_matmul_norm_fuses(const struct bk_weight *w, int32_t T)
+{
+	return mm_tail_fuses(&w, 1, T);
+}
+
+extern "C" size_t cuda_matmul_arrive_bytes(const struct bk_weight *w)
 {
 	return w && w->n_out > 0 && w->n_out <= INT32_MAX ? (size_t)(w->n_out + QK - 1) / QK * sizeof(unsigned)
 							 : 0;
@@ -1993,6 +2175,20 @@ extern "C" int cuda_matmul_q_swiglu(const struct bk_weight *const *w, const floa
 	const size_t need = q8_row_bytes(vec, w[0]->n_out);
 	if (!need || xq_stride < need || w[0]->n_out > INT32_MAX)
 		return -EINVAL;
-	const mm_sw sw = { arrive, h, (uint8_t *)xq, xq_stride, vec };
-	return matmul_q(w, 2, x, T, out, scratch, stream, &sw);
+	const mm_tail tl = { arrive, h, (uint8_t *)xq, xq_stride, vec, NULL, NULL, 0.0f };
+	return matmul_q(w, 2, x, T, out, scratch, stream, MM_TAIL_SWIGLU, &tl);
+}
+
+extern "C" int cuda_matmul_q_norm(const struct bk_weight *w, const float *in, int32_t T, float *y,
+	float *x, const float *g, float eps, float *out, uint32_t vec, void *xq, size_t xq_stride,
+	unsigned *arrive, void *scratch, void *stream)
+{
+	if (!w || !y || !x || !g || !out || !xq || !arrive || (uintptr_t)xq % 16 || xq_stride % 16 ||
+	    (uintptr_t)x % 4 || (uintptr_t)g % 4 || (uintptr_t)out % 4)
+		return -EINVAL;
+	const size_t need = q8_row_bytes(vec, w->n_out);
+	if (!need || xq_stride < need || w->n_out > INT32_MAX)
+		return -EINVAL;
+	const mm_tail tl = { arrive, out, (uint8_t *)xq, xq_stride, vec, x, g, eps };
+	return matmul_q(&w, 1, in, T, &y, scratch, stream, MM_TAIL_NORM, &tl);
 }
