@@ -323,9 +323,10 @@ UNROLL
  * the counter back to zero for the next launch: the norm's launch saved,
  * twice a layer.  Its kernels (*_norm_kernel) are apart, under launch
  * bounds: unbounded, ptxas gave them 76 to 80 registers where the others
- * take 40 to 72, for the norm's Q8_K store. */
+ * take 40 to 72, for the norm's Q8_K store; bounded, 52 to 64 and no
+ * spills (but for the wide kernels' 4 and 8 rounds, not the default). */
 #define MM_NORM_V (NORM_THREADS / (MM_WARPS * 32)) /* norm threads a thread plays */
-#define MM_NORM_B 2   /* elements a norm thread loads at once (norm_add_scale) */
+#define MM_NORM_B 4   /* elements a norm thread loads at once (norm_add_scale) */
 #define MM_NORM_BLOCKS 8 /* a norm launch's blocks resident per SM: at most 64 registers */
 static_assert(NORM_THREADS % (MM_WARPS * 32) == 0, "a block plays the norm's threads");
 static_assert(QK % MM_WARPS == 0, "a norm launch's blocks have a row for every warp");

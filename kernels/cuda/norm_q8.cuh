@@ -103,7 +103,8 @@ UNROLL
  * at ROW, as the matmul's quantizer would (quant_q8.cuh).  B as for
  * norm_add_scale; P blocks a virtual warp whose g it loads before the
  * first pass (in registers through it), and whose x it loads at once
- * after it; P 0: one block at a time, no g early. */
+ * after it, for each of its virtual warps; P 0: one block at a time, no g
+ * early. */
 template <int V, int B, int P, bool CG>
 static __device__ __forceinline__ void norm_row_q8(float *xr, const float *yr, const float *__restrict__ g,
 	int64_t n, float eps, float *o, int with_sum, uint8_t *row, double *s_warp)
@@ -120,27 +121,31 @@ UNROLL
 			gp[j][p] = b < nb ? __ldg(&g[(int64_t)b * 32 + lane]) : 0.0f;
 		}
 	const float scale = norm_add_scale<V, B, CG>(xr, yr, n, eps, s_warp);
+	/* a round: NP blocks of each of the thread's virtual warps, every x
+	 * loaded before any store (OUT may alias X) */
+	for (int b0 = warp, p0 = 0; b0 < nb; b0 += np * NORM_WARPS, p0 += np) {
+		float xv[V][P ? P : 1];
 UNROLL
-	for (int j = 0; j < V; j++)
-		for (int b0 = warp + j * ws, p0 = 0; b0 < nb; b0 += np * NORM_WARPS, p0 += np) {
-			float xv[P ? P : 1];
+		for (int j = 0; j < V; j++)
 UNROLL
 			for (int p = 0; p < np; p++) {
-				const int b = b0 + p * NORM_WARPS;
-				xv[p] = b < nb ? xr[(int64_t)b * 32 + lane] : 0.0f;
+				const int b = b0 + j * ws + p * NORM_WARPS;
+				xv[j][p] = b < nb ? xr[(int64_t)b * 32 + lane] : 0.0f;
 			}
 UNROLL
+		for (int j = 0; j < V; j++)
+UNROLL
 			for (int p = 0; p < np; p++) {
-				const int b = b0 + p * NORM_WARPS; /* the same for every lane of a warp */
+				const int b = b0 + j * ws + p * NORM_WARPS; /* the same for every lane of a warp */
 				if (b >= nb)
 					continue;
 				const int64_t i = (int64_t)b * 32 + lane;
 				const float gi = P && !p0 ? gp[j][p] : __ldg(&g[i]);
-				const float v = __fmul_rn(__fmul_rn(xv[p], scale), gi);
+				const float v = __fmul_rn(__fmul_rn(xv[j][p], scale), gi);
 				o[i] = v;
 				q8_block_store(v, lane, b, nb, (int)n, with_sum, row);
 			}
-		}
+	}
 }
 
 /* The same into Q8_K super-blocks (N a multiple of 256): each virtual warp
@@ -163,34 +168,37 @@ UNROLL
 				gp[j][p][k] = b < nsb ? __ldg(&g[(int64_t)b * 256 + 8 * lane + k]) : 0.0f;
 		}
 	const float scale = norm_add_scale<V, B, CG>(xr, yr, n, eps, s_warp);
+	/* a round as norm_row_q8's */
+	for (int b0 = warp, p0 = 0; b0 < nsb; b0 += np * NORM_WARPS, p0 += np) {
+		float v[V][P ? P : 1][8];
 UNROLL
-	for (int j = 0; j < V; j++)
-		for (int b0 = warp + j * ws, p0 = 0; b0 < nsb; b0 += np * NORM_WARPS, p0 += np) {
-			float v[P ? P : 1][8];
+		for (int j = 0; j < V; j++)
 UNROLL
 			for (int p = 0; p < np; p++) {
-				const int b = b0 + p * NORM_WARPS;
+				const int b = b0 + j * ws + p * NORM_WARPS;
 UNROLL
 				for (int k = 0; k < 8; k++)
-					v[p][k] = b < nsb ? xr[(int64_t)b * 256 + 8 * lane + k] : 0.0f;
+					v[j][p][k] = b < nsb ? xr[(int64_t)b * 256 + 8 * lane + k] : 0.0f;
 			}
 UNROLL
+		for (int j = 0; j < V; j++)
+UNROLL
 			for (int p = 0; p < np; p++) {
-				const int b = b0 + p * NORM_WARPS; /* the same for every lane of a warp */
+				const int b = b0 + j * ws + p * NORM_WARPS; /* the same for every lane of a warp */
 				if (b >= nsb)
 					continue;
 				const int64_t i0 = (int64_t)b * 256 + 8 * lane;
 UNROLL
 				for (int k = 0; k < 8; k++) {
 					const float gi = P && !p0 ? gp[j][p][k] : __ldg(&g[i0 + k]);
-					v[p][k] = __fmul_rn(__fmul_rn(v[p][k], scale), gi);
+					v[j][p][k] = __fmul_rn(__fmul_rn(v[j][p][k], scale), gi);
 				}
 UNROLL
 				for (int k = 0; k < 8; k++)
-					o[i0 + k] = v[p][k];
-				q8k_warp_store(v[p], lane, b, nsb, (int)n, row);
+					o[i0 + k] = v[j][p][k];
+				q8k_warp_store(v[j][p], lane, b, nsb, (int)n, row);
 			}
-		}
+	}
 }
 
 #endif
