@@ -601,14 +601,15 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 			OP(ENGINE_OP_DOWN, ops->matmul_add_rmsnorm(be, wd, e->g, T, e->xn, e->x,
 								   m->layers[l + 1].attn_norm, hp->rms_eps, e->xn,
 								   &m->layers[l + 1].wq));
-			continue;
+		} else {
+			OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
+			if (l + 1 < hp->n_layer)
+				OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm,
+									   T, d, hp->rms_eps, e->xn,
+									   &m->layers[l + 1].wq));
+			else /* the last layer's add: the output norm comes after the gather */
+				OP(ENGINE_OP_ADD_NORM, ops->add(be, e->x, e->xn, (int64_t)T * d));
 		}
-		OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
-		if (l + 1 < hp->n_layer)
-			OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d,
-								   hp->rms_eps, e->xn, &m->layers[l + 1].wq));
-		else
-			OP(ENGINE_OP_ADD_NORM, ops->add(be, e->x, e->xn, (int64_t)T * d));
 	}
 
 	/* Gather the rows that want logits, then norm and project only those
