@@ -282,6 +282,28 @@ static void test_prefetch()
 	CHECK((mm_kernel_of(QT_Q4_1, 0, 1, 1) == (mm_kernel)matmul_q32_kernel<QT_Q4_1, false>));
 }
 
+/* A fused launch's refusals, CALL(w, x, a, b, vec, xq, stride, arrive,
+ * scratch) on one row of a 32-row Q4_0 weight (a, b: 32 floats each) with
+ * the tensor cores taking it: -ENOTSUP with nothing launched; then bad
+ * arguments, -EINVAL. */
+template <class Call>
+static void check_tail_refusals(Call call)
+{
+	size_t rb;
+	std::vector<uint8_t> hw = random_weights(QT_Q4_0, QK, 32, &rb);
+	dbuf<uint8_t> dw(hw.size()), scratch(1 << 12), xq(256), arrive(64);
+	dbuf<float> x(QK), a(32), b(32);
+	const bk_weight w = { QT_Q4_0, QK, 32, dw.d, rb };
+	unsigned *ar = (unsigned *)arrive.d;
+	const long long n = launches_of([&] {
+		CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_0, xq.d, 48, ar, scratch.d), -ENOTSUP);
+	});
+	CHECK(n <= 0);
+	CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_K, xq.d, 256, ar, scratch.d), -EINVAL); /* no super-block */
+	CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_0, xq.d, 40, ar, scratch.d), -EINVAL); /* no 16 bytes */
+	CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_0, xq.d, 48, NULL, scratch.d), -EINVAL);
+}
+
 /* cuda_matmul_q_swiglu: gate and up with the bits of the unfused group,
  * H = silu(gate) * up with the CPU's swiglu's bits on the emulator (on a
  * GPU within CUDA's expf: a few ulps), H's rows quantized to VEC as the
@@ -366,28 +388,13 @@ static void test_swiglu()
 	}
 	cuda_matmul_set_wide(0);
 	cuda_matmul_set_mma_min_t(1); /* the tensor cores: refused, nothing launched */
-	{
-		size_t rb;
-		std::vector<uint8_t> hw = random_weights(QT_Q4_0, QK, 32, &rb);
-		dbuf<uint8_t> dw(hw.size()), scratch(1 << 12), xq(256), arrive(64);
-		dbuf<float> x(QK), g(32), u(32);
-		const bk_weight w = { QT_Q4_0, QK, 32, dw.d, rb };
+	check_tail_refusals([](const bk_weight &w, float *x, float *a, float *b, uint32_t vec, void *xq,
+			       size_t stride, unsigned *arrive, void *scratch) {
 		const bk_weight *ws[2] = { &w, &w };
-		float *o[2] = { g.d, u.d };
+		float *o[2] = { a, b };
 		CHECK(!cuda_matmul_swiglu_fuses(ws, 1));
-		const long long n = launches_of([&] {
-			CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_0, xq.d, 48, (unsigned *)arrive.d,
-							  scratch.d, NULL), -ENOTSUP);
-		});
-		CHECK(n <= 0);
-		/* bad arguments */
-		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_K, xq.d, 256, (unsigned *)arrive.d,
-						  scratch.d, NULL), -EINVAL); /* 32 outputs: no super-block */
-		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_0, xq.d, 40, (unsigned *)arrive.d,
-						  scratch.d, NULL), -EINVAL); /* a stride of no 16 bytes */
-		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, x.d, 1, o, g.d, QT_Q8_0, xq.d, 48, NULL, scratch.d, NULL),
-			     -EINVAL);
-	}
+		return cuda_matmul_q_swiglu(ws, x, 1, o, a, vec, xq, stride, arrive, scratch, NULL);
+	});
 }
 
 /* cuda_matmul_q_norm against cuda_matmul_q then cuda_add_rmsnorm_q8 (the
@@ -477,28 +484,13 @@ static void test_norm()
 	}
 	cuda_matmul_set_wide(0);
 	cuda_matmul_set_mma_min_t(1); /* the tensor cores: refused, nothing launched */
-	{
-		size_t rb;
-		std::vector<uint8_t> hw = random_weights(QT_Q4_0, QK, 32, &rb);
-		dbuf<uint8_t> dw(hw.size()), scratch(1 << 12), xq(256), arrive(64);
-		dbuf<float> x(QK), y(32), r(32), g(32);
-		const bk_weight w = { QT_Q4_0, QK, 32, dw.d, rb };
+	check_tail_refusals([](const bk_weight &w, float *x, float *a, float *b, uint32_t vec, void *xq,
+			       size_t stride, unsigned *arrive, void *scratch) {
 		CHECK(!cuda_matmul_norm_fuses(&w, 1));
-		const long long k = launches_of([&] {
-			CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 48,
-							(unsigned *)arrive.d, scratch.d, NULL), -ENOTSUP);
-		});
-		CHECK(k <= 0);
-		/* bad arguments */
-		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_K, xq.d, 256,
-						(unsigned *)arrive.d, scratch.d, NULL), -EINVAL); /* no super-block */
-		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 40,
-						(unsigned *)arrive.d, scratch.d, NULL), -EINVAL); /* no 16 bytes */
-		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, r.d, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 48, NULL,
-						scratch.d, NULL), -EINVAL);
-		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x.d, 1, y.d, NULL, g.d, 1e-5f, y.d, QT_Q8_0, xq.d, 48,
-						(unsigned *)arrive.d, scratch.d, NULL), -EINVAL);
-	}
+		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x, 1, a, NULL, b, 1e-5f, a, vec, xq, stride, arrive, scratch,
+						NULL), -EINVAL); /* no residual */
+		return cuda_matmul_q_norm(&w, x, 1, a, b, b, 1e-5f, a, vec, xq, stride, arrive, scratch, NULL);
+	});
 }
 
 static void test_shapes()
