@@ -152,10 +152,10 @@ int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x
 			float *const *out, void *scratch, void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
 /* Arrival counters, for the launches below with a tail fused in: bytes
- * of device memory that any such launch of W takes (cuda_matmul_q_swiglu
- * the first of gate; cuda_matmul_q_norm the first 4), zero before the
- * first call (every call leaves them zero), not shared with a concurrent
- * call. */
+ * of device memory enough for any such launch of W (cuda_matmul_q_swiglu
+ * with W its gate takes one counter per 32 outputs, cuda_matmul_q_norm
+ * one), zero before the first call (every call leaves them zero), not
+ * shared with a concurrent call. */
 size_t cuda_matmul_arrive_bytes(const struct bk_weight *w);
 /* cuda_matmul_q_group of gate W[0] and up W[1] (one type, the same n_out,
  * a whole number of VEC's blocks) into OUT[0] and OUT[1], then, in the
