@@ -54,10 +54,12 @@ if grep -q '^#define HAVE_CUDA_EMU 1' config.h 2>/dev/null; then
 	./tests/test_cuda_engine --wide "$tmp" kq.gguf 17 ||
 		{ echo "gguf_synth: 17-row steps on cuda differ from one-row steps" >&2; exit 1; }
 	# The same with the fused launches (attention's reduction, SwiGLU,
-	# and the add + RMSNorm in the o and down projections): the one-row
-	# steps run the wide kernels' tails, quantizing Q8_K rows for the next
-	# projection, and must still equal the 17-row steps, which fuse none.
-	LLMD_CUDA_ATTN_FUSE=1 LLMD_CUDA_SWIGLU_FUSE=1 LLMD_CUDA_NORM_FUSE=1 \
+	# and the add + RMSNorm in the o and down projections) and the first
+	# layer's Q4_K q, k and Q6_K v in one launch (LLMD_CUDA_MM_MIXED): the
+	# one-row steps run the wide kernels' tails, quantizing Q8_K rows for
+	# the next projection, and the mixed kernel, and must still equal the
+	# 17-row steps, which do neither.
+	LLMD_CUDA_ATTN_FUSE=1 LLMD_CUDA_SWIGLU_FUSE=1 LLMD_CUDA_NORM_FUSE=1 LLMD_CUDA_MM_MIXED=1 \
 		./tests/test_cuda_engine --wide "$tmp" kq.gguf 17 ||
 		{ echo "gguf_synth: fused one-row steps on cuda differ from 17-row steps" >&2; exit 1; }
 fi

@@ -493,6 +493,69 @@ static void test_norm()
 	});
 }
 
+/* cuda_matmul_set_mixed: one row of Q4_K and Q6_K weights (q, k, v) in
+ * one launch, each output with the bits of its weight alone; refused
+ * (-EINVAL) at more rows, with the wide kernels off, with a tail, or
+ * with the knob off. */
+static void test_mixed()
+{
+	const int n_in = 2 * QK_K, T = 1;
+	const uint32_t types[3] = { QT_Q4_K, QT_Q4_K, QT_Q6_K };
+	const int n_out[3] = { 64, 32, 32 };
+	std::vector<std::vector<uint8_t>> hw(3);
+	std::vector<dbuf<uint8_t> *> dw;
+	std::vector<dbuf<float> *> alone, mixed;
+	bk_weight w[3];
+	const bk_weight *ws[3];
+	float *outs[3];
+	std::vector<float> hx = random_x(n_in, 2);
+	dbuf<float> x(hx.size());
+	x.put(hx);
+	for (int k = 0; k < 3; k++) {
+		size_t rb;
+		hw[k] = random_weights(types[k], n_in, n_out[k], &rb);
+		dw.push_back(new dbuf<uint8_t>(hw[k].size()));
+		dw[k]->put(hw[k]);
+		w[k] = { types[k], n_in, n_out[k], dw[k]->d, rb };
+		ws[k] = &w[k];
+		alone.push_back(new dbuf<float>(n_out[k]));
+		mixed.push_back(new dbuf<float>(2 * n_out[k], 0xff));
+		outs[k] = mixed[k]->d;
+	}
+	dbuf<uint8_t> scratch(cuda_matmul_scratch_bytes(&w[0], 2));
+	cuda_matmul_set_wide(2);
+	cuda_matmul_set_mixed(1);
+	CHECK(cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 1) && !cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 2) &&
+	      !cuda_matmul_mixes(QT_Q4_K, QT_Q4_0, 1));
+	for (int k = 0; k < 3; k++)
+		CHECK_INT_EQ(cuda_matmul_q(&w[k], x.d, T, alone[k]->d, scratch.d, NULL), 0);
+	const long long n = launches_of([&] {
+		CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), 0);
+	});
+	CHECK(n < 0 || n == 2); /* the quantizer, then one launch for the three */
+	for (int k = 0; k < 3; k++) {
+		std::vector<float> a = alone[k]->get(), m = mixed[k]->get();
+		CHECK(memcmp(a.data(), m.data(), a.size() * sizeof(float)) == 0);
+	}
+	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, 2, outs, scratch.d, NULL), -EINVAL); /* two rows */
+	float *o2[2] = { outs[0], outs[1] };
+	const bk_weight *gu[2] = { &w[1], &w[2] }; /* a tail takes one type */
+	dbuf<uint8_t> xq(1024), arrive(64);
+	CHECK_INT_EQ(cuda_matmul_q_swiglu(gu, x.d, T, o2, outs[0], QT_Q8_0, xq.d, 48, (unsigned *)arrive.d,
+					  scratch.d, NULL), -EINVAL);
+	cuda_matmul_set_wide(0);
+	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), -EINVAL);
+	cuda_matmul_set_wide(2);
+	cuda_matmul_set_mixed(0);
+	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), -EINVAL);
+	cuda_matmul_set_wide(0);
+	for (int k = 0; k < 3; k++) {
+		delete dw[k];
+		delete alone[k];
+		delete mixed[k];
+	}
+}
+
 static void test_shapes()
 {
 	shape_cases({ 1, 2, 5, 9, 16, 33 }, 9, 9);
@@ -764,6 +827,7 @@ int main(void)
 	test_defaults();
 	test_swiglu();
 	test_norm();
+	test_mixed();
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -781,8 +781,9 @@ static int cb_xq_fits(const struct cuda_backend *cb, const struct bk_weight *dw)
 }
 
 /* Each weight on its path; runs of quantized ones of a type (a layer's q,
- * k and v) take one launch, and all share one quantization of x (the
- * weights share its type: Q4_K and Q6_K both take Q8_K). */
+ * k and v; or of types that cuda_matmul_mixes) take one launch, and all
+ * share one quantization of x (the weights share its type: Q4_K and Q6_K
+ * both take Q8_K). */
 static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int nw, const float *x,
 		     int32_t T, float *const *out)
 {
@@ -814,7 +815,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 			/* this weight and those after it of its type, up to a launch's worth */
 			int n = 1;
 			run[0] = &dw[0];
-			while (n < CUDA_MM_GROUP && k + n < nw && w[k + n]->type == dw[0].type) {
+			while (n < CUDA_MM_GROUP && k + n < nw && cuda_matmul_mixes(w[k + n]->type, dw[0].type, T)) {
 				if ((r = cb_weight(cb, w[k + n], &dw[n])) < 0)
 					return r;
 				run[n] = &dw[n];
@@ -1528,6 +1529,8 @@ static void cb_env_knobs(int device)
 	cuda_matmul_set_prefetch(cb_env("LLMD_CUDA_MM_PREFETCH", &v) && v != 0);
 	/* Q4_K/Q6_K at T = 1 a row a warp, ROUNDS of loads in flight; 0: off */
 	cuda_matmul_set_wide(cb_env("LLMD_CUDA_MM_WIDE", &v) ? (int32_t)v : -1);
+	/* 1: one row of Q4_K and Q6_K weights sharing their input in one launch */
+	cuda_matmul_set_mixed(cb_env("LLMD_CUDA_MM_MIXED", &v) && v != 0);
 	/* programmatic dependent launch, sm_90 and up; 0: off */
 	cuda_set_pdl((!cb_env("LLMD_CUDA_PDL", &v) || v != 0) &&
 		     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&

@@ -145,12 +145,20 @@ int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *o
 /* Weights a grouped matmul takes in one launch. */
 #define CUDA_MM_GROUP 4
 /* out[k] (T, w[k]->n_out) = x · W[k]^T for NW (1 .. CUDA_MM_GROUP) weights
- * of one type and n_in (a layer's q, k and v; gate and up): x quantized
- * once (with X NULL, SCRATCH already holds it), then one launch over every
- * weight's rows.  Each output has the bits cuda_matmul_q gives it. */
+ * of one type and n_in (a layer's q, k and v; gate and up), or of types
+ * that cuda_matmul_mixes: x quantized once (with X NULL, SCRATCH already
+ * holds it), then one launch over every weight's rows.  Each output has
+ * the bits cuda_matmul_q gives it. */
 int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
 			float *const *out, void *scratch, void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
+/* Whether cuda_matmul_q_group takes weights of types A and B over T rows
+ * in one launch: the same type, or with cuda_matmul_set_mixed(1) Q4_K and
+ * Q6_K at one row on the wide kernels (a Q4_K_M model's q, k and v; the
+ * Q4_K weights' rows 16-byte aligned).  Process-wide, as the setters
+ * below: set it before any launch. */
+int cuda_matmul_mixes(uint32_t a, uint32_t b, int32_t T);
+void cuda_matmul_set_mixed(int on);
 /* Arrival counters, for the launches below with a tail fused in: bytes
  * of device memory enough for any such launch of W (cuda_matmul_q_swiglu
  * with W its gate takes one counter per 32 outputs, cuda_matmul_q_norm

@@ -104,6 +104,7 @@ struct mm_group {
 	int first[CUDA_MM_GROUP + 1];
 	int prefetch; /* bytes of its row a warp asks L2 for before it waits (0: none) */
 	mm_tail tl;   /* the fused tail, in the TL kernels (SwiGLU: w[0] gate, w[1] up) */
+	bool q6[CUDA_MM_GROUP]; /* matmul_kq_wide_kernel: member k is Q6_K (else Q4_K) */
 };
 
 /* ---- scratch layout ---- */
@@ -1716,6 +1717,37 @@ matmul_q6k_wide_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict
 	matmul_q6k_wide_body<U, MM_TAIL_NORM>(g, nsb, xq, stride, T);
 }
 
+/* ---- Q4_K and Q6_K weights in one launch ----
+ *
+ * One row of a group of Q4_K and Q6_K weights sharing their input (a
+ * Q4_K_M model's q and k are Q4_K, its v Q6_K in half the layers) takes
+ * one launch of the wide kernels rather than one a type, with
+ * cuda_matmul_set_mixed: each block runs its member's type's body, the
+ * same code as alone, so the same bits. */
+
+/* Whether this block's member of G is Q6_K, found member by member with
+ * constant indices as mm_pick does. */
+static __device__ __forceinline__ bool mm_member_q6(const mm_group &g)
+{
+	bool q6 = g.q6[0];
+UNROLL
+	for (int k = 1; k < CUDA_MM_GROUP; k++)
+		if ((int)blockIdx.x >= g.first[k])
+			q6 = g.q6[k];
+	return q6;
+}
+
+template <int U, bool PF>
+static __global__ void matmul_kq_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
+{
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	if (mm_member_q6(g)) /* uniform across the block */
+		matmul_q6k_wide_body<U, MM_TAIL_NONE>(g, nsb, xq, stride, T);
+	else
+		matmul_q4k_wide_body<U, MM_TAIL_NONE>(g, nsb, xq, stride, T);
+}
+
 /* ---- launchers ---- */
 
 static int mm_launched(void)
@@ -1744,6 +1776,27 @@ extern "C" size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T
 	return mm_xq_stride(w->type, w->n_in) * (size_t)T;
 }
 
+/* Whether one launch may take weights of types A and B over T rows
+ * (cuda_matmul_set_mixed; matmul_kq_wide_kernel): Q4_K and Q6_K, one row,
+ * the wide kernels on. */
+static int mm_mixed = 0;
+static int mm_wide = 2; /* cuda_mm_bench on an H200: 1 and 2 best, 4 some 15% slower */
+
+extern "C" void cuda_matmul_set_mixed(int on)
+{
+	mm_mixed = on != 0;
+}
+
+static int mm_mixes(uint32_t a, uint32_t b, int32_t T)
+{
+	return mm_mixed && mm_wide && T == 1 && (a == QT_Q4_K || a == QT_Q6_K) && (b == QT_Q4_K || b == QT_Q6_K);
+}
+
+extern "C" int cuda_matmul_mixes(uint32_t a, uint32_t b, int32_t T)
+{
+	return a == b || mm_mixes(a, b, T);
+}
+
 /* Weight W's checks against the group's first, G0 (NULL: W is the first). */
 static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32_t T)
 {
@@ -1754,7 +1807,7 @@ static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32
 	const size_t bb = mm_block_bytes(w->type, &blck);
 	if (!bb)
 		return -ENOTSUP; /* F32/F16/BF16 weights: not on this path */
-	if (g0 && (w->type != g0->type || w->n_in != g0->n_in))
+	if (g0 && ((w->type != g0->type && !mm_mixes(w->type, g0->type, T)) || w->n_in != g0->n_in))
 		return -EINVAL;
 	if (w->n_in <= 0 || w->n_in % blck || w->n_in > (1 << 24) || w->n_out <= 0 ||
 	    w->n_out > (1 << 24) || (int64_t)T * w->n_out > ((int64_t)1 << 31) - 1)
@@ -1909,9 +1962,8 @@ static mm_kernel mm_async_kernel_of(uint32_t type)
 /* Whether a matmul of TYPE over T activation rows reads its weight rows
  * whole (matmul_q4k_wide_kernel: Q4_K, 16-byte aligned rows; or
  * matmul_q6k_wide_kernel; T = 1) with
- * cuda_matmul_set_wide's rounds of loads in flight (0: never). */
-static int mm_wide = 2; /* cuda_mm_bench on an H200: 1 and 2 best, 4 some 15% slower */
-
+ * cuda_matmul_set_wide's rounds of loads in flight (mm_wide, with
+ * mm_mixes above; 0: never). */
 extern "C" void cuda_matmul_set_wide(int32_t rounds)
 {
 	mm_wide = rounds < 0 ? 2 : rounds <= 2 ? rounds : rounds <= 4 ? 4 : 8;
@@ -1962,6 +2014,23 @@ static mm_kernel mm_wide_kernel_pf(uint32_t type)
 	 : (tl) == MM_TAIL_NORM ? (mm_prefetch ? kernel_of<true, MM_TAIL_NORM>(__VA_ARGS__)                 \
 					       : kernel_of<false, MM_TAIL_NORM>(__VA_ARGS__))                \
 	 : (mm_prefetch ? kernel_of<true, MM_TAIL_NONE>(__VA_ARGS__) : kernel_of<false, MM_TAIL_NONE>(__VA_ARGS__)))
+
+/* The mixed Q4_K / Q6_K group's kernel (matmul_kq_wide_kernel). */
+template <bool PF>
+static mm_kernel mm_kq_kernel_pf(void)
+{
+	switch (mm_wide) {
+	case 1:  return matmul_kq_wide_kernel<1, PF>;
+	case 2:  return matmul_kq_wide_kernel<2, PF>;
+	case 4:  return matmul_kq_wide_kernel<4, PF>;
+	default: return matmul_kq_wide_kernel<8, PF>;
+	}
+}
+
+static mm_kernel mm_kq_kernel(void)
+{
+	return mm_prefetch ? mm_kq_kernel_pf<true>() : mm_kq_kernel_pf<false>();
+}
 
 /* TL: the instance with that fused tail (mm_end). */
 static mm_kernel mm_wide_kernel(uint32_t type, int tl = MM_TAIL_NONE)
@@ -2031,8 +2100,16 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		if (!outs[k] || (uintptr_t)outs[k] % 4)
 			return -EINVAL;
 	}
+	int mixed = 0, aligned_k4 = 1; /* of the Q4_K members, for a mixed group */
+	for (int k = 0; k < nw; k++) {
+		mixed |= ws[k]->type != ws[0]->type;
+		if (ws[k]->type == QT_Q4_K)
+			aligned_k4 &= mm_aligned16(&ws[k], 1);
+	}
+	if (mixed && (tl != MM_TAIL_NONE || !aligned_k4))
+		return -EINVAL; /* (a tail takes one type; the wide Q4_K kernel, 16-byte rows) */
 	const int aligned = mm_aligned16(ws, nw);
-	const int wide = mm_use_wide(ws[0]->type, aligned, T);
+	const int wide = mixed || mm_use_wide(ws[0]->type, aligned, T);
 	const int mma = !wide && mm_use_mma(ws[0]->type, T);
 	if (tl != MM_TAIL_NONE && mma) /* a tile of 16 rows a warp: no tail (mm_tail_fuses) */
 		return -ENOTSUP;
@@ -2063,6 +2140,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	 * kernel's row (the whole row at SmolLM2's widths) */
 	g.prefetch = 0;
 	g.tl = tl != MM_TAIL_NONE ? *tail : mm_tail{ NULL, NULL, NULL, 0, 0, NULL, NULL, 0.0f };
+	for (int k = 0; k < CUDA_MM_GROUP; k++)
+		g.q6[k] = k < nw && ws[k]->type == QT_Q6_K;
 	if (mm_prefetch && (wide || !mma)) {
 		const size_t want = wide ? (size_t)4 * mm_wide * mm_block_bytes(ws[0]->type, &blck) : 2048;
 		g.prefetch = (int)(ws[0]->row_bytes < want ? ws[0]->row_bytes : want);
@@ -2074,7 +2153,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	uint8_t *xq = (uint8_t *)scratch;
 	const unsigned mm_blocks = (unsigned)blocks;
 	const int async = mm_use_async(w->type, mma, aligned, nt);
-	const mm_kernel kernel = wide ? mm_wide_kernel(w->type, tl)
+	const mm_kernel kernel = mixed ? mm_kq_kernel()
+			       : wide ? mm_wide_kernel(w->type, tl)
 			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T, tl);
 	if (async) { /* each warp's stages after the split-K buffer */
 		const int bytes = (int)mm_block_bytes(w->type, &blck);
