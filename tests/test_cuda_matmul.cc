@@ -41,6 +41,7 @@ extern "C" {
 #include <time.h>
 
 #include <algorithm>
+#include <deque>
 #include <initializer_list>
 #include <vector>
 
@@ -503,8 +504,8 @@ static void test_mixed()
 	const uint32_t types[3] = { QT_Q4_K, QT_Q4_K, QT_Q6_K };
 	const int n_out[3] = { 64, 32, 32 };
 	std::vector<std::vector<uint8_t>> hw(3);
-	std::vector<dbuf<uint8_t> *> dw;
-	std::vector<dbuf<float> *> alone, mixed;
+	std::deque<dbuf<uint8_t>> dw; /* (a deque: its elements stay where they are made) */
+	std::deque<dbuf<float>> alone, mixed;
 	bk_weight w[3];
 	const bk_weight *ws[3];
 	float *outs[3];
@@ -514,13 +515,13 @@ static void test_mixed()
 	for (int k = 0; k < 3; k++) {
 		size_t rb;
 		hw[k] = random_weights(types[k], n_in, n_out[k], &rb);
-		dw.push_back(new dbuf<uint8_t>(hw[k].size()));
-		dw[k]->put(hw[k]);
-		w[k] = { types[k], n_in, n_out[k], dw[k]->d, rb };
+		dw.emplace_back(hw[k].size());
+		dw[k].put(hw[k]);
+		w[k] = { types[k], n_in, n_out[k], dw[k].d, rb };
 		ws[k] = &w[k];
-		alone.push_back(new dbuf<float>(n_out[k]));
-		mixed.push_back(new dbuf<float>(2 * n_out[k], 0xff));
-		outs[k] = mixed[k]->d;
+		alone.emplace_back(n_out[k]);
+		mixed.emplace_back(2 * n_out[k], 0xff);
+		outs[k] = mixed[k].d;
 	}
 	dbuf<uint8_t> scratch(cuda_matmul_scratch_bytes(&w[0], 2));
 	cuda_matmul_set_wide(2);
@@ -528,13 +529,13 @@ static void test_mixed()
 	CHECK(cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 1) && !cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 2) &&
 	      !cuda_matmul_mixes(QT_Q4_K, QT_Q4_0, 1));
 	for (int k = 0; k < 3; k++)
-		CHECK_INT_EQ(cuda_matmul_q(&w[k], x.d, T, alone[k]->d, scratch.d, NULL), 0);
+		CHECK_INT_EQ(cuda_matmul_q(&w[k], x.d, T, alone[k].d, scratch.d, NULL), 0);
 	const long long n = launches_of([&] {
 		CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), 0);
 	});
 	CHECK(n < 0 || n == 2); /* the quantizer, then one launch for the three */
 	for (int k = 0; k < 3; k++) {
-		std::vector<float> a = alone[k]->get(), m = mixed[k]->get();
+		std::vector<float> a = alone[k].get(), m = mixed[k].get();
 		CHECK(memcmp(a.data(), m.data(), a.size() * sizeof(float)) == 0);
 	}
 	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, 2, outs, scratch.d, NULL), -EINVAL); /* two rows */
@@ -549,11 +550,6 @@ static void test_mixed()
 	cuda_matmul_set_mixed(0);
 	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), -EINVAL);
 	cuda_matmul_set_wide(0);
-	for (int k = 0; k < 3; k++) {
-		delete dw[k];
-		delete alone[k];
-		delete mixed[k];
-	}
 }
 
 static void test_shapes()

@@ -226,7 +226,7 @@ struct mm_row {
  * constant indices, so the parameters stay in the constant bank rather
  * than a local copy.  KS 1: a block's MM_WARPS warps take a run of rows
  * each; KS > 1 (split-K): its KS warps all take the block's one run. */
-static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw, int ks = 1)
+static __device__ __forceinline__ int mm_member(const mm_group &g)
 {
 	/* first[] rises, so the last member this block reaches is its own */
 	int k0 = 0;
@@ -234,6 +234,12 @@ UNROLL
 	for (int k = 1; k < CUDA_MM_GROUP; k++)
 		if ((int)blockIdx.x >= g.first[k])
 			k0 = k;
+	return k0;
+}
+
+static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw, int ks = 1)
+{
+	const int k0 = mm_member(g);
 	mm_row m = { NULL, NULL, 0, 0, 0, 0 };
 UNROLL
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
@@ -265,16 +271,17 @@ UNROLL
  * projection as the swiglu kernels would (q8k_warp_store: the bytes of
  * q8k_block_store; q8_block_store), and sets the counter back to zero for
  * the next launch: one launch fewer a layer, the same bits. */
-static __device__ __forceinline__ void mm_swiglu_tail(unsigned *arrive, const float *gate, const float *up,
-	float *out, uint8_t *xq, size_t stride, uint32_t vec, int n, int row, int T)
+static __device__ __forceinline__ void mm_swiglu_tail(const mm_tail &tl, const float *gate, const float *up,
+	int n, int row, int T)
 {
+	const uint32_t vec = tl.vec;
 	const int lane = threadIdx.x % 32, bl = vec == QT_Q8_K ? QK_K : QK, b = row / bl;
 	unsigned last = 0;
 	if (lane == 0) { /* the lane that wrote the row's outputs */
 		__threadfence(); /* the outputs before the arrival */
-		last = atomicAdd(&arrive[b], 1u) + 1 == 2u * (unsigned)bl;
+		last = atomicAdd(&tl.arrive[b], 1u) + 1 == 2u * (unsigned)bl;
 		if (last) {
-			atomicExch(&arrive[b], 0u); /* every warp has arrived: none touches it again */
+			atomicExch(&tl.arrive[b], 0u); /* every warp has arrived: none touches it again */
 			__threadfence(); /* the other warps' outputs after their arrivals */
 		}
 	}
@@ -284,7 +291,7 @@ static __device__ __forceinline__ void mm_swiglu_tail(unsigned *arrive, const fl
 	__syncwarp(); /* lane 0's fence orders the other lanes' loads too */
 	for (int t = 0; t < T; t++) {
 		const size_t e0 = (size_t)t * n + (size_t)b * bl;
-		uint8_t *xr = xq + (size_t)t * stride;
+		uint8_t *xr = tl.xq + (size_t)t * tl.stride;
 		if (vec == QT_Q8_K) { /* lane l: elements 8l..8l+7, two float4s (N a multiple of 256) */
 			const size_t e = e0 + 8 * lane;
 			const float4 *g4 = reinterpret_cast<const float4 *>(gate + e);
@@ -298,14 +305,14 @@ UNROLL
 				v[4 * k + 2] = swiglu_of(a.z, c.z);
 				v[4 * k + 3] = swiglu_of(a.w, c.w);
 			}
-			float4 *o4 = reinterpret_cast<float4 *>(out + e);
+			float4 *o4 = reinterpret_cast<float4 *>(tl.out + e);
 			o4[0] = make_float4(v[0], v[1], v[2], v[3]);
 			o4[1] = make_float4(v[4], v[5], v[6], v[7]);
 			q8k_warp_store(v, lane, b, n / QK_K, n, xr);
 		} else {
 			const size_t e = e0 + lane;
 			const float v = swiglu_of(__ldcg(&gate[e]), __ldcg(&up[e]));
-			out[e] = v;
+			tl.out[e] = v;
 			q8_block_store(v, lane, b, n / QK, n, vec == QT_Q8_1, xr);
 		}
 	}
@@ -370,8 +377,7 @@ template <int TL>
 static __device__ __forceinline__ void mm_end(const mm_group &g, const mm_row &m, int T)
 {
 	if (TL == MM_TAIL_SWIGLU)
-		mm_swiglu_tail(g.tl.arrive, g.out[0], g.out[1], g.tl.out, g.tl.xq, g.tl.stride, g.tl.vec,
-			       g.n_out[0], m.row, T);
+		mm_swiglu_tail(g.tl, g.out[0], g.out[1], g.n_out[0], m.row, T);
 	if (TL == MM_TAIL_NORM)
 		mm_norm_tail(g.tl, g.out[0], g.n_out[0], T);
 }
@@ -1725,14 +1731,15 @@ matmul_q6k_wide_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict
  * cuda_matmul_set_mixed: each block runs its member's type's body, the
  * same code as alone, so the same bits. */
 
-/* Whether this block's member of G is Q6_K, found member by member with
+/* Whether this block's member of G (mm_member) is Q6_K, read with
  * constant indices as mm_pick does. */
 static __device__ __forceinline__ bool mm_member_q6(const mm_group &g)
 {
-	bool q6 = g.q6[0];
+	const int k0 = mm_member(g);
+	bool q6 = false;
 UNROLL
-	for (int k = 1; k < CUDA_MM_GROUP; k++)
-		if ((int)blockIdx.x >= g.first[k])
+	for (int k = 0; k < CUDA_MM_GROUP; k++)
+		if (k == k0)
 			q6 = g.q6[k];
 	return q6;
 }
