@@ -716,12 +716,18 @@ static void test_limits(const char *model)
 		CHECK(usock_recv(fd, f, sizeof f, fds, USOCK_MAX_FDS, &nfds) > 0 && nfds == 2);
 		for (int k = 0; k < nfds; k++)
 			close(fds[k]);
+		/* all three in one write, so that the daemon reads them together:
+		 * sent apart, the first two could finish before the third came */
+		uint8_t three[3 * 512];
+		size_t len = 0;
 		for (uint64_t i = 1; i <= 3; i++) {
 			struct proto_submit sub = { .id = i, .max_tokens = 50, .top_p = 1, .repeat_penalty = 1,
 						    .flags = PROTO_SUBMIT_IGNORE_EOS, .prompt = { "Hello", 5 } };
-			ssize_t n = proto_encode_submit(f, sizeof f, &sub);
-			send_all(fd, f, (size_t)n);
+			ssize_t n = proto_encode_submit(three + len, sizeof three - len, &sub);
+			CHECK(n > 0);
+			len += n > 0 ? (size_t)n : 0;
 		}
+		send_all(fd, three, len);
 		CHECK_INT_EQ(read_error(fd, &closed), PROTO_E_LIMIT);
 		CHECK(!closed);
 		close(fd);
