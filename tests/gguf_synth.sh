@@ -29,37 +29,42 @@ synth "$tmp/head.gguf" "$tmp/kq.gguf" --layers 2 --embd 256 --ff 512 --heads 4 -
 run "$tmp/kq.gguf"
 # Its first layer mixes Q4_K q, k and a Q6_K v, which share one
 # quantization of their input (one matmul call); the emulated CUDA backend,
-# where the build has it, runs q and k as one launch and v against the same
-# quantized rows: the same tokens as the CPU.
+# where the build has it, runs the three as one launch at one row
+# (LLMD_CUDA_MM_MIXED, the default), and with LLMD_CUDA_MM_MIXED=0 q and k
+# as one launch and v against the same quantized rows: the same tokens as
+# the CPU either way.
 if grep -q '^#define HAVE_CUDA_EMU 1' config.h 2>/dev/null; then
 	mv "$tmp/ids" "$tmp/ids.cpu"
 	run "$tmp/kq.gguf" --backend cuda
 	cmp -s "$tmp/ids" "$tmp/ids.cpu" ||
 		{ echo "gguf_synth: cuda $(cat "$tmp/ids"), cpu $(cat "$tmp/ids.cpu")" >&2; exit 1; }
 	# LLMD_CUDA_PROFILE times each launch (graphs off): the same tokens,
-	# and a table that names the Q4_K q+k launch and the Q6_K v.
-	export LLMD_CUDA_PROFILE=1
-	run "$tmp/kq.gguf" --backend cuda 2> "$tmp/prof"
-	unset LLMD_CUDA_PROFILE
-	cmp -s "$tmp/ids" "$tmp/ids.cpu" ||
-		{ echo "gguf_synth: profiled cuda $(cat "$tmp/ids"), cpu $(cat "$tmp/ids.cpu")" >&2; exit 1; }
-	for k in "llmd cuda profile" "matmul Q4_K n_in=256 n_out=256+128 T=1" \
-		"matmul Q6_K n_in=256 n_out=128 T=1" "cuda_attention_q8 T=1"; do
-		grep -q "$k" "$tmp/prof" || { cat "$tmp/prof" >&2; echo "gguf_synth: no '$k' in the profile" >&2; exit 1; }
-	done
+	# and a table that names the mixed launch (then the Q4_K q+k launch
+	# and the Q6_K v).
+	profile() { # MIXED KEYS...: the profile with LLMD_CUDA_MM_MIXED=MIXED holds each key
+		LLMD_CUDA_PROFILE=1 LLMD_CUDA_MM_MIXED=$1 run "$tmp/kq.gguf" --backend cuda 2> "$tmp/prof"
+		cmp -s "$tmp/ids" "$tmp/ids.cpu" ||
+			{ echo "gguf_synth: profiled cuda $(cat "$tmp/ids"), cpu $(cat "$tmp/ids.cpu")" >&2; exit 1; }
+		shift
+		for k in "llmd cuda profile" "cuda_attention_q8 T=1" "$@"; do
+			grep -q "$k" "$tmp/prof" ||
+				{ cat "$tmp/prof" >&2; echo "gguf_synth: no '$k' in the profile" >&2; exit 1; }
+		done
+	}
+	profile 1 "matmul Q4_K+Q6_K n_in=256 n_out=256+128+128 T=1"
+	profile 0 "matmul Q4_K n_in=256 n_out=256+128 T=1" "matmul Q6_K n_in=256 n_out=128 T=1"
 	# Those are one-row steps (1 tile of 8 rows a pass).  17-row decode
 	# steps take the K-quants' tensor-core kernels with 4 tiles a pass, as
 	# do the longer prompts: each sequence's logits must keep the bits of
 	# its own one-row steps.
 	./tests/test_cuda_engine --wide "$tmp" kq.gguf 17 ||
 		{ echo "gguf_synth: 17-row steps on cuda differ from one-row steps" >&2; exit 1; }
-	# The same with the fused launches (attention's reduction, SwiGLU,
-	# and the add + RMSNorm in the o and down projections) and the first
-	# layer's Q4_K q, k and Q6_K v in one launch (LLMD_CUDA_MM_MIXED): the
-	# one-row steps run the wide kernels' tails, quantizing Q8_K rows for
-	# the next projection, and the mixed kernel, and must still equal the
-	# 17-row steps, which do neither.
-	LLMD_CUDA_ATTN_FUSE=1 LLMD_CUDA_SWIGLU_FUSE=1 LLMD_CUDA_NORM_FUSE=1 LLMD_CUDA_MM_MIXED=1 \
+	# (the one-row steps' first layer ran the mixed kernel.)  The same
+	# with the fused launches (attention's reduction, SwiGLU, and the add
+	# + RMSNorm in the o and down projections): the one-row steps run the
+	# wide kernels' tails, quantizing Q8_K rows for the next projection,
+	# and must still equal the 17-row steps, which do not.
+	LLMD_CUDA_ATTN_FUSE=1 LLMD_CUDA_SWIGLU_FUSE=1 LLMD_CUDA_NORM_FUSE=1 \
 		./tests/test_cuda_engine --wide "$tmp" kq.gguf 17 ||
 		{ echo "gguf_synth: fused one-row steps on cuda differ from 17-row steps" >&2; exit 1; }
 fi

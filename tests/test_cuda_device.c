@@ -15,6 +15,8 @@
  *    matmul runs our kernels: cuBLAS's F32 GEMM may pick its algorithm by T);
  *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
  *    give the logits of launched ones bit for bit (the q4_0 model again);
+ *  - the golden ids and batch invariance again with attention's other
+ *    split kernel (LLMD_CUDA_ATTN_LANES=0);
  *  - the golden ids, batch invariance, graphs and wide steps again with
  *    attention's reduction in its split kernel (LLMD_CUDA_ATTN_FUSE),
  *    SwiGLU in the gate + up launch (LLMD_CUDA_SWIGLU_FUSE) and the add +
@@ -285,6 +287,13 @@ int main(int argc, char **argv)
 		check_case(json_object_array_get_idx(root, i), dir);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
+	/* attention's other split kernel (LLMD_CUDA_ATTN_LANES=0: other last
+	 * bits, the same tolerance): the golden ids and invariance again */
+	setenv("LLMD_CUDA_ATTN_LANES", "0", 1);
+	for (size_t i = 0; root && i < json_object_array_length(root); i++)
+		check_case(json_object_array_get_idx(root, i), dir);
+	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
+	unsetenv("LLMD_CUDA_ATTN_LANES");
 	/* attention's reduction in the last of its split blocks to finish
 	 * (LLMD_CUDA_ATTN_FUSE) and SwiGLU in the last warp of the gate + up
 	 * launch to finish each block of its outputs (LLMD_CUDA_SWIGLU_FUSE),

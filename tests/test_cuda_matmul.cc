@@ -549,6 +549,7 @@ static void test_mixed()
 	cuda_matmul_set_wide(2);
 	cuda_matmul_set_mixed(0);
 	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), -EINVAL);
+	cuda_matmul_set_mixed(1); /* the default again */
 	cuda_matmul_set_wide(0);
 }
 

@@ -56,9 +56,11 @@ extern "C" void cuda_attention_set_split(int32_t tokens)
 }
 
 /* Whether attn_run launches attn_split_lanes_kernel and
- * attn_reduce_lanes_kernel rather than attn_split_kernel and
- * attn_reduce_kernel or attn_reduce_q8_kernel (cuda_attention_set_lanes). */
-static int attn_lanes = 0;
+ * attn_reduce_lanes_kernel (the default: on an H200, 8B shapes, a decode
+ * step 2% faster at 5 positions and 7% at 600) rather than
+ * attn_split_kernel and attn_reduce_kernel or attn_reduce_q8_kernel
+ * (cuda_attention_set_lanes). */
+static int attn_lanes = 1;
 
 extern "C" void cuda_attention_set_lanes(int on)
 {

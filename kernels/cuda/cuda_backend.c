@@ -331,15 +331,26 @@ static void cb_prof_new(struct cuda_backend *cb)
 		}
 }
 
-/* The next launch's key: matmul TYPE n_in=N n_out=A+B+..., and its bytes. */
+/* The next launch's key: matmul TYPE n_in=N n_out=A+B+..., TYPE the
+ * weights' types in order of first appearance ("Q4_K+Q6_K" for a mixed
+ * launch), and its bytes. */
 static void cb_prof_matmul(struct cuda_backend *cb, const struct bk_weight *const *w, int n)
 {
 	struct cb_prof *p = cb->prof;
-	const struct qtype_info *qt = qtype_get(w[0]->type);
-	size_t len;
+	size_t len = (size_t)snprintf(p->next, sizeof p->next, "matmul ");
 
-	len = (size_t)snprintf(p->next, sizeof p->next, "matmul %s n_in=%lld n_out=", qt ? qt->name : "?",
-			       (long long)w[0]->n_in);
+	for (int i = 0; i < n; i++) {
+		const struct qtype_info *qt = qtype_get(w[i]->type);
+		int seen = 0;
+		for (int j = 0; j < i; j++)
+			seen |= w[j]->type == w[i]->type;
+		if (!seen && len < sizeof p->next)
+			len += (size_t)snprintf(p->next + len, sizeof p->next - len, "%s%s", i ? "+" : "",
+						qt ? qt->name : "?");
+	}
+	if (len < sizeof p->next)
+		len += (size_t)snprintf(p->next + len, sizeof p->next - len, " n_in=%lld n_out=",
+					(long long)w[0]->n_in);
 	p->next_bytes = 0;
 	for (int i = 0; i < n; i++) {
 		if (len < sizeof p->next)
@@ -1529,16 +1540,16 @@ static void cb_env_knobs(int device)
 	cuda_matmul_set_prefetch(cb_env("LLMD_CUDA_MM_PREFETCH", &v) && v != 0);
 	/* Q4_K/Q6_K at T = 1 a row a warp, ROUNDS of loads in flight; 0: off */
 	cuda_matmul_set_wide(cb_env("LLMD_CUDA_MM_WIDE", &v) ? (int32_t)v : -1);
-	/* 1: one row of Q4_K and Q6_K weights sharing their input in one launch */
-	cuda_matmul_set_mixed(cb_env("LLMD_CUDA_MM_MIXED", &v) && v != 0);
+	/* one row of Q4_K and Q6_K weights sharing their input in one launch; 0: a launch a type */
+	cuda_matmul_set_mixed(!cb_env("LLMD_CUDA_MM_MIXED", &v) || v != 0);
 	/* programmatic dependent launch, sm_90 and up; 0: off */
 	cuda_set_pdl((!cb_env("LLMD_CUDA_PDL", &v) || v != 0) &&
 		     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
 		     major >= 9);
 	if (cb_env("LLMD_CUDA_ATTN_SPLIT", &v)) /* attention's positions per split block */
 		cuda_attention_set_split((int32_t)v);
-	/* 1: attention's split blocks as attn_split_lanes_kernel */
-	cuda_attention_set_lanes(cb_env("LLMD_CUDA_ATTN_LANES", &v) && v != 0);
+	/* attention's split blocks as attn_split_lanes_kernel; 0: attn_split_kernel */
+	cuda_attention_set_lanes(!cb_env("LLMD_CUDA_ATTN_LANES", &v) || v != 0);
 	/* 1: attention's reduction in its split kernel's last blocks */
 	cuda_attention_set_fused(cb_env("LLMD_CUDA_ATTN_FUSE", &v) && v != 0);
 }

@@ -153,9 +153,9 @@ int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x
 			float *const *out, void *scratch, void *stream);
 size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
 /* Whether cuda_matmul_q_group takes weights of types A and B over T rows
- * in one launch: the same type, or with cuda_matmul_set_mixed(1) Q4_K and
- * Q6_K at one row on the wide kernels (a Q4_K_M model's q, k and v; the
- * Q4_K weights' rows 16-byte aligned).  Process-wide, as the setters
+ * in one launch: the same type, or with cuda_matmul_set_mixed(1) (the
+ * default) Q4_K and Q6_K at one row on the wide kernels (a Q4_K_M model's
+ * q, k and v; the Q4_K weights' rows 16-byte aligned).  Process-wide, as the setters
  * below: set it before any launch. */
 int cuda_matmul_mixes(uint32_t a, uint32_t b, int32_t T);
 void cuda_matmul_set_mixed(int on);
@@ -244,8 +244,8 @@ void cuda_set_pdl(int on);
  * on it, so batch invariance holds for one value: set it once, before any
  * launch (LLMD_CUDA_ATTN_SPLIT, cuda_backend.c). */
 void cuda_attention_set_split(int32_t tokens);
-/* Attention's kernels: 0 (the default) attn_split_kernel, 4 warps with a
- * thread per score and per output element, and its reductions; else
+/* Attention's kernels: 0 attn_split_kernel, 4 warps with a thread per
+ * score and per output element, and its reductions; else (the default)
  * attn_split_lanes_kernel, 8 warps with each score and weighted V column
  * spread over lanes and the next tile's loads issued early, and
  * attn_reduce_lanes_kernel (the same bits as the other reductions, with
