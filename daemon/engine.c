@@ -582,34 +582,17 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, hp->n_rot,
 							    hp->rope_base, hp->rope_style, e->q, e->k, e->v));
 		OP(ENGINE_OP_ATTENTION, ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att, wo));
-		if (ops->matmul_add_rmsnorm) { /* a backend that fuses them: the time is o's */
-			OP(ENGINE_OP_O, ops->matmul_add_rmsnorm(be, wo, e->att, T, e->xn, e->x, L->ffn_norm,
-								hp->rms_eps, e->xn, gu[0]));
-		} else {
-			OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
-			OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps,
-								   e->xn, gu[0]));
-		}
-		if (ops->gate_up_swiglu && vec_type_of(gu[0]) == vec_type_of(gu[1])) {
-			/* a backend that fuses them: the time is gate_up's */
-			OP(ENGINE_OP_GATE_UP, ops->gate_up_swiglu(be, gu, e->xn, T, gu_out, e->g, wd));
-		} else {
-			OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
-			OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
-		}
-		if (l + 1 < hp->n_layer && ops->matmul_add_rmsnorm) {
-			OP(ENGINE_OP_DOWN, ops->matmul_add_rmsnorm(be, wd, e->g, T, e->xn, e->x,
-								   m->layers[l + 1].attn_norm, hp->rms_eps, e->xn,
-								   &m->layers[l + 1].wq));
-		} else {
-			OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
-			if (l + 1 < hp->n_layer)
-				OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm,
-									   T, d, hp->rms_eps, e->xn,
-									   &m->layers[l + 1].wq));
-			else /* the last layer's add: the output norm comes after the gather */
-				OP(ENGINE_OP_ADD_NORM, ops->add(be, e->x, e->xn, (int64_t)T * d));
-		}
+		OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
+		OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn,
+							   gu[0]));
+		OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
+		OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
+		OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
+		if (l + 1 < hp->n_layer)
+			OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d,
+								   hp->rms_eps, e->xn, &m->layers[l + 1].wq));
+		else
+			OP(ENGINE_OP_ADD_NORM, ops->add(be, e->x, e->xn, (int64_t)T * d));
 	}
 
 	/* Gather the rows that want logits, then norm and project only those

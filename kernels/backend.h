@@ -198,23 +198,6 @@ struct backend_ops {
 			     const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
 			     float freq_base, enum bk_rope_style style, float *q, float *k,
 			     const float *v);                                       /* optional */
-	/* matmul of x with W[0] (gate) and W[1] (up), of one activation type,
-	 * into OUT[0] and OUT[1], then swiglu of them into H (may equal
-	 * OUT[0]) with NEXT as for swiglu: the two ops in one call, with
-	 * their bits, so that a device backend may fuse them (the CUDA one
-	 * into one launch).  Without it the engine calls matmul, then
-	 * swiglu (as it does where gate and up differ in activation type). */
-	int (*gate_up_swiglu)(struct backend *be, const struct bk_weight *const *w, const float *x,
-			      int32_t T, float *const *out, float *h,
-			      const struct bk_weight *next);                        /* optional */
-	/* matmul of IN (T, w->n_in) with W into Y (T, w->n_out), then
-	 * add_rmsnorm(X, Y, G, T, w->n_out, EPS, OUT, NEXT): the two ops in
-	 * one call, with their bits, so that a device backend may fuse them
-	 * (the CUDA one into one launch).  OUT may equal Y.  Without it the
-	 * engine calls matmul, then add_rmsnorm. */
-	int (*matmul_add_rmsnorm)(struct backend *be, const struct bk_weight *w, const float *in,
-				  int32_t T, float *y, float *x, const float *g, float eps,
-				  float *out, const struct bk_weight *next);        /* optional */
 };
 
 struct backend {

@@ -99,21 +99,6 @@ struct step {
 static struct backend *cpu;
 static double worst_err, worst_rope;
 
-/* A new scratch's arrival counters zeroed, as cuda_attention asks; and
- * whether they are zero (every call leaves them so). */
-static void arrive_zero(uint8_t *scratch, const struct bk_kv *kv, const struct bk_attn *a)
-{
-	CHECK_INT_EQ(cudaMemset(scratch, 0, cuda_attention_arrive_bytes(kv, a)), cudaSuccess);
-}
-
-static bool arrive_is_zero(const uint8_t *scratch, const struct bk_kv *kv, const struct bk_attn *a)
-{
-	std::vector<uint8_t> h(cuda_attention_arrive_bytes(kv, a), 0xff);
-	CHECK(!h.empty());
-	CHECK_INT_EQ(cudaMemcpy(h.data(), scratch, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-	return std::all_of(h.begin(), h.end(), [](uint8_t b) { return b == 0; });
-}
-
 /* cuda_rope_kv_store equals the CPU's rope of q, rope of k and kv_store:
  * rotated q and k bit for bit on the emulator (on a GPU within
  * rope_matches: CUDA's sinf/cosf), every pool byte, for both RoPE styles and
@@ -323,7 +308,6 @@ static void run_cfg(const cfg &c, bool with_rope)
 		const size_t sb = cuda_attention_scratch_bytes(&dkv, &a, T, TABLE_STRIDE);
 		CHECK(sb > 0);
 		dbuf<uint8_t> scratch(sb, 0xff);
-		arrive_zero(scratch.d, &dkv, &a);
 		dpos.put(st.pos);
 		dtab.put(tables_of(st));
 		dq.put(q);
@@ -352,36 +336,15 @@ static void run_cfg(const cfg &c, bool with_rope)
 			else
 				CHECK(memcmp(first.data(), out.data(), qn * sizeof(float)) == 0);
 		});
-		attn_shape sh;
-		CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &sh), 0);
-		const long long chunks = (T + ATTN_ROW_CHUNK - 1) / ATTN_ROW_CHUNK;
-		/* fused, the split blocks' tails combine the partials: one
-		 * launch a row chunk, the reduction kernels' bits, the counters
-		 * left zero */
-		if (attn_fused) {
-			CHECK(arrive_is_zero(scratch.d, &dkv, &a));
-			CHECK(attn_fuses(sh, 1, 0));
-			auto untiled = [&] {
-				CHECK_INT_EQ(cuda_attention(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
-							    dout.d, NULL, scratch.d, 0), 0);
-			};
-			long long n = launches_of(untiled);
-			CHECK(n < 0 || n == chunks);
-			CHECK(arrive_is_zero(scratch.d, &dkv, &a));
-			CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
-			cuda_attention_set_fused(0);
-			n = launches_of(untiled);
-			CHECK(n < 0 || n == 2 * chunks);
-			cuda_attention_set_fused(1);
-			CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
-		}
 		/* attn_reduce_lanes_kernel's bits are attn_reduce_kernel's: the
 		 * latter on the partials the last run left (all of them when
 		 * the step is one row chunk) */
 		if (attn_lanes && T <= ATTN_ROW_CHUNK) {
+			attn_shape sh;
+			CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &sh), 0);
 			dbuf<float> dref(qn, 0xff);
 			LAUNCH(attn_reduce_kernel, dim3((unsigned)c.n_head, (unsigned)T), attn_reduce_threads(hd), 0, 0,
-			       dpos.d, sh, 0, (const float *)(scratch.d + attn_arrive_bytes(sh)), dref.d);
+			       dpos.d, sh, 0, (const float *)scratch.d, dref.d);
 			CHECK_INT_EQ(launched(), 0);
 			CHECK(memcmp(dref.get().data(), first.data(), qn * sizeof(float)) == 0);
 		}
@@ -415,16 +378,10 @@ static void run_cfg(const cfg &c, bool with_rope)
 			dbuf<uint8_t> dxq(qs * (size_t)T, 0xff);
 			char what[80];
 			snprintf(what, sizeof what, "type %u hd %d T %d %s", c.type, hd, T, qtype_get(vec)->name);
-			/* a fused launch of rows tiled by cuda_attention_qrows */
-			const bool fuses = attn_fuses(sh, cuda_attention_qrows(&dkv, &a), vec);
 			for_each_order([&](const char *) {
 				dout.put(std::vector<float>(qn, -1.0f));
-				const long long n = launches_of([&] {
-					CHECK_INT_EQ(cuda_attention_q8(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a,
-								       dq.d, dout.d, &rows, scratch.d, vec, dxq.d, qs, 0), 0);
-				});
-				CHECK(n < 0 || n == (fuses ? 1 : 2) * chunks);
-				CHECK(arrive_is_zero(scratch.d, &dkv, &a));
+				CHECK_INT_EQ(cuda_attention_q8(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
+							       dout.d, &rows, scratch.d, vec, dxq.d, qs, 0), 0);
 				CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
 				expect_q8_rows("attention_q8", what, dxq.get(), first, T, row_n, qs, vec);
 			});
@@ -446,7 +403,6 @@ static void run_cfg(const cfg &c, bool with_rope)
 			dbuf<int32_t> ppos(TP), pt(ptab.size());
 			dbuf<float> pdq(pq.size()), pout(pq.size(), 0xff);
 			dbuf<uint8_t> ps(cuda_attention_scratch_bytes(&dkv, &a, TP, TABLE_STRIDE), 0xff);
-			arrive_zero(ps.d, &dkv, &a);
 			ppos.put(pad.pos);
 			pt.put(ptab);
 			pdq.put(pq);
@@ -543,32 +499,30 @@ int main()
 	 * (cuda_attention_set_lanes); the TSan build, much the slowest, takes
 	 * the lanes kernel on the small_lanes shapes only (its barriers are
 	 * the same on all).  Then a split of one KV block
-	 * (cuda_attention_set_split): more splits, the same tolerances.  Then
-	 * both with the reduction fused (cuda_attention_set_fused), the lanes
-	 * kernel on the small_lanes shapes only (the tail is the same code). */
-	for (int mode = 0; mode < 4; mode++) {
-		const int lanes = mode % 2, fused = mode / 2;
+	 * (cuda_attention_set_split): more splits, the same tolerances. */
+	for (int lanes = 0; lanes < 2; lanes++) {
 		cuda_attention_set_lanes(lanes);
-		cuda_attention_set_fused(fused);
 		worst_err = 0;
+		for (const cfg &c : cfgs) {
 #ifdef ATTN_SMALL
-		const bool every_shape = mode == 0, one_block_split = mode == 0;
-#else
-		const bool every_shape = mode < 3, one_block_split = mode < 2;
+			if (lanes && !c.small_lanes)
+				continue;
 #endif
-		for (const cfg &c : cfgs)
-			if (every_shape || c.small_lanes)
-				run_cfg(c, mode == 0);
+			run_cfg(c, !lanes);
+		}
+		bool one_block_split = true;
+#ifdef ATTN_SMALL
+		one_block_split = !lanes;
+#endif
 		if (one_block_split) {
 			cuda_attention_set_split(16);
 			run_cfg(cfgs[0], false);
 			cuda_attention_set_split(0);
 		}
-		fprintf(stderr, "%s%s: worst |gpu - cpu| = %.3g\n",
-			lanes ? "attn_split_lanes_kernel" : "attn_split_kernel", fused ? ", fused" : "", worst_err);
+		fprintf(stderr, "%s: worst |gpu - cpu| = %.3g\n",
+			lanes ? "attn_split_lanes_kernel" : "attn_split_kernel", worst_err);
 	}
 	cuda_attention_set_lanes(0);
-	cuda_attention_set_fused(0);
 	backend_free(cpu);
 	fprintf(stderr, "RoPE'd q and k: worst |gpu - cpu| = %.3g\n", worst_rope);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);

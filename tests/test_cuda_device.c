@@ -17,11 +17,6 @@
  *    give the logits of launched ones bit for bit (the q4_0 model again);
  *  - the golden ids and batch invariance again with attention's other
  *    split kernel (LLMD_CUDA_ATTN_LANES=0);
- *  - the golden ids, batch invariance, graphs and wide steps again with
- *    attention's reduction in its split kernel (LLMD_CUDA_ATTN_FUSE),
- *    SwiGLU in the gate + up launch (LLMD_CUDA_SWIGLU_FUSE) and the add +
- *    RMSNorm in the o and down projections' launches
- *    (LLMD_CUDA_NORM_FUSE); wide steps with the last alone;
  *  - 12-row decode steps, whose matmuls run on the int8 tensor cores with
  *    2 tiles of 8 rows a pass, give each sequence the logits of its one-row
  *    steps (the dp4a kernels, the default for one row of Q4_0 and Q8_0;
@@ -294,25 +289,6 @@ int main(int argc, char **argv)
 		check_case(json_object_array_get_idx(root, i), dir);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	unsetenv("LLMD_CUDA_ATTN_LANES");
-	/* attention's reduction in the last of its split blocks to finish
-	 * (LLMD_CUDA_ATTN_FUSE) and SwiGLU in the last warp of the gate + up
-	 * launch to finish each block of its outputs (LLMD_CUDA_SWIGLU_FUSE),
-	 * and the add + RMSNorm in the last block of the o and down
-	 * projections' launches (LLMD_CUDA_NORM_FUSE), the blocks running at
-	 * once in any order: the same ids, invariance, replays and wide steps
-	 * (the last alone too: its rows handed over in the other scratch) */
-	setenv("LLMD_CUDA_NORM_FUSE", "1", 1);
-	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	setenv("LLMD_CUDA_ATTN_FUSE", "1", 1);
-	setenv("LLMD_CUDA_SWIGLU_FUSE", "1", 1);
-	for (size_t i = 0; root && i < json_object_array_length(root); i++)
-		check_case(json_object_array_get_idx(root, i), dir);
-	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
-	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
-	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	unsetenv("LLMD_CUDA_SWIGLU_FUSE");
-	unsetenv("LLMD_CUDA_ATTN_FUSE");
-	unsetenv("LLMD_CUDA_NORM_FUSE");
 	json_object_put(root);
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	twide_check(dir, "derived/TinyStories-656K-q8_0.gguf", ENGINE_BACKEND_CUDA, 12);

@@ -14,14 +14,7 @@
  *    one-row steps on the tensor cores (1 tile, LLMD_CUDA_MMA_MIN_T=1);
  *  - a decode step launches 10 kernels per layer and 4 more (the fused
  *    add + norm and rope + kv_store ops; every op before an integer
- *    matmul quantizes its input), 9 with attention's reduction in its
- *    split kernel (LLMD_CUDA_ATTN_FUSE) or with SwiGLU in the gate + up
- *    launch (LLMD_CUDA_SWIGLU_FUSE), 8 with both; 8 and 5 more with the
- *    add + norm in the o and down projections' launches
- *    (LLMD_CUDA_NORM_FUSE: the last layer's add stays apart), whose
- *    one-row steps equal wide (unfused) ones; 6 and 5 with all three,
- *    which give the golden ids, graph replays equal to launched steps and
- *    wide steps equal to one-row ones again;
+ *    matmul quantizes its input);
  *  - gemm_rows: a prompt's matmuls on f16 cuBLAS stay near the CPU's logits;
  *    F16 and BF16 weights (always cuBLAS) too;
  *  - the backend is named, and a bad device is refused with a message;
@@ -236,9 +229,8 @@ static void test_kv_sizing(const struct model *m)
  * for gate and up, 1 for gate and up, 1 swiglu + quantization for down, 1
  * for down, 1 add + the next layer's norm + its quantization (the last
  * layer's add alone); then embed, the first layer's norm + quantization,
- * the output norm + quantization, the output matmul: PER_LAYER 10 and
- * MORE 4. */
-static void test_launches_per_step(const char *dir, int per_layer, int more)
+ * the output norm + quantization, the output matmul: 10 per layer and 4. */
+static void test_launches_per_step(const char *dir)
 {
 #ifdef LLMD_EMU_STATS
 	static struct tseq s;
@@ -254,7 +246,7 @@ static void test_launches_per_step(const char *dir, int per_layer, int more)
 		CHECK_INT_EQ(tseq_feed(e, &s, prompt, 1, 1, logits), 1);
 		cuda_emu_stats(&l1, &sw);
 		printf("kernels per decode step: %llu (%d layers)\n", l1 - l0, (int)m->hp.n_layer);
-		CHECK_INT_EQ((long long)(l1 - l0), (long long)per_layer * m->hp.n_layer + more);
+		CHECK_INT_EQ((long long)(l1 - l0), 10LL * m->hp.n_layer + 4);
 		tseq_free(e, &s);
 		free(logits);
 		engine_free(e);
@@ -262,8 +254,6 @@ static void test_launches_per_step(const char *dir, int per_layer, int more)
 	model_free(m);
 #else
 	(void)dir;
-	(void)per_layer;
-	(void)more;
 #endif
 }
 
@@ -327,41 +317,11 @@ int main(int argc, char **argv)
 		check_case(json_object_array_get_idx(root, i), dir);
 	tbatch_invariance(dir, "stories260K.gguf", batch_engine);
 	unsetenv("LLMD_CUDA_ATTN_LANES");
-	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
-	test_launches_per_step(dir, 10, 4);
-	tgraph_check(dir, "stories260K.gguf");
-	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
-	/* attention's reduction in its split kernel (LLMD_CUDA_ATTN_FUSE),
-	 * and SwiGLU in the gate + up launch (LLMD_CUDA_SWIGLU_FUSE): one
-	 * launch fewer a layer each, the same bits (the golden ids, the wide
-	 * steps), and graph replays that find the arrival counters zero each
-	 * time */
-	setenv("LLMD_CUDA_SWIGLU_FUSE", "1", 1);
-	test_launches_per_step(dir, 9, 4);
-	setenv("LLMD_CUDA_ATTN_FUSE", "1", 1);
-	test_launches_per_step(dir, 8, 4);
-	unsetenv("LLMD_CUDA_SWIGLU_FUSE");
-	test_launches_per_step(dir, 9, 4);
-	unsetenv("LLMD_CUDA_ATTN_FUSE");
-	/* the add + norm in the o and down projections' launches
-	 * (LLMD_CUDA_NORM_FUSE): alone, its rows quantized into the scratch
-	 * the unfused ops do not use, so the one-row steps check those
-	 * hand-overs against the wide ones' (tensor cores: no tails) */
-	setenv("LLMD_CUDA_NORM_FUSE", "1", 1);
-	test_launches_per_step(dir, 8, 5);
-	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	setenv("LLMD_CUDA_SWIGLU_FUSE", "1", 1);
-	setenv("LLMD_CUDA_ATTN_FUSE", "1", 1);
-	test_launches_per_step(dir, 6, 5);
-	for (size_t i = 0; root && i < json_object_array_length(root); i++)
-		check_case(json_object_array_get_idx(root, i), dir);
-	tgraph_check(dir, "stories260K.gguf");
-	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
-	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
-	unsetenv("LLMD_CUDA_SWIGLU_FUSE");
-	unsetenv("LLMD_CUDA_ATTN_FUSE");
-	unsetenv("LLMD_CUDA_NORM_FUSE");
 	json_object_put(root);
+	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
+	test_launches_per_step(dir);
+	tgraph_check(dir, "stories260K.gguf");
+	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	/* the same with the one-row steps on the tensor cores: the engine
 	 * reads the knob when it makes its backend */

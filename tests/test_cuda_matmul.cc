@@ -19,10 +19,7 @@
  * default SIMD path and on the portable C one.  Also checked: each row's
  * output is the same bits computed alone (T = 1) or inside a T = 9 batch
  * (or, on dp4a, T = 5), the argument checks, and that nothing leaks;
- * and the gate + up launch with SwiGLU in its last warps
- * (cuda_matmul_q_swiglu, test_swiglu) and the projection with the add +
- * RMSNorm in its last block (cuda_matmul_q_norm, test_norm) on the dp4a
- * and wide kernels.
+ * and one row of Q4_K and Q6_K weights in one launch (test_mixed).
  *
  * Built again under ASan + UBSan (every shape) and under TSan
  * (MATMUL_SMALL: each kernel's code once), where the portable mma's shared
@@ -34,19 +31,16 @@ extern "C" {
 }
 
 #include "matmul.cu"
-#include "rows.cu" /* cuda_add_rmsnorm_q8: what the fused norm must equal */
 
 #include <math.h>
 #include <string.h>
 #include <time.h>
 
-#include <algorithm>
 #include <deque>
 #include <initializer_list>
 #include <vector>
 
 #include "emu_testutil.h"
-#include "q8rows.h"
 #include "q_random.h"
 
 static std::vector<float> random_x(int n_in, int T)
@@ -246,11 +240,6 @@ static void shape_cases(std::initializer_list<int> Ts, int inv_T, int long_T)
 	}
 }
 
-/* The shapes on the tensor-core kernels at every T (the default; 1, 2, 5:
- * one tile of 8 activation rows a pass; 9: two; 16 and 33: several passes,
- * a ragged last one, 33 the K-quants' four tiles), then the T < 8 ones
- * again on the dp4a kernels (T = 2: a second round of the warp's
- * broadcast over 33 super-blocks). */
 /* A warp's weight row asked of L2 before the kernel waits
  * (cuda_matmul_set_prefetch): the wide kernels' first round of loads,
  * whole rows shorter than that, up to 2 KiB of a dp4a row; the emulator
@@ -283,221 +272,10 @@ static void test_prefetch()
 	CHECK((mm_kernel_of(QT_Q4_1, 0, 1, 1) == (mm_kernel)matmul_q32_kernel<QT_Q4_1, false>));
 }
 
-/* A fused launch's refusals, CALL(w, x, a, b, vec, xq, stride, arrive,
- * scratch) on one row of a 32-row Q4_0 weight (a, b: 32 floats each) with
- * the tensor cores taking it: -ENOTSUP with nothing launched; then bad
- * arguments, -EINVAL. */
-template <class Call>
-static void check_tail_refusals(Call call)
-{
-	size_t rb;
-	std::vector<uint8_t> hw = random_weights(QT_Q4_0, QK, 32, &rb);
-	dbuf<uint8_t> dw(hw.size()), scratch(1 << 12), xq(256), arrive(64);
-	dbuf<float> x(QK), a(32), b(32);
-	const bk_weight w = { QT_Q4_0, QK, 32, dw.d, rb };
-	unsigned *ar = (unsigned *)arrive.d;
-	const long long n = launches_of([&] {
-		CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_0, xq.d, 48, ar, scratch.d), -ENOTSUP);
-	});
-	CHECK(n <= 0);
-	CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_K, xq.d, 256, ar, scratch.d), -EINVAL); /* no super-block */
-	CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_0, xq.d, 40, ar, scratch.d), -EINVAL); /* no 16 bytes */
-	CHECK_INT_EQ(call(w, x.d, a.d, b.d, QT_Q8_0, xq.d, 48, NULL, scratch.d), -EINVAL);
-}
-
-/* cuda_matmul_q_swiglu: gate and up with the bits of the unfused group,
- * H = silu(gate) * up with the CPU's swiglu's bits on the emulator (on a
- * GPU within CUDA's expf: a few ulps), H's rows quantized to VEC as the
- * CPU's quantizer does, in one launch after the quantizer's (none with the
- * rows already quantized), the counters left zero; H over gate's own
- * output too; -ENOTSUP with nothing launched where the rows take the
- * tensor cores. */
-static int n_swiglu;
-
-static void swiglu_case(uint32_t type, int n_in, int n_ff, int T, uint32_t vec, bool in_place)
-{
-	size_t rb;
-	std::vector<uint8_t> hg = random_weights(type, n_in, n_ff, &rb), hu = random_weights(type, n_in, n_ff, &rb);
-	std::vector<float> hx = random_x(n_in, T);
-	dbuf<uint8_t> dg(hg.size()), du(hu.size());
-	dg.put(hg);
-	du.put(hu);
-	dbuf<float> dx(hx.size()), g0((size_t)T * n_ff), u0((size_t)T * n_ff), g1((size_t)T * n_ff, 0xff),
-		u1((size_t)T * n_ff, 0xff), h((size_t)T * n_ff, 0xff);
-	dx.put(hx);
-	const bk_weight wg = { type, n_in, n_ff, dg.d, rb }, wu = { type, n_in, n_ff, du.d, rb };
-	const bk_weight *ws[2] = { &wg, &wu };
-	const size_t sb = cuda_matmul_scratch_bytes(&wg, T), qs = q8_stride(vec, n_ff);
-	dbuf<uint8_t> scratch(sb), xq(qs * T, 0xff), arrive(cuda_matmul_arrive_bytes(&wg));
-	char what[96];
-	snprintf(what, sizeof what, "%s n_in %d n_ff %d T %d %s%s", qtype_get(type)->name, n_in, n_ff, T,
-		 qtype_get(vec)->name, in_place ? " in place" : "");
-	float *o0[2] = { g0.d, u0.d }, *o1[2] = { g1.d, u1.d };
-
-	CHECK_INT_EQ(cuda_matmul_q_group(ws, 2, dx.d, T, o0, scratch.d, NULL), 0);
-	CHECK(cuda_matmul_swiglu_fuses(ws, T));
-	float *hd = in_place ? g1.d : h.d;
-	const long long n = launches_of([&] {
-		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, dx.d, T, o1, hd, vec, xq.d, qs, (unsigned *)arrive.d,
-						  scratch.d, NULL), 0);
-	});
-	CHECK(n < 0 || n == 2); /* the quantizer, then the matmul with its tail */
-	std::vector<float> gg = g0.get(), uu = u0.get(), hv = in_place ? g1.get() : h.get();
-	if (!in_place)
-		CHECK(g1.get() == gg);
-	CHECK(u1.get() == uu);
-	std::vector<float> want(hv.size());
-	CHECK_INT_EQ(cpu_be->ops->swiglu(cpu_be, gg.data(), uu.data(), (int64_t)want.size(), want.data(), NULL), 0);
-	int bad = 0;
-	for (size_t i = 0; i < hv.size(); i++) {
-#ifdef CUDA_EMU
-		const bool ok = same_bits(hv[i], want[i]);
-#else
-		const bool ok = fabsf(hv[i] - want[i]) <= 4e-7f * fabsf(want[i]) + 1e-30f;
-#endif
-		if (!ok && bad++ < 3)
-			fprintf(stderr, "swiglu %s: h[%zu] = %.9g, cpu %.9g\n", what, i, hv[i], want[i]);
-	}
-	CHECK(bad == 0);
-	expect_q8_rows("matmul_q_swiglu", what, xq.get(), hv, T, n_ff, qs, vec);
-	std::vector<uint8_t> ar = arrive.get();
-	CHECK(std::all_of(ar.begin(), ar.end(), [](uint8_t b) { return b == 0; }));
-	/* again from the rows already quantized: the matmul alone */
-	const long long n2 = launches_of([&] {
-		CHECK_INT_EQ(cuda_matmul_q_swiglu(ws, NULL, T, o1, hd, vec, xq.d, qs, (unsigned *)arrive.d,
-						  scratch.d, NULL), 0);
-	});
-	CHECK(n2 < 0 || n2 == 1);
-	if (!in_place) /* (in place, gate's output is H now) */
-		CHECK(h.get() == hv);
-	n_swiglu++;
-}
-
-static void test_swiglu()
-{
-	cuda_matmul_set_mma_min_t(8); /* the dp4a kernels up to T = 7 */
-	for (uint32_t type : q32_types)
-		for (uint32_t vec : { QT_Q8_0, QT_Q8_1 })
-			swiglu_case(type, 4 * QK, 96, 1, vec, false);
-	swiglu_case(QT_Q4_1, 3 * QK, 64, 3, QT_Q8_1, true);
-	for (uint32_t type : k_types)
-		swiglu_case(type, QK_K, 512, 2, QT_Q8_K, false);
-	cuda_matmul_set_wide(2); /* one row of Q4_K, Q6_K: the wide kernels */
-	for (uint32_t type : { QT_Q4_K, QT_Q6_K }) {
-		swiglu_case(type, 2 * QK_K, 256, 1, QT_Q8_K, true);
-		swiglu_case(type, QK_K, 64, 1, QT_Q8_0, false);
-	}
-	cuda_matmul_set_wide(0);
-	cuda_matmul_set_mma_min_t(1); /* the tensor cores: refused, nothing launched */
-	check_tail_refusals([](const bk_weight &w, float *x, float *a, float *b, uint32_t vec, void *xq,
-			       size_t stride, unsigned *arrive, void *scratch) {
-		const bk_weight *ws[2] = { &w, &w };
-		float *o[2] = { a, b };
-		CHECK(!cuda_matmul_swiglu_fuses(ws, 1));
-		return cuda_matmul_q_swiglu(ws, x, 1, o, a, vec, xq, stride, arrive, scratch, NULL);
-	});
-}
-
-/* cuda_matmul_q_norm against cuda_matmul_q then cuda_add_rmsnorm_q8 (the
- * CPU's within tolerance: test_cuda_rows): the same bits of y, x, out and
- * the quantized rows, in one launch after the quantizer's (none from rows
- * already quantized), the counter left zero; OUT over Y too (the
- * engine's); -ENOTSUP with nothing launched on the tensor cores. */
-static int n_norm;
-
-static void norm_case(uint32_t type, int n_in, int n, int T, uint32_t vec, bool in_place)
-{
-	size_t rb;
-	std::vector<uint8_t> hw = random_weights(type, n_in, n, &rb);
-	std::vector<float> hin = random_x(n_in, T), hx = random_x(n, T), hg(n);
-	for (float &v : hg)
-		v = uniform(0.5f, 1.5f);
-	const float eps = 1e-5f;
-	dbuf<uint8_t> dw(hw.size());
-	dw.put(hw);
-	const bk_weight w = { type, n_in, n, dw.d, rb };
-	const size_t sb = cuda_matmul_scratch_bytes(&w, T), qs = q8_stride(vec, n);
-	dbuf<float> in(hin.size()), g(n), x0(hx.size()), y0((size_t)T * n), o0((size_t)T * n), x1(hx.size()),
-		y1((size_t)T * n, 0xff), o1((size_t)T * n, 0xff);
-	dbuf<uint8_t> scratch(sb), xq0(qs * T, 0xff), xq1(qs * T, 0xff), arrive(cuda_matmul_arrive_bytes(&w));
-	in.put(hin);
-	g.put(hg);
-	x0.put(hx);
-	x1.put(hx);
-	char what[96];
-	snprintf(what, sizeof what, "%s n_in %d n %d T %d %s%s", qtype_get(type)->name, n_in, n, T,
-		 qtype_get(vec)->name, in_place ? " in place" : "");
-
-	CHECK_INT_EQ(cuda_matmul_q(&w, in.d, T, y0.d, scratch.d, NULL), 0);
-	CHECK_INT_EQ(cuda_add_rmsnorm_q8(x0.d, y0.d, g.d, T, n, eps, o0.d, vec, xq0.d, qs, NULL), 0);
-	CHECK(cuda_matmul_norm_fuses(&w, T));
-	float *od = in_place ? y1.d : o1.d;
-	const long long k = launches_of([&] {
-		CHECK_INT_EQ(cuda_matmul_q_norm(&w, in.d, T, y1.d, x1.d, g.d, eps, od, vec, xq1.d, qs,
-						(unsigned *)arrive.d, scratch.d, NULL), 0);
-	});
-	CHECK(k < 0 || k == 2); /* the quantizer, then the matmul with its tail */
-	const std::vector<float> want_x = x0.get(), want_o = o0.get();
-	const std::vector<uint8_t> want_q = xq0.get();
-	int bad = 0;
-	const std::vector<float> gx = x1.get(), go = in_place ? y1.get() : o1.get();
-	for (size_t i = 0; i < go.size(); i++)
-		if ((!same_bits(gx[i], want_x[i]) || !same_bits(go[i], want_o[i])) && bad++ < 3)
-			fprintf(stderr, "norm %s: [%zu] x %.9g out %.9g, unfused %.9g %.9g\n", what, i, gx[i], go[i],
-				want_x[i], want_o[i]);
-	CHECK(bad == 0);
-	if (!in_place)
-		CHECK(y1.get() == y0.get());
-	CHECK(xq1.get() == want_q);
-	std::vector<uint8_t> ar = arrive.get();
-	CHECK(std::all_of(ar.begin(), ar.end(), [](uint8_t b) { return b == 0; }));
-	/* again from the rows already quantized (the quantizer's, in SCRATCH): the matmul alone */
-	x1.put(hx);
-	const long long k2 = launches_of([&] {
-		CHECK_INT_EQ(cuda_matmul_q_norm(&w, NULL, T, y1.d, x1.d, g.d, eps, od, vec, xq1.d, qs,
-						(unsigned *)arrive.d, scratch.d, NULL), 0);
-	});
-	CHECK(k2 < 0 || k2 == 1);
-	CHECK(x1.get() == want_x);
-	CHECK((in_place ? y1.get() : o1.get()) == want_o);
-	CHECK(xq1.get() == want_q);
-	ar = arrive.get();
-	CHECK(std::all_of(ar.begin(), ar.end(), [](uint8_t b) { return b == 0; }));
-	n_norm++;
-}
-
-static void test_norm()
-{
-	cuda_matmul_set_mma_min_t(8); /* the dp4a kernels up to T = 7 */
-	for (uint32_t type : q32_types)
-		for (uint32_t vec : { QT_Q8_0, QT_Q8_1 })
-			norm_case(type, 4 * QK, 96, 1, vec, false);
-	/* 9 blocks of 32, more than a pass of the norm's 8 warps; 2304: 9
-	 * super-blocks, and more than a batch of norm_add_scale's loads */
-	norm_case(QT_Q4_1, 3 * QK, 288, 3, QT_Q8_1, true);
-	norm_case(QT_Q8_0, QK, 2304, 2, QT_Q8_K, false);
-	for (uint32_t type : k_types)
-		norm_case(type, QK_K, 512, 2, QT_Q8_K, true);
-	cuda_matmul_set_wide(2); /* one row of Q4_K, Q6_K: the wide kernels */
-	for (uint32_t type : { QT_Q4_K, QT_Q6_K }) {
-		norm_case(type, 2 * QK_K, 2304, 1, QT_Q8_K, true);
-		norm_case(type, QK_K, 64, 1, QT_Q8_0, false);
-	}
-	cuda_matmul_set_wide(0);
-	cuda_matmul_set_mma_min_t(1); /* the tensor cores: refused, nothing launched */
-	check_tail_refusals([](const bk_weight &w, float *x, float *a, float *b, uint32_t vec, void *xq,
-			       size_t stride, unsigned *arrive, void *scratch) {
-		CHECK(!cuda_matmul_norm_fuses(&w, 1));
-		CHECK_INT_EQ(cuda_matmul_q_norm(&w, x, 1, a, NULL, b, 1e-5f, a, vec, xq, stride, arrive, scratch,
-						NULL), -EINVAL); /* no residual */
-		return cuda_matmul_q_norm(&w, x, 1, a, b, b, 1e-5f, a, vec, xq, stride, arrive, scratch, NULL);
-	});
-}
-
 /* cuda_matmul_set_mixed: one row of Q4_K and Q6_K weights (q, k, v) in
  * one launch, each output with the bits of its weight alone; refused
- * (-EINVAL) at more rows, with the wide kernels off, with a tail, or
- * with the knob off. */
+ * (-EINVAL) at more rows, with the wide kernels off, or with the knob
+ * off. */
 static void test_mixed()
 {
 	const int n_in = 2 * QK_K, T = 1;
@@ -539,11 +317,6 @@ static void test_mixed()
 		CHECK(memcmp(a.data(), m.data(), a.size() * sizeof(float)) == 0);
 	}
 	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, 2, outs, scratch.d, NULL), -EINVAL); /* two rows */
-	float *o2[2] = { outs[0], outs[1] };
-	const bk_weight *gu[2] = { &w[1], &w[2] }; /* a tail takes one type */
-	dbuf<uint8_t> xq(1024), arrive(64);
-	CHECK_INT_EQ(cuda_matmul_q_swiglu(gu, x.d, T, o2, outs[0], QT_Q8_0, xq.d, 48, (unsigned *)arrive.d,
-					  scratch.d, NULL), -EINVAL);
 	cuda_matmul_set_wide(0);
 	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), -EINVAL);
 	cuda_matmul_set_wide(2);
@@ -553,6 +326,11 @@ static void test_mixed()
 	cuda_matmul_set_wide(0);
 }
 
+/* The shapes on the tensor-core kernels at every T (the default; 1, 2, 5:
+ * one tile of 8 activation rows a pass; 9: two; 16 and 33: several passes,
+ * a ragged last one, 33 the K-quants' four tiles), then the T < 8 ones
+ * again on the dp4a kernels (T = 2: a second round of the warp's
+ * broadcast over 33 super-blocks). */
 static void test_shapes()
 {
 	shape_cases({ 1, 2, 5, 9, 16, 33 }, 9, 9);
@@ -822,18 +600,15 @@ int main(void)
 	test_orders();
 #endif
 	test_defaults();
-	test_swiglu();
-	test_norm();
 	test_mixed();
 	backend_free(cpu_be);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("test_cuda_matmul: %d cases (%d on the tensor-core kernels, %d of them Q4_K/Q5_K, "
 	       "each also from 2-byte aligned rows, %d split-K; %d Q4_K/Q6_K a row a warp; %d on dp4a; "
-	       "cpu isa %s and scalar; %d gate + up with SwiGLU fused; %d projections with add + RMSNorm "
-	       "fused), all bit-identical: %s, %.1f s\n",
+	       "cpu isa %s and scalar), all bit-identical: %s, %.1f s\n",
 	       n_cases, n_mma, n_k45, n_split, n_wide, n_cases - n_mma - n_wide,
-	       quant_isa_name(quant_get_isa()), n_swiglu, n_norm,
+	       quant_isa_name(quant_get_isa()),
 	       test_failures ? "no" : "yes",
 	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	return test_result();

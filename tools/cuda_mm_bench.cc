@@ -14,11 +14,7 @@
  * bits of the first variant's (they must: every variant reproduces the
  * CPU's arithmetic).  The last two variants launch with programmatic
  * dependent launch (sm_90 and up), as a decode step does, the second also
- * prefetching its weights while the launch before it drains.  The gate +
- * up groups are then timed with SwiGLU after them, in a launch of its own
- * and fused into theirs (cuda_matmul_q_swiglu), and the single weights
- * (wo, down) with the add + RMSNorm after them, apart and fused
- * (cuda_matmul_q_norm), all with PDL.  The
+ * prefetching its weights while the launch before it drains.  The
  * reference, "stream", is a kernel that only reads the weights (16 bytes a
  * load, a grid of the device's resident warps).
  *
@@ -97,60 +93,6 @@ static void set_variant(const variant &v, int sm90)
 	cuda_matmul_set_mma_min_t(v.mma_min_t);
 	cuda_set_pdl(v.pdl && sm90);
 	cuda_matmul_set_prefetch(v.prefetch);
-}
-
-static const variant &variant_named(const char *name)
-{
-	for (const variant &v : variants)
-		if (!strcmp(v.name, name))
-			return v;
-	return variants[0];
-}
-
-static std::vector<float> dev_floats(const float *d, size_t n)
-{
-	std::vector<float> h(n);
-	CK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-	return h;
-}
-
-/* A pair of ways to run a step, as a decode step runs them (default-pdl,
- * on PST): unfused (NAMES[0]), then fused (NAMES[1]).  RUN(fused, copy)
- * launches one (nonzero: refused), 3 to warm up then REPS timed, taking
- * the weights' copies in turn; GET() reads its result, which must have
- * the same bits both ways.  Prints both; returns 1 when the bits differ. */
-template <class Run, class Get>
-static int time_fused(const char *shape, int T, const char *const names[2], size_t bytes, int reps, int copies,
-	cudaStream_t pst, cudaEvent_t e0, cudaEvent_t e1, int sm90, Run run, Get get)
-{
-	std::vector<float> ref;
-	int differ = 0;
-	set_variant(variant_named("default-pdl"), sm90);
-	for (int fused = 0; fused < 2; fused++) {
-		float ms = 0;
-		for (int pass = 0; pass < 2; pass++) { /* the first warms up */
-			CK(cudaEventRecord(e0, pst));
-			for (int i = 0; i < (pass ? reps : 3); i++)
-				if (run(fused, i % copies)) {
-					fprintf(stderr, "cuda_mm_bench: %s %s: refused\n", shape, names[fused]);
-					exit(1);
-				}
-			CK(cudaEventRecord(e1, pst));
-			CK(cudaEventSynchronize(e1));
-			CK(cudaEventElapsedTime(&ms, e0, e1));
-		}
-		const std::vector<float> got = get();
-		const char *bits = "first";
-		if (fused) {
-			bits = got == ref ? "same" : "DIFFER";
-			differ = bits[0] == 'D';
-		}
-		ref = got;
-		const double us = 1e3 * ms / reps;
-		printf("%-14s %-4d %-12s %9.2f %8.0f %s\n", shape, T, names[fused], us, bytes / (us * 1e3), bits);
-	}
-	set_variant(variants[0], sm90);
-	return differ;
 }
 
 /* A matmul group of a decode step: NW weights of TYPE sharing their input. */
@@ -303,82 +245,6 @@ int main(int argc, char **argv)
 				}
 				const double us = 1e3 * ms / reps;
 				printf("%-14s %-4d %-12s %9.2f %8.0f %s\n", s.name, T, v.name, us, bytes / (us * 1e3), bits);
-			}
-			/* gate + up then SwiGLU as a decode step runs them (with
-			 * PDL): two launches (cuda_matmul_q_group,
-			 * cuda_swiglu_q8), then one with SwiGLU in its last warps
-			 * (cuda_matmul_q_swiglu); the same bits */
-			const uint32_t vec = qtype_get(s.type)->vec_type;
-			if (strstr(s.name, "gate+up") && cuda_matmul_swiglu_fuses(wp.data(), T)) {
-				const int n = s.n_out[0];
-				const size_t qs = (q8_row_bytes(vec, n) + 15) / 16 * 16;
-				float *h;
-				uint8_t *xq2;
-				unsigned *arrive;
-				CK(cudaMalloc(&h, sizeof(float) * T * n));
-				CK(cudaMalloc(&xq2, qs * T));
-				CK(cudaMalloc(&arrive, cuda_matmul_arrive_bytes(wp[0])));
-				CK(cudaMemset(arrive, 0, cuda_matmul_arrive_bytes(wp[0])));
-				static const char *const names[2] = { "+swiglu_q8", "swiglu-fused" };
-				differ += time_fused(s.name, T, names, bytes, reps, copies, pst, e0, e1, sm90,
-					[&](int fused, int c) {
-						const bk_weight *const *g = &wp[(size_t)c * s.nw];
-						return fused ? cuda_matmul_q_swiglu(g, NULL, T, dout, h, vec, xq2, qs, arrive,
-										    scratch, pst)
-							     : cuda_matmul_q_group(g, 2, NULL, T, dout, scratch, pst) ||
-								       cuda_swiglu_q8(dout[0], dout[1], T, n, h, vec, xq2, qs,
-										      pst);
-					},
-					[&] { return dev_floats(h, (size_t)T * n); });
-				CK(cudaFree(h));
-				CK(cudaFree(xq2));
-				CK(cudaFree(arrive));
-			}
-			/* a projection then the add + RMSNorm after it (with PDL):
-			 * two launches (cuda_matmul_q_group, cuda_add_rmsnorm_q8),
-			 * then one with the norm in its last block
-			 * (cuda_matmul_q_norm); the same bits of x and out */
-			if ((strstr(s.name, " wo") || strstr(s.name, " down")) && cuda_matmul_norm_fuses(wp[0], T)) {
-				const int n = s.n_out[0];
-				const size_t qs = (q8_row_bytes(vec, n) + 15) / 16 * 16;
-				std::vector<float> hres((size_t)T * n), hg(n);
-				for (float &v : hres)
-					v = uniform(-2.0f, 2.0f);
-				for (float &v : hg)
-					v = uniform(0.5f, 1.5f);
-				float *res, *g, *o;
-				uint8_t *xq2;
-				unsigned *arrive;
-				CK(cudaMalloc(&res, sizeof(float) * T * n));
-				CK(cudaMalloc(&g, sizeof(float) * n));
-				CK(cudaMalloc(&o, sizeof(float) * T * n));
-				CK(cudaMalloc(&xq2, qs * T));
-				CK(cudaMalloc(&arrive, cuda_matmul_arrive_bytes(wp[0])));
-				CK(cudaMemset(arrive, 0, cuda_matmul_arrive_bytes(wp[0])));
-				CK(cudaMemcpy(g, hg.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
-				static const char *const names[2] = { "+add_norm_q8", "norm-fused" };
-				int last = -1; /* the residual starts again with each variant */
-				differ += time_fused(s.name, T, names, bytes, reps, copies, pst, e0, e1, sm90,
-					[&](int fused, int c) {
-						if (last != fused) {
-							CK(cudaMemcpyAsync(res, hres.data(), sizeof(float) * T * n,
-									   cudaMemcpyHostToDevice, pst));
-							last = fused;
-						}
-						const bk_weight *w = wp[c];
-						return fused ? cuda_matmul_q_norm(w, NULL, T, dout[0], res, g, 1e-5f, o, vec, xq2,
-										  qs, arrive, scratch, pst)
-							     : cuda_matmul_q_group(&w, 1, NULL, T, dout, scratch, pst) ||
-								       cuda_add_rmsnorm_q8(res, dout[0], g, T, n, 1e-5f, o, vec,
-											   xq2, qs, pst);
-					},
-					[&] {
-						std::vector<float> v = dev_floats(o, (size_t)T * n), r = dev_floats(res, (size_t)T * n);
-						v.insert(v.end(), r.begin(), r.end());
-						return v;
-					});
-				for (void *p : { (void *)res, (void *)g, (void *)o, (void *)xq2, (void *)arrive })
-					CK(cudaFree(p));
 			}
 			fflush(stdout);
 			for (uint8_t *p : dw)

@@ -1,8 +1,7 @@
 /* cuda_ops_bench.cc - a decode step's other launches alone on a GPU: the
  * fused norms, RoPE with the KV store, attention (at several context
  * lengths, with either pair of kernels, attn_split_kernel and its
- * reduction or the lanes versions, each kernel also alone, and either
- * split kernel with the reduction fused in its tail) and SwiGLU, each
+ * reduction or the lanes versions, each kernel also alone) and SwiGLU, each
  * on an 8B Llama's shapes and SmolLM2's, against an empty kernel: what a
  * launch costs where it moves almost nothing.
  *
@@ -181,10 +180,7 @@ int main(int argc, char **argv)
 							  m.rope_base, BK_ROPE_NORMAL, q, k, v, st);
 			}));
 			/* attention with either pair of kernels (cuda_attention_set_lanes),
-			 * then each of the pair alone, as attn_run launches it, then
-			 * the split kernel with the reduction in its tail
-			 * (cuda_attention_set_fused); the scratch's counters are
-			 * zero (dev) */
+			 * then each of the pair alone, as attn_run launches it */
 			attn_shape sh;
 			if (attn_plan(&kv, &a, table_stride, &sh)) {
 				fprintf(stderr, "cuda_ops_bench: attention refused the shapes\n");
@@ -194,8 +190,7 @@ int main(int argc, char **argv)
 			const size_t smem = attn_smem_floats(1, sh.group, sh.head_dim, sh.tile) * sizeof(float);
 			const dim3 grid((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, 1u);
 			const dim3 red_grid((unsigned)((qn + Q8K_THREADS - 1) / Q8K_THREADS), 1u);
-			float *partial = (float *)(scratch + attn_arrive_bytes(sh));
-			const attn_tail unfused = { NULL, NULL, 0, NULL, 0 };
+			float *partial = (float *)scratch;
 			for (int lanes = 0; lanes < 2; lanes++) {
 				cuda_attention_set_lanes(lanes);
 				snprintf(what, sizeof what, "attention_q8%s ctx %d", lanes ? " lanes" : "", ctx);
@@ -206,10 +201,10 @@ int main(int argc, char **argv)
 				printf("%-6s %-28s %9.2f\n", m.name, "  its split kernel", time_graph(st, reps, [&] {
 					if (lanes)
 						LAUNCH(attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos,
-						       tables, table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial, unfused);
+						       tables, table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial);
 					else
 						LAUNCH(attn_split_kernel, grid, ATTN_THREADS, smem, st, view, pos, tables,
-						       table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial, unfused);
+						       table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial);
 					return launched();
 				}));
 				printf("%-6s %-28s %9.2f\n", m.name, "  its reduction", time_graph(st, reps, [&] {
@@ -221,13 +216,6 @@ int main(int argc, char **argv)
 						       (const float *)partial, att, m.vec, xq, xq_stride);
 					return launched();
 				}));
-				cuda_attention_set_fused(1);
-				snprintf(what, sizeof what, "attention_q8%s fused ctx %d", lanes ? " lanes" : "", ctx);
-				printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-					return cuda_attention_q8(&kv, 0, 1, pos, tables, table_stride, &a, q, att, NULL,
-								 scratch, m.vec, xq, xq_stride, st);
-				}));
-				cuda_attention_set_fused(0);
 			}
 			cuda_attention_set_lanes(0);
 		}

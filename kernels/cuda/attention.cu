@@ -67,16 +67,6 @@ extern "C" void cuda_attention_set_lanes(int on)
 	attn_lanes = on != 0;
 }
 
-/* Whether the last split block of a row tile and kv head combines its
- * partials itself (attn_tail_run) where the shapes allow, instead of a
- * reduction kernel after the split one (cuda_attention_set_fused). */
-static int attn_fused = 0;
-
-extern "C" void cuda_attention_set_fused(int on)
-{
-	attn_fused = on != 0;
-}
-
 #define ATTN_THREADS 128          /* threads of a split block */
 #define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
 static_assert(ATTN_MAX_TILE <= 32, "the online softmax gives each position of a tile a lane");
@@ -86,7 +76,7 @@ static_assert(ATTN_MAX_TILE <= 32, "the online softmax gives each position of a 
 #define ATTN_MAX_GROUP 64
 #define ATTN_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without opt-in */
 #define KV_STORE_THREADS 128      /* whole warps: the Q8_0 path shuffles */
-static_assert(Q8K_THREADS == QK_K, "a block of the fused reduction is one Q8_K super-block");
+static_assert(Q8K_THREADS == QK_K, "a block of the quantizing reduction is one Q8_K super-block");
 
 /* The pool of one layer as a kernel sees it (passed by value). */
 struct kv_view {
@@ -561,7 +551,7 @@ static __device__ __forceinline__ float attn_combine(const float *pp, size_t str
  * s's max for M (exact in any order), then W[s] = expf(m_s - M); lane 0
  * sums l_s * W[s] in split order and returns 1 / sum (0 without splits),
  * which the other lanes must not use.  Reads through L2 (__ldcg): the
- * fused reduction reads partials other blocks of its own launch wrote. */
+ * split kernel's partials, each read once. */
 static __device__ __forceinline__ float attn_head_weights(const float *pp, size_t stride, int32_t n_act,
 	float *w, int lane)
 {
@@ -594,129 +584,6 @@ UNROLL4
 	return a;
 }
 
-/* The reduction fused into the split kernels (cuda_attention_set_fused):
- * every split block of a (row tile, kv head), once its partials are
- * written, counts itself in ARRIVE; the one that arrives last, when all
- * the others' partials are written, combines the tile's rows for the kv
- * head's query heads and sets the counter back to zero for the next
- * launch.  A decode step's attention is one launch, and the wait for a
- * kernel's end, a layer.  The bits are the reduction kernels': the same
- * weights (attn_head_weights), the same sums in split order; the
- * quantization for the matmul after it goes by warp (q8k_warp_store,
- * q8_block_store: the bytes of q8k_block_store), so each of VEC's blocks
- * must lie inside one kv head's elements (attn_run checks). */
-struct attn_tail {
-	unsigned *arrive; /* (ATTN_ROW_CHUNK, n_head_kv) counters, zero between launches;
-			     NULL: unfused, a reduction kernel follows */
-	float *out;       /* (T, n_head * head_dim) the output */
-	uint32_t vec;     /* QT_Q8_0, QT_Q8_1, QT_Q8_K: out also quantized; 0: not */
-	uint8_t *xq;      /* (T) rows of out quantized to VEC, xq_stride bytes apart */
-	size_t xq_stride;
-};
-
-/* Floats of shared memory attn_tail_run takes for R rows: the weights
- * (R * group, n_splits), the 1 / L (R * group), the outputs
- * (R * group, head_dim), and an int, the last block's flag. */
-static size_t attn_tail_floats(int32_t R, const attn_shape &sh)
-{
-	return (size_t)R * sh.group * (sh.n_splits + 1 + sh.head_dim) + 1;
-}
-
-/* The end of split block B of a (row tile, kv head HK), every thread:
- * arrive, and if last, combine (attn_tail).  A tile of padding rows has no
- * split block: split 0's writes its rows' zeros alone (B.n_split 0).  SMEM
- * is the block's dynamic shared memory, free again (its partials are
- * written). */
-static __device__ NOINLINE void attn_tail_run(const attn_tail &tl, const attn_shape &sh,
-	const int32_t *__restrict__ pos, const attn_rows &b, int32_t hk, int32_t row0,
-	const float *partial, float *smem)
-{
-	const int32_t G = sh.group, hd = sh.head_dim, R = b.R, RG = R * G, ns = sh.n_splits;
-	float *w = smem, *inv = w + (size_t)RG * ns, *val = inv + RG;
-	int *last = reinterpret_cast<int *>(val + (size_t)RG * hd);
-	const int tid = threadIdx.x, nt = blockDim.x, lane = tid % 32, warp = tid / 32, n_warps = nt / 32;
-	__syncthreads(); /* the block's partials are written, its shared memory read */
-	if (tid == 0) {
-		unsigned *c = tl.arrive + (size_t)blockIdx.z * sh.n_head_kv + hk;
-		__threadfence(); /* the block's partials before its arrival */
-		const int is_last = atomicAdd(c, 1u) + 1 == (unsigned)max(b.n_split, 1);
-		if (is_last) {
-			atomicExch(c, 0u); /* every block has arrived: none touches it again */
-			__threadfence(); /* the others' partials after their arrivals */
-		}
-		*last = is_last;
-	}
-	__syncthreads();
-	if (!*last)
-		return;
-
-	const size_t stride = (size_t)hd + 2, n = (size_t)sh.n_head * hd;
-	/* a warp per (row, head): its weights and 1 / L */
-	for (int rg = warp; rg < RG; rg += n_warps) { /* uniform across the warp */
-		const int32_t r = rg / G, h = hk * G + rg % G;
-		const float *pp = partial + ((size_t)(b.t0 + r - row0) * sh.n_head + h) * ns * stride;
-		const float iv = attn_head_weights(pp, stride, attn_splits_of(pos[b.t0 + r], sh), w + (size_t)rg * ns,
-						   lane);
-		if (lane == 0)
-			inv[rg] = iv;
-	}
-	__syncthreads();
-	for (int i = tid; i < RG * hd; i += nt) {
-		const int rg = i / hd, c = i % hd;
-		const int32_t r = rg / G, h = hk * G + rg % G, t = b.t0 + r;
-		const float *pp = partial + ((size_t)(t - row0) * sh.n_head + h) * ns * stride;
-		const float v = attn_weighted(pp, stride, attn_splits_of(pos[t], sh), w + (size_t)rg * ns, c) * inv[rg];
-		tl.out[(size_t)t * n + (size_t)h * hd + c] = v;
-		val[i] = v;
-	}
-	if (!tl.vec)
-		return;
-	__syncthreads();
-	/* VEC's blocks of the kv head's G * hd elements of each row, a warp each */
-	const int32_t ghd = G * hd, bl = tl.vec == QT_Q8_K ? QK_K : QK, nbk = ghd / bl;
-	for (int j = warp; j < R * nbk; j += n_warps) { /* uniform across the warp */
-		const int32_t r = j / nbk, k = j % nbk, t = b.t0 + r;
-		const float *vr = val + (size_t)r * ghd + (size_t)k * bl;
-		uint8_t *row = tl.xq + (size_t)t * tl.xq_stride;
-		const int32_t blk = (hk * ghd) / bl + k; /* the row's block index */
-		if (tl.vec == QT_Q8_K) {
-			float v8[8];
-UNROLL
-			for (int e = 0; e < 8; e++)
-				v8[e] = vr[8 * lane + e];
-			q8k_warp_store(v8, lane, blk, (int)(n / QK_K), (int)n, row);
-		} else {
-			q8_block_store(vr[lane], lane, blk, (int)(n / QK), (int)n, tl.vec == QT_Q8_1, row);
-		}
-	}
-}
-
-/* A split block's start after its wait (both split kernels): its rows
- * (attn_rows_of), or false when it has no position and leaves, a tile of
- * padding rows' split 0 first writing their zeros (fused: attn_tail_run). */
-static __device__ __forceinline__ bool attn_split_rows(const int32_t *__restrict__ pos,
-	const int32_t *__restrict__ tables, int32_t table_stride, const attn_shape &sh, int32_t row0,
-	const int32_t *__restrict__ tiles, int32_t tile_base, const attn_tail &tl, const float *partial,
-	float *smem, attn_rows *b)
-{
-	if (attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, b))
-		return true;
-	if (tl.arrive && !b->n_split && blockIdx.x == 0)
-		attn_tail_run(tl, sh, pos, *b, blockIdx.y, row0, partial, smem);
-	return false;
-}
-
-/* A split block's end (both split kernels): its partials
- * (attn_write_partial), then, fused, its arrival (attn_tail_run). */
-static __device__ __forceinline__ void attn_split_end(const attn_smem &sm, const attn_shape &sh,
-	const int32_t *__restrict__ pos, const attn_rows &b, int32_t hk, int32_t row0, int32_t s,
-	float *__restrict__ partial, const attn_tail &tl, float *smem)
-{
-	attn_write_partial(sm, sh, b.t0, b.R, hk, row0, s, b.p0, partial);
-	if (tl.arrive)
-		attn_tail_run(tl, sh, pos, b, hk, row0, partial, smem);
-}
-
 /* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
  * sh.qrows consecutive rows of one sequence (consecutive positions: a
  * prefill chunk), TILES[base + blockIdx.z] = (first row, rows); without
@@ -727,17 +594,16 @@ static __device__ __forceinline__ void attn_split_end(const attn_smem &sm, const
  * stops at its own position, and its online softmax sees its own scores in
  * order; so a row's bits do not depend on its tile (batch invariance, and
  * a prefill row equals the same position decoded).  Writes the partials
- * (attn_write_partial); with TL.arrive, the last block of a tile and kv
- * head also combines them (attn_tail_run). */
+ * (attn_write_partial). */
 static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, attn_shape sh, int32_t row0,
 	const int32_t *__restrict__ tiles, int32_t tile_base, const float *__restrict__ q,
-	float *__restrict__ partial, attn_tail tl)
+	float *__restrict__ partial)
 {
 	grid_dep_wait();
 	DYN_SHARED(float, smem);
 	attn_rows b;
-	if (!attn_split_rows(pos, tables, table_stride, sh, row0, tiles, tile_base, tl, partial, smem, &b))
+	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b))
 		return;
 	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
@@ -834,7 +700,7 @@ UNROLL4
 		p += n;
 	}
 
-	attn_split_end(sm, sh, pos, b, hk, row0, s, partial, tl, smem);
+	attn_write_partial(sm, sh, b.t0, b.R, hk, row0, s, b.p0, partial);
 }
 
 /* ---- the split kernel, lanes version ----
@@ -1026,12 +892,12 @@ UNROLL
 static __global__ void __launch_bounds__(ATTN_LANES_THREADS, 2)
 attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32_t *__restrict__ tables,
 	int32_t table_stride, attn_shape sh, int32_t row0, const int32_t *__restrict__ tiles, int32_t tile_base,
-	const float *__restrict__ q, float *__restrict__ partial, attn_tail tl)
+	const float *__restrict__ q, float *__restrict__ partial)
 {
 	grid_dep_wait();
 	DYN_SHARED(float, smem);
 	attn_rows b;
-	if (!attn_split_rows(pos, tables, table_stride, sh, row0, tiles, tile_base, tl, partial, smem, &b))
+	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b))
 		return;
 	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
 	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
@@ -1144,7 +1010,7 @@ UNROLL4
 		p = pn;
 		n = nn;
 	}
-	attn_split_end(sm, sh, pos, b, hk, row0, s, partial, tl, smem);
+	attn_write_partial(sm, sh, b.t0, b.R, hk, row0, s, b.p0, partial);
 }
 
 /* grid (n_head, rows of this chunk): each row's heads combined (attn_combine). */
@@ -1389,37 +1255,18 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	return 0;
 }
 
-/* Whether a launch of R rows a block combines in its split blocks' tails
- * (attn_tail_run) for VEC: fused (cuda_attention_set_fused), the tail's
- * shared memory within the limit, and each of VEC's blocks inside one kv
- * head's elements. */
-static bool attn_fuses(const attn_shape &sh, int32_t R, uint32_t vec)
-{
-	const int32_t ghd = sh.group * sh.head_dim;
-	return attn_fused && attn_tail_floats(R, sh) * sizeof(float) <= ATTN_SMEM_LIMIT &&
-	       (!vec || ghd % (vec == QT_Q8_K ? QK_K : QK) == 0);
-}
-
 /* Threads of an attn_reduce_kernel block (a head of HD): whole warps. */
 static int attn_reduce_threads(int32_t hd)
 {
 	return hd < 128 ? (hd + 31) / 32 * 32 : 128;
 }
 
-/* Scratch: the fused reduction's arrival counters (attn_tail: one per
- * row tile of a chunk and kv head, zero between launches), then the
- * partials of a chunk's rows, then the row-tile list.  Bytes of the
- * counters, where the partials start: */
-static size_t attn_arrive_bytes(const attn_shape &sh)
-{
-	return ((size_t)ATTN_ROW_CHUNK * sh.n_head_kv * sizeof(unsigned) + 15) / 16 * 16;
-}
-
-/* Bytes of scratch before the row-tile list, with the partials of ROWS rows. */
+/* Scratch: the partials of a chunk's rows, then the row-tile list.  Bytes
+ * of scratch before the list, with the partials of ROWS rows. */
 static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
 {
 	const size_t b = rows * sh.n_head * sh.n_splits * ((size_t)sh.head_dim + 2) * sizeof(float);
-	return attn_arrive_bytes(sh) + (b + 15) / 16 * 16;
+	return (b + 15) / 16 * 16;
 }
 
 /* The row tiles of HOST's rows (see attn_split_kernel): runs of rows of one
@@ -1450,14 +1297,6 @@ extern "C" int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_
 	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
 		return 0;
 	return sh.qrows;
-}
-
-extern "C" size_t cuda_attention_arrive_bytes(const struct bk_kv *kv, const struct bk_attn *a)
-{
-	attn_shape sh;
-	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
-		return 0;
-	return attn_arrive_bytes(sh);
 }
 
 extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a,
@@ -1493,7 +1332,7 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 	const int red_threads = attn_reduce_threads(sh.head_dim);
 	const int64_t q8_blocks = ((int64_t)sh.n_head * sh.head_dim + Q8K_THREADS - 1) / Q8K_THREADS;
 	cudaStream_t st = (cudaStream_t)stream;
-	float *partial = (float *)((char *)scratch + attn_arrive_bytes(sh));
+	float *partial = (float *)scratch;
 	const size_t chunk_rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
 	int32_t *d_tiles = NULL;
 	std::vector<int32_t> tiles;
@@ -1507,13 +1346,7 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 		}
 	}
 	const int32_t R = d_tiles ? sh.qrows : 1;
-	size_t smem = attn_smem_floats(R, sh.group, sh.head_dim, sh.tile) * sizeof(float);
-	attn_tail tl = { NULL, out, vec, (uint8_t *)xq, xq_stride };
-	if (attn_fuses(sh, R, vec)) {
-		const size_t tail = attn_tail_floats(R, sh) * sizeof(float);
-		tl.arrive = (unsigned *)scratch;
-		smem = smem > tail ? smem : tail;
-	}
+	const size_t smem = attn_smem_floats(R, sh.group, sh.head_dim, sh.tile) * sizeof(float);
 	size_t ti = 0; /* the first tile of the chunk */
 	for (int32_t row0 = 0; row0 < T; row0 += ATTN_ROW_CHUNK) {
 		const int32_t rows = T - row0 < ATTN_ROW_CHUNK ? T - row0 : ATTN_ROW_CHUNK;
@@ -1526,15 +1359,13 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 		const dim3 grid((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)n_tiles);
 		if (attn_lanes)
 			LAUNCH(attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos, tables,
-				table_stride, sh, row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial, tl);
+				table_stride, sh, row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
 		else
 			LAUNCH(attn_split_kernel, grid, ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh,
-				row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial, tl);
+				row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
 		if ((err = launched()))
 			return err;
 		ti = tj;
-		if (tl.arrive)
-			continue; /* the split blocks combined their partials */
 		if (attn_lanes)
 			LAUNCH(attn_reduce_lanes_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS,
 				attn_reduce_smem(sh), st, pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq,

@@ -38,13 +38,7 @@
  * rows beside it).  Recorded (decode) steps always take the integer kernels.
  * The op before an integer matmul (the norms, attention, swiglu: their
  * NEXT) quantizes its output for it in the same launch (cb_fuse_begin), so
- * the matmul's own quantization launch is skipped.  With
- * LLMD_CUDA_SWIGLU_FUSE, gate_up_swiglu runs gate, up and SwiGLU (so
- * quantized) in one launch where the kernels allow (cb_swiglu_fused); with
- * LLMD_CUDA_NORM_FUSE, matmul_add_rmsnorm runs the o or down projection
- * and the add + RMSNorm after it in one (cb_norm_fused).  Such a launch's
- * tail writes its quantized rows to the one of mm_scratch and
- * mm_scratch2 that the launch does not read (cb_tail_buffers).
+ * the matmul's own quantization launch is skipped.
  *
  * Attention tiles a prefill chunk's rows (cuda_attention with the host's
  * rows); recorded steps keep one row per block.
@@ -138,18 +132,9 @@ struct cuda_backend {
 	size_t d_pos2_cap;           /* bytes */
 	void *mm_scratch;            /* quantized activations for cuda_matmul_q */
 	size_t mm_scratch_cap;       /* bytes */
-	/* The matmul launches with a tail fused in: */
-	int swiglu_fuse;             /* whether gate_up_swiglu fuses (LLMD_CUDA_SWIGLU_FUSE) */
-	int norm_fuse;               /* whether matmul_add_rmsnorm fuses (LLMD_CUDA_NORM_FUSE) */
-	void *mm_scratch2;           /* the tail's quantized output where the launch reads mm_scratch */
-	size_t mm_scratch2_cap;      /* bytes */
-	unsigned *mm_arrive;         /* their arrival counters, zero between launches */
-	size_t mm_arrive_cap;        /* bytes */
-	size_t mm_arrive_bytes;      /* the most any weight's launch needs */
-	/* An op's output that its launch also quantized for the matmul after
-	 * it (add_rmsnorm's or swiglu's NEXT), into xq_buf: valid while no
+	/* An op's output that its launch also quantized into mm_scratch for
+	 * the matmul after it (add_rmsnorm's or swiglu's NEXT): valid while no
 	 * device call has been made since (calls == xq_calls). */
-	void *xq_buf;                /* mm_scratch, or mm_scratch2 (the fused SwiGLU's) */
 	const float *xq_src;         /* the rows quantized (device); NULL: none */
 	int32_t xq_T;                /* rows */
 	int64_t xq_n;                /* elements per row */
@@ -432,19 +417,6 @@ static int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need)
 	return 0;
 }
 
-/* cb_grow for a buffer that holds arrival counters (attention's scratch,
- * the fused SwiGLU's): a new buffer gets its first ZERO bytes (at most
- * all of it) zeroed, as the kernels ask. */
-static int cb_grow_zeroed(struct cuda_backend *cb, void **p, size_t *cap, size_t need, size_t zero)
-{
-	const size_t old = *cap;
-	int r = cb_grow(cb, p, cap, need);
-	if (r < 0 || *cap == old)
-		return r;
-	CB_CUDA(cb, cudaMemsetAsync(*p, 0, zero < *cap ? zero : *cap, cb->stream));
-	return 0;
-}
-
 static size_t cb_hash(const void *p, size_t cap)
 {
 	uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
@@ -531,8 +503,6 @@ static int cb_weight(struct cuda_backend *cb, const struct bk_weight *w, struct 
 	size_t mm = cuda_matmul_scratch_bytes(dw, 1);
 	if (w->type != QT_F32 && mm > cb->mm_row_bytes)
 		cb->mm_row_bytes = mm;
-	if (w->type != QT_F32 && cuda_matmul_arrive_bytes(dw) > cb->mm_arrive_bytes)
-		cb->mm_arrive_bytes = cuda_matmul_arrive_bytes(dw);
 	if ((w->type == QT_F16 || w->type == QT_BF16) && (size_t)w->n_in * 2 > cb->half_row_bytes)
 		cb->half_row_bytes = (size_t)w->n_in * 2;
 	return 0;
@@ -778,19 +748,6 @@ static int cb_mm_half(const struct cuda_backend *cb, const struct bk_weight *dw,
 		cuda_matmul_scratch_bytes(dw, 1) > 0);
 }
 
-/* Whether the op before quantized X's T rows (cb_fuse_end) with no device
- * call since: ask before making any.  Then they sit in xq_buf, for a
- * matmul whose weight cb_xq_fits. */
-static int cb_xq_handed(const struct cuda_backend *cb, const float *x, int32_t T)
-{
-	return cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls;
-}
-
-static int cb_xq_fits(const struct cuda_backend *cb, const struct bk_weight *dw)
-{
-	return dw->n_in == cb->xq_n && qtype_get(dw->type) && qtype_get(dw->type)->vec_type == cb->xq_vec;
-}
-
 /* Each weight on its path; runs of quantized ones of a type (a layer's q,
  * k and v; or of types that cuda_matmul_mixes) take one launch, and all
  * share one quantization of x (the weights share its type: Q4_K and Q6_K
@@ -803,10 +760,10 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 	const struct bk_weight *run[CUDA_MM_GROUP];
 	int r;
 
-	int quantized = 0; /* x sits quantized in xq for this call */
+	int quantized = 0; /* x sits quantized in mm_scratch for this call */
 	int halved = 0;    /* x sits rounded to half in gemm_scratch */
-	void *xq = NULL;   /* mm_scratch, or the buffer the op before quantized x into */
-	const int handed = cb_xq_handed(cb, x, T);
+	/* the op before quantized x for us (cb_fuse_end), if nothing ran since */
+	const int handed = cb->xq_src == x && cb->xq_T == T && cb->xq_calls == cb->calls;
 	cb->xq_src = NULL;
 
 	for (int k = 0; k < nw;) {
@@ -833,18 +790,16 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 				n++;
 			}
 			size_t need = cuda_matmul_scratch_bytes(&dw[0], T);
-			if (handed && !quantized && cb_xq_fits(cb, &dw[0])) {
+			if (handed && dw[0].n_in == cb->xq_n && qtype_get(dw[0].type) &&
+			    qtype_get(dw[0].type)->vec_type == cb->xq_vec)
 				quantized = 1;
-				xq = cb->xq_buf;
-			}
 			if (cb->prof)
 				cb_prof_matmul(cb, run, n);
-			if (!quantized && (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0)
-				xq = cb->mm_scratch;
-			if (quantized || r == 0)
+			if (quantized || (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, need)) == 0)
 				r = cb_launched(cb, "cuda_matmul_q_group",
 						CB_TIMED(cb, cuda_matmul_q_group(run, n, quantized ? NULL : x, T,
-										 out + k, xq, cb->stream)));
+										 out + k, cb->mm_scratch,
+										 cb->stream)));
 			if (r < 0)
 				return r;
 			quantized = 1;
@@ -881,15 +836,13 @@ static int cb_fuse_begin(struct cuda_backend *cb, const struct bk_weight *next, 
 	return 1;
 }
 
-/* The launch R of a kernel that quantized OUT for DW into BUF (mm_scratch
- * after cb_fuse_begin): the next cb_matmul on OUT takes BUF as it is, if
- * nothing runs before. */
+/* The launch R of a kernel that quantized OUT for DW (cb_fuse_begin): the
+ * next cb_matmul on OUT takes mm_scratch as it is, if nothing runs before. */
 static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const float *out, int32_t T,
-		       const struct bk_weight *dw, void *buf)
+		       const struct bk_weight *dw)
 {
 	if ((r = cb_launched(cb, call, r)) < 0)
 		return r;
-	cb->xq_buf = buf;
 	cb->xq_src = out;
 	cb->xq_T = T;
 	cb->xq_n = dw->n_in;
@@ -966,8 +919,7 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 		snprintf(cb->last_err, sizeof cb->last_err, "cuda_attention: unsupported shapes");
 		return -EINVAL;
 	}
-	if ((r = cb_grow_zeroed(cb, &cb->att_scratch, &cb->att_scratch_cap, need,
-				  cuda_attention_arrive_bytes(&dkv, a))) < 0)
+	if ((r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, need)) < 0)
 		return r;
 	if (fused)
 		return cb_fuse_end(cb, "cuda_attention_q8",
@@ -976,7 +928,7 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 								  cb->capturing ? NULL : rows, cb->att_scratch,
 								  qtype_get(dw.type)->vec_type, cb->mm_scratch,
 								  stride, cb->stream)),
-				   out, rows->n, &dw, cb->mm_scratch);
+				   out, rows->n, &dw);
 	return cb_launched(cb, "cuda_attention",
 			   CB_TIMED(cb, cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
 						       cb->table_stride, a, q, out, cb->capturing ? NULL : rows,
@@ -1001,86 +953,8 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 				   CB_TIMED(cb, cuda_swiglu_q8(g, u, T, next->n_in, out,
 							       qtype_get(dw.type)->vec_type, cb->mm_scratch,
 							       stride, cb->stream)),
-				   out, T, &dw, cb->mm_scratch);
+				   out, T, &dw);
 	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, cb->stream)));
-}
-
-/* The buffers of a launch with a fused tail over T rows of device weight
- * DW, whose input the op before quantized when HANDED (cb_xq_handed, asked
- * before any device call) and whose tail quantizes rows of STRIDE bytes
- * for the matmul after it: *IN the rows the launch reads (the op before's
- * with *QUANTIZED 1; else mm_scratch, which its quantizer fills first),
- * *OUT the other of mm_scratch and mm_scratch2, for the tail; and the
- * arrival counters; all grown as needed. */
-static int cb_tail_buffers(struct cuda_backend *cb, const struct bk_weight *dw, int32_t T, int handed,
-			   size_t stride, int *quantized, void **in, void **out)
-{
-	int r;
-
-	*quantized = handed && cb_xq_fits(cb, dw);
-	if (*quantized)
-		*in = cb->xq_buf;
-	else if ((r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cuda_matmul_scratch_bytes(dw, T))) < 0)
-		return r;
-	else
-		*in = cb->mm_scratch;
-	const int two = *in == cb->mm_scratch;
-	if ((r = cb_grow(cb, two ? &cb->mm_scratch2 : &cb->mm_scratch,
-			 two ? &cb->mm_scratch2_cap : &cb->mm_scratch_cap, stride * (size_t)T)) < 0)
-		return r;
-	*out = two ? cb->mm_scratch2 : cb->mm_scratch;
-	return cb_grow_zeroed(cb, (void **)&cb->mm_arrive, &cb->mm_arrive_cap, cuda_matmul_arrive_bytes(dw),
-			      SIZE_MAX);
-}
-
-/* gate_up_swiglu's one launch (cuda_matmul_q_swiglu), where the knob is
- * on, the weights take a kernel with the fused tail and NEXT takes
- * quantized rows: 1 when launched, 0 when not fusable (nothing done), or
- * a negative errno. */
-static int cb_swiglu_fused(struct cuda_backend *cb, const struct bk_weight *const *w, const float *x,
-			   int32_t T, float *const *out, float *h, const struct bk_weight *next)
-{
-	struct bk_weight dw[2], dn;
-	const struct bk_weight *run[2] = { &dw[0], &dw[1] };
-	const int64_t n = w[0]->n_out;
-	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
-	const int handed = cb_xq_handed(cb, x, T);
-	void *in, *xq;
-	int r, quantized;
-
-	if (!cb->swiglu_fuse || T < 1 || !stride || w[0]->type != w[1]->type || w[1]->n_out != n ||
-	    !cuda_matmul_scratch_bytes(w[0], T) || ((uintptr_t)out[0] | (uintptr_t)out[1] | (uintptr_t)h) % 16)
-		return 0;
-	if ((r = cb_weight(cb, w[0], &dw[0])) < 0 || (r = cb_weight(cb, w[1], &dw[1])) < 0 ||
-	    (r = cb_weight(cb, next, &dn)) < 0)
-		return r;
-	if (cb_mm_half(cb, &dw[0], T) || cb_mm_half(cb, &dn, T) || !cuda_matmul_swiglu_fuses(run, T))
-		return 0;
-	if ((r = cb_tail_buffers(cb, &dw[0], T, handed, stride, &quantized, &in, &xq)) < 0)
-		return r;
-	if (cb->prof)
-		cb_prof_matmul(cb, run, 2);
-	r = cb_fuse_end(cb, "cuda_matmul_q_swiglu",
-			CB_TIMED(cb, cuda_matmul_q_swiglu(run, quantized ? NULL : x, T, out, h,
-							  qtype_get(dn.type)->vec_type, xq, stride, cb->mm_arrive,
-							  in, cb->stream)),
-			h, T, &dn, xq);
-	return r < 0 ? r : 1;
-}
-
-/* gate + up, then SwiGLU quantized for NEXT: one launch where it may
- * (cb_swiglu_fused), else cb_matmul and cb_swiglu. */
-static int cb_gate_up_swiglu(struct backend *be, const struct bk_weight *const *w, const float *x,
-			     int32_t T, float *const *out, float *h, const struct bk_weight *next)
-{
-	struct cuda_backend *cb = cbk(be);
-	int r = cb_swiglu_fused(cb, w, x, T, out, h, next);
-
-	if (r)
-		return r < 0 ? r : 0;
-	if ((r = cb_matmul(be, w, 2, x, T, out)) < 0)
-		return r;
-	return cb_swiglu(be, out[0], out[1], (int64_t)T * w[0]->n_out, h, next);
 }
 
 static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
@@ -1109,7 +983,7 @@ static int cb_norm(struct backend *be, float *x, const float *y, const float *g,
 							   cb->stream))
 				     : CB_TIMED(cb, cuda_rmsnorm_q8(x, dg, T, n, eps, out, vec, cb->mm_scratch,
 								    stride, cb->stream)),
-				   out, T, &dw, cb->mm_scratch);
+				   out, T, &dw);
 	}
 	if (y)
 		return cb_launched(cb, "cuda_add_rmsnorm",
@@ -1128,57 +1002,6 @@ static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const fl
 			  int64_t n, float eps, float *out, const struct bk_weight *next)
 {
 	return cb_norm(be, x, y, g, T, n, eps, out, next);
-}
-
-/* matmul_add_rmsnorm's one launch (cuda_matmul_q_norm), where the knob is
- * on, W takes a kernel with the fused tail and NEXT takes quantized rows:
- * 1 when launched, 0 when not fusable (nothing done), or a negative
- * errno. */
-static int cb_norm_fused(struct cuda_backend *cb, const struct bk_weight *w, const float *in, int32_t T,
-			 float *y, float *x, const float *g, float eps, float *out, const struct bk_weight *next)
-{
-	struct bk_weight dw, dn;
-	const int64_t n = w->n_out;
-	const size_t stride = next && next->n_in == n ? cuda_matmul_scratch_bytes(next, 1) : 0;
-	const int handed = cb_xq_handed(cb, in, T);
-	void *dg, *xin, *xq;
-	int r, quantized;
-
-	if (!cb->norm_fuse || T < 1 || !stride || !cuda_matmul_scratch_bytes(w, T))
-		return 0;
-	if ((r = cb_weight(cb, w, &dw)) < 0 || (r = cb_weight(cb, next, &dn)) < 0)
-		return r;
-	if (cb_mm_half(cb, &dw, T) || cb_mm_half(cb, &dn, T) || !cuda_matmul_norm_fuses(&dw, T))
-		return 0;
-	if ((r = cb_device_copy(cb, g, (size_t)n * sizeof(float), &dg)) < 0 ||
-	    (r = cb_tail_buffers(cb, &dw, T, handed, stride, &quantized, &xin, &xq)) < 0)
-		return r;
-	if (cb->prof) {
-		const struct bk_weight *run = &dw;
-		cb_prof_matmul(cb, &run, 1);
-	}
-	r = cb_fuse_end(cb, "cuda_matmul_q_norm",
-			CB_TIMED(cb, cuda_matmul_q_norm(&dw, quantized ? NULL : in, T, y, x, dg, eps, out,
-							qtype_get(dn.type)->vec_type, xq, stride, cb->mm_arrive,
-							xin, cb->stream)),
-			out, T, &dn, xq);
-	return r < 0 ? r : 1;
-}
-
-/* A projection, then the add + RMSNorm after it quantized for NEXT: one
- * launch where it may (cb_norm_fused), else cb_matmul and cb_norm. */
-static int cb_matmul_add_rmsnorm(struct backend *be, const struct bk_weight *w, const float *in, int32_t T,
-				 float *y, float *x, const float *g, float eps, float *out,
-				 const struct bk_weight *next)
-{
-	struct cuda_backend *cb = cbk(be);
-	int r = cb_norm_fused(cb, w, in, T, y, x, g, eps, out, next);
-
-	if (r)
-		return r < 0 ? r : 0;
-	if ((r = cb_matmul(be, &w, 1, in, T, &y)) < 0)
-		return r;
-	return cb_norm(be, x, y, g, T, w->n_out, eps, out, next);
 }
 
 /* ---- memory hooks ---- */
@@ -1327,13 +1150,8 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	if (!att)
 		return 2;
 	if ((r = cb_use_device(cb)) < 0 ||
-	    (r = cb_grow_zeroed(cb, &cb->att_scratch, &cb->att_scratch_cap, att,
-				cuda_attention_arrive_bytes(&cb->kv_view, &cb->attn))) < 0 ||
+	    (r = cb_grow(cb, &cb->att_scratch, &cb->att_scratch_cap, att)) < 0 ||
 	    (r = cb_grow(cb, &cb->mm_scratch, &cb->mm_scratch_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
-	    ((cb->swiglu_fuse || cb->norm_fuse) &&
-	     ((r = cb_grow(cb, &cb->mm_scratch2, &cb->mm_scratch2_cap, cb->mm_row_bytes * (size_t)TB)) < 0 ||
-	      (r = cb_grow_zeroed(cb, (void **)&cb->mm_arrive, &cb->mm_arrive_cap, cb->mm_arrive_bytes,
-				  SIZE_MAX)) < 0)) ||
 	    (r = cb_grow(cb, &cb->gemm_scratch, &cb->gemm_scratch_cap,
 			 (cb->half_row_bytes * (size_t)TB + 255) / 256 * 256)) < 0 ||
 	    (r = cb_graph_inputs(cb, rows, ids, TB, stride)) < 0)
@@ -1416,8 +1234,7 @@ static void cb_free(struct backend *be)
 			cudaFree(cb->map[i].dev);
 	free(cb->map);
 	void *bufs[] = { cb->kv_dev, cb->d_pos, cb->d_tables, cb->d_ids, cb->d_pos2,
-			 cb->mm_scratch, cb->mm_scratch2, cb->mm_arrive, cb->att_scratch, cb->gemm_scratch,
-			 cb->blas_ws };
+			 cb->mm_scratch, cb->att_scratch, cb->gemm_scratch, cb->blas_ws };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -1462,7 +1279,6 @@ static const struct backend_ops cuda_ops = {
 	.kv_store = cb_kv_store,
 	.attention = cb_attention,
 	.swiglu = cb_swiglu,
-	.gate_up_swiglu = cb_gate_up_swiglu,
 	.add = cb_add,
 	.alloc = cb_alloc,
 	.release = cb_release,
@@ -1475,7 +1291,6 @@ static const struct backend_ops cuda_ops = {
 	.kv_attach = cb_kv_attach,
 	.add_rmsnorm = cb_add_rmsnorm,
 	.rope_kv_store = cb_rope_kv_store,
-	.matmul_add_rmsnorm = cb_matmul_add_rmsnorm,
 };
 
 int cuda_backend_emulated(void)
@@ -1550,8 +1365,6 @@ static void cb_env_knobs(int device)
 		cuda_attention_set_split((int32_t)v);
 	/* attention's split blocks as attn_split_lanes_kernel; 0: attn_split_kernel */
 	cuda_attention_set_lanes(!cb_env("LLMD_CUDA_ATTN_LANES", &v) || v != 0);
-	/* 1: attention's reduction in its split kernel's last blocks */
-	cuda_attention_set_fused(cb_env("LLMD_CUDA_ATTN_FUSE", &v) && v != 0);
 }
 
 int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
@@ -1560,7 +1373,6 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	cudaError_t e;
 	cublasStatus_t s;
 	char why[200];
-	long v;
 	int n;
 
 	if ((n = cuda_backend_device_count(why, sizeof why)) <= 0) {
@@ -1583,10 +1395,6 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	cb->be.ops = &cuda_ops;
 	cb->device = device;
 	cb_env_knobs(device);
-	/* 1: gate + up and SwiGLU in one launch where the kernels allow */
-	cb->swiglu_fuse = cb_env("LLMD_CUDA_SWIGLU_FUSE", &v) && v != 0;
-	/* 1: the o and down projections and the add + RMSNorm after each in one launch */
-	cb->norm_fuse = cb_env("LLMD_CUDA_NORM_FUSE", &v) && v != 0;
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;

@@ -32,11 +32,6 @@
 #define UNROLL4 _Pragma("unroll 4")
 #define ROLLED _Pragma("unroll 1")
 
-/* NOINLINE before a device function keeps it a call: for code a kernel
- * runs once at its end, whose registers would otherwise add to the
- * kernel's main loop's. */
-#define NOINLINE __noinline__
-
 /* Whether launches may overlap the tail of the kernel before them in the
  * stream (programmatic dependent launch, sm_90: cuda_set_pdl()). */
 inline int cuda_compat_pdl = 0;
@@ -99,7 +94,6 @@ static inline void cuda_compat_launch(void (*k)(P...), dim3 grid, dim3 block, si
 #define UNROLL
 #define UNROLL4
 #define ROLLED
-#define NOINLINE __attribute__((__noinline__))
 
 #endif
 

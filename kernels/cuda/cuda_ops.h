@@ -104,13 +104,10 @@ int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const i
  * HOST NULL: one row per block (what a captured graph records).  The
  * grid is sized from TABLE_STRIDE (a table's capacity: positions below
  * table_stride * block_tokens), never from the device's positions, so a
- * captured graph replays with new positions and tables.  SCRATCH holds
- * arrival counters (cuda_attention_set_fused), the partials and the tile
- * list: at least cuda_attention_scratch_bytes(kv, a, T, table_stride)
- * bytes of device memory, not shared with a concurrent call, whose first
- * cuda_attention_arrive_bytes(kv, a) bytes (the counters) are zero before
- * its first call: every call leaves them zero, the rest needs no
- * initialisation.  Limits: head_dim <= 256,
+ * captured graph replays with new positions and tables.  SCRATCH holds the
+ * partials and the tile list: at least cuda_attention_scratch_bytes(kv, a,
+ * T, table_stride) bytes of device memory, not shared with a concurrent
+ * call; it needs no initialisation.  Limits: head_dim <= 256,
  * n_head / n_head_kv <= 64, Q8_0 needs head_dim a multiple or divisor of 32
  * (-EINVAL otherwise). */
 int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
@@ -131,9 +128,6 @@ int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_attn *a);
 /* Bytes of SCRATCH cuda_attention needs for these shapes (0 on bad ones). */
 size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a, int32_t T,
 				    int32_t table_stride);
-/* Bytes at the start of SCRATCH that must be zero before its first call
- * for these shapes (0 on bad ones). */
-size_t cuda_attention_arrive_bytes(const struct bk_kv *kv, const struct bk_attn *a);
 
 /* ---- matmul (kernels/cuda/matmul.cu) ---- */
 
@@ -159,39 +153,6 @@ size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
  * below: set it before any launch. */
 int cuda_matmul_mixes(uint32_t a, uint32_t b, int32_t T);
 void cuda_matmul_set_mixed(int on);
-/* Arrival counters, for the launches below with a tail fused in: bytes
- * of device memory enough for any such launch of W (cuda_matmul_q_swiglu
- * with W its gate takes one counter per 32 outputs, cuda_matmul_q_norm
- * one), zero before the first call (every call leaves them zero), not
- * shared with a concurrent call. */
-size_t cuda_matmul_arrive_bytes(const struct bk_weight *w);
-/* cuda_matmul_q_group of gate W[0] and up W[1] (one type, the same n_out,
- * a whole number of VEC's blocks) into OUT[0] and OUT[1], then, in the
- * same launch, H (T, n_out) = silu(OUT[0]) * OUT[1], quantized to VEC
- * into XQ as cuda_swiglu_q8 does: both calls' bits, one launch.  H may
- * equal OUT[0]; OUT[0], OUT[1] and H 16-byte aligned; XQ must not overlap
- * SCRATCH (the matmul still reads it); ARRIVE as above.  -ENOTSUP, with
- * nothing launched, where T rows of these weights take the tensor-core
- * kernels (the tail needs a warp a weight row: the dp4a and wide
- * kernels). */
-int cuda_matmul_q_swiglu(const struct bk_weight *const *w, const float *x, int32_t T,
-			 float *const *out, float *h, uint32_t vec, void *xq, size_t xq_stride,
-			 unsigned *arrive, void *scratch, void *stream);
-/* Whether T rows of gate and up W[0], W[1] take kernels with
- * cuda_matmul_q_swiglu's tail (1) or the tensor cores (0: it refuses). */
-int cuda_matmul_swiglu_fuses(const struct bk_weight *const *w, int32_t T);
-/* cuda_matmul_q of IN with W into Y (T, n = W->n_out, a whole number of
- * VEC's blocks), then, in the same launch, cuda_add_rmsnorm_q8(X, Y, G,
- * T, n, EPS, OUT, VEC, XQ, XQ_STRIDE): both calls' bits, one launch.  IN
- * NULL: SCRATCH already holds it quantized.  OUT may equal Y or X; XQ
- * must not overlap SCRATCH (the matmul still reads it); ARRIVE as above.
- * -ENOTSUP, with nothing launched, where T rows of W take the
- * tensor-core kernels. */
-int cuda_matmul_q_norm(const struct bk_weight *w, const float *in, int32_t T, float *y, float *x,
-		       const float *g, float eps, float *out, uint32_t vec, void *xq, size_t xq_stride,
-		       unsigned *arrive, void *scratch, void *stream);
-/* Whether T rows of W take kernels with cuda_matmul_q_norm's tail. */
-int cuda_matmul_norm_fuses(const struct bk_weight *w, int32_t T);
 /* The matmuls of T rows take the tensor-core kernels from T = MIN_T, the
  * dp4a ones below it: the same bits either way.  Below 1, the default:
  * the K-quants always (at one row the wide kernels, cuda_matmul_set_wide,
@@ -254,13 +215,6 @@ void cuda_attention_set_split(int32_t tokens);
  * output, each within the CPU comparison's tolerance: like the split, set
  * it once, before any launch (LLMD_CUDA_ATTN_LANES, cuda_backend.c). */
 void cuda_attention_set_lanes(int on);
-/* Attention's reduction: 0 (the default) a kernel of its own after the
- * split kernel; else, where the shapes allow, in the split kernel itself,
- * by the last of a row's split blocks of each kv head to finish (counted
- * in SCRATCH's arrival counters): one launch a call, and the same bits
- * (attention.cu's attn_tail).  Set it before a graph is captured
- * (LLMD_CUDA_ATTN_FUSE, cuda_backend.c). */
-void cuda_attention_set_fused(int on);
 
 #ifdef __cplusplus
 }

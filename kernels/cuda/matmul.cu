@@ -64,7 +64,6 @@ extern "C" {
 }
 #include "cuda_mma.h"
 #include "cuda_ops.h"
-#include "norm_q8.cuh"
 #include "quant_q8.cuh"
 
 #define MM_FULL 0xffffffffu
@@ -73,25 +72,6 @@ extern "C" {
 #define MMA_ROWS 16     /* weight rows per warp of the tensor-core kernels (mma's M) */
 #define MMQ_WARPS 4     /* warps per block of the Q8_0/Q8_1 quantizer */
 #define MMQK_THREADS Q8K_THREADS /* one Q8_K super-block per block of its quantizer */
-
-/* A launch's fused tail (mm_end), compiled only into its kernels' TL
- * instances: none; SwiGLU over gate + up (cuda_matmul_q_swiglu,
- * mm_swiglu_tail); or add + RMSNorm after one weight (cuda_matmul_q_norm,
- * mm_norm_tail). */
-enum { MM_TAIL_NONE, MM_TAIL_SWIGLU, MM_TAIL_NORM };
-
-struct mm_tail {
-	unsigned *arrive;  /* counters, zero between launches: SwiGLU's (n_out / vec's block),
-			      the norm's one; NULL: no tail */
-	float *out;        /* (T, n_out) silu(gate) * up, which may be gate's output; or
-			      x / rms(x) * gain, which may be the matmul's */
-	uint8_t *xq;       /* (T) rows of out quantized to vec, stride bytes apart */
-	size_t stride;
-	uint32_t vec;      /* QT_Q8_0, QT_Q8_1 or QT_Q8_K */
-	float *x;          /* the norm's residual (T, n_out): x += the matmul's output */
-	const float *gain; /* the norm's weight (n_out) */
-	float eps;         /* the norm's epsilon */
-};
 
 /* The weights of one launch: a matmul group's q, k and v (or gate and up)
  * share their activations and take one grid, weight k its blocks
@@ -103,7 +83,6 @@ struct mm_group {
 	int n_out[CUDA_MM_GROUP];
 	int first[CUDA_MM_GROUP + 1];
 	int prefetch; /* bytes of its row a warp asks L2 for before it waits (0: none) */
-	mm_tail tl;   /* the fused tail, in the TL kernels (SwiGLU: w[0] gate, w[1] up) */
 	bool q6[CUDA_MM_GROUP]; /* matmul_kq_wide_kernel: member k is Q6_K (else Q4_K) */
 };
 
@@ -219,7 +198,6 @@ struct mm_row {
 	int n_out;
 	int rows;
 	size_t row_bytes;
-	int row; /* W's row index in its weight */
 };
 
 /* This warp's rows of G, RPW per warp, found member by member with
@@ -240,7 +218,7 @@ UNROLL
 static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw, int ks = 1)
 {
 	const int k0 = mm_member(g);
-	mm_row m = { NULL, NULL, 0, 0, 0, 0 };
+	mm_row m = { NULL, NULL, 0, 0, 0 };
 UNROLL
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
 		if (k == k0) {
@@ -253,133 +231,9 @@ UNROLL
 				m.n_out = g.n_out[k];
 				m.rows = g.n_out[k] - row < rpw ? g.n_out[k] - row : rpw;
 				m.row_bytes = g.row_bytes[k];
-				m.row = row;
 			}
 		}
 	return m;
-}
-
-/* ---- SwiGLU fused into the gate + up launch ----
- *
- * cuda_matmul_q_swiglu: the kernels that give a warp a weight row (the
- * dp4a ones and the wide ones) end with mm_swiglu_tail when the group
- * asks for it.  Each warp, its outputs written, counts itself in its
- * block's counter (a block: the 32 or 256 outputs of one of SW_VEC's
- * blocks, in gate and in up alike); the warp that arrives last, when
- * both members' rows of the block are written, computes
- * silu(gate) * up for them (swiglu_of) and quantizes them for the down
- * projection as the swiglu kernels would (q8k_warp_store: the bytes of
- * q8k_block_store; q8_block_store), and sets the counter back to zero for
- * the next launch: one launch fewer a layer, the same bits. */
-static __device__ __forceinline__ void mm_swiglu_tail(const mm_tail &tl, const float *gate, const float *up,
-	int n, int row, int T)
-{
-	const uint32_t vec = tl.vec;
-	const int lane = threadIdx.x % 32, bl = vec == QT_Q8_K ? QK_K : QK, b = row / bl;
-	unsigned last = 0;
-	if (lane == 0) { /* the lane that wrote the row's outputs */
-		__threadfence(); /* the outputs before the arrival */
-		last = atomicAdd(&tl.arrive[b], 1u) + 1 == 2u * (unsigned)bl;
-		if (last) {
-			atomicExch(&tl.arrive[b], 0u); /* every warp has arrived: none touches it again */
-			__threadfence(); /* the other warps' outputs after their arrivals */
-		}
-	}
-	last = __shfl_sync(MM_FULL, last, 0);
-	if (!last)
-		return;
-	__syncwarp(); /* lane 0's fence orders the other lanes' loads too */
-	for (int t = 0; t < T; t++) {
-		const size_t e0 = (size_t)t * n + (size_t)b * bl;
-		uint8_t *xr = tl.xq + (size_t)t * tl.stride;
-		if (vec == QT_Q8_K) { /* lane l: elements 8l..8l+7, two float4s (N a multiple of 256) */
-			const size_t e = e0 + 8 * lane;
-			const float4 *g4 = reinterpret_cast<const float4 *>(gate + e);
-			const float4 *u4 = reinterpret_cast<const float4 *>(up + e);
-			float v[8];
-UNROLL
-			for (int k = 0; k < 2; k++) {
-				const float4 a = __ldcg(&g4[k]), c = __ldcg(&u4[k]);
-				v[4 * k] = swiglu_of(a.x, c.x);
-				v[4 * k + 1] = swiglu_of(a.y, c.y);
-				v[4 * k + 2] = swiglu_of(a.z, c.z);
-				v[4 * k + 3] = swiglu_of(a.w, c.w);
-			}
-			float4 *o4 = reinterpret_cast<float4 *>(tl.out + e);
-			o4[0] = make_float4(v[0], v[1], v[2], v[3]);
-			o4[1] = make_float4(v[4], v[5], v[6], v[7]);
-			q8k_warp_store(v, lane, b, n / QK_K, n, xr);
-		} else {
-			const size_t e = e0 + lane;
-			const float v = swiglu_of(__ldcg(&gate[e]), __ldcg(&up[e]));
-			tl.out[e] = v;
-			q8_block_store(v, lane, b, n / QK, n, vec == QT_Q8_1, xr);
-		}
-	}
-}
-
-/* ---- add + RMSNorm fused into a matmul launch ----
- *
- * cuda_matmul_q_norm: the same kernels end with mm_norm_tail.  A block's
- * warps, their outputs written, meet at a barrier (every warp has a row:
- * n_out is a whole number of 32-element blocks, so of MM_WARPS rows); the
- * block counts itself in the launch's one counter; and the block that
- * arrives last, when every output of every row is written, adds them to
- * x and norms each row into out, quantized for the next matmul, as
- * add_rmsnorm_q8's kernels do (norm_q8.cuh: its MM_WARPS * 32 threads
- * play their NORM_THREADS, MM_NORM_V each, so the same bits), and sets
- * the counter back to zero for the next launch: the norm's launch saved,
- * twice a layer.  Its kernels (*_norm_kernel) are apart, under launch
- * bounds: unbounded, ptxas gave them 76 to 80 registers where the others
- * take 40 to 72, for the norm's Q8_K store; bounded, 52 to 64 and no
- * spills (but for the wide kernels' 4 and 8 rounds, not the default). */
-#define MM_NORM_V (NORM_THREADS / (MM_WARPS * 32)) /* norm threads a thread plays */
-#define MM_NORM_B 4   /* elements a norm thread loads at once (norm_add_scale) */
-#define MM_NORM_BLOCKS 8 /* a norm launch's blocks resident per SM: at most 64 registers */
-static_assert(NORM_THREADS % (MM_WARPS * 32) == 0, "a block plays the norm's threads");
-static_assert(QK % MM_WARPS == 0, "a norm launch's blocks have a row for every warp");
-
-static __device__ __forceinline__ void mm_norm_tail(const mm_tail &tl, const float *y, int n, int T)
-{
-	__shared__ double s_warp[NORM_WARPS];
-	__shared__ int s_last;
-	__syncthreads(); /* the block's outputs are written */
-	if (threadIdx.x == 0) {
-		__threadfence(); /* the block's outputs before its arrival */
-		const int last = atomicAdd(tl.arrive, 1u) + 1 == gridDim.x;
-		if (last) {
-			atomicExch(tl.arrive, 0u); /* every block has arrived: none touches it again */
-			__threadfence(); /* the others' outputs after their arrivals */
-		}
-		s_last = last;
-	}
-	__syncthreads();
-	if (!s_last)
-		return;
-	for (int t = 0; t < T; t++) {
-		if (t)
-			__syncthreads(); /* the row before's sum read by every thread: s_warp free */
-		float *xr = tl.x + (size_t)t * n, *o = tl.out + (size_t)t * n;
-		const float *yr = y + (size_t)t * n;
-		uint8_t *row = tl.xq + (size_t)t * tl.stride;
-		if (tl.vec == QT_Q8_K)
-			norm_row_q8k<MM_NORM_V, MM_NORM_B, 0, true>(xr, yr, tl.gain, n, tl.eps, o, row, s_warp);
-		else
-			norm_row_q8<MM_NORM_V, MM_NORM_B, 0, true>(xr, yr, tl.gain, n, tl.eps, o, tl.vec == QT_Q8_1,
-								   row, s_warp);
-	}
-}
-
-/* A warp's end in the kernels above, M its rows: the fused tail of their
- * TL instances, apart so that the others keep their registers (on sm_90
- * the wide kernels' U = 2 take 64 with SwiGLU's, 48 and 40 without). */
-template <int TL>
-static __device__ __forceinline__ void mm_end(const mm_group &g, const mm_row &m, int T)
-{
-	if (TL == MM_TAIL_SWIGLU)
-		mm_swiglu_tail(g.tl, g.out[0], g.out[1], g.n_out[0], m.row, T);
-	if (TL == MM_TAIL_NORM)
-		mm_norm_tail(g.tl, g.out[0], g.n_out[0], T);
 }
 
 /* One warp per weight row; lane l (< 16) and l + 16 hold quant.c's float
@@ -388,10 +242,11 @@ static __device__ __forceinline__ void mm_end(const mm_group &g, const mm_row &m
  * lanes 4t + b % 4 with the partial over elements 4t..4t+3 (half 0) and
  * 16+4t..16+4t+3 (half 1).  Every loop bound is uniform over the warp, so
  * the shuffles always see all 32 lanes. */
-template <int TYPE, int TL>
-static __device__ __forceinline__ void matmul_q32_body(const mm_group &g, int nb,
-	const uint8_t *__restrict__ xq, size_t stride, int T)
+template <int TYPE, bool PF>
+static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
 {
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -490,26 +345,6 @@ UNROLL
 				m.out[(size_t)(t0 + j) * m.n_out] = v;
 		}
 	}
-	mm_end<TL>(g, m, T);
-}
-
-template <int TYPE, bool PF, int TL = MM_TAIL_NONE>
-static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
-	size_t stride, int T, int /* ks: 1 */)
-{
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_q32_body<TYPE, TL>(g, nb, xq, stride, T);
-}
-
-/* matmul_q32_kernel with the norm's tail (mm_norm_tail), its registers
- * capped (MM_NORM_BLOCKS). */
-template <int TYPE, bool PF>
-static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
-matmul_q32_norm_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq, size_t stride, int T,
-	int /* ks: 1 */)
-{
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_q32_body<TYPE, MM_TAIL_NORM>(g, nb, xq, stride, T);
 }
 
 /* ---- matmul: 32-element blocks on the tensor cores ----
@@ -857,10 +692,11 @@ UNROLL
 /* One warp per weight row: lane i computes super-block b0 + i's integer
  * sums, then the warp walks the 32 in order with one float accumulator, as
  * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
-template <int TYPE, int TL>
-static __device__ __forceinline__ void matmul_k_body(const mm_group &g, int nsb,
-	const uint8_t *__restrict__ xq, size_t stride, int T)
+template <int TYPE, bool PF>
+static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
+	size_t stride, int T, int /* ks: 1 */)
 {
+	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -917,26 +753,6 @@ UNROLL
 				m.out[(size_t)(t0 + j) * m.n_out] = acc[j];
 		}
 	}
-	mm_end<TL>(g, m, T);
-}
-
-template <int TYPE, bool PF, int TL = MM_TAIL_NONE>
-static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
-	size_t stride, int T, int /* ks: 1 */)
-{
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_k_body<TYPE, TL>(g, nsb, xq, stride, T);
-}
-
-/* matmul_k_kernel with the norm's tail (mm_norm_tail), its registers capped
- * (MM_NORM_BLOCKS). */
-template <int TYPE, bool PF>
-static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
-matmul_k_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
-	int /* ks: 1 */)
-{
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_k_body<TYPE, MM_TAIL_NORM>(g, nsb, xq, stride, T);
 }
 
 /* ---- matmul: K-quants on the tensor cores ----
@@ -1533,7 +1349,9 @@ static __device__ __forceinline__ float wide_chain(const S *st, int b0, int nsb,
 	return acc;
 }
 
-template <int U, int TL>
+/* matmul_q4k_wide_kernel's work after its wait, which
+ * matmul_kq_wide_kernel's Q4_K blocks run too. */
+template <int U>
 static __device__ __forceinline__ void matmul_q4k_wide_body(const mm_group &g, int nsb,
 	const uint8_t *__restrict__ xq, size_t stride, int T)
 {
@@ -1599,26 +1417,14 @@ UNROLL
 	}
 	if (lane == 0)
 		m.out[0] = acc;
-	mm_end<TL>(g, m, T);
 }
 
-template <int U, bool PF, int TL = MM_TAIL_NONE>
+template <int U, bool PF>
 static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
 	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_q4k_wide_body<U, TL>(g, nsb, xq, stride, T);
-}
-
-/* matmul_q4k_wide_kernel with the norm's tail (mm_norm_tail), its registers capped
- * (MM_NORM_BLOCKS). */
-template <int U, bool PF>
-static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
-matmul_q4k_wide_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
-	int /* ks: 1 */)
-{
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_q4k_wide_body<U, MM_TAIL_NORM>(g, nsb, xq, stride, T);
+	matmul_q4k_wide_body<U>(g, nsb, xq, stride, T);
 }
 
 /* Q6_K a row a warp: as Q4_K's, lane 8c + k on super-block 4i + c, its
@@ -1641,7 +1447,9 @@ UNROLL
 			  __funnelshift_r(w[2], w[3], sh), __funnelshift_r(w[3], w[4], sh));
 }
 
-template <int U, int TL>
+/* matmul_q6k_wide_kernel's work after its wait, which
+ * matmul_kq_wide_kernel's Q6_K blocks run too. */
+template <int U>
 static __device__ __forceinline__ void matmul_q6k_wide_body(const mm_group &g, int nsb,
 	const uint8_t *__restrict__ xq, size_t stride, int T)
 {
@@ -1701,26 +1509,14 @@ UNROLL
 	}
 	if (lane == 0)
 		m.out[0] = acc;
-	mm_end<TL>(g, m, T);
 }
 
-template <int U, bool PF, int TL = MM_TAIL_NONE>
+template <int U, bool PF>
 static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
 	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_q6k_wide_body<U, TL>(g, nsb, xq, stride, T);
-}
-
-/* matmul_q6k_wide_kernel with the norm's tail (mm_norm_tail), its registers capped
- * (MM_NORM_BLOCKS). */
-template <int U, bool PF>
-static __global__ void __launch_bounds__(MM_WARPS * 32, MM_NORM_BLOCKS)
-matmul_q6k_wide_norm_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq, size_t stride, int T,
-	int /* ks: 1 */)
-{
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
-	matmul_q6k_wide_body<U, MM_TAIL_NORM>(g, nsb, xq, stride, T);
+	matmul_q6k_wide_body<U>(g, nsb, xq, stride, T);
 }
 
 /* ---- Q4_K and Q6_K weights in one launch ----
@@ -1750,9 +1546,9 @@ static __global__ void matmul_kq_wide_kernel(const mm_group g, int nsb, const ui
 {
 	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
 	if (mm_member_q6(g)) /* uniform across the block */
-		matmul_q6k_wide_body<U, MM_TAIL_NONE>(g, nsb, xq, stride, T);
+		matmul_q6k_wide_body<U>(g, nsb, xq, stride, T);
 	else
-		matmul_q4k_wide_body<U, MM_TAIL_NONE>(g, nsb, xq, stride, T);
+		matmul_q4k_wide_body<U>(g, nsb, xq, stride, T);
 }
 
 /* ---- launchers ---- */
@@ -1992,36 +1788,21 @@ static int mm_use_wide(uint32_t type, int aligned, int32_t T)
 	return mm_wide && ((type == QT_Q4_K && aligned) || type == QT_Q6_K) && T == 1;
 }
 
-/* The wide kernel of TYPE with U rounds, PF and tail TL (the norm's: its
- * own kernel, under launch bounds). */
-template <int U, bool PF, int TL>
-static mm_kernel mm_wide_of(uint32_t type)
-{
-	if constexpr (TL == MM_TAIL_NORM)
-		return type == QT_Q6_K ? matmul_q6k_wide_norm_kernel<U, PF> : matmul_q4k_wide_norm_kernel<U, PF>;
-	else
-		return type == QT_Q6_K ? matmul_q6k_wide_kernel<U, PF, TL> : matmul_q4k_wide_kernel<U, PF, TL>;
-}
-
-template <bool PF, int TL>
+template <bool PF>
 static mm_kernel mm_wide_kernel_pf(uint32_t type)
 {
 	switch (mm_wide) {
-	case 1:  return mm_wide_of<1, PF, TL>(type);
-	case 2:  return mm_wide_of<2, PF, TL>(type);
-	case 4:  return mm_wide_of<4, PF, TL>(type);
-	default: return mm_wide_of<8, PF, TL>(type);
+	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1, PF> : matmul_q4k_wide_kernel<1, PF>;
+	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2, PF> : matmul_q4k_wide_kernel<2, PF>;
+	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4, PF> : matmul_q4k_wide_kernel<4, PF>;
+	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8, PF> : matmul_q4k_wide_kernel<8, PF>;
 	}
 }
 
-/* The kernel of a given prefetch flag and tail (mm_end), for each of both:
- * KERNEL_OF<PF, TL>(ARGS) with PF mm_prefetch and TL the launch's. */
-#define MM_PICK(kernel_of, tl, ...)                                                                      \
-	((tl) == MM_TAIL_SWIGLU ? (mm_prefetch ? kernel_of<true, MM_TAIL_SWIGLU>(__VA_ARGS__)              \
-					       : kernel_of<false, MM_TAIL_SWIGLU>(__VA_ARGS__))              \
-	 : (tl) == MM_TAIL_NORM ? (mm_prefetch ? kernel_of<true, MM_TAIL_NORM>(__VA_ARGS__)                 \
-					       : kernel_of<false, MM_TAIL_NORM>(__VA_ARGS__))                \
-	 : (mm_prefetch ? kernel_of<true, MM_TAIL_NONE>(__VA_ARGS__) : kernel_of<false, MM_TAIL_NONE>(__VA_ARGS__)))
+static mm_kernel mm_wide_kernel(uint32_t type)
+{
+	return mm_prefetch ? mm_wide_kernel_pf<true>(type) : mm_wide_kernel_pf<false>(type);
+}
 
 /* The mixed Q4_K / Q6_K group's kernel (matmul_kq_wide_kernel). */
 template <bool PF>
@@ -2040,59 +1821,36 @@ static mm_kernel mm_kq_kernel(void)
 	return mm_prefetch ? mm_kq_kernel_pf<true>() : mm_kq_kernel_pf<false>();
 }
 
-/* TL: the instance with that fused tail (mm_end). */
-static mm_kernel mm_wide_kernel(uint32_t type, int tl = MM_TAIL_NONE)
-{
-	return MM_PICK(mm_wide_kernel_pf, tl, type);
-}
-
 /* The dp4a kernel of a supported TYPE, a warp a weight row; PF: asking L2
- * for its row before it waits (cuda_matmul_set_prefetch); TL: with that
- * fused tail. */
-template <int TYPE, bool PF, int TL>
-static mm_kernel mm_dp4a_of()
-{
-	constexpr bool kq = TYPE == QT_Q4_K || TYPE == QT_Q5_K || TYPE == QT_Q6_K;
-	if constexpr (kq && TL == MM_TAIL_NORM)
-		return matmul_k_norm_kernel<TYPE, PF>;
-	else if constexpr (kq)
-		return matmul_k_kernel<TYPE, PF, TL>;
-	else if constexpr (TL == MM_TAIL_NORM)
-		return matmul_q32_norm_kernel<TYPE, PF>;
-	else
-		return matmul_q32_kernel<TYPE, PF, TL>;
-}
-
-template <bool PF, int TL>
+ * for its row before it waits (cuda_matmul_set_prefetch). */
+template <bool PF>
 static mm_kernel mm_dp4a_kernel_of(uint32_t type)
 {
 	switch (type) {
-	case QT_Q4_0: return mm_dp4a_of<QT_Q4_0, PF, TL>();
-	case QT_Q4_1: return mm_dp4a_of<QT_Q4_1, PF, TL>();
-	case QT_Q8_0: return mm_dp4a_of<QT_Q8_0, PF, TL>();
-	case QT_Q4_K: return mm_dp4a_of<QT_Q4_K, PF, TL>();
-	case QT_Q5_K: return mm_dp4a_of<QT_Q5_K, PF, TL>();
-	default:      return mm_dp4a_of<QT_Q6_K, PF, TL>();
+	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0, PF>;
+	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1, PF>;
+	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0, PF>;
+	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K, PF>;
+	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K, PF>;
+	default:      return matmul_k_kernel<QT_Q6_K, PF>;
 	}
 }
 
 /* The matmul kernel of a supported TYPE: on the tensor cores (MMA) with 1
  * tile of 8 activation rows a pass up to T = 8, 2 up to 16, then 4; or the
- * dp4a one (TL: with that fused tail). */
-static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T, int tl = MM_TAIL_NONE)
+ * dp4a one. */
+static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T)
 {
 	if (mma)
 		return T <= 8 ? mm_mma_kernel_of<1>(type, aligned)
 		     : T <= 16 ? mm_mma_kernel_of<2>(type, aligned) : mm_mma_kernel_of<4>(type, aligned);
-	return MM_PICK(mm_dp4a_kernel_of, tl, type);
+	return mm_prefetch ? mm_dp4a_kernel_of<true>(type) : mm_dp4a_kernel_of<false>(type);
 }
 
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
- * quantized.  TL not MM_TAIL_NONE: the launch with that tail fused in
- * (cuda_matmul_q_swiglu, cuda_matmul_q_norm) as TAIL says, -ENOTSUP
- * before any launch where its kernel has no such tail. */
+ * quantized. */
 static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, int32_t T,
-	float *const *outs, void *scratch, void *stream, int tl, const mm_tail *tail)
+	float *const *outs, void *scratch, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	struct mm_group g;
@@ -2114,13 +1872,11 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		if (ws[k]->type == QT_Q4_K)
 			aligned_k4 &= mm_aligned16(&ws[k], 1);
 	}
-	if (mixed && (tl != MM_TAIL_NONE || !aligned_k4))
-		return -EINVAL; /* (a tail takes one type; the wide Q4_K kernel, 16-byte rows) */
+	if (mixed && !aligned_k4)
+		return -EINVAL; /* (the wide Q4_K kernel, 16-byte rows) */
 	const int aligned = mm_aligned16(ws, nw);
 	const int wide = mixed || mm_use_wide(ws[0]->type, aligned, T);
 	const int mma = !wide && mm_use_mma(ws[0]->type, T);
-	if (tl != MM_TAIL_NONE && mma) /* a tile of 16 rows a warp: no tail (mm_tail_fuses) */
-		return -ENOTSUP;
 	mm_block_bytes(ws[0]->type, &blck);
 	const int nbk = (int)(ws[0]->n_in / blck);
 	const int nt = T <= 8 ? 1 : T <= 16 || blck == QK ? 2 : 4;
@@ -2147,7 +1903,6 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	/* the wide kernels' first round of loads, or up to 2 KiB of a dp4a
 	 * kernel's row (the whole row at SmolLM2's widths) */
 	g.prefetch = 0;
-	g.tl = tl != MM_TAIL_NONE ? *tail : mm_tail{ NULL, NULL, NULL, 0, 0, NULL, NULL, 0.0f };
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
 		g.q6[k] = k < nw && ws[k]->type == QT_Q6_K;
 	if (mm_prefetch && (wide || !mma)) {
@@ -2162,8 +1917,8 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	const unsigned mm_blocks = (unsigned)blocks;
 	const int async = mm_use_async(w->type, mma, aligned, nt);
 	const mm_kernel kernel = mixed ? mm_kq_kernel()
-			       : wide ? mm_wide_kernel(w->type, tl)
-			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T, tl);
+			       : wide ? mm_wide_kernel(w->type)
+			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T);
 	if (async) { /* each warp's stages after the split-K buffer */
 		const int bytes = (int)mm_block_bytes(w->type, &blck);
 		smem += (size_t)(threads / 32) * MM_STAGES * k_stage_bytes(bytes);
@@ -2214,70 +1969,11 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 extern "C" int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
 	float *const *out, void *scratch, void *stream)
 {
-	return matmul_q(w, nw, x, T, out, scratch, stream, MM_TAIL_NONE, NULL);
+	return matmul_q(w, nw, x, T, out, scratch, stream);
 }
 
 extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
 	void *scratch, void *stream)
 {
-	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream, MM_TAIL_NONE, NULL) : -EINVAL;
-}
-
-/* Whether a launch of weights W (NW of one type) over T rows takes a
- * kernel with the fused tails: a warp a weight row (the wide kernels, or
- * dp4a rather than the tensor cores). */
-static int mm_tail_fuses(const struct bk_weight *const *w, int nw, int32_t T)
-{
-	for (int k = 0; k < nw; k++)
-		if (!w[k] || w[k]->type != w[0]->type)
-			return 0;
-	if (T < 1)
-		return 0;
-	const int wide = mm_use_wide(w[0]->type, mm_aligned16(w, nw), T);
-	return wide || !mm_use_mma(w[0]->type, T);
-}
-
-extern "C" int cuda_matmul_swiglu_fuses(const struct bk_weight *const *w, int32_t T)
-{
-	return w && mm_tail_fuses(w, 2, T);
-}
-
-extern "C" int cuda_matmul_norm_fuses(const struct bk_weight *w, int32_t T)
-{
-	return mm_tail_fuses(&w, 1, T);
-}
-
-extern "C" size_t cuda_matmul_arrive_bytes(const struct bk_weight *w)
-{
-	return w && w->n_out > 0 && w->n_out <= INT32_MAX ? (size_t)(w->n_out + QK - 1) / QK * sizeof(unsigned)
-							 : 0;
-}
-
-extern "C" int cuda_matmul_q_swiglu(const struct bk_weight *const *w, const float *x, int32_t T,
-	float *const *out, float *h, uint32_t vec, void *xq, size_t xq_stride, unsigned *arrive,
-	void *scratch, void *stream)
-{
-	if (!w || !w[0] || !w[1] || !out || !h || !xq || !arrive || w[0]->n_out != w[1]->n_out ||
-	    (uintptr_t)xq % 16 || xq_stride % 16 || (uintptr_t)out[0] % 16 || (uintptr_t)out[1] % 16 ||
-	    (uintptr_t)h % 16)
-		return -EINVAL; /* (the tail's float4s) */
-	const size_t need = q8_row_bytes(vec, w[0]->n_out);
-	if (!need || xq_stride < need || w[0]->n_out > INT32_MAX)
-		return -EINVAL;
-	const mm_tail tl = { arrive, h, (uint8_t *)xq, xq_stride, vec, NULL, NULL, 0.0f };
-	return matmul_q(w, 2, x, T, out, scratch, stream, MM_TAIL_SWIGLU, &tl);
-}
-
-extern "C" int cuda_matmul_q_norm(const struct bk_weight *w, const float *in, int32_t T, float *y,
-	float *x, const float *g, float eps, float *out, uint32_t vec, void *xq, size_t xq_stride,
-	unsigned *arrive, void *scratch, void *stream)
-{
-	if (!w || !y || !x || !g || !out || !xq || !arrive || (uintptr_t)xq % 16 || xq_stride % 16 ||
-	    (uintptr_t)x % 4 || (uintptr_t)g % 4 || (uintptr_t)out % 4)
-		return -EINVAL;
-	const size_t need = q8_row_bytes(vec, w->n_out);
-	if (!need || xq_stride < need || w->n_out > INT32_MAX)
-		return -EINVAL;
-	const mm_tail tl = { arrive, out, (uint8_t *)xq, xq_stride, vec, x, g, eps };
-	return matmul_q(&w, 1, in, T, &y, scratch, stream, MM_TAIL_NORM, &tl);
+	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream) : -EINVAL;
 }

@@ -6,9 +6,7 @@
  * float d per block, then (Q8_1) a float s = d * sum(codes) per block, or
  * (Q8_K) 16 int32 bsums per super-block.
  * Shared by matmul.cu's quantizer and the fused norm + quantize of rows.cu,
- * so that both write the same bytes; and SwiGLU's element, which rows.cu's
- * swiglu kernels and matmul.cu's gate + up launch with SwiGLU fused in
- * compute before they quantize it.
+ * so that both write the same bytes.
  */
 #ifndef LLMD_QUANT_Q8_CUH
 #define LLMD_QUANT_Q8_CUH
@@ -35,13 +33,6 @@ static inline size_t q8_row_bytes(uint32_t vec, int64_t n)
 	case QT_Q8_K: return n % QK_K ? 0 : q8k_bs32_offset(n) + (size_t)(n / QK_K) * 16;
 	default: return 0;
 	}
-}
-
-/* silu(A) * U, as the CPU backend: one expression for every kernel that
- * computes it, so the same bits. */
-static __device__ __forceinline__ float swiglu_of(float a, float u)
-{
-	return a / (1.0f + expf(-a)) * u;
 }
 
 /* Block B (of NB) of the row at ROW (N_IN codes first): lane LANE holds

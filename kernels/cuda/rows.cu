@@ -21,7 +21,6 @@
 
 #include "cuda_mma.h"
 #include "cuda_ops.h"
-#include "norm_q8.cuh"
 #include "quant_q8.cuh"
 #include "rope.cuh"
 
@@ -36,11 +35,10 @@ extern "C" {
 #define ROWS_THREADS 256     /* threads per block of every kernel here */
 #define ROWS_WARPS (ROWS_THREADS / 32)
 #define EW_MAX_BLOCKS 65536  /* grid of the element-wise grid-stride loops */
-#define ROWS_BATCH 16        /* a norm's loads in flight per thread (norm_add_scale) */
+#define ROWS_BATCH 16        /* a norm's loads in flight per thread (rows_add_scale) */
 #define NORM_PRE_Q8 8        /* 32-element blocks per warp whose g a Q8_0/Q8_1 norm loads first */
 #define NORM_PRE_Q8K 2       /* super-blocks per warp whose g a Q8_K norm loads first */
 static_assert(ROWS_THREADS == Q8K_THREADS, "the fused Q8_K quantization takes a row block's threads");
-static_assert(ROWS_THREADS == NORM_THREADS, "a norm takes a row block's threads, each playing one (norm_q8.cuh)");
 
 /* ---- shared helpers ---- */
 
@@ -282,7 +280,58 @@ extern "C" int cuda_to_half(const float *x, int64_t n, int bf16, void *out, void
 
 /* ---- rmsnorm ---- */
 
-/* One block per row: the scale (norm_add_scale), then y = (x * scale) * g.
+/* Sum over the block of one double per thread; every thread gets it.  The
+ * order (per thread, then xor butterfly per warp, then warps in order) is
+ * a function of blockDim only, so every row of every T sums alike. */
+static __device__ double rows_block_sum(double v, double *s_warp)
+{
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	for (int off = 16; off > 0; off /= 2)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	if (lane == 0)
+		s_warp[warp] = v;
+	__syncthreads();
+	double sum = 0;
+	for (int i = 0; i < ROWS_WARPS; i++)
+		sum += s_warp[i];
+	return sum;
+}
+
+/* The norms' first pass over a row, by the block: x += y (thread i taking
+ * elements i, i + ROWS_THREADS, ...), then the scale
+ * 1 / sqrt(mean(x^2) + eps), the squares summed in double (as ggml and the
+ * CPU).  Y NULL: rmsnorm's pass, which only reads x. */
+static __device__ float rows_add_scale(float *xr, const float *yr, int64_t n, float eps, double *s_warp)
+{
+	double part = 0;
+	/* ROWS_BATCH elements' loads before their stores (x may alias y:
+	 * otherwise each load would wait for the store before it; a 4096-wide
+	 * row is one batch), then the same adds in the same order */
+	for (int64_t i0 = threadIdx.x; i0 < n; i0 += ROWS_BATCH * ROWS_THREADS) {
+		float v[ROWS_BATCH], w[ROWS_BATCH];
+UNROLL
+		for (int k = 0; k < ROWS_BATCH; k++) {
+			const int64_t i = i0 + (int64_t)k * ROWS_THREADS;
+			v[k] = i < n ? xr[i] : 0.0f;
+			w[k] = yr && i < n ? yr[i] : 0.0f;
+		}
+UNROLL
+		for (int k = 0; k < ROWS_BATCH; k++) {
+			const int64_t i = i0 + (int64_t)k * ROWS_THREADS;
+			if (i >= n)
+				break;
+			if (yr) {
+				v[k] += w[k];
+				xr[i] = v[k];
+			}
+			part += (double)__fmul_rn(v[k], v[k]);
+		}
+	}
+	const double sum = rows_block_sum(part, s_warp);
+	return 1.0f / sqrtf((float)(sum / (double)n) + eps);
+}
+
+/* One block per row: the scale (rows_add_scale), then y = (x * scale) * g.
  * Each thread reads and writes the same elements, so OUT may equal X. */
 static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ g, int64_t n,
 	float eps, float *out)
@@ -291,7 +340,7 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
 	__shared__ double s_warp[ROWS_WARPS];
 	const float *xr = x + (int64_t)blockIdx.x * n;
 	float *yr = out + (int64_t)blockIdx.x * n;
-	const float scale = norm_add_scale<1, ROWS_BATCH, false>(const_cast<float *>(xr), NULL, n, eps, s_warp);
+	const float scale = rows_add_scale(const_cast<float *>(xr), NULL, n, eps, s_warp);
 	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS)
 		yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
 }
@@ -320,7 +369,7 @@ static __global__ void add_rmsnorm_kernel(float *x, const float *y, const float 
 	float *xr = x + (int64_t)blockIdx.x * n;
 	const float *yr = y + (int64_t)blockIdx.x * n;
 	float *o = out + (int64_t)blockIdx.x * n;
-	const float scale = norm_add_scale<1, ROWS_BATCH, false>(xr, yr, n, eps, s_warp);
+	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
 	for (int64_t i = threadIdx.x; i < n; i += ROWS_THREADS)
 		o[i] = __fmul_rn(__fmul_rn(xr[i], scale), g[i]);
 }
@@ -339,27 +388,102 @@ extern "C" int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_
 
 /* add_rmsnorm_kernel that also quantizes each row of OUT into Q8_0 or Q8_1
  * (WITH_SUM) blocks at XQ + t * STRIDE, as the matmul's quantizer would
- * (norm_row_q8): N a multiple of 32.  Y NULL: rmsnorm_kernel's arithmetic
- * (x only read). */
+ * (quant_q8.cuh): N a multiple of 32.  Element e is thread e % ROWS_THREADS's
+ * in both passes (e = 32 * block + lane, blocks going to the warps in
+ * turn), so a thread still touches only its own elements.  Y NULL:
+ * rmsnorm_kernel's arithmetic (x only read). */
 static __global__ void add_rmsnorm_q8_kernel(float *x, const float *y, const float *__restrict__ g,
 	int64_t n, float eps, float *out, int with_sum, uint8_t *__restrict__ xq, size_t stride)
 {
 	grid_dep_wait();
 	__shared__ double s_warp[ROWS_WARPS];
-	norm_row_q8<1, ROWS_BATCH, NORM_PRE_Q8, false>(x + (int64_t)blockIdx.x * n,
-		y ? y + (int64_t)blockIdx.x * n : NULL, g, n, eps, out + (int64_t)blockIdx.x * n, with_sum,
-		xq + (size_t)blockIdx.x * stride, s_warp);
+	float *xr = x + (int64_t)blockIdx.x * n;
+	const float *yr = y ? y + (int64_t)blockIdx.x * n : NULL;
+	float *o = out + (int64_t)blockIdx.x * n;
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nb = (int)(n / 32);
+	/* the first blocks' g, loaded while the first pass runs */
+	float gp[NORM_PRE_Q8];
+UNROLL
+	for (int j = 0; j < NORM_PRE_Q8; j++) {
+		const int b = warp + j * ROWS_WARPS;
+		gp[j] = b < nb ? __ldg(&g[(int64_t)b * 32 + lane]) : 0.0f;
+	}
+	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
+	uint8_t *row = xq + (size_t)blockIdx.x * stride;
+	/* NORM_PRE_Q8 blocks' x loaded before any store (OUT may alias X) */
+	for (int b0 = warp, j0 = 0; b0 < nb; b0 += NORM_PRE_Q8 * ROWS_WARPS, j0 += NORM_PRE_Q8) {
+		float xv[NORM_PRE_Q8];
+UNROLL
+		for (int j = 0; j < NORM_PRE_Q8; j++) {
+			const int b = b0 + j * ROWS_WARPS;
+			xv[j] = b < nb ? xr[(int64_t)b * 32 + lane] : 0.0f;
+		}
+UNROLL
+		for (int j = 0; j < NORM_PRE_Q8; j++) {
+			const int b = b0 + j * ROWS_WARPS; /* the same for every lane of a warp */
+			if (b >= nb)
+				continue;
+			const int64_t i = (int64_t)b * 32 + lane;
+			const float gi = j0 ? __ldg(&g[i]) : gp[j];
+			const float v = __fmul_rn(__fmul_rn(xv[j], scale), gi);
+			o[i] = v;
+			q8_block_store(v, lane, b, nb, (int)n, with_sum, row);
+		}
+	}
 }
 
-/* The same into Q8_K super-blocks (N a multiple of 256; norm_row_q8k). */
+/* The same into Q8_K super-blocks (N a multiple of 256): each warp takes
+ * super-blocks in turn, lane l its elements 8l..8l+7 (q8k_warp_store),
+ * after the first pass's barrier (rows_block_sum's), which also makes the
+ * elements other threads added visible.  A thread reads x and writes out
+ * at the same elements, so OUT may equal X or Y. */
 static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const float *__restrict__ g,
 	int64_t n, float eps, float *out, uint8_t *__restrict__ xq, size_t stride)
 {
 	grid_dep_wait();
 	__shared__ double s_warp[ROWS_WARPS];
-	norm_row_q8k<1, ROWS_BATCH, NORM_PRE_Q8K, false>(x + (int64_t)blockIdx.x * n,
-		y ? y + (int64_t)blockIdx.x * n : NULL, g, n, eps, out + (int64_t)blockIdx.x * n,
-		xq + (size_t)blockIdx.x * stride, s_warp);
+	float *xr = x + (int64_t)blockIdx.x * n;
+	const float *yr = y ? y + (int64_t)blockIdx.x * n : NULL;
+	float *o = out + (int64_t)blockIdx.x * n;
+	const int nsb = (int)(n / 256), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	/* the first super-blocks' g, loaded while the first pass runs */
+	float gp[NORM_PRE_Q8K][8];
+UNROLL
+	for (int j = 0; j < NORM_PRE_Q8K; j++) {
+		const int b = warp + j * ROWS_WARPS;
+UNROLL
+		for (int k = 0; k < 8; k++)
+			gp[j][k] = b < nsb ? __ldg(&g[(int64_t)b * 256 + 8 * lane + k]) : 0.0f;
+	}
+	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
+	uint8_t *row = xq + (size_t)blockIdx.x * stride;
+	/* NORM_PRE_Q8K super-blocks' x loaded before any store (OUT may alias X) */
+	for (int b0 = warp, j0 = 0; b0 < nsb; b0 += NORM_PRE_Q8K * ROWS_WARPS, j0 += NORM_PRE_Q8K) {
+		float v[NORM_PRE_Q8K][8];
+UNROLL
+		for (int j = 0; j < NORM_PRE_Q8K; j++) {
+			const int b = b0 + j * ROWS_WARPS;
+UNROLL
+			for (int k = 0; k < 8; k++)
+				v[j][k] = b < nsb ? xr[(int64_t)b * 256 + 8 * lane + k] : 0.0f;
+		}
+UNROLL
+		for (int j = 0; j < NORM_PRE_Q8K; j++) {
+			const int b = b0 + j * ROWS_WARPS; /* the same for every lane of a warp */
+			if (b >= nsb)
+				continue;
+			const int64_t i0 = (int64_t)b * 256 + 8 * lane;
+UNROLL
+			for (int k = 0; k < 8; k++) {
+				const float gi = j0 ? __ldg(&g[i0 + k]) : gp[j][k];
+				v[j][k] = __fmul_rn(__fmul_rn(v[j][k], scale), gi);
+			}
+UNROLL
+			for (int k = 0; k < 8; k++)
+				o[i0 + k] = v[j][k];
+			q8k_warp_store(v[j], lane, b, nsb, (int)n, row);
+		}
+	}
 }
 
 /* cuda_add_rmsnorm_q8, or cuda_rmsnorm_q8 with Y NULL. */
@@ -430,6 +554,13 @@ extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, 
 }
 
 /* ---- swiglu, add ---- */
+
+/* silu(A) * U, as the CPU backend: one expression for every kernel here,
+ * so the same bits. */
+static __device__ __forceinline__ float swiglu_of(float a, float u)
+{
+	return a / (1.0f + expf(-a)) * u;
+}
 
 /* Grid-stride over N; OUT may equal G (each element read before written by one thread). */
 static __global__ void swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n,

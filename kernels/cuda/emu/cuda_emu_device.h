@@ -163,8 +163,7 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu, const char *file = __
  * happens before what any thread does after a later fence.  That is the
  * handoff a fence makes on a GPU together with the flag or counter it
  * publishes (the last warp or block to arrive reading what the others
- * wrote, matmul.cu's and attention.cu's fused tails); a fence without
- * such a flag would go unreported, which no kernel here relies on. */
+ * wrote); a fence without such a flag would go unreported. */
 #ifdef __SANITIZE_THREAD__
 extern "C" void __tsan_acquire(void *addr);
 extern "C" void __tsan_release(void *addr);
