@@ -42,7 +42,9 @@ if grep -q '^#define HAVE_CUDA_EMU 1' config.h 2>/dev/null; then
 	# and a table that names the mixed launch (then the Q4_K q+k launch
 	# and the Q6_K v).
 	profile() { # MIXED KEYS...: the profile with LLMD_CUDA_MM_MIXED=MIXED holds each key
-		LLMD_CUDA_PROFILE=1 LLMD_CUDA_MM_MIXED=$1 run "$tmp/kq.gguf" --backend cuda 2> "$tmp/prof"
+		export LLMD_CUDA_PROFILE=1 LLMD_CUDA_MM_MIXED="$1"
+		run "$tmp/kq.gguf" --backend cuda 2> "$tmp/prof"
+		unset LLMD_CUDA_PROFILE LLMD_CUDA_MM_MIXED
 		cmp -s "$tmp/ids" "$tmp/ids.cpu" ||
 			{ echo "gguf_synth: profiled cuda $(cat "$tmp/ids"), cpu $(cat "$tmp/ids.cpu")" >&2; exit 1; }
 		shift
