@@ -522,7 +522,7 @@ int main()
 		fprintf(stderr, "%s: worst |gpu - cpu| = %.3g\n",
 			lanes ? "attn_split_lanes_kernel" : "attn_split_kernel", worst_err);
 	}
-	cuda_attention_set_lanes(0);
+	cuda_attention_set_lanes(1); /* the default again */
 	backend_free(cpu);
 	fprintf(stderr, "RoPE'd q and k: worst |gpu - cpu| = %.3g\n", worst_rope);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);

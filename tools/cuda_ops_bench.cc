@@ -217,7 +217,7 @@ int main(int argc, char **argv)
 					return launched();
 				}));
 			}
-			cuda_attention_set_lanes(0);
+			cuda_attention_set_lanes(1); /* the default again */
 		}
 
 		float *gg = dev_random(m.n_ff, -4, 4), *u = dev_random(m.n_ff, -1, 1), *h = dev<float>(m.n_ff);

@@ -149,8 +149,8 @@ size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T);
 /* Whether cuda_matmul_q_group takes weights of types A and B over T rows
  * in one launch: the same type, or with cuda_matmul_set_mixed(1) (the
  * default) Q4_K and Q6_K at one row on the wide kernels (a Q4_K_M model's
- * q, k and v; the Q4_K weights' rows 16-byte aligned).  Process-wide, as the setters
- * below: set it before any launch. */
+ * q, k and v; the Q4_K weights' rows 16-byte aligned).  Process-wide, as
+ * the setters below: set it before any launch. */
 int cuda_matmul_mixes(uint32_t a, uint32_t b, int32_t T);
 void cuda_matmul_set_mixed(int on);
 /* The matmuls of T rows take the tensor-core kernels from T = MIN_T, the

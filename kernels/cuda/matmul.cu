@@ -200,10 +200,7 @@ struct mm_row {
 	size_t row_bytes;
 };
 
-/* This warp's rows of G, RPW per warp, found member by member with
- * constant indices, so the parameters stay in the constant bank rather
- * than a local copy.  KS 1: a block's MM_WARPS warps take a run of rows
- * each; KS > 1 (split-K): its KS warps all take the block's one run. */
+/* The member of G whose rows this block takes. */
 static __device__ __forceinline__ int mm_member(const mm_group &g)
 {
 	/* first[] rises, so the last member this block reaches is its own */
@@ -215,6 +212,10 @@ UNROLL
 	return k0;
 }
 
+/* This warp's rows of G, RPW per warp, found member by member with
+ * constant indices, so the parameters stay in the constant bank rather
+ * than a local copy.  KS 1: a block's MM_WARPS warps take a run of rows
+ * each; KS > 1 (split-K): its KS warps all take the block's one run. */
 static __device__ __forceinline__ mm_row mm_pick(const mm_group &g, int rpw, int ks = 1)
 {
 	const int k0 = mm_member(g);
