@@ -286,7 +286,13 @@ static void test_concurrent(const struct tdaemon *d)
 	CHECK(wait_idle(d));
 }
 
-/* ---- a client killed mid-stream, CANCEL, llmctl cancel ---- */
+/* ---- a client killed mid-stream, CANCEL, llmctl cancel ----
+ *
+ * Each request here must still be live when the test acts on it.  At
+ * n_ctx 512 a 4000-token request ends by itself within a fraction of a
+ * second, sooner than a loaded machine forks llmctl, so its client has the
+ * smallest ring and stops reading: the request parks on the full ring and
+ * waits there for the kill or the cancel. */
 
 static void test_vanishing_client(const struct tdaemon *d)
 {
@@ -297,7 +303,7 @@ static void test_vanishing_client(const struct tdaemon *d)
 	CHECK(pipe(pfd) == 0);
 	pid = fork();
 	if (pid == 0) {
-		struct llm *h = client(d, 0);
+		struct llm *h = client(d, RING_MIN_CAPACITY);
 		struct llm_request r;
 		struct llm_event ev;
 		uint64_t id;
@@ -331,7 +337,7 @@ static void test_vanishing_client(const struct tdaemon *d)
 	printf("vanishing client: its request left ps and its blocks returned\n");
 
 	/* CANCEL from the client itself */
-	struct llm *h = client(d, 0);
+	struct llm *h = client(d, RING_MIN_CAPACITY);
 	struct llm_request r;
 	struct gen g = { .n = 0 };
 	uint64_t id;
@@ -659,7 +665,7 @@ static void test_hostile(const struct tdaemon *d)
 static void test_limits(const char *model)
 {
 	const char *extra[] = { "--set", "limits.prompt_bytes=1000", "--set", "limits.prompt_tokens=64",
-				"--set", "limits.max_tokens=50", "--set",
+				"--set", "limits.max_tokens=400", "--set",
 				"limits.requests_per_connection=2", "--set",
 				"limits.connections_per_uid=3", NULL };
 	struct tdaemon d;
@@ -697,7 +703,7 @@ static void test_limits(const char *model)
 	CHECK_INT_EQ(g.finish, LLM_FINISH_ERROR);
 	CHECK_INT_EQ(g.error_code, PROTO_E_TOOBIG);
 	r.prompt = "Hello";
-	r.max_tokens = 51;
+	r.max_tokens = 401;
 	s = llm_submit(h, &r, &id[0]);
 	if (s == 0) {
 		memset(&g, 0, sizeof g);
@@ -708,7 +714,12 @@ static void test_limits(const char *model)
 	}
 	llm_close(h);
 	/* Requests in flight per connection: the third is refused (by libllm
-	 * or the daemon); a raw client gets the daemon's LIMIT error. */
+	 * or the daemon); a raw client gets the daemon's LIMIT error.  The
+	 * first two must still be in flight when the third comes: the daemon
+	 * rightly admits it once one has ended, and 50 tokens of this model
+	 * take about 3 ms.  So they ask for more tokens than the client's
+	 * 4 KiB ring holds (a record is at least 32 bytes), and the client
+	 * never reads it: they wait on the full ring until it hangs up. */
 	{
 		int fd = raw_connect(&d), closed, fds[USOCK_MAX_FDS], nfds = 0;
 		uint8_t f[512];
@@ -716,12 +727,10 @@ static void test_limits(const char *model)
 		CHECK(usock_recv(fd, f, sizeof f, fds, USOCK_MAX_FDS, &nfds) > 0 && nfds == 2);
 		for (int k = 0; k < nfds; k++)
 			close(fds[k]);
-		/* all three in one write, so that the daemon reads them together:
-		 * sent apart, the first two could finish before the third came */
 		uint8_t three[3 * 512];
 		size_t len = 0;
 		for (uint64_t i = 1; i <= 3; i++) {
-			struct proto_submit sub = { .id = i, .max_tokens = 50, .top_p = 1, .repeat_penalty = 1,
+			struct proto_submit sub = { .id = i, .max_tokens = 400, .top_p = 1, .repeat_penalty = 1,
 						    .flags = PROTO_SUBMIT_IGNORE_EOS, .prompt = { "Hello", 5 } };
 			ssize_t n = proto_encode_submit(three + len, sizeof three - len, &sub);
 			CHECK(n > 0);
