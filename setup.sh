@@ -79,6 +79,14 @@ check)
 	rc=0
 	make -j"$(nproc)" check || rc=$?
 	log=test-suite.log
+	# A failure on a machine nobody can log into must say where it failed:
+	# each failing test's failed checks (file:line), then its last lines.
+	for t in $(sed -n 's/^\(FAIL\|ERROR\): //p' "$log" 2>/dev/null | sort -u); do
+		[ -f "$t.log" ] || continue
+		echo "--- $t.log: failed checks, then its last lines"
+		grep -E '^[^ ]+\.(c|cc|cu|h):[0-9]+: ' "$t.log" | head -n 20
+		tail -n 12 "$t.log"
+	done
 	count() { sed -n "s/^# $1: *//p" "$log" 2>/dev/null | head -n 1; }
 	pass=$(count PASS); fail=$(count FAIL); skip=$(count SKIP); xerr=$(count ERROR)
 	echo "${pass:-0} passed, $(( ${fail:-0} + ${xerr:-0} )) failed, ${skip:-0} skipped"
