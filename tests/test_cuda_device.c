@@ -5,6 +5,7 @@
  *  - this binary's backend is nvcc's; when the runtime sees no device,
  *    backend auto chooses the CPU, and backend cuda and the engine on it
  *    are refused with the runtime's reason; the test then exits 77 (skip);
+ *  - on a device, backend auto chooses CUDA device 0;
  *  - on a device: every golden case of ../shared/models/golden/
  *    greedy-llamacpp.json gives llama.cpp's ids up to its safe horizon
  *    (greedy, f32 KV), and the logits after each prompt are those of the
@@ -83,6 +84,22 @@ static void check_choice_without_device(const struct engine_cuda_probe *pr)
 	CHECK_INT_EQ(engine_choose_backend("cuda", 0, pr, &backend, msg, sizeof msg), -ENODEV);
 	CHECK(strstr(msg, pr->why) != NULL);
 	printf("cuda without a device: refused: %s\n", msg);
+}
+
+/* ---- on a device: auto takes it, as llmd's device.backend = auto does ---- */
+
+static void check_choice_with_device(const struct engine_cuda_probe *pr)
+{
+	int32_t backend = -1;
+	char msg[512], want[64];
+
+	CHECK_INT_EQ(engine_choose_backend("auto", 0, pr, &backend, msg, sizeof msg), 0);
+	CHECK_INT_EQ(backend, ENGINE_BACKEND_CUDA);
+	snprintf(want, sizeof want, "CUDA device 0 (of %d)", pr->n_devices);
+	CHECK_STR_EQ(msg, want);
+	printf("auto with a device: %s\n", msg);
+	CHECK_INT_EQ(engine_choose_backend("auto", pr->n_devices, pr, &backend, msg, sizeof msg), -ENODEV);
+	CHECK(strstr(msg, "does not exist") != NULL);
 }
 
 /* Without a device the backend itself refuses to start, saying why. */
@@ -270,6 +287,7 @@ int main(int argc, char **argv)
 		printf("SKIP: the CUDA runtime sees no device: %s\n", pr.why);
 		return TEST_SKIP;
 	}
+	check_choice_with_device(&pr);
 	if (!golden) {
 		printf("SKIP: ../shared/models is absent\n");
 		return TEST_SKIP;
