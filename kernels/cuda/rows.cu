@@ -432,6 +432,19 @@ UNROLL
 	}
 }
 
+/* Lane LANE's elements 8 LANE..8 LANE + 7 of super-block B of the row P
+ * into V, zeros where B >= NSB; LDG: through the read-only cache (g, which
+ * no thread writes). */
+template <bool LDG>
+static __device__ __forceinline__ void sb_lane_load(const float *p, int b, int nsb, int lane, float v[8])
+{
+UNROLL
+	for (int k = 0; k < 8; k++) {
+		const int64_t i = (int64_t)b * 256 + 8 * lane + k;
+		v[k] = b >= nsb ? 0.0f : LDG ? __ldg(&p[i]) : p[i];
+	}
+}
+
 /* The same into Q8_K super-blocks (N a multiple of 256): each warp takes
  * super-blocks in turn, lane l its elements 8l..8l+7 (q8k_warp_store),
  * after the first pass's barrier (rows_block_sum's), which also makes the
@@ -449,24 +462,16 @@ static __global__ void add_rmsnorm_q8k_kernel(float *x, const float *y, const fl
 	/* the first super-blocks' g, loaded while the first pass runs */
 	float gp[NORM_PRE_Q8K][8];
 UNROLL
-	for (int j = 0; j < NORM_PRE_Q8K; j++) {
-		const int b = warp + j * ROWS_WARPS;
-UNROLL
-		for (int k = 0; k < 8; k++)
-			gp[j][k] = b < nsb ? __ldg(&g[(int64_t)b * 256 + 8 * lane + k]) : 0.0f;
-	}
+	for (int j = 0; j < NORM_PRE_Q8K; j++)
+		sb_lane_load<true>(g, warp + j * ROWS_WARPS, nsb, lane, gp[j]);
 	const float scale = rows_add_scale(xr, yr, n, eps, s_warp);
 	uint8_t *row = xq + (size_t)blockIdx.x * stride;
 	/* NORM_PRE_Q8K super-blocks' x loaded before any store (OUT may alias X) */
 	for (int b0 = warp, j0 = 0; b0 < nsb; b0 += NORM_PRE_Q8K * ROWS_WARPS, j0 += NORM_PRE_Q8K) {
 		float v[NORM_PRE_Q8K][8];
 UNROLL
-		for (int j = 0; j < NORM_PRE_Q8K; j++) {
-			const int b = b0 + j * ROWS_WARPS;
-UNROLL
-			for (int k = 0; k < 8; k++)
-				v[j][k] = b < nsb ? xr[(int64_t)b * 256 + 8 * lane + k] : 0.0f;
-		}
+		for (int j = 0; j < NORM_PRE_Q8K; j++)
+			sb_lane_load<false>(xr, b0 + j * ROWS_WARPS, nsb, lane, v[j]);
 UNROLL
 		for (int j = 0; j < NORM_PRE_Q8K; j++) {
 			const int b = b0 + j * ROWS_WARPS; /* the same for every lane of a warp */
