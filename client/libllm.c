@@ -1,6 +1,6 @@
 /* libllm.c - libllm, the client library of llmd (llm.h): one handle is one
- * connection to the daemon, the consumer side of its token ring and its
- * eventfd.  It frames requests onto the socket and turns ring records and
+ * connection to the daemon, the consumer side of its token ring and the
+ * waiting end of its wake channel.  It frames requests onto the socket and turns ring records and
  * ERROR frames back into events.  It never logs, never exits and never
  * raises SIGPIPE; the daemon's side of the same protocol is daemon/server.c.
  */
@@ -42,7 +42,9 @@ struct llm {
 	pthread_mutex_t lock;              /* guards every field below */
 	pthread_mutex_t admin_lock;        /* one llm_admin at a time; taken before lock */
 	int sock;                          /* the connection; non-blocking after the handshake */
-	int efd;                           /* the daemon's eventfd: it pushed records */
+	int efd;                           /* the daemon's wake channel (usock_wake_pair's
+	                                      waiting end): it pushed records */
+	bool efd_done;                     /* the daemon closed its end: no longer polled */
 	int wake_fd;                       /* our eventfd: a non-reader thread read frames */
 	int epfd;                          /* llm_fd(): watches sock, efd and wake_fd */
 	struct ring *ring;                 /* consumer side of the token ring */
@@ -121,6 +123,24 @@ static int drain_eventfd(int fd)
 	uint64_t v;
 
 	return read(fd, &v, sizeof v) == (ssize_t)sizeof v;
+}
+
+/* Empties the daemon's wake channel; 1 when it had signals.  Once the
+ * daemon closed its end, the channel would read as ready for ever: it
+ * leaves the poll and epoll sets (the socket tells how the connection
+ * ended). */
+static int drain_daemon_wake(struct llm *h)
+{
+	int r;
+
+	if (h->efd_done)
+		return 0;
+	r = usock_wake_drain(h->efd);
+	if (r == -EPIPE) {
+		h->efd_done = true;
+		epoll_ctl(h->epfd, EPOLL_CTL_DEL, h->efd, NULL);
+	}
+	return r > 0;
 }
 
 static void poke_wake(struct llm *h)
@@ -638,7 +658,7 @@ static int take_welcome(struct llm *h, const struct proto_frame *f, int *fds, in
 	fds[1] = -1;
 	if (fcntl(h->efd, F_SETFL, fcntl(h->efd, F_GETFL) | O_NONBLOCK) < 0) {
 		r = -errno;
-		set_msg(msg, msglen, "the daemon's eventfd: %s", strerror(-r));
+		set_msg(msg, msglen, "the daemon's wake channel: %s", strerror(-r));
 		return r;
 	}
 	h->info.protocol = w.version;
@@ -1109,7 +1129,7 @@ int llm_next_event(struct llm *h, struct llm_event *ev, int timeout_ms)
 		if (read_socket(h))
 			continue;
 		/* Cleared before sleeping: a push after this signals them again. */
-		if (drain_eventfd(h->efd) | drain_eventfd(h->wake_fd))
+		if (drain_daemon_wake(h) | drain_eventfd(h->wake_fd))
 			continue;
 		if (timeout_ms < 0) {
 			wait = -1;
@@ -1120,7 +1140,8 @@ int llm_next_event(struct llm *h, struct llm_event *ev, int timeout_ms)
 				break;  /* rc == 0: timeout */
 			wait = (int)left;
 		}
-		p[np++] = (struct pollfd){ .fd = h->efd, .events = POLLIN };
+		if (!h->efd_done)
+			p[np++] = (struct pollfd){ .fd = h->efd, .events = POLLIN };
 		p[np++] = (struct pollfd){ .fd = h->wake_fd, .events = POLLIN };
 		if (!h->sock_done)
 			p[np++] = (struct pollfd){ .fd = h->sock, .events = POLLIN };

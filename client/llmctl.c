@@ -382,8 +382,9 @@ int main(int argc, char **argv)
 			json_out = 1;
 		else if (!strcmp(argv[i], "--prometheus") && !strcmp(cmd, "stats"))
 			prometheus = 1;
-		else if (!strcmp(cmd, "cancel") && !arg && argv[i][0] != '-')
-			arg = argv[i];
+		else if (!strcmp(cmd, "cancel") && !arg &&
+			 (argv[i][0] != '-' || (argv[i][1] >= '0' && argv[i][1] <= '9')))
+			arg = argv[i]; /* "-1" too: refused below as no request id */
 		else {
 			fprintf(stderr, "llmctl: %s: unexpected argument '%s'\n", cmd, argv[i]);
 			return EXIT_USAGE;
@@ -393,6 +394,11 @@ int main(int argc, char **argv)
 		json_out = 0;
 	if (!strcmp(cmd, "cancel") && !arg) {
 		fprintf(stderr, "llmctl: cancel needs a request id (see llmctl ps)\n");
+		return EXIT_USAGE;
+	}
+	if (!strcmp(cmd, "cancel") && (!*arg || arg[strspn(arg, "0123456789")])) {
+		fprintf(stderr, "llmctl: cancel needs a request id, a number from llmctl ps, not '%s'\n",
+			arg);
 		return EXIT_USAGE;
 	}
 	static const char *const known[] = { "status", "ps", "cancel", "stats", "drain",

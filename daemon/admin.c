@@ -1,7 +1,8 @@
 /* admin.c - the commands llmctl sends: status, stats, ps, cancel, drain,
  * resume, reload.  Each is a row of one table with the permission it needs
- * and whether it reports the engine's state (then it waits for a worker
- * snapshot).  Answers are JSON; llmctl renders tables and Prometheus text.
+ * and whether it reports the engine's state (read from the worker's last
+ * published snapshot: no command ever waits for an engine step).  Answers
+ * are JSON; llmctl renders tables and Prometheus text.
  */
 #include "admin.h"
 
@@ -21,17 +22,6 @@
 #include "server.h"
 #include "worker.h"
 
-struct admin_cmd;
-
-/* A command waiting for a snapshot. */
-struct admin_wait {
-	uint64_t tag;
-	uint32_t conn_id;
-	const struct admin_cmd *cmd;
-	char arg[PROTO_MAX_ADMIN_ARG + 1];
-	struct admin_wait *next;
-};
-
 /* Fills OUT; returns 0 or an enum proto_err code with a message in ERR. */
 typedef int (*admin_fn)(struct llmd *d, struct conn *c, const char *arg,
 			const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen);
@@ -39,7 +29,7 @@ typedef int (*admin_fn)(struct llmd *d, struct conn *c, const char *arg,
 struct admin_cmd {
 	const char *name;
 	int need_admin;      /* root, the daemon's user or admin_group only */
-	int snapshot;        /* reports the engine's state */
+	int snapshot;        /* reports the engine's state (gets the last snapshot) */
 	admin_fn fn;
 };
 
@@ -121,6 +111,7 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	add_int(out, "pid", getpid());
 	add_dbl(out, "uptime_s", llmd_now() - d->t_start);
 	add_str(out, "state", state_name(d));
+	add_dbl(out, "engine_state_age_s", llmd_now() - sn->t);
 	add_str(out, "model", d->model->name);
 	add_str(out, "model_path", d->model->path);
 	add_str(out, "backend", d->backend);
@@ -249,7 +240,7 @@ static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct 
 		add_int(j, "computed_tokens", r->info.computed_tokens);
 		add_int(j, "generated_tokens", r->info.generated_tokens);
 		add_int(j, "kv_blocks", r->info.blocks);
-		add_dbl(j, "age_s", r->age_s);
+		add_dbl(j, "age_s", r->age_s + (llmd_now() - sn->t));
 		json_object_array_add(arr, j);
 	}
 	json_object_object_add(out, "requests", arr);
@@ -259,13 +250,14 @@ static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct 
 static int cmd_cancel(struct llmd *d, struct conn *c, const char *arg,
 		      const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
 {
-	char *end;
 	unsigned long long id;
+	size_t n = strspn(arg, "0123456789");
 
+	/* Digits only: strtoull would take "-1" as 2^64 - 1, and " 7" as 7. */
 	errno = 0;
-	id = strtoull(arg, &end, 10);
-	if (!*arg || *end || errno || id == 0) {
-		snprintf(err, errlen, "cancel needs a request id (see llmctl ps), not '%s'", arg);
+	id = n ? strtoull(arg, NULL, 10) : 0;
+	if (!n || arg[n] || errno || id == 0) {
+		snprintf(err, errlen, "cancel needs a request id, a number from llmctl ps, not '%s'", arg);
 		return PROTO_E_INVAL;
 	}
 	for (uint32_t s = 0; s < d->max_conn_slots; s++) {
@@ -277,7 +269,7 @@ static int cmd_cancel(struct llmd *d, struct conn *c, const char *arg,
 				snprintf(err, errlen, "request %llu belongs to uid %u", id, (unsigned)o->uid);
 				return PROTO_E_PERM;
 			}
-			worker_cancel(d->worker, id);
+			server_cancel(d, o, i);
 			add_int(out, "cancelled", (int64_t)id);
 			return 0;
 		}
@@ -361,11 +353,29 @@ static void run(struct llmd *d, struct conn *c, const struct admin_cmd *cmd, con
 	json_object_put(out);
 }
 
+/* A command name is lowercase letters and '_'; an argument has no NUL
+ * (either would be cut short as a C string and run something else). */
+static int admin_text_ok(const struct proto_admin *a)
+{
+	for (uint32_t i = 0; i < a->command.len; i++) {
+		char ch = a->command.p[i];
+		if (!((ch >= 'a' && ch <= 'z') || ch == '_'))
+			return 0;
+	}
+	return a->command.len > 0 && !memchr(a->arg.p, 0, a->arg.len);
+}
+
 void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a)
 {
 	const struct admin_cmd *cmd = NULL;
+	struct worker_snapshot *sn = NULL;
 	char name[PROTO_MAX_ADMIN_CMD + 1], arg[PROTO_MAX_ADMIN_ARG + 1];
 
+	if (!admin_text_ok(a)) {
+		reply(d, c, PROTO_E_INVAL,
+		      "an admin command is lowercase letters and '_', and its argument has no NUL byte");
+		return;
+	}
 	snprintf(name, sizeof name, "%.*s", (int)a->command.len, a->command.p);
 	snprintf(arg, sizeof arg, "%.*s", (int)a->arg.len, a->arg.p);
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
@@ -385,51 +395,12 @@ void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a)
 		reply(d, c, PROTO_E_PERM, msg);
 		return;
 	}
-	if (!cmd->snapshot) {
-		run(d, c, cmd, arg, NULL);
-		return;
-	}
-	struct admin_wait *w = calloc(1, sizeof *w);
-	if (!w || worker_query(d->worker, ++d->next_tag) < 0) {
-		free(w);
+	if (cmd->snapshot && !(sn = worker_snapshot_get(d->worker))) {
 		reply(d, c, PROTO_E_INTERNAL, "out of memory");
 		return;
 	}
-	w->tag = d->next_tag;
-	w->conn_id = c->id;
-	w->cmd = cmd;
-	memcpy(w->arg, arg, sizeof w->arg);
-	w->next = d->waits;
-	d->waits = w;
-}
-
-void admin_on_snapshot(struct llmd *d, struct worker_snapshot *sn)
-{
-	for (struct admin_wait **p = &d->waits; *p; p = &(*p)->next) {
-		struct admin_wait *w = *p;
-		struct conn *c;
-		if (w->tag != sn->tag)
-			continue;
-		*p = w->next;
-		if ((c = server_conn(d, w->conn_id)))
-			run(d, c, w->cmd, w->arg, sn);
-		free(w);
-		break;
-	}
-	free(sn);
-}
-
-void admin_forget_conn(struct llmd *d, uint32_t conn_id)
-{
-	for (struct admin_wait **p = &d->waits; *p;) {
-		struct admin_wait *w = *p;
-		if (w->conn_id == conn_id) {
-			*p = w->next;
-			free(w);
-		} else {
-			p = &w->next;
-		}
-	}
+	run(d, c, cmd, arg, sn);
+	worker_snapshot_put(sn);
 }
 
 /* ---- reload ---- */
@@ -482,6 +453,7 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 	KEEP(max_queue, "sched.max_queue");
 	KEEP(prefix_cache, "sched.prefix_cache");
 	KEEP(max_connections, "limits.max_connections");
+	KEEP(admin_connections, "limits.admin_connections");
 #undef KEEP
 	d->cfg = n;
 	admin_resolve_group(d);

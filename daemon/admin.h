@@ -1,7 +1,7 @@
 /* admin.h - admin commands (llmctl): a table of { name, handler }, with the
- * permission each needs, answered as JSON documents.  Commands that report
- * the engine's state ask the worker for a snapshot and answer when it comes
- * back.  Event-loop thread.
+ * permission each needs, answered as JSON documents at once.  Commands that
+ * report the engine's state read the worker's last published snapshot, so
+ * no answer waits for an engine step.  Event-loop thread.
  */
 #ifndef LLMD_ADMIN_H
 #define LLMD_ADMIN_H
@@ -12,18 +12,9 @@
 #include "proto.h"
 
 struct conn;
-struct worker_snapshot;
 
-/* Runs the command in A for C and sends (now or after a snapshot) one
- * ADMIN_REPLY. */
+/* Runs the command in A for C and sends its ADMIN_REPLY now. */
 void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a);
-
-/* The worker's answer to a query: finishes the commands waiting for it and
- * frees SN. */
-void admin_on_snapshot(struct llmd *d, struct worker_snapshot *sn);
-
-/* C is closing: forget its waiting commands. */
-void admin_forget_conn(struct llmd *d, uint32_t conn_id);
 
 /* Re-reads the config file (and the command-line overrides) and applies
  * what can change while running: limits, the admin group, the grace period.

@@ -58,6 +58,11 @@ static const struct opt opts[] = {
 	{ "limits", "max_priority", OPT_INT, F(max_priority), 0, 1000000, NULL },
 	{ "limits", "ring_kib", OPT_INT, F(ring_kib), 4, 65536, NULL },
 	{ "limits", "ring_max_kib", OPT_INT, F(ring_max_kib), 4, 65536, NULL },
+	{ "limits", "admin_connections", OPT_INT, F(admin_connections), 0, 1024, NULL },
+	{ "limits", "output_kib", OPT_INT, F(output_kib), 16, 65536, NULL },
+	{ "limits", "hello_timeout_s", OPT_INT, F(hello_timeout_s), 0, 86400, NULL },
+	{ "limits", "frame_timeout_s", OPT_INT, F(frame_timeout_s), 0, 86400, NULL },
+	{ "limits", "idle_timeout_s", OPT_INT, F(idle_timeout_s), 0, 1 << 30, NULL },
 };
 #undef F
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -88,6 +93,11 @@ void conf_default(struct llmd_conf *c)
 	c->max_priority = 10;
 	c->ring_kib = 256;
 	c->ring_max_kib = 4096;
+	c->admin_connections = 16;
+	c->output_kib = 256;
+	c->hello_timeout_s = 10;
+	c->frame_timeout_s = 10;
+	c->idle_timeout_s = 0;
 }
 
 static int parse_int(const char *v, int64_t *ret, int base)

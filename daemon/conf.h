@@ -57,6 +57,13 @@ struct llmd_conf {
 	int32_t max_priority;          /* non-admins' priorities are clamped to +-this */
 	int32_t ring_kib;              /* default ring per connection, KiB */
 	int32_t ring_max_kib;          /* the most a client may ask for, KiB */
+	int32_t admin_connections;     /* connections over max_connections kept for admins */
+	int32_t output_kib;            /* replies a connection has not read before llmd stops
+	                                  reading its frames, KiB */
+	int32_t hello_timeout_s;       /* a connection must send HELLO within this; 0 = never */
+	int32_t frame_timeout_s;       /* a frame begun must finish within this; 0 = never */
+	int32_t idle_timeout_s;        /* a connection with no request live and no frame for
+	                                  this long is closed; 0 = never */
 };
 
 /* Fills C with the documented defaults. */

@@ -17,8 +17,6 @@ struct event_base;
 struct model;
 struct worker;
 struct conn;
-struct admin_wait;
-struct worker_snapshot;
 
 /* Requests and connections one user holds (the per-uid limits). */
 struct uid_use {
@@ -50,8 +48,8 @@ struct llmd {
 	struct uid_use *uids;        /* (n_uids) users with connections */
 	int32_t n_uids, cap_uids;
 	uint64_t next_gid;           /* daemon-wide request ids */
-	uint64_t next_tag;           /* admin snapshot queries */
-	struct admin_wait *waits;    /* admin commands waiting for a snapshot */
+	size_t freed_bytes;          /* connection buffers freed since the last malloc_trim */
+	double t_trim;               /* monotonic seconds of the last malloc_trim */
 	gid_t admin_gid;             /* cfg.admin_group's gid */
 	int have_admin_gid;
 	int draining;                /* new requests refused (llmctl drain, SIGTERM) */

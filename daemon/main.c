@@ -117,7 +117,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	begin_stop(d, sig == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-/* Ten times a second: the watchdog and the shutdown's progress. */
+/* Ten times a second: the watchdog, connection timeouts and the shutdown's
+ * progress. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct llmd *d = arg;
@@ -132,6 +133,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		sd_notify(0, "WATCHDOG=1");
 		d->t_watchdog = t;
 	}
+	server_tick(d, t);
 	if (d->fatal && !d->stopping) {
 		/* Nothing can run any more: what is in flight already has its
 		 * error record; leave as soon as it is written. */

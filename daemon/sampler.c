@@ -5,13 +5,11 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sampler.h"
-
-/* Longest penalty history we keep; a client-controlled allocation. */
-#define SAMPLER_MAX_LAST_N (1 << 20)
 
 /* Histogram that locates the top-p boundary without sorting the vocabulary:
  * bucket b holds the tokens with (max - logit) in [b, b + 1) * width. */
@@ -574,19 +572,37 @@ void sampler_params_default(struct sampler_params *p)
 	};
 }
 
-static int params_valid(const struct sampler_params *p)
+int sampler_params_check(const struct sampler_params *p, char *err, size_t errlen)
 {
-	return !isnan(p->temperature) && !isinf(p->temperature) &&
-	       !isnan(p->top_p) && p->top_p > 0 &&
-	       !isnan(p->min_p) && p->min_p >= 0 && p->min_p <= 1 &&
-	       isfinite(p->repeat_penalty) && p->repeat_penalty > 0 &&
-	       isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
-	       p->penalty_last_n >= 0 && p->penalty_last_n <= SAMPLER_MAX_LAST_N;
+	const char *bad = NULL;
+
+	if (!isfinite(p->temperature))
+		bad = "temperature must be a finite number";
+	else if (!(p->top_p > 0))
+		bad = "top_p must be over 0";
+	else if (!(p->min_p >= 0 && p->min_p <= 1))
+		bad = "min_p must be in [0, 1]";
+	else if (!(isfinite(p->repeat_penalty) && p->repeat_penalty > 0))
+		bad = "repeat_penalty must be a finite number over 0";
+	else if (!isfinite(p->presence_penalty))
+		bad = "presence_penalty must be a finite number";
+	else if (!isfinite(p->frequency_penalty))
+		bad = "frequency_penalty must be a finite number";
+	if (bad) {
+		snprintf(err, errlen, "%s", bad);
+		return -EINVAL;
+	}
+	if (p->penalty_last_n < 0 || p->penalty_last_n > SAMPLER_MAX_LAST_N) {
+		snprintf(err, errlen, "repeat_last_n %d is not in 0..%d", (int)p->penalty_last_n,
+			 SAMPLER_MAX_LAST_N);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 int sampler_new(const struct sampler_params *p, int32_t n_vocab, struct sampler **ret)
 {
-	if (!p || !ret || n_vocab <= 0 || !params_valid(p))
+	if (!p || !ret || n_vocab <= 0 || sampler_params_check(p, NULL, 0) < 0)
 		return -EINVAL;
 	struct sampler *s = calloc(1, sizeof *s);
 	if (!s)

@@ -33,6 +33,14 @@ void sampler_params_default(struct sampler_params *p);
 
 struct sampler;
 
+#define SAMPLER_MAX_LAST_N (1 << 20) /* the longest penalty history (a client-controlled
+                                        allocation) */
+
+/* 0, or -EINVAL with a message naming the parameter as clients name it
+ * (temperature, top_p, min_p, repeat_penalty, presence_penalty,
+ * frequency_penalty, repeat_last_n) in ERR (may be NULL).  Any thread. */
+int sampler_params_check(const struct sampler_params *p, char *err, size_t errlen);
+
 /* Returns 0 or -EINVAL (bad parameter: NaN, negative top_p...) / -ENOMEM. */
 int sampler_new(const struct sampler_params *p, int32_t n_vocab, struct sampler **ret);
 void sampler_free(struct sampler *s); /* NULL-safe */

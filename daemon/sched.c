@@ -710,30 +710,68 @@ void sched_counters(const struct sched *s, struct sched_counters *ret)
 	}
 }
 
+/* Q's info but its queue position (0 here). */
+static void fill_info(const struct seq *q, struct sched_info *in)
+{
+	*in = (struct sched_info){ 0 };
+	if (q->state == SEQ_RUNNING)
+		in->state = q->n_computed < q->n_prompt ? SCHED_ST_PREFILL : SCHED_ST_DECODE;
+	else
+		in->state = q->admitted_once ? SCHED_ST_PREEMPTED : SCHED_ST_QUEUED;
+	in->held = q->held;
+	in->priority = q->priority;
+	in->prompt_tokens = q->n_prompt;
+	in->computed_tokens = q->n_computed;
+	in->generated_tokens = q->n_gen;
+	in->blocks = q->n_blocks;
+}
+
 int sched_info(const struct sched *s, uint64_t id, struct sched_info *ret)
 {
 	const struct seq *q = find_live(s, id);
-	struct sched_info in = { 0 };
+	struct sched_info in;
 
 	if (!q)
 		return -ENOENT;
-	if (q->state == SEQ_RUNNING) {
-		in.state = q->n_computed < q->n_prompt ? SCHED_ST_PREFILL : SCHED_ST_DECODE;
-	} else {
-		in.state = q->admitted_once ? SCHED_ST_PREEMPTED : SCHED_ST_QUEUED;
+	fill_info(q, &in);
+	if (q->state != SEQ_RUNNING) {
 		in.queue_pos = 1;
 		for (int32_t i = 0; i < s->n_live; i++) {
 			const struct seq *o = s->live[i];
 			in.queue_pos += o != q && o->state == SEQ_WAITING && !o->cancelled && before(o, q);
 		}
 	}
-	in.held = q->held;
-	in.priority = q->priority;
-	in.prompt_tokens = q->n_prompt;
-	in.computed_tokens = q->n_computed;
-	in.generated_tokens = q->n_gen;
-	in.blocks = q->n_blocks;
 	*ret = in;
+	return 0;
+}
+
+int sched_info_each(const struct sched *s, sched_info_fn fn, void *ctx)
+{
+	struct seq **wait = malloc((size_t)(s->n_live ? s->n_live : 1) * sizeof *wait);
+	int32_t n_wait = 0, ahead = 0;
+	struct sched_info in;
+
+	if (!wait)
+		return -ENOMEM;
+	for (int32_t i = 0; i < s->n_live; i++) {
+		const struct seq *q = s->live[i];
+		if (q->state == SEQ_RUNNING) {
+			fill_info(q, &in);
+			fn(ctx, q->id, &in);
+		} else {
+			wait[n_wait++] = s->live[i];
+		}
+	}
+	/* Waiting ones in admission order: each one's position counts the
+	 * uncancelled ones before it, as sched_info's does. */
+	qsort(wait, (size_t)n_wait, sizeof *wait, cmp_run_order);
+	for (int32_t i = 0; i < n_wait; i++) {
+		fill_info(wait[i], &in);
+		in.queue_pos = ahead + 1;
+		ahead += !wait[i]->cancelled;
+		fn(ctx, wait[i]->id, &in);
+	}
+	free(wait);
 	return 0;
 }
 

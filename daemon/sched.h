@@ -156,6 +156,14 @@ struct sched_info {
 /* What request ID is doing, for `llmctl ps`.  0 or -ENOENT.  O(live). */
 int sched_info(const struct sched *s, uint64_t id, struct sched_info *ret);
 
+typedef void (*sched_info_fn)(void *ctx, uint64_t id, const struct sched_info *in);
+
+/* What every live request is doing, at once: FN(CTX, id, info) for each,
+ * running ones first, then waiting ones in admission order.  O(live log
+ * live), where calling sched_info for each would be O(live^2).  0 or
+ * -ENOMEM (FN not called). */
+int sched_info_each(const struct sched *s, sched_info_fn fn, void *ctx);
+
 /* Runs one step.  Returns the number of token rows run (0 when there was
  * nothing to do), or a negative errno when the engine failed (every running
  * request then gets a FINISH with SCHED_FIN_ERROR). */

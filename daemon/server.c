@@ -11,11 +11,11 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <syslog.h>
@@ -26,12 +26,20 @@
 #include "engine.h"
 #include "model.h"
 #include "ring.h"
+#include "sampler.h"
+#include "stopstr.h"
 #include "tokenizer.h"
 #include "usock.h"
 #include "worker.h"
 
+/* Every stop string a SUBMIT can carry, the engine takes. */
+_Static_assert(STOPSTR_MAX == PROTO_MAX_STOPS && STOPSTR_MAX_LEN == PROTO_MAX_STOP_LEN,
+	       "stopstr.h and proto.h must agree on stop strings");
+
 #define FRAMES_PER_EVENT 64          /* work cap per read event */
-#define MAX_OUTPUT (8u << 20)        /* unread replies before we give up on a client */
+#define READ_AHEAD (64u << 10)       /* input buffered beyond the frame being read */
+#define CLOSE_LINGER_S 5.0           /* a closing connection that will not take its ERROR */
+#define TRIM_BYTES (4u << 20)        /* freed buffers worth giving back to the system */
 
 static void conn_close(struct llmd *d, struct conn *c);
 
@@ -97,6 +105,7 @@ void server_send_error(struct llmd *d, struct conn *c, uint64_t id, uint32_t cod
 		server_send(c, buf, (size_t)n);
 	if (close && c->state != CONN_CLOSING) {
 		c->state = CONN_CLOSING;
+		c->t_closing = llmd_now();
 		/* Stop reading; close once the error is written (or at once if it was). */
 		bufferevent_disable(c->bev, EV_READ);
 		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -126,10 +135,12 @@ static void conn_close(struct llmd *d, struct conn *c)
 
 	if (c->state == CONN_READY || c->state == CONN_CLOSING)
 		worker_detach(d->worker, c->id); /* harmless if never attached */
-	admin_forget_conn(d, c->id);
 	uid_release(d, c->uid, 1, c->n_live);
-	if (c->bev)
+	if (c->bev) {
+		d->freed_bytes += evbuffer_get_length(bufferevent_get_output(c->bev)) +
+				  evbuffer_get_length(bufferevent_get_input(c->bev));
 		bufferevent_free(c->bev); /* closes the fd */
+	}
 	d->conns[slot] = NULL;
 	d->n_conns--;
 	free(c->live);
@@ -183,7 +194,7 @@ static void handle_hello(struct llmd *d, struct conn *c, const struct proto_fram
 	struct proto_hello h;
 	struct ring *ring = NULL;
 	char err[256];
-	int efd, fds[2];
+	int r, wake[2], fds[2];
 	uint8_t buf[PROTO_HDR_SIZE + 64 + 3 * (4 + PROTO_MAX_NAME)];
 	ssize_t n, sent;
 	const struct model *m = d->model;
@@ -204,11 +215,12 @@ static void handle_hello(struct llmd *d, struct conn *c, const struct proto_fram
 		server_send_error(d, c, 0, PROTO_E_INTERNAL, 1, "cannot create the ring: %s", err);
 		return;
 	}
-	efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (efd < 0) {
+	/* The client waits on its end of a wake channel; ours is a separate
+	 * open file description it cannot make blocking or write to. */
+	if ((r = usock_wake_pair(wake)) < 0) {
 		ring_free(ring);
-		server_send_error(d, c, 0, PROTO_E_INTERNAL, 1, "cannot create an eventfd: %s",
-				  strerror(errno));
+		server_send_error(d, c, 0, PROTO_E_INTERNAL, 1, "cannot create a wake channel: %s",
+				  strerror(-r));
 		return;
 	}
 	const char *tmpl = m->chat.kind ? chat_template_name(m->chat.kind) : "";
@@ -227,13 +239,14 @@ static void handle_hello(struct llmd *d, struct conn *c, const struct proto_fram
 	};
 	n = proto_encode_welcome(buf, sizeof buf, &w);
 	fds[0] = ring_fd(ring);
-	fds[1] = efd;
+	fds[1] = wake[1];
 	/* WELCOME is the first thing we send, so the output buffer is empty and
 	 * the fds can go straight out with its first byte. */
 	sent = n > 0 ? usock_send(c->fd, buf, (size_t)n, fds, 2) : -EINVAL;
+	close(wake[1]); /* the client's now (or nobody's) */
 	if (sent <= 0) {
 		ring_free(ring);
-		close(efd);
+		close(wake[0]);
 		if (sent == -EAGAIN || sent == -EINVAL)
 			server_send_error(d, c, 0, PROTO_E_INTERNAL, 1, "cannot send WELCOME");
 		else
@@ -243,7 +256,7 @@ static void handle_hello(struct llmd *d, struct conn *c, const struct proto_fram
 	if (sent < n)
 		bufferevent_write(c->bev, buf + sent, (size_t)(n - sent));
 	c->state = CONN_READY;
-	worker_attach(d->worker, c->id, ring, efd); /* the worker owns both now */
+	worker_attach(d->worker, c->id, ring, wake[0]); /* the worker owns both now */
 }
 
 /* ---- SUBMIT ---- */
@@ -379,6 +392,21 @@ static void handle_submit(struct llmd *d, struct conn *c, const struct proto_fra
 				  (unsigned)c->uid);
 		return;
 	}
+	/* What the engine would refuse, refused here with the parameter's name. */
+	struct sampler_params sp = {
+		.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p, .min_p = s.min_p,
+		.repeat_penalty = s.repeat_penalty, .presence_penalty = s.presence_penalty,
+		.frequency_penalty = s.frequency_penalty, .penalty_last_n = s.repeat_last_n,
+		.seed = s.seed,
+	};
+	/* A history longer than the context holds every token anyway. */
+	if (sp.penalty_last_n > engine_n_ctx(e))
+		sp.penalty_last_n = engine_n_ctx(e);
+	char why[160];
+	if (sampler_params_check(&sp, why, sizeof why) < 0) {
+		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "%s", why);
+		return;
+	}
 	if (s.max_tokens > d->cfg.max_tokens) {
 		server_send_error(d, c, s.id, PROTO_E_LIMIT, 0,
 				  "max_tokens %d is over the limit of %d (limits.max_tokens)", s.max_tokens,
@@ -440,12 +468,7 @@ static void handle_submit(struct llmd *d, struct conn *c, const struct proto_fra
 	r->max_tokens = s.max_tokens;
 	r->ignore_eos = !!(s.flags & PROTO_SUBMIT_IGNORE_EOS);
 	r->logprobs = !!(s.flags & PROTO_SUBMIT_LOGPROBS);
-	r->sampling = (struct sampler_params){
-		.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p, .min_p = s.min_p,
-		.repeat_penalty = s.repeat_penalty, .presence_penalty = s.presence_penalty,
-		.frequency_penalty = s.frequency_penalty, .penalty_last_n = s.repeat_last_n,
-		.seed = s.seed,
-	};
+	r->sampling = sp;
 	if (!(s.flags & PROTO_SUBMIT_SEED) &&
 	    getrandom(&r->sampling.seed, sizeof r->sampling.seed, GRND_NONBLOCK) != sizeof r->sampling.seed)
 		r->sampling.seed = (uint64_t)llmd_now() * 1000003u ^ r->gid;
@@ -509,12 +532,12 @@ static void handle_frame(struct llmd *d, struct conn *c, const struct proto_fram
 			break;
 		/* An id no longer live finished meanwhile: its FINAL is on the way. */
 		if ((i = conn_find_live(c, id)) >= 0)
-			worker_cancel(d->worker, c->live[i].gid);
+			server_cancel(d, c, i);
 		return;
 	case PROTO_RING_WAKE:
 		if (proto_decode_ring_wake(f) < 0)
 			break;
-		worker_ring_wake(d->worker, c->id);
+		worker_ring_wake(d->worker);
 		return;
 	case PROTO_ADMIN:
 		if (proto_decode_admin(f, &a) < 0)
@@ -530,23 +553,51 @@ static void handle_frame(struct llmd *d, struct conn *c, const struct proto_fram
 	server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "malformed %s frame", proto_type_name(f->type));
 }
 
+/* ---- reading, with the limits on what a client may leave unread ---- */
+
+static size_t output_limit(const struct llmd *d)
+{
+	return (size_t)d->cfg.output_kib * 1024u;
+}
+
+/* C left more replies unread than limits.output_kib: read none of its
+ * frames (they wait in its socket, in the kernel) until it reads; on_write
+ * resumes at half the limit. */
+static void pause_reading(struct llmd *d, struct conn *c)
+{
+	c->read_paused = 1;
+	c->t_partial = 0; /* what waits is whole frames, held back by us */
+	bufferevent_disable(c->bev, EV_READ);
+	bufferevent_setwatermark(c->bev, EV_WRITE, output_limit(d) / 2, 0);
+}
+
 static void on_read(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 	struct llmd *d = g_d;
 	struct evbuffer *in = bufferevent_get_input(bev);
+	uint32_t id = c->id;
+	int k;
 
-	for (int k = 0; k < FRAMES_PER_EVENT && c->state != CONN_CLOSING; k++) {
+	for (k = 0; c->state != CONN_CLOSING; k++) {
 		size_t avail = evbuffer_get_length(in);
 		struct proto_frame f;
 		uint8_t *p;
 		ssize_t r;
 		uint32_t len;
 
+		if (evbuffer_get_length(bufferevent_get_output(bev)) > output_limit(d)) {
+			pause_reading(d, c);
+			return;
+		}
 		if (avail < PROTO_HDR_SIZE)
+			break;
+		if (k == FRAMES_PER_EVENT) {
+			/* Work cap reached: come back after other connections had their turn. */
+			bufferevent_trigger(bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
+			c->t_partial = 0;
 			return;
-		if (evbuffer_get_length(bufferevent_get_output(bev)) > MAX_OUTPUT)
-			return;
+		}
 		p = evbuffer_pullup(in, PROTO_HDR_SIZE);
 		len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 		r = proto_frame_parse(p, PROTO_HDR_SIZE, &f);
@@ -558,31 +609,47 @@ static void on_read(struct bufferevent *bev, void *arg)
 					  len, PROTO_MAX_PAYLOAD);
 			return;
 		}
-		if (avail < PROTO_HDR_SIZE + (size_t)len)
-			return;
+		if (avail < PROTO_HDR_SIZE + (size_t)len) {
+			/* Buffer the whole frame, and not much more. */
+			bufferevent_setwatermark(bev, EV_READ, 0, PROTO_HDR_SIZE + (size_t)len + READ_AHEAD);
+			break;
+		}
 		p = evbuffer_pullup(in, PROTO_HDR_SIZE + (ssize_t)len);
 		r = proto_frame_parse(p, PROTO_HDR_SIZE + (size_t)len, &f);
 		if (r <= 0) {
 			server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "malformed frame");
 			return;
 		}
-		uint32_t id = c->id;
 		handle_frame(d, c, &f);
 		if (server_conn(d, id) != c || c->state == CONN_CLOSING)
 			return; /* closed (C is freed) or closing */
 		evbuffer_drain(in, (size_t)r);
-		if (evbuffer_get_length(bufferevent_get_output(bev)) > MAX_OUTPUT)
-			return; /* the client does not read its replies: on_write resumes */
+		c->t_frame = llmd_now();
+		if (len > READ_AHEAD)
+			bufferevent_setwatermark(bev, EV_READ, 0, READ_AHEAD);
 	}
-	/* Work cap reached: come back after other connections had their turn. */
-	if (evbuffer_get_length(in) >= PROTO_HDR_SIZE)
-		bufferevent_trigger(bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
+	if (c->state == CONN_CLOSING)
+		return;
+	/* Part of a frame waits for the rest: limits.frame_timeout_s runs from
+	 * the end of the last whole frame, or from its first byte. */
+	if (evbuffer_get_length(in) == 0)
+		c->t_partial = 0;
+	else if (k > 0 || !c->t_partial)
+		c->t_partial = llmd_now();
 }
 
-/* The output drained below MAX_OUTPUT / 2: frames held back can go on. */
+/* The output drained to the low watermark: a connection whose reading was
+ * paused reads again. */
 static void on_write(struct bufferevent *bev, void *arg)
 {
-	(void)arg;
+	struct conn *c = arg;
+
+	if (!c->read_paused)
+		return;
+	c->read_paused = 0;
+	g_d->freed_bytes += output_limit(g_d) / 2;
+	bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+	bufferevent_enable(bev, EV_READ);
 	if (evbuffer_get_length(bufferevent_get_input(bev)) >= PROTO_HDR_SIZE)
 		bufferevent_trigger(bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
 }
@@ -618,7 +685,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 		}
 		c->fd = fd;
 		c->state = CONN_HELLO;
-		c->t_connect = llmd_now();
+		c->t_connect = c->t_frame = llmd_now();
 		if (usock_peercred(fd, &c->pid, &c->uid, &c->gid) < 0) {
 			close(fd);
 			free(c);
@@ -635,12 +702,16 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 			continue;
 		}
 		bufferevent_setcb(c->bev, on_read, on_write, on_conn_event, c);
-		bufferevent_setwatermark(c->bev, EV_READ, 0, 2 * PROTO_MAX_FRAME);
-		bufferevent_setwatermark(c->bev, EV_WRITE, MAX_OUTPUT / 2, 0);
-		if (slot >= d->max_conn_slots || d->n_conns >= d->cfg.max_connections) {
+		bufferevent_setwatermark(c->bev, EV_READ, 0, READ_AHEAD);
+		/* Admins have limits.admin_connections more, so that other users'
+		 * connections can never lock them out. */
+		if (slot >= d->max_conn_slots ||
+		    d->n_conns >= d->cfg.max_connections + (c->is_admin ? d->cfg.admin_connections : 0)) {
 			/* Say why, then go; nothing of this connection is kept. */
 			uint8_t buf[256];
-			const char *msg = "too many connections (limits.max_connections)";
+			const char *msg = c->is_admin
+				? "too many connections (limits.max_connections and limits.admin_connections)"
+				: "too many connections (limits.max_connections)";
 			struct proto_error e = { 0, PROTO_E_LIMIT, { msg, (uint32_t)strlen(msg) } };
 			ssize_t n = proto_encode_error(buf, sizeof buf, &e);
 			if (n > 0)
@@ -688,7 +759,7 @@ void server_take_notes(struct llmd *d)
 	while ((n = worker_take_notes(d->worker, notes, 64)) > 0) {
 		for (int i = 0; i < n; i++) {
 			struct worker_note *nt = &notes[i];
-			struct conn *c = nt->kind == WORKER_NOTE_SNAPSHOT ? NULL : server_conn(d, nt->conn_id);
+			struct conn *c = server_conn(d, nt->conn_id);
 			switch (nt->kind) {
 			case WORKER_NOTE_DONE:
 				if (!c)
@@ -708,9 +779,6 @@ void server_take_notes(struct llmd *d)
 							  "your ring broke (an impossible consumer index, or a record it cannot hold); closing");
 				}
 				break;
-			case WORKER_NOTE_SNAPSHOT:
-				admin_on_snapshot(d, nt->snap);
-				break;
 			case WORKER_NOTE_FAILED:
 				llmd_log(LOG_ERR, "a forward step on the %s backend failed: %s%s%s; its requests "
 					 "ended with an error%s", d->backend, strerror(-nt->error),
@@ -729,7 +797,7 @@ void server_take_notes(struct llmd *d)
 int server_start(struct llmd *d, int fd)
 {
 	g_d = d;
-	d->max_conn_slots = (uint32_t)d->cfg.max_connections + 64;
+	d->max_conn_slots = (uint32_t)d->cfg.max_connections + (uint32_t)d->cfg.admin_connections + 64;
 	if (d->max_conn_slots > 65536)
 		d->max_conn_slots = 65536;
 	d->conns = calloc(d->max_conn_slots, sizeof *d->conns);
@@ -786,4 +854,58 @@ int64_t server_live_requests(const struct llmd *d)
 		if (d->conns[i])
 			n += d->conns[i]->n_live;
 	return n;
+}
+
+void server_cancel(struct llmd *d, struct conn *c, int32_t i)
+{
+	if (c->live[i].cancel_posted)
+		return;
+	if (worker_cancel(d->worker, c->live[i].gid) == 0)
+		c->live[i].cancel_posted = 1;
+}
+
+/* ---- timeouts ---- */
+
+static void time_out(struct llmd *d, struct conn *c, const char *why)
+{
+	llmd_log(LOG_INFO, "client pid %d uid %u (%s): closing: %s", (int)c->pid, (unsigned)c->uid,
+		 c->comm, why);
+	server_send_error(d, c, 0, PROTO_E_LIMIT, 1, "%s", why);
+}
+
+void server_tick(struct llmd *d, double now)
+{
+	const struct llmd_conf *f = &d->cfg;
+	char why[128];
+
+	for (uint32_t i = 0; d->conns && i < d->max_conn_slots; i++) {
+		struct conn *c = d->conns[i];
+		if (!c)
+			continue;
+		if (c->state == CONN_CLOSING) {
+			/* Its ERROR is not being read: go without it. */
+			if (now - c->t_closing >= CLOSE_LINGER_S)
+				conn_close(d, c);
+		} else if (c->state == CONN_HELLO && f->hello_timeout_s &&
+			   now - c->t_connect >= f->hello_timeout_s) {
+			snprintf(why, sizeof why, "no HELLO within %d s (limits.hello_timeout_s)",
+				 f->hello_timeout_s);
+			time_out(d, c, why);
+		} else if (c->t_partial && f->frame_timeout_s && now - c->t_partial >= f->frame_timeout_s) {
+			snprintf(why, sizeof why, "a frame was not finished within %d s (limits.frame_timeout_s)",
+				 f->frame_timeout_s);
+			time_out(d, c, why);
+		} else if (c->state == CONN_READY && f->idle_timeout_s && c->n_live == 0 &&
+			   now - c->t_frame >= f->idle_timeout_s) {
+			snprintf(why, sizeof why, "idle for %d s (limits.idle_timeout_s)", f->idle_timeout_s);
+			time_out(d, c, why);
+		}
+	}
+	/* Buffers of clients that flooded us went back to malloc; give them
+	 * back to the system too, at most once a second. */
+	if (d->freed_bytes >= TRIM_BYTES && now - d->t_trim >= 1.0) {
+		malloc_trim(0);
+		d->freed_bytes = 0;
+		d->t_trim = now;
+	}
 }

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#define STOPSTR_MAX 8        /* stop strings per request */
+#define STOPSTR_MAX 16       /* stop strings per request (the protocol's PROTO_MAX_STOPS) */
 #define STOPSTR_MAX_LEN 256  /* bytes per stop string */
 
 struct stopstr;

@@ -23,19 +23,24 @@
 #include "model.h"
 #include "proto.h"
 #include "ring.h"
+#include "usock.h"
 
 #define RATE_SAMPLES 11   /* one a second: tok/s over the last ten seconds */
 
-enum work_kind { WORK_ATTACH = 1, WORK_DETACH, WORK_SUBMIT, WORK_CANCEL, WORK_WAKE, WORK_QUERY,
-		 WORK_CANCEL_ALL };
+/* What the event loop posts.  A client's RING_WAKE posts nothing (it only
+ * signals the inbox's eventfd: the loop retries every full ring each time
+ * round), so the inbox holds at most an ATTACH and a DETACH per connection,
+ * a SUBMIT and a CANCEL per live request (the event loop sends one CANCEL
+ * a request) and a CANCEL_ALL: the limits on connections and requests
+ * bound it, whatever clients send. */
+enum work_kind { WORK_ATTACH = 1, WORK_DETACH, WORK_SUBMIT, WORK_CANCEL, WORK_CANCEL_ALL };
 
 struct work {
 	enum work_kind kind;
 	uint32_t conn_id;
 	uint64_t gid;                /* WORK_CANCEL */
-	uint64_t tag;                /* WORK_QUERY */
 	struct ring *ring;           /* WORK_ATTACH */
-	int efd;                     /* WORK_ATTACH */
+	int wake_fd;                 /* WORK_ATTACH */
 	struct worker_req *req;      /* WORK_SUBMIT */
 };
 
@@ -60,7 +65,8 @@ struct wreq {
 struct wconn {
 	uint32_t conn_id;
 	struct ring *ring;           /* producer side; owned; NULL once detached or bad */
-	int efd;                     /* the client's eventfd; owned; -1 once detached */
+	int wake_fd;                 /* signalling end of the client's wake channel; owned;
+	                                -1 once detached */
 	int dirty;                   /* records pushed since the last signal */
 	int bad;                     /* the ring is corrupt: drop everything */
 	int full;                    /* records wait in OVERFLOW; requests held */
@@ -86,6 +92,9 @@ struct worker {
 	pthread_mutex_t note_lock;
 	struct vec notes;            /* struct worker_note */
 	int note_efd;
+	/* the published snapshot: engine thread -> event loop */
+	pthread_mutex_t snap_lock;
+	struct worker_snapshot *snap; /* under snap_lock; holds one reference */
 	/* engine thread only */
 	struct wreq **slots;         /* (n_slots) live requests by scheduler slot */
 	uint32_t *slot_gen;          /* (n_slots) generation of each slot */
@@ -93,6 +102,7 @@ struct worker {
 	struct wconn *conns;
 	int32_t n_conns;
 	int notes_pending;
+	int snap_dirty;              /* something a snapshot shows changed since the last */
 	int dead;                    /* a sticky failure: no more steps; requests fail at once */
 	double rate_t[RATE_SAMPLES];
 	uint64_t rate_tok[RATE_SAMPLES];
@@ -162,13 +172,13 @@ static int post(struct worker *w, const struct work *wk)
 	return r;
 }
 
-int worker_attach(struct worker *w, uint32_t conn_id, struct ring *ring, int efd)
+int worker_attach(struct worker *w, uint32_t conn_id, struct ring *ring, int wake_fd)
 {
-	struct work wk = { .kind = WORK_ATTACH, .conn_id = conn_id, .ring = ring, .efd = efd };
+	struct work wk = { .kind = WORK_ATTACH, .conn_id = conn_id, .ring = ring, .wake_fd = wake_fd };
 	int r = post(w, &wk);
 	if (r < 0) {
 		ring_free(ring);
-		close(efd);
+		close(wake_fd);
 	}
 	return r;
 }
@@ -194,16 +204,9 @@ int worker_cancel(struct worker *w, uint64_t gid)
 	return post(w, &wk);
 }
 
-int worker_ring_wake(struct worker *w, uint32_t conn_id)
+void worker_ring_wake(struct worker *w)
 {
-	struct work wk = { .kind = WORK_WAKE, .conn_id = conn_id };
-	return post(w, &wk);
-}
-
-int worker_query(struct worker *w, uint64_t tag)
-{
-	struct work wk = { .kind = WORK_QUERY, .tag = tag };
-	return post(w, &wk);
+	efd_signal(w->in_efd); /* however many wakes come, one wakeup */
 }
 
 int worker_cancel_all(struct worker *w)
@@ -232,6 +235,24 @@ int worker_take_notes(struct worker *w, struct worker_note *out, int max)
 	return n;
 }
 
+struct worker_snapshot *worker_snapshot_get(struct worker *w)
+{
+	struct worker_snapshot *sn;
+
+	pthread_mutex_lock(&w->snap_lock);
+	sn = w->snap;
+	if (sn)
+		atomic_fetch_add(&sn->refs, 1);
+	pthread_mutex_unlock(&w->snap_lock);
+	return sn;
+}
+
+void worker_snapshot_put(struct worker_snapshot *sn)
+{
+	if (sn && atomic_fetch_sub(&sn->refs, 1) == 1)
+		free(sn);
+}
+
 double worker_heartbeat(const struct worker *w)
 {
 	return atomic_load(&((struct worker *)w)->heartbeat);
@@ -247,8 +268,7 @@ const struct engine *worker_engine(const struct worker *w)
 static void note(struct worker *w, const struct worker_note *n)
 {
 	pthread_mutex_lock(&w->note_lock);
-	if (vec_push(&w->notes, n) < 0 && n->snap)
-		free(n->snap); /* out of memory: the admin command times out */
+	vec_push(&w->notes, n); /* out of memory: the event loop's accounting is off by one */
 	pthread_mutex_unlock(&w->note_lock);
 	w->notes_pending = 1;
 }
@@ -280,9 +300,9 @@ static void conn_close_ring(struct wconn *c)
 {
 	ring_free(c->ring);
 	c->ring = NULL;
-	if (c->efd >= 0)
-		close(c->efd);
-	c->efd = -1;
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
+	c->wake_fd = -1;
 	c->ov_len = c->ov_head = 0;
 	c->full = 0;
 }
@@ -551,18 +571,45 @@ static void do_cancel(struct worker *w, uint64_t gid)
 		}
 }
 
-static void do_query(struct worker *w, uint64_t tag)
-{
-	int32_t n = 0;
+/* ---- engine thread: snapshots ---- */
+
+struct snap_fill {
+	struct worker *w;
 	struct worker_snapshot *sn;
+	double t;
+};
+
+static void snap_add(void *ctx, uint64_t sid, const struct sched_info *in)
+{
+	struct snap_fill *f = ctx;
+	struct wreq *q = find_sid(f->w, sid);
+	struct worker_snap_req *o;
+
+	if (!q || f->sn->n_reqs >= f->sn->cap_reqs)
+		return;
+	o = &f->sn->reqs[f->sn->n_reqs++];
+	o->gid = q->r->gid;
+	o->conn_id = q->conn->conn_id;
+	o->client_id = q->r->client_id;
+	o->info = *in;
+	o->age_s = f->t - q->t_recv;
+	o->ring_full = q->conn->full;
+}
+
+/* Builds a snapshot of now and makes it the one admin commands read.
+ * O(live log live): cheap enough for every step that changed something. */
+static void publish(struct worker *w)
+{
+	int32_t n = sched_live(w->s);
+	struct worker_snapshot *sn, *old;
 	double t = now_s();
 
-	for (uint32_t i = 0; i < w->n_slots; i++)
-		n += w->slots[i] != NULL;
 	sn = calloc(1, sizeof *sn + (size_t)n * sizeof sn->reqs[0]);
 	if (!sn)
-		return;
-	sn->tag = tag;
+		return; /* the last one stays; the next change tries again */
+	atomic_init(&sn->refs, 1);
+	sn->t = t;
+	sn->cap_reqs = n;
 	sched_counters(w->s, &sn->c);
 	sn->kv_capacity_tokens = engine_kv_capacity(w->e);
 	engine_device_info(w->e, &sn->device);
@@ -574,21 +621,13 @@ static void do_query(struct worker *w, uint64_t tag)
 		double dt = w->rate_t[b] - w->rate_t[a];
 		sn->tok_s = dt > 0 ? (double)(w->rate_tok[b] - w->rate_tok[a]) / dt : 0;
 	}
-	for (uint32_t i = 0; i < w->n_slots; i++) {
-		struct wreq *q = w->slots[i];
-		struct worker_snap_req *o;
-		if (!q)
-			continue;
-		o = &sn->reqs[sn->n_reqs++];
-		o->gid = q->r->gid;
-		o->conn_id = q->conn->conn_id;
-		o->client_id = q->r->client_id;
-		sched_info(w->s, q->sid, &o->info);
-		o->age_s = t - q->t_recv;
-		o->ring_full = q->conn->full;
-	}
-	struct worker_note nt = { .kind = WORKER_NOTE_SNAPSHOT, .snap = sn };
-	note(w, &nt);
+	sched_info_each(w->s, snap_add, &(struct snap_fill){ w, sn, t });
+	pthread_mutex_lock(&w->snap_lock);
+	old = w->snap;
+	w->snap = sn;
+	pthread_mutex_unlock(&w->snap_lock);
+	worker_snapshot_put(old);
+	w->snap_dirty = 0;
 }
 
 static void process(struct worker *w, struct work *wk)
@@ -601,13 +640,13 @@ static void process(struct worker *w, struct work *wk)
 		if (!c) {
 			struct worker_note n = { .kind = WORKER_NOTE_RING_BAD, .conn_id = wk->conn_id };
 			ring_free(wk->ring);
-			close(wk->efd);
+			close(wk->wake_fd);
 			note(w, &n);
 			return;
 		}
 		c->conn_id = wk->conn_id;
 		c->ring = wk->ring;
-		c->efd = wk->efd;
+		c->wake_fd = wk->wake_fd;
 		c->next = w->conns;
 		w->conns = c;
 		w->n_conns++;
@@ -624,11 +663,6 @@ static void process(struct worker *w, struct work *wk)
 		return;
 	case WORK_CANCEL:
 		do_cancel(w, wk->gid);
-		return;
-	case WORK_WAKE:
-		return; /* posting woke the loop, which retries every full ring next */
-	case WORK_QUERY:
-		do_query(w, wk->tag);
 		return;
 	case WORK_CANCEL_ALL:
 		for (c = w->conns; c; c = c->next)
@@ -647,6 +681,7 @@ static void rate_sample(struct worker *w)
 
 	if (w->rate_n > 0 && t - w->rate_t[last] < 1.0)
 		return;
+	w->snap_dirty = 1; /* tok/s moves on, busy or not */
 	sched_counters(w->s, &c);
 	w->rate_t[w->rate_n % RATE_SAMPLES] = t;
 	w->rate_tok[w->rate_n % RATE_SAMPLES] = c.generated_tokens;
@@ -670,6 +705,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&w->in_lock);
 		for (size_t i = 0; i < batch.n; i++)
 			process(w, (struct work *)batch.items + i);
+		w->snap_dirty |= batch.n > 0;
 		batch.n = 0;
 
 		/* Clients that read since we found their ring full may have room now. */
@@ -677,6 +713,7 @@ static void *worker_main(void *arg)
 			if (c->full && overflow_flush(w, c) && c->ring) {
 				c->full = 0;
 				conn_hold(w, c, 0);
+				w->snap_dirty = 1;
 			}
 		if (stop && sched_live(w->s) == 0)
 			break;
@@ -690,13 +727,18 @@ static void *worker_main(void *arg)
 				if (n.sticky)
 					w->dead = 1;
 			}
+			w->snap_dirty |= r != 0;
 		}
+		rate_sample(w);
+		/* Published before the clients hear of their records, so that one
+		 * that read a FINAL and asks for stats sees that request counted. */
+		if (w->snap_dirty)
+			publish(w);
 		for (struct wconn *c = w->conns; c; c = c->next)
-			if (c->dirty && c->efd >= 0) {
-				efd_signal(c->efd);
+			if (c->dirty && c->wake_fd >= 0) {
+				usock_wake(c->wake_fd); /* never blocks; a full channel is still a wakeup */
 				c->dirty = 0;
 			}
-		rate_sample(w);
 		if (w->notes_pending) {
 			w->notes_pending = 0;
 			efd_signal(w->note_efd);
@@ -728,6 +770,7 @@ int worker_new(const struct model *m, const struct engine_params *ep, const stru
 	w->in_efd = w->note_efd = -1;
 	pthread_mutex_init(&w->in_lock, NULL);
 	pthread_mutex_init(&w->note_lock, NULL);
+	pthread_mutex_init(&w->snap_lock, NULL);
 	w->inbox.size = sizeof(struct work);
 	w->notes.size = sizeof(struct worker_note);
 	if ((r = engine_new(m, ep, &w->e, err, errlen)) < 0 ||
@@ -744,6 +787,7 @@ int worker_new(const struct model *m, const struct engine_params *ep, const stru
 		goto fail;
 	}
 	atomic_store(&w->heartbeat, now_s());
+	publish(w); /* admin commands have something to read from the start */
 	*ret = w;
 	return 0;
 fail:
@@ -778,15 +822,14 @@ void worker_free(struct worker *w)
 		struct work *wk = (struct work *)w->inbox.items + i;
 		if (wk->kind == WORK_ATTACH) {
 			ring_free(wk->ring);
-			close(wk->efd);
+			close(wk->wake_fd);
 		} else if (wk->kind == WORK_SUBMIT) {
 			worker_req_free(wk->req);
 		}
 	}
 	free(w->inbox.items);
-	for (size_t i = 0; i < w->notes.n; i++)
-		free(((struct worker_note *)w->notes.items)[i].snap);
 	free(w->notes.items);
+	worker_snapshot_put(w->snap);
 	sched_free(w->s);
 	for (uint32_t i = 0; w->slots && i < w->n_slots; i++)
 		if (w->slots[i]) {
@@ -811,5 +854,6 @@ void worker_free(struct worker *w)
 		close(w->note_efd);
 	pthread_mutex_destroy(&w->in_lock);
 	pthread_mutex_destroy(&w->note_lock);
+	pthread_mutex_destroy(&w->snap_lock);
 	free(w);
 }

@@ -4,9 +4,10 @@
  *
  * The event-loop thread talks to it only through the worker_* calls below,
  * which post to a mutex-guarded inbox and signal an eventfd; the worker
- * answers with notes (request done, a client's ring is corrupt, a snapshot
- * for admin commands) on a second queue whose eventfd the event loop
- * watches.  Connections are named by the event loop's conn ids, requests by
+ * answers with notes (request done, a client's ring is corrupt, the engine
+ * failed) on a second queue whose eventfd the event loop watches, and
+ * publishes a snapshot of its state after every step that changed it, which
+ * admin commands read without waiting for the engine.  Connections are named by the event loop's conn ids, requests by
  * daemon-wide ids (gid) that the event loop assigns.
  */
 #ifndef LLMD_WORKER_H
@@ -46,7 +47,6 @@ void worker_req_free(struct worker_req *r); /* NULL-safe */
 enum worker_note_kind {
 	WORKER_NOTE_DONE = 1,     /* request GID of CONN_ID has its final record written (or dropped) */
 	WORKER_NOTE_RING_BAD = 2, /* CONN_ID's client scribbled on its ring: close it */
-	WORKER_NOTE_SNAPSHOT = 3, /* SNAP answers worker_query(TAG); the event loop frees it */
 	WORKER_NOTE_FAILED = 4,   /* a step failed with ERROR; running requests got error records;
 	                             STICKY: the engine thread serves nothing more */
 };
@@ -60,8 +60,11 @@ struct worker_snap_req {
 	int ring_full;               /* held because the client's ring is full */
 };
 
+/* The engine's state as of its last step, shared read-only by the engine
+ * thread and the event loop (reference counted). */
 struct worker_snapshot {
-	uint64_t tag;                /* worker_query's */
+	_Atomic int refs;            /* worker_snapshot_get's references, and the worker's */
+	double t;                    /* monotonic seconds when it was taken */
 	struct sched_counters c;
 	double tok_s;                /* generated tokens/s over the last ten seconds */
 	int64_t kv_capacity_tokens;
@@ -69,7 +72,7 @@ struct worker_snapshot {
 	uint64_t graphs_recorded;    /* decode steps recorded as CUDA graphs */
 	uint64_t graphs_replayed;    /* and replayed from them */
 	int32_t n_conns;             /* connections with a ring attached */
-	int32_t n_reqs;
+	int32_t n_reqs, cap_reqs;    /* live requests; entries allocated */
 	struct worker_snap_req reqs[]; /* (n_reqs) */
 };
 
@@ -80,7 +83,6 @@ struct worker_note {
 	int error;                   /* WORKER_NOTE_FAILED: negative errno */
 	int sticky;                  /* WORKER_NOTE_FAILED: the backend is unusable now */
 	char message[256];           /* WORKER_NOTE_FAILED: the backend's account of it */
-	struct worker_snapshot *snap; /* WORKER_NOTE_SNAPSHOT: malloc'd, the receiver frees */
 };
 
 /* Creates the engine and the scheduler for M (which must outlive the
@@ -100,18 +102,20 @@ const struct engine *worker_engine(const struct worker *w);
 
 /* Posting, from the event-loop thread.  Each returns 0 or -ENOMEM. */
 
-/* Hands CONN_ID's ring (producer side) and eventfd to the engine thread,
- * which owns and frees them from now on, even on failure. */
-int worker_attach(struct worker *w, uint32_t conn_id, struct ring *ring, int efd);
+/* Hands CONN_ID's ring (producer side) and the signalling end of its wake
+ * channel (usock_wake_pair) to the engine thread, which owns and frees
+ * them from now on, even on failure.  The engine thread only ever signals
+ * it with usock_wake, which cannot block. */
+int worker_attach(struct worker *w, uint32_t conn_id, struct ring *ring, int wake_fd);
 /* The connection is gone: its requests are cancelled, its ring freed. */
 int worker_detach(struct worker *w, uint32_t conn_id);
 /* Takes R (and everything it owns), even on failure. */
 int worker_submit(struct worker *w, struct worker_req *r);
 int worker_cancel(struct worker *w, uint64_t gid);
-/* The client read its ring after the worker found it full. */
-int worker_ring_wake(struct worker *w, uint32_t conn_id);
-/* Asks for a snapshot (WORKER_NOTE_SNAPSHOT with TAG). */
-int worker_query(struct worker *w, uint64_t tag);
+/* A client read its ring after the worker found it full: the engine thread
+ * retries every full ring.  Posts nothing, so a flood of wakes costs one
+ * wakeup and no memory. */
+void worker_ring_wake(struct worker *w);
 /* Cancels every live request (shutdown after the grace period). */
 int worker_cancel_all(struct worker *w);
 
@@ -120,6 +124,12 @@ int worker_cancel_all(struct worker *w);
 int worker_note_fd(const struct worker *w);
 /* Moves up to MAX notes into OUT; returns how many. */
 int worker_take_notes(struct worker *w, struct worker_note *out, int max);
+
+/* The last published snapshot, with a reference the caller drops with
+ * worker_snapshot_put; NULL only when memory ran out at the start.  Never
+ * waits for a step.  Any thread. */
+struct worker_snapshot *worker_snapshot_get(struct worker *w);
+void worker_snapshot_put(struct worker_snapshot *sn); /* NULL-safe */
 
 /* Monotonic seconds of the engine thread's last loop iteration (it wakes at
  * least once a second when idle): the watchdog's proof of life. */

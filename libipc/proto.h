@@ -18,6 +18,11 @@
  *   1  2026-11  first version: HELLO/WELCOME with the ring memfd and eventfd,
  *               SUBMIT/CANCEL/RING_WAKE, ADMIN/ADMIN_REPLY, ERROR; TOKEN and
  *               FINAL ring records.
+ *               Since 2026-11-27 WELCOME's second fd is the waiting end of a
+ *               socket pair (usock_wake_pair) instead of an eventfd the
+ *               daemon shared with the client: each signal is 8 bytes, so a
+ *               client that reads it as an eventfd's counter still works,
+ *               and the version stays 1.
  */
 #ifndef LLMD_PROTO_H
 #define LLMD_PROTO_H
@@ -48,7 +53,8 @@ enum proto_type {
 	PROTO_RING_WAKE = 4,    /* no payload: "I consumed records; you were waiting for space" */
 	PROTO_ADMIN = 5,        /* an admin command (llmctl) */
 	/* daemon -> client */
-	PROTO_WELCOME = 0x81,   /* answer to HELLO; carries two fds (SCM_RIGHTS): ring memfd, eventfd */
+	PROTO_WELCOME = 0x81,   /* answer to HELLO; carries two fds (SCM_RIGHTS): ring memfd,
+	                           wake channel (usock.h) */
 	PROTO_ERROR = 0x82,     /* a refused request (id != 0) or a connection-level error (id 0) */
 	PROTO_ADMIN_REPLY = 0x83,
 };

@@ -2,7 +2,7 @@
  * daemon's engine thread), one consumer (a client), variable-length records.
  *
  * It moves bytes and wake-up hints; what a record means is proto.h's
- * business, and signalling the other side (eventfd, PROTO_RING_WAKE) is the
+ * business, and signalling the other side (wake channel, PROTO_RING_WAKE) is the
  * caller's.  Each side trusts only its own index: everything it reads from
  * the mapping is checked before use.
  */

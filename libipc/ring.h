@@ -25,7 +25,7 @@
  * fills it with a RING_REC_PAD record and starts at offset 0.
  *
  * Wake-ups: after a step that wrote records the daemon signals the client's
- * eventfd once.  When a record does not fit, ring_push sets need_wake; the
+ * wake channel (usock_wake) once.  When a record does not fit, ring_push sets need_wake; the
  * consumer, after advancing cons, sees it and sends a PROTO_RING_WAKE frame
  * on the socket.  The producer never trusts cons: a value that is not within
  * CAPACITY bytes behind prod makes every later push fail with -EPROTO.

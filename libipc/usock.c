@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -247,4 +248,52 @@ int usock_peercred(int fd, pid_t *ret_pid, uid_t *ret_uid, gid_t *ret_gid)
 	if (ret_gid)
 		*ret_gid = cr.gid;
 	return 0;
+}
+
+/* ---- wake channels ---- */
+
+int usock_wake_pair(int ret[2])
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	/* Nothing the waiter writes may queue up on our side. */
+	if (shutdown(sv[0], SHUT_RD) < 0) {
+		int e = errno;
+		close(sv[0]);
+		close(sv[1]);
+		return -e;
+	}
+	ret[0] = sv[0];
+	ret[1] = sv[1];
+	return 0;
+}
+
+int usock_wake(int fd)
+{
+	static const uint8_t one[USOCK_WAKE_BYTES] = { 1 };
+
+	return send(fd, one, sizeof one, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+int usock_wake_drain(int fd)
+{
+	uint8_t buf[512];
+	int got = 0;
+
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n > 0) {
+			got = 1;
+			if ((size_t)n < sizeof buf)
+				return 1;
+			continue;
+		}
+		if (n == 0)
+			return got ? 1 : -EPIPE;
+		if (errno == EINTR)
+			continue;
+		return errno == EAGAIN ? got : -errno;
+	}
 }

@@ -34,4 +34,31 @@ ssize_t usock_recv(int fd, void *buf, size_t len, int *fds, int maxfds, int *ret
 /* The peer's pid, uid and gid (SO_PEERCRED).  0 or a negative errno. */
 int usock_peercred(int fd, pid_t *ret_pid, uid_t *ret_uid, gid_t *ret_gid);
 
+/* ---- wake channels: one side signals, the other waits ----
+ *
+ * A socket pair, not a shared eventfd: the two ends are separate open file
+ * descriptions, so the waiter (a client, given its end with SCM_RIGHTS) can
+ * neither change the signaller's blocking mode nor write to it, and a
+ * signal is a send with MSG_DONTWAIT, which never blocks whatever anyone
+ * did to either end.  Each signal is USOCK_WAKE_BYTES bytes (the waiter may
+ * read them 8 at a time, as an eventfd's counter); a waiter that never
+ * reads only fills its own socket buffer, and signals then fail quietly. */
+#define USOCK_WAKE_BYTES 8
+
+/* Makes a wake channel: RET[0] the signalling end (its read side shut, so
+ * nothing written at the other end is ever queued), RET[1] the waiting end,
+ * both non-blocking and close-on-exec.  0 or a negative errno. */
+int usock_wake_pair(int ret[2]);
+
+/* Signals through the signalling end FD.  Never blocks and never raises
+ * SIGPIPE: 0, or a negative errno (-EAGAIN when the waiter has not read
+ * its earlier signals, -EPIPE when it closed its end) that callers may
+ * ignore, since the waiter has wakeups pending or is gone. */
+int usock_wake(int fd);
+
+/* Empties the waiting end FD (or an eventfd).  Returns 1 when signals were
+ * waiting, 0 when none were, -EPIPE when the signalling end is closed (the
+ * end will be readable for ever: stop polling it), or another negative errno. */
+int usock_wake_drain(int fd);
+
 #endif
