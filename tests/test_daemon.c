@@ -30,124 +30,10 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-#include "daemonutil.h"
-#include "llm.h"
-#include "proto.h"
+#include "clientutil.h"
 #include "ring.h"
-#include "usock.h"
 
 static const char *models_dir;
-
-/* ---- small clients ---- */
-
-static struct llm *client(const struct tdaemon *d, uint32_t ring)
-{
-	struct llm *h = NULL;
-	char err[256];
-	if (llm_connect(d->sock, ring, &h, err, sizeof err) < 0) {
-		fprintf(stderr, "llm_connect %s: %s\n", d->sock, err);
-		return NULL;
-	}
-	return h;
-}
-
-struct gen {
-	int32_t ids[512];
-	int n;
-	enum llm_finish finish;
-	int error_code;
-	char text[4096];
-	double t_done;
-};
-
-/* Reads events of request ID until its DONE (other ids are ignored). */
-static int wait_done(struct llm *h, uint64_t id, struct gen *g, int timeout_ms)
-{
-	struct llm_event ev;
-	double t0 = tnow();
-	size_t tl = strlen(g->text);
-
-	while ((tnow() - t0) * 1000 < timeout_ms) {
-		int r = llm_next_event(h, &ev, 200);
-		if (r < 0)
-			return r;
-		if (r == 0 || ev.id != id)
-			continue;
-		if (ev.kind == LLM_EV_TOKEN) {
-			if (ev.token >= 0 && g->n < 512)
-				g->ids[g->n++] = ev.token;
-			if (tl + ev.text_len < sizeof g->text) {
-				memcpy(g->text + tl, ev.text, ev.text_len);
-				tl += ev.text_len;
-				g->text[tl] = 0;
-			}
-		} else {
-			g->finish = ev.finish;
-			g->error_code = ev.error_code;
-			g->t_done = tnow();
-			return 1;
-		}
-	}
-	return 0;
-}
-
-static int generate(struct llm *h, const char *prompt, int max_tokens, float temp, uint64_t seed,
-		    struct gen *g)
-{
-	struct llm_request r;
-	uint64_t id;
-
-	memset(g, 0, sizeof *g);
-	llm_request_init(&r);
-	r.prompt = prompt;
-	r.max_tokens = max_tokens;
-	r.temperature = temp;
-	r.has_seed = 1;
-	r.seed = seed;
-	if (llm_submit(h, &r, &id) < 0)
-		return -1;
-	return wait_done(h, id, g, 60000) == 1 ? 0 : -1;
-}
-
-static json_object *admin_json(struct llm *h, const char *cmd, const char *arg)
-{
-	char *body = NULL;
-	json_object *j;
-	if (llm_admin(h, cmd, arg, &body) < 0)
-		return NULL;
-	j = json_tokener_parse(body);
-	free(body);
-	return j;
-}
-
-static int64_t jint(json_object *j, const char *a, const char *b)
-{
-	json_object *o = NULL;
-	if (!json_object_object_get_ex(j, a, &o))
-		return -1;
-	if (b && !json_object_object_get_ex(o, b, &o))
-		return -1;
-	return json_object_get_int64(o);
-}
-
-/* Waits until ps is empty and no KV block is in use: the idle level. */
-static int wait_idle(const struct tdaemon *d)
-{
-	struct llm *h = NULL;
-	int ok = 0;
-	for (double t0 = tnow(); tnow() - t0 < 20 && !ok; tsleep_ms(50)) {
-		if (!h && llm_connect(d->sock, 4096, &h, NULL, 0) < 0)
-			continue; /* closed connections may still count against the uid */
-		json_object *st = admin_json(h, "status", NULL), *ps = admin_json(h, "ps", NULL);
-		json_object *arr = NULL;
-		if (st && ps && json_object_object_get_ex(ps, "requests", &arr))
-			ok = json_object_array_length(arr) == 0 && jint(st, "kv", "used_blocks") == 0;
-		json_object_put(st);
-		json_object_put(ps);
-	}
-	llm_close(h);
-	return ok;
-}
 
 /* ---- golden tokens through llm-client ---- */
 
@@ -443,68 +329,6 @@ static void test_slow_reader(const struct tdaemon *d)
 
 /* ---- hostile input ---- */
 
-static int raw_connect(const struct tdaemon *d)
-{
-	char err[128];
-	return usock_connect(d->sock, err, sizeof err);
-}
-
-/* Reads frames until EOF or 3 s; returns the code of the first ERROR frame
- * seen (0 if none) and sets *CLOSED when the daemon closed the stream. */
-static int read_error(int fd, int *closed)
-{
-	static uint8_t buf[PROTO_MAX_FRAME];
-	size_t have = 0;
-	int code = 0;
-	*closed = 0;
-	for (double t0 = tnow(); tnow() - t0 < 3;) {
-		struct pollfd p = { fd, POLLIN, 0 };
-		struct proto_frame f;
-		ssize_t n;
-		if (poll(&p, 1, 100) <= 0)
-			continue;
-		n = read(fd, buf + have, sizeof buf - have);
-		if (n <= 0) {
-			*closed = 1;
-			break;
-		}
-		have += (size_t)n;
-		while ((n = proto_frame_parse(buf, have, &f)) > 0) {
-			struct proto_error e;
-			if (f.type == PROTO_ERROR && !code && proto_decode_error(&f, &e) == 0)
-				code = (int)e.code;
-			memmove(buf, buf + n, have - (size_t)n);
-			have -= (size_t)n;
-		}
-	}
-	return code;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-	(void)!send(fd, p, n, MSG_NOSIGNAL);
-}
-
-static int hello(int fd, uint32_t version, uint32_t ring)
-{
-	uint8_t buf[64];
-	struct proto_hello h = { .version = version, .ring_bytes = ring };
-	ssize_t n = proto_encode_hello(buf, sizeof buf, &h);
-	send_all(fd, buf, (size_t)n);
-	return 0;
-}
-
-static void still_serving(const struct tdaemon *d, const char *after)
-{
-	struct llm *h = client(d, 0);
-	struct gen g;
-	int ok = h && generate(h, "Hello", 8, 0, 1, &g) == 0 && g.n > 0;
-	if (!ok)
-		fprintf(stderr, "after %s the daemon no longer serves\n", after);
-	CHECK(ok);
-	llm_close(h);
-}
-
 static void test_hostile(const struct tdaemon *d)
 {
 	int fd, closed, code;
@@ -614,7 +438,7 @@ static void test_hostile(const struct tdaemon *d)
 			rl.rlim_cur = 4000;
 			setrlimit(RLIMIT_NOFILE, &rl);
 		}
-		/* The daemon holds three fds per client (socket, ring, eventfd)
+		/* The daemon holds three fds per client (socket, ring, wake channel)
 		 * under the same hard limit; a machine that allows fewer gets
 		 * fewer connections, and says so. */
 		if (rl.rlim_max < 3200) {

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdint.h>
 
+#include "proto.h"
 #include "stopstr.h"
 #include "testutil.h"
 
@@ -201,11 +202,14 @@ static void test_flush_returns_held_tail(void)
 static void test_invalid(void)
 {
 	struct stopstr *s = (struct stopstr *)&s; /* must stay untouched */
-	const char *nine[9] = { "a", "b", "c", "d", "e", "f", "g", "h", "i" };
-	CHECK_INT_EQ(stopstr_new(nine, 9, &s), -EINVAL);
-	CHECK_INT_EQ(stopstr_new(nine, -1, &s), -EINVAL);
+	/* one over the limit, which is the protocol's */
+	const char *over[STOPSTR_MAX + 1] = { "a", "b", "c", "d", "e", "f", "g", "h", "i",
+					      "j", "k", "l", "m", "n", "o", "p", "q" };
+	CHECK_INT_EQ(STOPSTR_MAX, PROTO_MAX_STOPS);
+	CHECK_INT_EQ(stopstr_new(over, STOPSTR_MAX + 1, &s), -EINVAL);
+	CHECK_INT_EQ(stopstr_new(over, -1, &s), -EINVAL);
 	CHECK_INT_EQ(stopstr_new(NULL, 2, &s), -EINVAL);
-	CHECK_INT_EQ(stopstr_new(nine, 2, NULL), -EINVAL);
+	CHECK_INT_EQ(stopstr_new(over, 2, NULL), -EINVAL);
 	const char *empty[] = { "ok", "" };
 	CHECK_INT_EQ(stopstr_new(empty, 2, &s), -EINVAL);
 	const char *null[] = { "ok", NULL };
@@ -221,7 +225,7 @@ static void test_invalid(void)
 	CHECK_INT_EQ(stopstr_new(too_long, 1, &s), 0);
 	stopstr_free(s);
 	s = NULL;
-	CHECK_INT_EQ(stopstr_new(nine, STOPSTR_MAX, &s), 0);
+	CHECK_INT_EQ(stopstr_new(over, STOPSTR_MAX, &s), 0);
 	stopstr_free(s);
 
 	/* an output buffer smaller than held + piece */

@@ -6,7 +6,11 @@
  *  - listen replaces a stale socket, refuses a live one, a regular file and
  *    a path too long for sun_path, and applies the mode;
  *  - end of stream reads 0; a send to a closed peer is -EPIPE, not SIGPIPE;
- *    a full non-blocking socket is -EAGAIN.
+ *    a full non-blocking socket is -EAGAIN;
+ *  - a wake channel's waiter can neither write to the signalling end nor
+ *    make it blocking: a waiter that never reads makes usock_wake say
+ *    -EAGAIN, never block; drain reads every signal at once, and -EPIPE
+ *    once the signaller is gone.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -331,6 +335,37 @@ static void test_eof_and_epipe(void)
 	close(a);
 }
 
+static void test_wake_channel(void)
+{
+	int w[2], n = 0, r;
+	uint64_t v = 0xfffffffffffffffeull;
+
+	CHECK_INT_EQ(usock_wake_pair(w), 0);
+	CHECK(fcntl(w[0], F_GETFD) & FD_CLOEXEC);
+	CHECK(fcntl(w[1], F_GETFD) & FD_CLOEXEC);
+	CHECK_INT_EQ(usock_wake_drain(w[1]), 0);
+	/* The waiter turns its end blocking and writes: nothing arrives, and
+	 * the signalling end stays non-blocking. */
+	CHECK(fcntl(w[1], F_SETFL, fcntl(w[1], F_GETFL) & ~O_NONBLOCK) == 0);
+	errno = 0;
+	CHECK(send(w[1], &v, sizeof v, MSG_NOSIGNAL) < 0 && errno == EPIPE);
+	CHECK(fcntl(w[0], F_GETFL) & O_NONBLOCK);
+	CHECK(fcntl(w[1], F_SETFL, fcntl(w[1], F_GETFL) | O_NONBLOCK) == 0);
+	/* Signals a waiter never reads fill its buffer, then are refused. */
+	while ((r = usock_wake(w[0])) == 0 && n < 1000000)
+		n++;
+	CHECK_INT_EQ(r, -EAGAIN);
+	CHECK(n > 0);
+	CHECK_INT_EQ(usock_wake_drain(w[1]), 1);
+	CHECK_INT_EQ(usock_wake_drain(w[1]), 0);
+	CHECK_INT_EQ(usock_wake(w[0]), 0);
+	close(w[0]);
+	CHECK_INT_EQ(usock_wake_drain(w[1]), 1);    /* the last signal, then */
+	CHECK_INT_EQ(usock_wake_drain(w[1]), -EPIPE); /* the signaller is gone */
+	close(w[1]);
+	printf("wake channel: %d signals filled an unread one; none blocked\n", n);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof dir, "/tmp/test_usock.XXXXXX");
@@ -343,6 +378,7 @@ int main(void)
 	test_peercred();
 	test_listen();
 	test_eof_and_epipe();
+	test_wake_channel();
 	rmdir(dir);
 	return test_result();
 }
