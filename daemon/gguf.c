@@ -1,7 +1,8 @@
-/* gguf.c - opens a GGUF v2/v3 file and checks every byte of its header, so
- * that nothing in struct gguf_file can point outside the mapping.  It does not
- * interpret metadata (model.c, tokenizer.c do) nor touch tensor data (the
- * kernels do); it knows ggml type ids only to size and place tensors.
+/* gguf.c - opens a GGUF v2/v3 file (mapped, or read into private memory)
+ * and checks every byte of its header, so that nothing in struct gguf_file
+ * can point outside the file's bytes.  It does not interpret metadata
+ * (model.c, tokenizer.c do) nor touch tensor data (the kernels do); it knows
+ * ggml type ids only to size and place tensors.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -478,9 +479,9 @@ static int parse(struct parser *ps, struct gguf_file *f)
 	return 0;
 }
 
-/* Takes BUF (unmapping it on failure when MAPPED). */
-static int open_common(const void *buf, size_t len, int mapped, struct gguf_file **ret,
-		       char *err, size_t errlen)
+/* Takes BUF (unmapping its MAP_BYTES on failure when not 0). */
+static int open_common(const void *buf, size_t len, uint32_t backing, size_t map_bytes,
+		       struct gguf_file **ret, char *err, size_t errlen)
 {
 	struct parser ps = { .p = buf, .end = (const uint8_t *)buf + len,
 			     .err = err, .errlen = errlen };
@@ -489,13 +490,15 @@ static int open_common(const void *buf, size_t len, int mapped, struct gguf_file
 
 	f = calloc(1, sizeof *f);
 	if (!f) {
-		if (mapped)
-			munmap((void *)buf, len);
+		if (map_bytes)
+			munmap((void *)buf, map_bytes);
 		return fail_nomem(&ps);
 	}
 	f->base = buf;
 	f->size = len;
-	f->mapped = mapped;
+	f->backing = backing;
+	f->map_bytes = map_bytes;
+	f->file_bytes = backing == GGUF_BACKING_MAP ? map_bytes : 0;
 	rc = parse(&ps, f);
 	if (rc < 0) {
 		gguf_close(f);
@@ -516,7 +519,7 @@ int gguf_open_mem(const void *buf, size_t len, struct gguf_file **ret,
 		}
 		buf = "";
 	}
-	return open_common(buf, len, 0, ret, err, errlen);
+	return open_common(buf, len, GGUF_BACKING_CALLER, 0, ret, err, errlen);
 }
 
 /* Message "WHAT: strerror(errno)" (glibc's and musl's %m is thread-safe). */
@@ -529,12 +532,77 @@ static int sys_fail(char *err, size_t errlen, const char *what)
 	return -e;
 }
 
+static size_t page_bytes(void)
+{
+	long p = sysconf(_SC_PAGESIZE);
+	return p > 0 ? (size_t)p : 4096;
+}
+
+/* SIZE bytes of FD into fresh anonymous memory of MAP_BYTES, made
+ * read-only; *RET is the memory, to be munmap'd. */
+static int read_private(int fd, size_t size, size_t map_bytes, void **ret, char *err,
+			size_t errlen)
+{
+	const size_t chunk = (size_t)1 << 30; /* under Linux's 2 GiB cap per read */
+	uint8_t *p;
+	size_t off = 0;
+	int rc;
+
+	p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		if (err && errlen)
+			snprintf(err, errlen, "cannot allocate %zu bytes to read the file into: %m",
+				 size);
+		return -ENOMEM;
+	}
+	while (off < size) {
+		ssize_t n = pread(fd, p + off, size - off < chunk ? size - off : chunk, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = sys_fail(err, errlen, "read");
+			goto fail;
+		}
+		if (n == 0) {
+			rc = -EIO;
+			if (err && errlen)
+				snprintf(err, errlen, "read: the file shrank from %zu to %zu bytes "
+					 "while it was read", size, off);
+			goto fail;
+		}
+		off += (size_t)n;
+	}
+	/* Immutable from now on, as a mapping of the file would be. */
+	if (mprotect(p, map_bytes, PROT_READ) != 0) {
+		rc = sys_fail(err, errlen, "mprotect");
+		goto fail;
+	}
+	*ret = p;
+	return 0;
+fail:
+	munmap(p, map_bytes);
+	return rc;
+}
+
 int gguf_open(const char *path, struct gguf_file **ret, char *err, size_t errlen)
 {
+	return gguf_open_flags(path, 0, ret, err, errlen);
+}
+
+int gguf_open_flags(const char *path, unsigned flags, struct gguf_file **ret,
+		    char *err, size_t errlen)
+{
+	const size_t page = page_bytes();
 	struct stat st;
-	void *map;
+	size_t size, map_bytes;
+	void *map = NULL;
 	int fd, rc;
 
+	if (flags & ~GGUF_OPEN_NO_MMAP) {
+		if (err && errlen)
+			snprintf(err, errlen, "unknown open flags %#x", flags);
+		return -EINVAL;
+	}
 	/* O_NONBLOCK: a FIFO given by mistake must not hang the daemon. */
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
@@ -559,18 +627,26 @@ int gguf_open(const char *path, struct gguf_file **ret, char *err, size_t errlen
 		close(fd);
 		return gguf_open_mem("", 0, ret, err, errlen);
 	}
-	if ((uint64_t)st.st_size > SIZE_MAX) {
+	if ((uint64_t)st.st_size > SIZE_MAX - page) {
 		errno = EFBIG;
 		rc = sys_fail(err, errlen, "mmap");
 		goto fail;
 	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	size = (size_t)st.st_size;
+	map_bytes = (size + page - 1) / page * page;
+	if (flags & GGUF_OPEN_NO_MMAP) {
+		if ((rc = read_private(fd, size, map_bytes, &map, err, errlen)) < 0)
+			goto fail;
+		close(fd);
+		return open_common(map, size, GGUF_BACKING_COPY, map_bytes, ret, err, errlen);
+	}
+	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (map == MAP_FAILED) {
 		rc = sys_fail(err, errlen, "mmap");
 		goto fail;
 	}
 	close(fd);
-	return open_common(map, (size_t)st.st_size, 1, ret, err, errlen);
+	return open_common(map, size, GGUF_BACKING_MAP, map_bytes, ret, err, errlen);
 fail:
 	close(fd);
 	return rc;
@@ -588,9 +664,34 @@ void gguf_close(struct gguf_file *f)
 	for (i = 0; f->tensors && i < f->n_tensors; i++)
 		free(f->tensors[i].name);
 	free(f->tensors);
-	if (f->mapped)
-		munmap((void *)f->base, f->size);
+	if (f->map_bytes)
+		munmap((void *)f->base, f->map_bytes);
 	free(f);
+}
+
+int gguf_release_data(struct gguf_file *f)
+{
+	const size_t page = page_bytes();
+	size_t lo;
+
+	if (!f->map_bytes)
+		return -EINVAL;
+	/* From the first whole page of tensor data to the mapping's end; a
+	 * file without tensors may say its data starts past its end. */
+	if (f->data_offset > f->map_bytes - 1)
+		return 0;
+	lo = ((size_t)f->data_offset + page - 1) / page * page;
+	if (lo >= f->map_bytes)
+		return 0;
+	/* MAP_FIXED replaces those pages in one step and keeps the addresses
+	 * reserved (the mapping stays one range for gguf_close, and no other
+	 * allocation can land where the weights' pointers point). */
+	if (mmap((void *)(f->base + lo), f->map_bytes - lo, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+		return -errno;
+	if (f->file_bytes > lo)
+		f->file_bytes = lo;
+	return 0;
 }
 
 /* ---- lookups ---- */

@@ -293,13 +293,15 @@ fail:
 	return r;
 }
 
+/* Only where the file backs the pages: in anonymous memory (a private
+ * copy, released pages) MADV_DONTNEED would zero them. */
 void model_drop_weight(const struct model *m, const struct bk_weight *w)
 {
 	const struct gguf_file *g = m->gguf;
 	const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t lo = (uintptr_t)w->data, hi = lo + (uintptr_t)w->n_out * w->row_bytes;
 
-	if (!g || !g->mapped || lo < (uintptr_t)g->base || hi > (uintptr_t)g->base + g->size)
+	if (!g || lo < (uintptr_t)g->base || hi > (uintptr_t)g->base + g->file_bytes)
 		return;
 	lo = (lo + page - 1) & ~(page - 1);
 	hi &= ~(page - 1);

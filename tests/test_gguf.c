@@ -1,6 +1,9 @@
 /* test_gguf.c - the GGUF loader: real model files load with the metadata and
  * tensor placement the model README documents, a small file built here loads
- * as v2 and v3, and each kind of corruption fails with its own message.
+ * as v2 and v3, and each kind of corruption fails with its own message; a
+ * file read into private memory (GGUF_OPEN_NO_MMAP) is the mapped one byte
+ * for byte and outlives the file's truncation; gguf_release_data leaves the
+ * metadata readable and the file free to shrink.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -219,7 +222,9 @@ static void test_small_loads(uint32_t version, uint32_t align)
 	CHECK_INT_EQ(f->n_kv, SMALL_N_KV);
 	CHECK_INT_EQ(f->n_tensors, SMALL_N_T);
 	CHECK_INT_EQ(f->data_offset, s.data_offset);
-	CHECK(f->base == s.b.p && f->size == s.b.n && !f->mapped);
+	CHECK(f->base == s.b.p && f->size == s.b.n && f->backing == GGUF_BACKING_CALLER &&
+	      f->map_bytes == 0 && f->file_bytes == 0);
+	CHECK_INT_EQ(gguf_release_data(f), -EINVAL); /* the caller's buffer: left alone */
 
 	CHECK_INT_EQ(gguf_get_u32(f, "test.u8", &u32), 0);
 	CHECK_INT_EQ(u32, 200);
@@ -468,7 +473,8 @@ static void test_open_paths(void)
 	CHECK_INT_EQ(gguf_open(path, &f, NULL, 0), 0);
 	if (f) {
 		const struct gguf_tensor *t = gguf_find_tensor(f, "norm");
-		CHECK(f->mapped && f->version == 2 && f->alignment == 64 && t);
+		CHECK(f->backing == GGUF_BACKING_MAP && f->version == 2 && f->alignment == 64 && t);
+		CHECK(f->map_bytes >= f->size && f->file_bytes == f->map_bytes);
 		CHECK(t && memcmp(t->data, s.b.p + s.data_offset + s.t_off[3], 6) == 0);
 		CHECK_INT_EQ((uintptr_t)t->data % 64, 0);
 	}
@@ -476,6 +482,160 @@ static void test_open_paths(void)
 	gguf_close(NULL);
 	unlink(path);
 	free(s.b.p);
+}
+
+/* ---- gguf_open_flags(GGUF_OPEN_NO_MMAP): a private copy ---- */
+
+/* A and B hold the same file: keys, tensors and every byte. */
+static void check_same_file(const struct gguf_file *a, const struct gguf_file *b)
+{
+	CHECK(a->size == b->size && memcmp(a->base, b->base, a->size) == 0);
+	CHECK_INT_EQ(a->version, b->version);
+	CHECK_INT_EQ(a->alignment, b->alignment);
+	CHECK_INT_EQ(a->data_offset, b->data_offset);
+	CHECK_INT_EQ(a->n_kv, b->n_kv);
+	CHECK_INT_EQ(a->n_tensors, b->n_tensors);
+	for (uint64_t i = 0; i < a->n_kv && i < b->n_kv; i++) {
+		const struct gguf_kv *x = &a->kv[i], *y = &b->kv[i];
+		CHECK(x->key.len == y->key.len && memcmp(x->key.ptr, y->key.ptr, x->key.len) == 0);
+		CHECK(x->type == y->type && x->arr_type == y->arr_type && x->arr_n == y->arr_n);
+		CHECK((const uint8_t *)x->data - a->base == (const uint8_t *)y->data - b->base);
+	}
+	for (uint64_t i = 0; i < a->n_tensors && i < b->n_tensors; i++) {
+		const struct gguf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+		CHECK_STR_EQ(x->name, y->name);
+		CHECK(x->type == y->type && x->n_dims == y->n_dims && x->offset == y->offset &&
+		      x->nbytes == y->nbytes && memcmp(x->ne, y->ne, sizeof x->ne) == 0);
+		CHECK((const uint8_t *)x->data - a->base == (const uint8_t *)y->data - b->base);
+		CHECK(memcmp(x->data, y->data, x->nbytes) == 0);
+	}
+}
+
+/* PATH's size, or -1. */
+static long long file_size(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	long long n;
+
+	if (!f)
+		return -1;
+	n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+	fclose(f);
+	return n;
+}
+
+/* Copies SRC to a new temporary file; its path in DST (unlink it). */
+static int copy_to_tmp(const char *src, char dst[64])
+{
+	char buf[65536];
+	FILE *in = fopen(src, "rb");
+	int fd, ok = in != NULL;
+	size_t n;
+
+	snprintf(dst, 64, "/tmp/test_gguf.XXXXXX");
+	fd = mkostemp(dst, O_CLOEXEC);
+	if (fd < 0) {
+		if (in)
+			fclose(in);
+		return -1;
+	}
+	while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+		ok = write(fd, buf, n) == (ssize_t)n;
+	if (in)
+		fclose(in);
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+/* The small file, then stories260K when present: the private copy is the
+ * mapped file key for key and byte for byte, read-only, and stays whole
+ * when the file is truncated under it. */
+static void test_no_mmap(void)
+{
+	const char *real = test_model_path("stories260K.gguf");
+	struct gguf_file *a = NULL, *b = NULL;
+	char path[64], err[256] = "";
+	struct small s;
+	int fd;
+
+	snprintf(path, sizeof path, "/tmp/test_gguf.XXXXXX");
+	fd = mkostemp(path, O_CLOEXEC);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	small_build(&s, 3, 32);
+	CHECK_INT_EQ(write(fd, s.b.p, s.b.n), (long long)s.b.n);
+	close(fd);
+	CHECK_INT_EQ(gguf_open_flags(path, GGUF_OPEN_NO_MMAP, &b, err, sizeof err), 0);
+	CHECK_INT_EQ(gguf_open_flags(path, 0, &a, err, sizeof err), 0);
+	CHECK_INT_EQ(gguf_open_flags(path, 0x80, &a, err, sizeof err), -EINVAL);
+	if (a && b) {
+		CHECK(b->backing == GGUF_BACKING_COPY && b->map_bytes >= b->size && b->file_bytes == 0);
+		check_same_file(a, b);
+	}
+	gguf_close(a);
+	gguf_close(b);
+	a = b = NULL;
+	unlink(path);
+	free(s.b.p);
+
+	if (!real) {
+		fprintf(stderr, "stories260K.gguf absent: skipping its private copy\n");
+		return;
+	}
+	CHECK_INT_EQ(copy_to_tmp(real, path), 0);
+	CHECK_INT_EQ(gguf_open(path, &a, err, sizeof err), 0);
+	CHECK_INT_EQ(gguf_open_flags(path, GGUF_OPEN_NO_MMAP, &b, err, sizeof err), 0);
+	if (a && b) {
+		check_same_file(a, b);
+		/* the mapping is left before the file is cut: it would fault */
+		gguf_close(a);
+		a = NULL;
+		CHECK_INT_EQ(truncate(path, 0), 0);
+		const struct gguf_tensor *t = gguf_find_tensor(b, "blk.4.ffn_norm.weight");
+		CHECK(t && (const uint8_t *)t->data + t->nbytes == b->base + b->size);
+		uint8_t sum = 0; /* the last page, past the file's new end: still there */
+		for (uint64_t i = 0; t && i < t->nbytes; i++)
+			sum ^= ((const uint8_t *)t->data)[i];
+		(void)sum;
+		CHECK_INT_EQ(file_size(path), 0);
+	}
+	gguf_close(a);
+	gguf_close(b);
+	unlink(path);
+}
+
+/* gguf_release_data on a mapped stories260K: the file then backs only the
+ * header's pages, the metadata still reads, and the file may be cut. */
+static void test_release_data(void)
+{
+	const char *real = test_model_path("stories260K.gguf");
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct gguf_file *f = NULL;
+	const struct gguf_kv *kv = NULL;
+	struct gguf_str str;
+	char path[64], err[256] = "";
+
+	if (!real) {
+		fprintf(stderr, "stories260K.gguf absent: skipping gguf_release_data\n");
+		return;
+	}
+	CHECK_INT_EQ(copy_to_tmp(real, path), 0);
+	CHECK_INT_EQ(gguf_open(path, &f, err, sizeof err), 0);
+	if (f) {
+		CHECK_INT_EQ(f->file_bytes, (f->size + page - 1) / page * page);
+		CHECK_INT_EQ(gguf_release_data(f), 0);
+		CHECK_INT_EQ(f->file_bytes, (f->data_offset + page - 1) / page * page);
+		CHECK_INT_EQ(gguf_release_data(f), 0); /* again: nothing more */
+		CHECK_INT_EQ(truncate(path, (off_t)f->file_bytes), 0);
+		CHECK(gguf_get_str(f, "general.architecture", &str) == 0 && str.len == 5 &&
+		      memcmp(str.ptr, "llama", 5) == 0);
+		CHECK_INT_EQ(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &kv), 0);
+		CHECK(kv && kv->arr_n == 512 && kv->strs[511].len > 0);
+		CHECK(gguf_find_tensor(f, "blk.4.ffn_norm.weight") != NULL);
+	}
+	gguf_close(f);
+	unlink(path);
 }
 
 /* ---- real model files ---- */
@@ -625,6 +785,8 @@ int main(void)
 	test_corruptions();
 	test_truncations_and_flips();
 	test_open_paths();
+	test_no_mmap();
+	test_release_data();
 	test_stories260k();
 	test_derived();
 	test_smollm2();
