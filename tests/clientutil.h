@@ -105,6 +105,12 @@ static inline int64_t jint(json_object *j, const char *a, const char *b)
 	return json_object_get_int64(o);
 }
 
+static inline double jdbl(json_object *j, const char *k)
+{
+	json_object *o = NULL;
+	return json_object_object_get_ex(j, k, &o) ? json_object_get_double(o) : -1;
+}
+
 /* Waits until ps is empty and no KV block is in use: the idle level. */
 static inline int wait_idle(const struct tdaemon *d)
 {

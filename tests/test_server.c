@@ -13,15 +13,14 @@
  *  - `cancel -1`, a command with a NUL in it, and a huge repeat_last_n get
  *    a clear answer;
  *  - with SmolLM2 on 2 threads, a running stream keeps a bounded gap between
- *    tokens while another client's ~4,000-token prompt is prefilled, and
- *    `status` answers at once meanwhile (a generous bound: speeds are for
- *    llm-bench, not tests; the figures are printed).
+ *    tokens while another client's ~4,000-token prompt is prefilled,
+ *    `status` answers at once meanwhile, and a vanished client's blocks are
+ *    freed within a step (tools/stall_probe measures; the bounds here are
+ *    generous, the figures are printed).
  * Parts that need SmolLM2 (models/, fetched by setup.sh) skip without it.
  */
 #include <config.h>
 #include <grp.h>
-#include <math.h>
-#include <pthread.h>
 #include <sys/resource.h>
 
 #include "clientutil.h"
@@ -369,7 +368,7 @@ static struct llm *busy_engine(const struct tdaemon *d, const char *long_prompt)
 		return NULL;
 	llm_request_init(&r);
 	r.prompt = long_prompt;
-	r.max_tokens = 2000;
+	r.max_tokens = 1000;
 	r.temperature = 0;
 	r.flags = LLM_IGNORE_EOS;
 	CHECK_INT_EQ(llm_submit(h, &r, &id), 0);
@@ -551,120 +550,41 @@ static void test_reserve_and_timeouts(const char *model)
 
 /* ---- head-of-line: a long prompt must not stall running streams ---- */
 
-struct stream {
-	struct llm *h;
-	uint64_t id;
-	double t[4096];              /* when each token came */
-	int n;
-	int stop;                    /* set by the main thread */
-};
-
-static void *stream_main(void *arg)
+/* A prompt of N short sentences, about 8 tokens each. */
+static char *long_prompt_of(int n)
 {
-	struct stream *s = arg;
-	struct llm_event ev;
-
-	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
-		int r = llm_next_event(s->h, &ev, 50);
-		if (r < 0)
-			break;
-		if (r == 1 && ev.kind == LLM_EV_TOKEN && ev.token >= 0 && s->n < 4096) {
-			s->t[s->n] = tnow();
-			__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELEASE);
-		}
-		if (r == 1 && ev.kind == LLM_EV_DONE)
-			break;
-	}
-	return NULL;
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* A prompt of about N_WORDS words, the same every run. */
-static char *words_prompt(int n_words, uint32_t seed)
-{
-	static const char *const w[] = { "river", "stone", "garden", "light", "quiet", "market",
-					 "window", "silver", "morning", "paper", "engine", "cloud",
-					 "forest", "bridge", "yellow", "table", "winter", "music",
-					 "number", "ocean", "letter", "candle", "mountain", "road" };
-	size_t cap = (size_t)n_words * 10 + 64, len = 0;
+	size_t cap = (size_t)n * 48 + 1, len = 0;
 	char *p = malloc(cap);
 
-	if (!p)
-		return NULL;
-	for (int i = 0; i < n_words; i++) {
-		seed = seed * 1103515245u + 12345u;
-		len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? " " : "",
-					w[(seed >> 16) % (sizeof w / sizeof w[0])]);
-	}
+	for (int i = 0; p && i < n; i++)
+		len += (size_t)snprintf(p + len, cap - len, "Line %d: the %s fox sees %d stones. ", i,
+					i % 3 ? "red" : "small", i * 7 % 101);
 	return p;
 }
 
-static void test_head_of_line(const struct tdaemon *d, const char *long_prompt)
+/* tools/stall_probe measures; here its figures get generous bounds (the
+ * goals, a worst gap under 1 s and status under 100 ms, are for the note). */
+static void test_head_of_line(const struct tdaemon *d)
 {
-	struct stream *a = calloc(1, sizeof *a);
-	struct llm *b = client(d, 0), *adm = client(d, 4096);
-	struct llm_request r;
-	struct gen gb;
-	pthread_t th;
-	uint64_t idb;
-	double gaps[4096], worst_status = 0, tb0, tb1;
-	int ng = 0, n_status = 0;
+	static char out[4096];
+	char bin[1024];
+	json_object *j;
 
-	if (!a || !b || !adm || !(a->h = client(d, 0))) {
-		test_failures++;
+	snprintf(bin, sizeof bin, "%s/tools/stall_probe", tbuilddir());
+	const char *argv[] = { bin, "--socket", d->sock, "--words", "3600", "--vanish", NULL };
+	CHECK_INT_EQ(trun(argv, NULL, out, sizeof out), 0);
+	j = json_tokener_parse(out);
+	CHECK(j != NULL);
+	if (!j)
 		return;
-	}
-	llm_request_init(&r);
-	r.prompt = "Once upon a time";
-	r.max_tokens = 4000;
-	r.temperature = 0;
-	r.flags = LLM_IGNORE_EOS;
-	CHECK_INT_EQ(llm_submit(a->h, &r, &a->id), 0);
-	pthread_create(&th, NULL, stream_main, a);
-	while (__atomic_load_n(&a->n, __ATOMIC_ACQUIRE) < 8)
-		tsleep_ms(10);
-	/* B's long prompt, while A streams; status asked all along. */
-	memset(&gb, 0, sizeof gb);
-	llm_request_init(&r);
-	r.prompt = long_prompt;
-	r.max_tokens = 1;
-	r.temperature = 0;
-	tb0 = tnow();
-	CHECK_INT_EQ(llm_submit(b, &r, &idb), 0);
-	for (;;) {
-		int got = wait_done(b, idb, &gb, 100);
-		double s = status_s(adm);
-		n_status++;
-		worst_status = s > worst_status ? s : worst_status;
-		CHECK(s >= 0);
-		if (got || tnow() - tb0 > 300)
-			break;
-	}
-	tb1 = tnow();
-	CHECK(gb.finish == LLM_FINISH_LENGTH);
-	__atomic_store_n(&a->stop, 1, __ATOMIC_RELEASE);
-	pthread_join(th, NULL);
-	/* A's gaps while B was prefilled, counting the one B's arrival cut. */
-	for (int i = 1; i < a->n; i++)
-		if (a->t[i] > tb0 && a->t[i - 1] < tb1)
-			gaps[ng++] = a->t[i] - a->t[i - 1];
-	qsort(gaps, (size_t)ng, sizeof *gaps, cmp_dbl);
-	double worst = ng ? gaps[ng - 1] : 0, p99 = ng ? gaps[(int)floor(0.99 * (ng - 1))] : 0;
-	printf("head-of-line: B's prompt of %d tokens took %.2f s; A got %d tokens meanwhile, worst gap "
-	       "%.3f s, p99 %.3f s; %d status calls, the slowest %.3f s\n", (int)gb.prompt_tokens, tb1 - tb0, ng,
-	       worst, p99, n_status, worst_status);
-	CHECK(ng >= 2);         /* A went on while B was prefilled */
-	CHECK(worst < 3.0);     /* goal < 1 s: measured with llm-bench, not asserted */
-	CHECK(worst_status < 1.0); /* goal < 100 ms */
-	llm_close(a->h);
-	llm_close(b);
-	llm_close(adm);
-	free(a);
+	printf("head-of-line: %s", out);
+	double worst = jdbl(j, "gap_worst_s"), status = jdbl(j, "status_worst_s");
+	CHECK(jint(j, "prompt_tokens", NULL) > 3000);
+	CHECK(jint(j, "stream_tokens_meanwhile", NULL) >= 2); /* the stream went on */
+	CHECK(worst > 0 && worst < 1.5);
+	CHECK(status >= 0 && status < 1.0);
+	CHECK(jdbl(j, "vanished_client_freed_s") >= 0 && jdbl(j, "vanished_client_freed_s") < 2.0);
+	json_object_put(j);
 	CHECK(wait_idle(d));
 }
 
@@ -701,11 +621,11 @@ int main(void)
 		printf("SmolLM2 not fetched (models/): the head-of-line and busy-flood parts are skipped\n");
 		return test_result();
 	}
-	char *long_prompt = words_prompt(3600, 7);
+	char *long_prompt = long_prompt_of(300);
 	const char *smol_extra[] = { "--kv-mib", "512", NULL };
 	if (!long_prompt || tdaemon_start(&d, smol, smol_extra) < 0)
 		return 1;
-	test_head_of_line(&d, long_prompt);
+	test_head_of_line(&d);
 	test_floods_while_busy(&d, long_prompt);
 	CHECK_INT_EQ(tdaemon_stop(&d), 0);
 	free(long_prompt);
