@@ -1,4 +1,4 @@
-/* model.c - maps a GGUF file onto the Llama-family graph the engine runs.
+/* model.c - binds a GGUF file onto the Llama-family graph the engine runs.
  *
  * It checks that every tensor the graph needs is present with the right
  * shape and a supported type, reads the hyperparameters, and builds the
@@ -252,15 +252,24 @@ static int load_chat(struct model *m)
 
 int model_load(const char *path, struct model **ret, char *err, size_t errlen)
 {
-	struct model *m = calloc(1, sizeof *m);
+	return model_load_flags(path, 0, ret, err, errlen);
+}
+
+int model_load_flags(const char *path, unsigned flags, struct model **ret, char *err,
+		     size_t errlen)
+{
+	struct model *m;
 	struct gguf_str s;
 	uint32_t ft;
 	int r;
 
-	if (!m)
+	if (flags & ~MODEL_LOAD_NO_MMAP)
+		return fail_msg(err, errlen, -EINVAL, "unknown load flags %#x", flags);
+	if (!(m = calloc(1, sizeof *m)))
 		return fail_msg(err, errlen, -ENOMEM, "out of memory");
 	snprintf(m->path, sizeof m->path, "%s", path);
-	r = gguf_open(path, &m->gguf, err, errlen);
+	r = gguf_open_flags(path, flags & MODEL_LOAD_NO_MMAP ? GGUF_OPEN_NO_MMAP : 0, &m->gguf,
+			    err, errlen);
 	if (r < 0)
 		goto fail;
 	m->file_bytes = m->gguf->size;
@@ -307,6 +316,23 @@ void model_drop_weight(const struct model *m, const struct bk_weight *w)
 	hi &= ~(page - 1);
 	if (hi > lo)
 		madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure changes nothing */
+}
+
+size_t model_file_mapping(const struct model *m, const void **ret_addr)
+{
+	if (!m->gguf || !m->gguf->file_bytes)
+		return 0;
+	*ret_addr = m->gguf->base;
+	return m->gguf->file_bytes;
+}
+
+int model_release_weights(struct model *m, char *err, size_t errlen)
+{
+	int r = gguf_release_data(m->gguf);
+
+	if (r < 0)
+		return fail_msg(err, errlen, r, "cannot release the weights' memory: %s", strerror(-r));
+	return 0;
 }
 
 uint64_t model_decode_bytes(const struct model *m)

@@ -1,6 +1,7 @@
 /* model.h - a Llama-family model loaded from GGUF: hyperparameters, weights
- * (left in the file mapping, in their quantized form), tokenizer and chat
- * template.  Immutable after model_load; any thread may read it.
+ * (left in the file mapping, or in a private copy of the file, in their
+ * quantized form), tokenizer and chat template.  Immutable after model_load
+ * (but for model_release_weights); any thread may read it.
  */
 #ifndef LLMD_MODEL_H
 #define LLMD_MODEL_H
@@ -49,7 +50,8 @@ struct model {
 	uint64_t file_bytes;          /* size of the GGUF file */
 	uint64_t weight_bytes;        /* bytes of all weight tensors */
 	uint32_t file_type;           /* general.file_type (ggml ftype), or ~0 */
-	struct gguf_file *gguf;       /* the mapping the weights point into; owned */
+	struct gguf_file *gguf;       /* the file's bytes the weights point into
+	                                 (mapped, or a private copy); owned */
 	struct tokenizer *tok;        /* owned */
 	struct chat_template chat;    /* kind 0 when the template is unknown */
 	struct bk_weight tok_embd;    /* (n_embd, n_vocab) */
@@ -59,19 +61,48 @@ struct model {
 	float *norms;                 /* owned f32 copies of all norm vectors */
 };
 
+/* model_load_flags: read the file into private memory instead of mapping
+ * it (model.mmap = false): the file may then be replaced or truncated under
+ * a running daemon, at the price of the weights' size in anonymous memory
+ * that the kernel cannot drop and read back. */
+#define MODEL_LOAD_NO_MMAP 1u
+
 /* Loads PATH.  Returns 0, or a negative errno with a one-line reason in ERR
  * (unsupported architecture or weight type, missing tensor, shape mismatch,
  * corrupt file).  Any thread. */
 int model_load(const char *path, struct model **ret, char *err, size_t errlen);
+/* model_load with FLAGS (MODEL_LOAD_*; 0 is model_load). */
+int model_load_flags(const char *path, unsigned flags, struct model **ret, char *err,
+		     size_t errlen);
 void model_free(struct model *m); /* NULL-safe */
+
+/* The part of M's memory that a mapping of the model file backs, where a
+ * read after the file was truncated under it raises SIGBUS: sets *RET_ADDR
+ * and returns its bytes; 0 (and *RET_ADDR untouched) when none (the file
+ * was read into private memory).  Shrinks to the header's pages after
+ * model_release_weights.  What a SIGBUS handler compares the faulting
+ * address with.  Any thread. */
+size_t model_file_mapping(const struct model *m, const void **ret_addr);
+
+/* For a caller whose every engine on M made its own copy of every weight
+ * (engine_reads_model_weights() == 0: a GPU backend once they are
+ * uploaded): the weights' bytes are given back and made inaccessible, so
+ * that a mapped file may then be replaced or truncated harmlessly.  The
+ * weights' data pointers stay as identities (the backend's keys), but
+ * nothing may read through them again, nor may an engine that reads them
+ * be made on M; the hyperparameters, tokenizer and chat template are not
+ * affected.  Returns 0 or a negative errno with a message in ERR.  Not
+ * while another thread reads M's weights (before the engine thread starts). */
+int model_release_weights(struct model *m, char *err, size_t errlen);
 /* Bytes of weights one decode token reads whole: every layer's projections
  * and the output matrix (the embedding's one row and the norms, a few KiB,
  * left out).  What decode speed is measured against: bandwidth / this. */
 uint64_t model_decode_bytes(const struct model *m);
 /* W's bytes in the file mapping are not needed in memory now (a backend
  * keeps its own copy): the pages wholly inside them leave the resident
- * set, and come back from the file if touched.  A W outside the mapping
- * (a caller's own buffer) is left alone. */
+ * set, and come back from the file if touched.  A W outside the part of
+ * the mapping the file backs (a private copy of the file, a caller's own
+ * buffer) is left alone. */
 void model_drop_weight(const struct model *m, const struct bk_weight *w);
 
 #endif

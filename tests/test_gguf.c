@@ -524,29 +524,6 @@ static long long file_size(const char *path)
 	return n;
 }
 
-/* Copies SRC to a new temporary file; its path in DST (unlink it). */
-static int copy_to_tmp(const char *src, char dst[64])
-{
-	char buf[65536];
-	FILE *in = fopen(src, "rb");
-	int fd, ok = in != NULL;
-	size_t n;
-
-	snprintf(dst, 64, "/tmp/test_gguf.XXXXXX");
-	fd = mkostemp(dst, O_CLOEXEC);
-	if (fd < 0) {
-		if (in)
-			fclose(in);
-		return -1;
-	}
-	while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
-		ok = write(fd, buf, n) == (ssize_t)n;
-	if (in)
-		fclose(in);
-	close(fd);
-	return ok ? 0 : -1;
-}
-
 /* The small file, then stories260K when present: the private copy is the
  * mapped file key for key and byte for byte, read-only, and stays whole
  * when the file is truncated under it. */
@@ -583,7 +560,7 @@ static void test_no_mmap(void)
 		fprintf(stderr, "stories260K.gguf absent: skipping its private copy\n");
 		return;
 	}
-	CHECK_INT_EQ(copy_to_tmp(real, path), 0);
+	CHECK_INT_EQ(test_copy_to_tmp(real, path, sizeof path), 0);
 	CHECK_INT_EQ(gguf_open(path, &a, err, sizeof err), 0);
 	CHECK_INT_EQ(gguf_open_flags(path, GGUF_OPEN_NO_MMAP, &b, err, sizeof err), 0);
 	if (a && b) {
@@ -620,7 +597,7 @@ static void test_release_data(void)
 		fprintf(stderr, "stories260K.gguf absent: skipping gguf_release_data\n");
 		return;
 	}
-	CHECK_INT_EQ(copy_to_tmp(real, path), 0);
+	CHECK_INT_EQ(test_copy_to_tmp(real, path, sizeof path), 0);
 	CHECK_INT_EQ(gguf_open(path, &f, err, sizeof err), 0);
 	if (f) {
 		CHECK_INT_EQ(f->file_bytes, (f->size + page - 1) / page * page);

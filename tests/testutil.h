@@ -6,6 +6,7 @@
 #ifndef LLMD_TESTUTIL_H
 #define LLMD_TESTUTIL_H
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,30 @@ static inline const char *test_smollm2_path(void)
 	if (!p)
 		p = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 	return access(p, R_OK) == 0 ? p : NULL;
+}
+
+/* Copies SRC to a new file /tmp/llmd-test.XXXXXX, whose path goes to DST
+ * (CAP bytes, at least 32): for tests that change a model file under its
+ * reader.  0 or -1; the caller unlinks DST. */
+static inline int test_copy_to_tmp(const char *src, char *dst, size_t cap)
+{
+	char buf[65536];
+	FILE *in = fopen(src, "rb");
+	int fd, ok = in != NULL;
+	size_t n;
+
+	snprintf(dst, cap, "/tmp/llmd-test.XXXXXX");
+	fd = mkostemp(dst, O_CLOEXEC);
+	if (fd < 0) {
+		if (in)
+			fclose(in);
+		return -1;
+	}
+	while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+		ok = write(fd, buf, n) == (ssize_t)n;
+	if (in)
+		fclose(in);
+	return close(fd) == 0 && ok ? 0 : -1;
 }
 
 #define TEST_SKIP 77
