@@ -37,6 +37,9 @@ struct engine {
 	uint64_t n_replayed;         /* steps replayed from them */
 	float *logits;               /* (max_batch, n_vocab) when the backend's memory is
 	                                not the host's (ops->download), else NULL */
+	int reads_model;             /* 1 when some op reads a weight where the model
+	                                holds it (a load_weight returned 0, or the
+	                                backend has none); 0: only its own copies */
 	int profile;                 /* engine_set_profile */
 	struct engine_profile prof;  /* times since it was turned on */
 };
@@ -245,8 +248,10 @@ static int host_load(struct engine *e, char *err, size_t errlen)
 	struct bk_weight *w = NULL;
 	int n, r = 0;
 
-	if (!e->be->ops->load_weight)
+	if (!e->be->ops->load_weight) {
+		e->reads_model = 1;
 		return 0;
+	}
 	if ((n = model_tensors(e->m, &w)) < 0) {
 		snprintf(err, errlen, "out of memory");
 		return n;
@@ -259,6 +264,8 @@ static int host_load(struct engine *e, char *err, size_t errlen)
 			snprintf(err, errlen, "cannot prepare the weights: %s", strerror(-r));
 		else if (r == 1)
 			model_drop_weight(e->m, &w[i]);
+		else
+			e->reads_model = 1;
 	free(w);
 	return r < 0 ? r : 0;
 }
@@ -295,12 +302,18 @@ static int device_fit(struct engine *e, size_t bb, int64_t n_blocks, char *err, 
 		r = -ENOMEM;
 		goto out;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		if ((r = backend_load_weight(e->be, &w[i])) < 0) {
 			snprintf(err, errlen, "cannot upload the weights (%llu MiB) to %s: %s",
 				 (unsigned long long)MIB_UP(wb), dev.name, engine_last_error(e));
 			goto out;
 		}
+		/* Uploaded: the host's pages need not stay resident. */
+		if (r == 1)
+			model_drop_weight(e->m, &w[i]);
+		else
+			e->reads_model = 1;
+	}
 	r = 0;
 out:
 	free(w);
@@ -698,6 +711,11 @@ const char *engine_op_name(enum engine_op op)
 		[ENGINE_OP_DOWN] = "down",           [ENGINE_OP_OUTPUT] = "output",
 	};
 	return (int)op >= 0 && op < ENGINE_N_OPS ? names[op] : "?";
+}
+
+int engine_reads_model_weights(const struct engine *e)
+{
+	return e->reads_model;
 }
 
 int32_t engine_n_vocab(const struct engine *e)

@@ -153,6 +153,13 @@ void engine_get_profile(const struct engine *e, struct engine_profile *p);
 /* "qkv", "attention", ...: a short name for OP. */
 const char *engine_op_name(enum engine_op op);
 
+/* 0 when the backend made its own copy of every weight at engine_new (a
+ * GPU backend's upload) and its ops never read the model's again: if no
+ * other engine runs on the model, the caller may then release the model's
+ * weights (model_release_weights), e.g. so that a mapped model file may be
+ * replaced.  1 when the ops read the model's weights (the CPU backend reads
+ * those it keeps no packed copy of).  Any thread. */
+int engine_reads_model_weights(const struct engine *e);
 int32_t engine_n_vocab(const struct engine *e);
 int32_t engine_n_ctx(const struct engine *e);
 int32_t engine_max_batch(const struct engine *e);

@@ -174,9 +174,11 @@ struct backend_ops {
 	 * use, so that start-up measures what the model takes before it sizes
 	 * the KV pool (and a model that does not fit fails there).  A norm
 	 * vector comes as a one-row QT_F32 weight.  Returns 1 when the ops
-	 * read a copy of the backend's own from now on (W's bytes may be
-	 * dropped from memory; a mapped file reads back what is touched), 0
-	 * when they read W, or a negative errno.  Default: nothing. */
+	 * read a copy of the backend's own from now on, complete when this
+	 * returns, and never W's bytes again (they may be dropped from memory,
+	 * where a mapped file reads back what is touched, or released for good
+	 * when every weight returned 1: engine_reads_model_weights), 0 when
+	 * they read W, or a negative errno.  Default: nothing. */
 	int (*load_weight)(struct backend *be, const struct bk_weight *w);      /* optional */
 	/* The KV pool the kv_store and attention ops will be given: a backend
 	 * with device memory allocates its copy now.  Default: nothing. */

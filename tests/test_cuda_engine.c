@@ -19,6 +19,8 @@
  *    F16 and BF16 weights (always cuBLAS) too;
  *  - the backend is named, and a bad device is refused with a message;
  *    auto never chooses the emulator, cuda does;
+ *  - the backend reads no host weight after the upload: with the model's
+ *    weights released and its file cut and overwritten, the same tokens;
  *  - the KV pool on the (64 MiB) emulated device: automatic, it is exactly
  *    kv_gpu_fraction of the memory free once every weight and step buffer
  *    is there; a model whose minimal pool does not fit, an explicit pool
@@ -257,6 +259,56 @@ static void test_launches_per_step(const char *dir)
 #endif
 }
 
+/* ---- the host's weights released after the upload ---- */
+
+/* The CUDA backend keeps a device copy of every weight and never reads the
+ * host's again: the engine says so, the model's weights can then be
+ * released, and with the model file cut and overwritten under it the
+ * engine generates what an engine on the untouched file does. */
+static void test_weights_released(const char *dir)
+{
+	int32_t ids[64], want[16], got[16];
+	char src[4096], path[64], err[512];
+	struct model *ref = NULL, *m = NULL;
+	struct engine *e = NULL;
+	const void *addr = NULL;
+	int n_ids = 0, fd;
+
+	snprintf(src, sizeof src, "%s/stories260K.gguf", dir);
+	CHECK_INT_EQ(test_copy_to_tmp(src, path, sizeof path), 0);
+	if (model_load(src, &ref, err, sizeof err) < 0 || model_load(path, &m, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		test_failures++;
+		goto out;
+	}
+	n_ids = tokenizer_encode(ref->tok, "Once upon a time", 16, 1, 1, ids, 64);
+	e = new_engine(ref, 128, 0, 0);
+	CHECK(e && tseq_greedy(e, ids, n_ids, 16, want) == 16);
+	engine_free(e);
+
+	e = new_engine(m, 128, 0, 0);
+	CHECK(e != NULL);
+	if (!e)
+		goto out;
+	CHECK_INT_EQ(engine_reads_model_weights(e), 0);
+	CHECK_INT_EQ(model_release_weights(m, err, sizeof err), 0);
+	CHECK(model_file_mapping(m, &addr) < m->file_bytes);
+	CHECK_INT_EQ(truncate(path, 0), 0);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && write(fd, "GGUF and then nothing", 21) == 21);
+	if (fd >= 0)
+		close(fd);
+	/* the tokenizer is the model's own copy, the weights the device's */
+	CHECK_INT_EQ(tokenizer_encode(m->tok, "Once upon a time", 16, 1, 1, got, 64), n_ids);
+	CHECK(tseq_greedy(e, ids, n_ids, 16, got) == 16 && memcmp(got, want, sizeof want) == 0);
+	printf("weights released after the upload: the same 16 tokens with the file overwritten\n");
+out:
+	engine_free(e);
+	model_free(m);
+	model_free(ref);
+	unlink(path);
+}
+
 int main(int argc, char **argv)
 {
 	const char *golden = test_model_path("golden/greedy-llamacpp.json");
@@ -320,6 +372,7 @@ int main(int argc, char **argv)
 	json_object_put(root);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	test_launches_per_step(dir);
+	test_weights_released(dir);
 	tgraph_check(dir, "stories260K.gguf");
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);

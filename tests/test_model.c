@@ -4,6 +4,7 @@
  *    every weight's shape, type and bytes, norms, tokenizer), held in no
  *    file mapping, generating the same greedy tokens, and still after the
  *    file is truncated and then overwritten with other bytes;
+ *  - the CPU backend reads the model's weights (engine_reads_model_weights);
  *  - model_release_weights shrinks the file mapping to the header's pages,
  *    and the tokenizer and metadata still work with the file cut there.
  * They need ../shared/models (skipped without it).
@@ -101,6 +102,7 @@ static int greedy(const struct model *m, int32_t gen[N_GEN])
 		fprintf(stderr, "engine_new: %s\n", err);
 		return -1;
 	}
+	CHECK_INT_EQ(engine_reads_model_weights(e), 1); /* the CPU embeds from the model's rows */
 	n = tseq_greedy(e, ids, n_ids, N_GEN, gen);
 	engine_free(e);
 	return n;

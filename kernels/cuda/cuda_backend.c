@@ -1006,11 +1006,21 @@ static int cb_add_rmsnorm(struct backend *be, float *x, const float *y, const fl
 
 /* ---- memory hooks ---- */
 
+/* 1: the ops read the device copy from now on, and find it by W's host
+ * pointer alone (cb_device_copy reads the host bytes only at a weight's
+ * first upload).  The copy is waited for, so that the caller may release
+ * the host's bytes as soon as this returns (a pageable cudaMemcpyAsync may
+ * still be reading them, and the emulator's runs when the stream does). */
 static int cb_load_weight(struct backend *be, const struct bk_weight *w)
 {
+	struct cuda_backend *cb = cbk(be);
 	struct bk_weight dw;
+	int r = cb_weight(cb, w, &dw);
 
-	return cb_weight(cbk(be), w, &dw);
+	if (r < 0)
+		return r;
+	CB_CUDA(cb, cudaStreamSynchronize(cb->stream));
+	return 1;
 }
 
 static int cb_kv_attach(struct backend *be, const struct bk_kv *kv)
