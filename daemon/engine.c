@@ -370,6 +370,11 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 		snprintf(err, errlen, "invalid engine parameters");
 		return -EINVAL;
 	}
+	if (p->n_ctx && p->n_ctx < MODEL_MIN_CTX) {
+		snprintf(err, errlen, "a context of %d position is too short: a sequence needs at least %d "
+			 "(a prompt token and a generated one)", p->n_ctx, MODEL_MIN_CTX);
+		return -EINVAL;
+	}
 	/* Q8_0 rows are 32-element blocks, and attention takes a head's scale
 	 * from the one block holding it: a head may fill whole blocks or share
 	 * one, never straddle two. */

@@ -30,7 +30,8 @@ struct engine_params {
 	                            both 0: sized automatically (engine_new) */
 	double kv_gpu_fraction;  /* automatic size on a device: this share (0, 1] of the
 	                            device memory left free after the model (0.9) */
-	int32_t n_ctx;           /* longest sequence, tokens; 0 = the model's */
+	int32_t n_ctx;           /* longest sequence, tokens (at least MODEL_MIN_CTX);
+	                            0 = the model's */
 	int32_t max_batch;       /* token rows per step */
 	int32_t backend;         /* ENGINE_BACKEND_CPU (default) or ENGINE_BACKEND_CUDA */
 	int32_t device;          /* CUDA device index (0) */

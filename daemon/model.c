@@ -152,6 +152,12 @@ static int load_hparams(struct model *m, char *err, size_t errlen)
 	    (r = arch_f32(m, "rope.freq_base", &hp->rope_base, err, errlen)) < 0 ||
 	    (r = arch_f32(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen)) < 0)
 		return r;
+	/* Loaded, such a model would refuse every prompt. */
+	if (hp->n_ctx_train < MODEL_MIN_CTX)
+		return fail_msg(err, errlen, -EINVAL,
+				"key %s.context_length: %d is too short: a sequence needs at least %d "
+				"positions (a prompt token and a generated one)",
+				hp->arch, hp->n_ctx_train, MODEL_MIN_CTX);
 	if (hp->n_head % hp->n_head_kv)
 		return fail_msg(err, errlen, -EINVAL, "head_count %d is not a multiple of head_count_kv %d",
 				hp->n_head, hp->n_head_kv);

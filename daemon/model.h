@@ -24,7 +24,8 @@ struct model_hparams {
 	int32_t n_head_kv;
 	int32_t head_dim;       /* n_embd / n_head */
 	int32_t n_ff;           /* FFN hidden width */
-	int32_t n_ctx_train;    /* context length the model was trained for */
+	int32_t n_ctx_train;    /* context length the model was trained for;
+	                           at least MODEL_MIN_CTX */
 	int32_t n_rot;          /* rotated dims per head */
 	float rope_base;        /* rope.freq_base, default 10000 */
 	float rms_eps;
@@ -61,6 +62,11 @@ struct model {
 	float *norms;                 /* owned f32 copies of all norm vectors */
 };
 
+/* The fewest positions a sequence can run in: one prompt token and one
+ * generated token (the scheduler admits a prompt only with room for one
+ * more).  A model whose context_length is shorter is refused at load. */
+#define MODEL_MIN_CTX 2
+
 /* model_load_flags: read the file into private memory instead of mapping
  * it (model.mmap = false): the file may then be replaced or truncated under
  * a running daemon, at the price of the weights' size in anonymous memory
@@ -69,7 +75,7 @@ struct model {
 
 /* Loads PATH.  Returns 0, or a negative errno with a one-line reason in ERR
  * (unsupported architecture or weight type, missing tensor, shape mismatch,
- * corrupt file).  Any thread. */
+ * a hyperparameter out of range, corrupt file).  Any thread. */
 int model_load(const char *path, struct model **ret, char *err, size_t errlen);
 /* model_load with FLAGS (MODEL_LOAD_*; 0 is model_load). */
 int model_load_flags(const char *path, unsigned flags, struct model **ret, char *err,

@@ -1,7 +1,7 @@
 /* test_engine.c - what the engine promises beyond matching llama.cpp:
  * batch invariance, chunked prefill equal to one-shot prefill, all-or-nothing
- * KV allocation, the automatic pool on the CPU, clean errors for bad batches
- * and bad model files, weight types mixed within a layer, packed weights'
+ * KV allocation, the automatic pool on the CPU, clean errors for bad batches,
+ * a context too short for one request and bad model files, weight types mixed within a layer, packed weights'
  * file pages out of the resident set, a coherent greedy chat answer from the default model
  * (SmolLM2), what backend auto, cpu and cuda choose for every kind of
  * build and device count, and the per-op profile.
@@ -456,6 +456,36 @@ out:
 	free(b);
 }
 
+/* An n_ctx under MODEL_MIN_CTX is refused with its reason; at 2 a
+ * one-token prompt gets its one generated token, and position 2 is out. */
+static void test_short_context(const struct model *m)
+{
+	struct engine_params ep;
+	struct engine *e = NULL;
+	struct tseq sq = { .len = 0 };
+	float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	int32_t bos = 1;
+	char err[256] = "";
+
+	engine_params_default(&ep);
+	ep.kv_tokens = 64;
+	ep.n_ctx = 1;
+	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), -EINVAL);
+	CHECK(e == NULL && strstr(err, "a context of 1 position is too short") != NULL);
+	ep.n_ctx = 2;
+	CHECK_INT_EQ(engine_new(m, &ep, &e, err, sizeof err), 0);
+	if (e && logits) {
+		CHECK_INT_EQ(engine_n_ctx(e), 2);
+		CHECK_INT_EQ(tseq_feed(e, &sq, &bos, 1, 1, logits), 1);
+		int32_t next = tseq_argmax(logits, m->hp.n_vocab);
+		CHECK_INT_EQ(tseq_feed(e, &sq, &next, 1, 1, logits), 1);
+		CHECK_INT_EQ(tseq_feed(e, &sq, &next, 1, 1, logits), -EINVAL); /* position 2 */
+		tseq_free(e, &sq);
+	}
+	engine_free(e);
+	free(logits);
+}
+
 static void test_bad_batches(const struct model *m)
 {
 	struct engine *e = new_engine(m, 32, QT_F32, 48);
@@ -660,6 +690,7 @@ int main(void)
 	test_f16_kv_close_to_f32(m);
 	test_profile(m);
 	test_bad_batches(m);
+	test_short_context(m);
 	test_kv_sizing(m);
 	test_q8_0_attention_exact();
 	test_q8_0_kv_geometry(m);

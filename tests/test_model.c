@@ -1,5 +1,8 @@
 /* test_model.c - model_load's options and checks, beside test_engine's
  * forward passes:
+ *  - a context_length too short to run one request (1: a prompt token and
+ *    no room to generate) is refused at load with the key and value named,
+ *    for llama and mistral files, mapped or not; 2 loads past it;
  *  - MODEL_LOAD_NO_MMAP gives the mapped load's model (hyperparameters,
  *    every weight's shape, type and bytes, norms, tokenizer), held in no
  *    file mapping, generating the same greedy tokens, and still after the
@@ -7,7 +10,7 @@
  *  - the CPU backend reads the model's weights (engine_reads_model_weights);
  *  - model_release_weights shrinks the file mapping to the header's pages,
  *    and the tokenizer and metadata still work with the file cut there.
- * They need ../shared/models (skipped without it).
+ * The last three need ../shared/models (skipped without it).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +28,87 @@
 #include "testseq.h"
 #include "testutil.h"
 #include "tokenizer.h"
+
+/* ---- a file of hyperparameters only ---- */
+
+static void put(FILE *f, const void *p, size_t n) { CHECK(fwrite(p, 1, n, f) == n); }
+static void put_u32(FILE *f, uint32_t v) { put(f, &v, 4); }
+static void put_u64(FILE *f, uint64_t v) { put(f, &v, 8); }
+
+static void put_str(FILE *f, const char *s)
+{
+	put_u64(f, strlen(s));
+	put(f, s, strlen(s));
+}
+
+static void put_key_u32(FILE *f, const char *arch, const char *key, uint32_t v)
+{
+	char full[128];
+
+	snprintf(full, sizeof full, "%s.%s", arch, key);
+	put_str(f, full);
+	put_u32(f, GGUF_T_UINT32);
+	put_u32(f, v);
+}
+
+/* A GGUF v3 file at PATH with ARCH's required hyperparameters and
+ * context_length N_CTX, and no tensors. */
+static void write_hparams(const char *path, const char *arch, uint32_t n_ctx)
+{
+	FILE *f = fopen(path, "wb");
+
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	put(f, "GGUF", 4);
+	put_u32(f, 3);
+	put_u64(f, 0); /* tensors */
+	put_u64(f, 6); /* keys */
+	put_str(f, "general.architecture");
+	put_u32(f, GGUF_T_STRING);
+	put_str(f, arch);
+	put_key_u32(f, arch, "embedding_length", 64);
+	put_key_u32(f, arch, "block_count", 1);
+	put_key_u32(f, arch, "attention.head_count", 4);
+	put_key_u32(f, arch, "feed_forward_length", 128);
+	put_key_u32(f, arch, "context_length", n_ctx);
+	CHECK(fclose(f) == 0);
+}
+
+/* Loads a file of ARCH with context_length N_CTX (FLAGS) and expects the
+ * load to fail with WANT in its message. */
+static void expect_load_error(const char *arch, uint32_t n_ctx, unsigned flags, const char *want)
+{
+	char path[] = "/tmp/test_model.XXXXXX", err[512] = "";
+	struct model *m = NULL;
+	int fd = mkostemp(path, O_CLOEXEC), r;
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	close(fd);
+	write_hparams(path, arch, n_ctx);
+	r = model_load_flags(path, flags, &m, err, sizeof err);
+	if (r != -EINVAL || m || !strstr(err, want)) {
+		fprintf(stderr, "%s context_length %u: rc %d, \"%s\", expected -EINVAL and \"%s\"\n",
+			arch, n_ctx, r, err, want);
+		test_failures++;
+	}
+	model_free(m);
+	unlink(path);
+}
+
+static void test_context_length(void)
+{
+	expect_load_error("llama", 1, 0, "key llama.context_length: 1 is too short: a sequence needs "
+			  "at least 2 positions (a prompt token and a generated one)");
+	expect_load_error("mistral", 1, 0, "key mistral.context_length: 1 is too short");
+	expect_load_error("llama", 1, MODEL_LOAD_NO_MMAP, "key llama.context_length: 1 is too short");
+	/* 2 is enough: the load goes on to the tensors (none here) */
+	expect_load_error("llama", 2, 0, "tensor token_embd.weight: missing");
+	expect_load_error("llama", 0, 0, "key llama.context_length: not a valid count");
+	printf("context_length 1 refused at load, 2 accepted\n");
+}
 
 /* ---- files ---- */
 
@@ -206,9 +290,10 @@ int main(void)
 	const char *p = test_model_path("stories260K.gguf");
 	char *src = p ? strdup(p) : NULL;
 
+	test_context_length();
 	if (!src) {
 		printf("stories260K.gguf absent: its checks are skipped\n");
-		return TEST_SKIP;
+		return test_result();
 	}
 	test_no_mmap(src);
 	test_release(src);
