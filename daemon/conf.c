@@ -28,6 +28,7 @@ static const char *const kv_types[] = { "f16", "f32", "q8_0", NULL };
 #define F(field) offsetof(struct llmd_conf, field), sizeof(((struct llmd_conf *)0)->field)
 static const struct opt opts[] = {
 	{ "model", "path", OPT_STR, F(model_path), 0, 0, NULL },
+	{ "model", "mmap", OPT_BOOL, F(model_mmap), 0, 1, NULL },
 	{ "server", "socket", OPT_STR, F(socket_path), 0, 0, NULL },
 	{ "server", "socket_mode", OPT_MODE, F(socket_mode), 0, 07777, NULL },
 	{ "server", "socket_group", OPT_STR, F(socket_group), 0, 0, NULL },
@@ -70,6 +71,7 @@ static const struct opt opts[] = {
 void conf_default(struct llmd_conf *c)
 {
 	memset(c, 0, sizeof *c);
+	c->model_mmap = 1;
 	strcpy(c->socket_path, LLMD_DEFAULT_SOCKET);
 	c->socket_mode = 0660;
 	strcpy(c->admin_group, "llm-admin");

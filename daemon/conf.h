@@ -20,6 +20,7 @@
 struct llmd_conf {
 	/* [model] */
 	char model_path[1024];         /* the GGUF file */
+	int32_t model_mmap;            /* 1 = map the file; 0 = read it into private memory */
 	/* [server] */
 	char socket_path[108];         /* Unix socket, when not socket-activated */
 	mode_t socket_mode;            /* file mode of the socket we bind (0660) */

@@ -10,6 +10,8 @@
 #include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +159,82 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		llmd_log(LOG_WARNING, "requests still live 5 s after cancelling them: leaving anyway");
 		event_base_loopbreak(d->base);
 	}
+}
+
+/* ---- the model file changing underneath (SIGBUS) ----
+ *
+ * With model.mmap on, the weights are read from a mapping of the model file
+ * for as long as llmd serves: a file truncated under it (`cp new.gguf
+ * model.gguf` truncates first) makes the next read of a page past the new
+ * end raise SIGBUS, in whichever thread reads it (the engine thread, a CPU
+ * worker).  This handler, process-wide, turns that into one log line naming
+ * the file and an exit that systemd restarts (Restart=on-failure), instead
+ * of a core dump with no word of why.  Any other SIGBUS keeps its default
+ * action.  Only async-signal-safe calls: write(2), _exit, sigaction, raise.
+ */
+
+#define LLMD_EXIT_MODEL_CHANGED 3
+
+static _Atomic uintptr_t sigbus_lo, sigbus_hi; /* the model file's mapping: [lo, hi) */
+static char sigbus_msg[1536];                   /* the log line, written before the
+                                                   range is set; read-only after */
+static size_t sigbus_msg_len;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	struct sigaction dfl;
+	(void)uctx;
+
+	if (si->si_code > 0 && a >= atomic_load_explicit(&sigbus_lo, memory_order_relaxed) &&
+	    a < atomic_load_explicit(&sigbus_hi, memory_order_relaxed)) {
+		for (size_t off = 0; off < sigbus_msg_len;) {
+			ssize_t n = write(STDERR_FILENO, sigbus_msg + off, sigbus_msg_len - off);
+			if (n <= 0)
+				break;
+			off += (size_t)n;
+		}
+		_exit(LLMD_EXIT_MODEL_CHANGED);
+	}
+	/* Not ours: the default action, as if there were no handler (a fault
+	 * repeats when the handler returns; a SIGBUS sent is raised again). */
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigaction(sig, &dfl, NULL);
+	if (si->si_code <= 0)
+		raise(sig);
+}
+
+/* Points the SIGBUS handler at M's file mapping (none when the file was
+ * read into private memory), installing it the first time, and again
+ * after the mapping shrank (model_release_weights).  Main thread, before
+ * the engine thread starts: the CPU backend's workers and engine_new may
+ * already read the mapping, so the handler is in place before either. */
+static void sigbus_watch(const struct model *m)
+{
+	const void *addr = NULL;
+	size_t n = model_file_mapping(m, &addr);
+	int len;
+
+	if (!sigbus_msg_len) {
+		struct sigaction sa;
+
+		len = snprintf(sigbus_msg, sizeof sigbus_msg,
+			       "%sthe model file %s changed on disk while llmd served it (truncated "
+			       "or rewritten in place; its mapping can no longer be read): exiting. "
+			       "Replace model files atomically (write a new file, then rename it over "
+			       "the old one) and restart llmd, or set model.mmap = false\n",
+			       log_prefixed ? "<2>" : "llmd: ", m->path);
+		sigbus_msg_len = len < 0 ? 0 : (size_t)len < sizeof sigbus_msg ? (size_t)len
+										: sizeof sigbus_msg - 1;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_sigaction = on_sigbus;
+		sa.sa_flags = SA_SIGINFO;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGBUS, &sa, NULL);
+	}
+	atomic_store(&sigbus_lo, n ? (uintptr_t)addr : 0);
+	atomic_store(&sigbus_hi, n ? (uintptr_t)addr + n : 0);
 }
 
 /* ---- setup ---- */
@@ -363,14 +441,26 @@ int main(int argc, char **argv)
 	/* The model and the engine thread. */
 	sd_notifyf(0, "STATUS=loading model %s", d->cfg.model_path);
 	llmd_log(LOG_INFO, "loading %s", d->cfg.model_path);
-	if (model_load(d->cfg.model_path, &d->model, err, sizeof err) < 0) {
+	if (model_load_flags(d->cfg.model_path, d->cfg.model_mmap ? 0 : MODEL_LOAD_NO_MMAP,
+			     &d->model, err, sizeof err) < 0) {
 		llmd_log(LOG_ERR, "cannot load model %s: %s", d->cfg.model_path, err);
 		sd_notifyf(0, "STATUS=cannot load the model: %s", err);
 		goto out;
 	}
+	sigbus_watch(d->model);
 	if (worker_new(d->model, &ep, &sp, &d->worker, err, sizeof err) < 0) {
 		llmd_log(LOG_ERR, "cannot start the engine for %s: %s", d->cfg.model_path, err);
 		goto out;
+	}
+	/* Weights on a device: the host's bytes are not read again, so the
+	 * file may change from now on (not yet a running engine thread). */
+	if (!engine_reads_model_weights(worker_engine(d->worker))) {
+		if (model_release_weights(d->model, err, sizeof err) < 0)
+			llmd_log(LOG_WARNING, "%s: %s", d->cfg.model_path, err);
+		else
+			llmd_log(LOG_INFO, "the weights are in device memory: released the host's "
+				 "copy of %s's tensor data", d->cfg.model_path);
+		sigbus_watch(d->model);
 	}
 	d->backend = engine_backend_name(worker_engine(d->worker));
 	d->n_threads = ep.n_threads;
