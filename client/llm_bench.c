@@ -46,6 +46,7 @@ struct bench_opts {
 	int64_t kv_mib;             /* or in MiB */
 	int no_prefix_cache;
 	int no_graphs;
+	int no_mmap;                /* read the model into memory (model.mmap = false) */
 	int gemm_rows;
 	int shared_prefix;          /* vary --parallel prompts at the end, not the start */
 	int sequential;             /* submit the --parallel requests one after another */
@@ -82,6 +83,7 @@ static void usage(FILE *f)
 		"      --backend B         compute backend: auto (default: a GPU when this build has\n"
 		"                          nvcc's CUDA backend and a device, else the CPU), cpu or cuda\n"
 		"      --device N          CUDA device index (default 0)\n"
+		"      --no-mmap           read the model into memory rather than map it\n"
 		"      --no-graphs         CUDA: launch every kernel rather than replay decode steps\n"
 		"                          from CUDA graphs\n"
 		"      --gemm-rows N       CUDA: matmuls of >= N rows run on cuBLAS in fp16 (fast\n"
@@ -201,7 +203,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
-	       O_DEVICE, O_PROF, O_BW };
+	       O_DEVICE, O_PROF, O_BW, O_NOMMAP };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -221,7 +223,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "socket", required_argument, 0, O_SOCK }, { "backend", required_argument, 0, O_BACKEND },
 		{ "device", required_argument, 0, O_DEVICE }, { "no-graphs", no_argument, 0, O_NOGRAPH },
 		{ "gemm-rows", required_argument, 0, O_GEMM }, { "profile", no_argument, 0, O_PROF },
-		{ "bandwidth", no_argument, 0, O_BW },
+		{ "bandwidth", no_argument, 0, O_BW }, { "no-mmap", no_argument, 0, O_NOMMAP },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -282,6 +284,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_KVM: o->kv_mib = atoll(optarg); break;
 		case O_SEQ: o->sequential = 1; break;
 		case O_SOCK: o->socket = optarg; break;
+		case O_NOMMAP: o->no_mmap = 1; break;
 		case O_BACKEND:
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
 				fprintf(stderr, "llm-bench: --backend must be auto, cpu or cuda\n");
@@ -886,7 +889,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "llm-bench: --backend %s: %s\n", o.backend, err);
 		goto out;
 	}
-	r = model_load(o.model, &m, err, sizeof err);
+	r = model_load_flags(o.model, o.no_mmap ? MODEL_LOAD_NO_MMAP : 0, &m, err, sizeof err);
 	if (r < 0) {
 		fprintf(stderr, "llm-bench: cannot load model %s: %s\n", o.model, err);
 		return 1;
