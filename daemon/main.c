@@ -167,7 +167,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
  * for as long as llmd serves: a file truncated under it (`cp new.gguf
  * model.gguf` truncates first) makes the next read of a page past the new
  * end raise SIGBUS, in whichever thread reads it (the engine thread, a CPU
- * worker).  This handler, process-wide, turns that into one log line naming
+ * worker).  (A rewrite that does not shrink it goes unnoticed: the mapping
+ * then reads the new bytes.)  This handler, process-wide, turns that into one log line naming
  * the file and an exit that systemd restarts (Restart=on-failure), instead
  * of a core dump with no word of why.  Any other SIGBUS keeps its default
  * action.  Only async-signal-safe calls: write(2), _exit, sigaction, raise.
@@ -220,8 +221,8 @@ static void sigbus_watch(const struct model *m)
 		struct sigaction sa;
 
 		len = snprintf(sigbus_msg, sizeof sigbus_msg,
-			       "%sthe model file %s changed on disk while llmd served it (truncated "
-			       "or rewritten in place; its mapping can no longer be read): exiting. "
+			       "%sthe model file %s changed on disk while llmd served it (it was "
+			       "truncated, as cp over it does; its mapping can no longer be read): exiting. "
 			       "Replace model files atomically (write a new file, then rename it over "
 			       "the old one) and restart llmd, or set model.mmap = false\n",
 			       log_prefixed ? "<2>" : "llmd: ", m->path);
