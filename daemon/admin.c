@@ -436,12 +436,15 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 		}                                                                             \
 	} while (0)
 	KEEP(model_path, "model.path");
+	KEEP(model_mmap, "model.mmap");
 	KEEP(socket_path, "server.socket");
 	KEEP(socket_mode, "server.socket_mode");
 	KEEP(socket_group, "server.socket_group");
 	KEEP(backend, "device.backend");
 	KEEP(device_index, "device.index");
 	KEEP(threads, "device.threads");
+	KEEP(graphs, "device.graphs");
+	KEEP(gemm_rows, "device.gemm_rows");
 	KEEP(pool_mb, "kv.pool_mb");
 	KEEP(pool_tokens, "kv.pool_tokens");
 	KEEP(gpu_mem_fraction, "kv.gpu_mem_fraction");
