@@ -1,0 +1,238 @@
+/* test_stepcost.c - the step-time model learns what steps cost:
+ *  - from noisy synthetic steps it recovers the per-step, per-row and
+ *    per-position costs it was generated with, and predicts unseen steps;
+ *  - steps the OS delayed (10% of them, 1.5 to 20 times slower) barely move
+ *    it;
+ *  - a long run of decode-only steps (rows and positions that cannot tell
+ *    the terms apart) keeps what earlier prefill steps taught;
+ *  - when the machine becomes twice as slow it follows within 100 steps;
+ *  - whatever it is fed (costs falling with rows, garbage) its coefficients
+ *    and predictions stay finite and >= 0, and bad samples are refused;
+ *  - a pinned model predicts exactly its coefficients.
+ * No model file and no clock: the steps are made up.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "stepcost.h"
+#include "testutil.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static double uniform(void) /* (0, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return ((rng >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double gauss(void)
+{
+	return sqrt(-2 * log(uniform())) * cos(2 * M_PI * uniform());
+}
+
+static const struct stepcost_coef truth = { .base_s = 0.015, .row_s = 3e-4, .pos_s = 4e-8 };
+
+static double true_cost(const struct stepcost_coef *k, int32_t rows, int64_t att)
+{
+	return k->base_s + k->row_s * rows + k->pos_s * (double)att;
+}
+
+/* A step like the scheduler's: D decodes at positions near CTX, maybe with
+ * a prefill chunk of N rows starting at P0. */
+static void make_step(int32_t *ret_rows, int64_t *ret_att)
+{
+	int32_t d = 1 + (int32_t)(uniform() * 4), n = 0, p0 = 0;
+	int64_t att = 0;
+
+	for (int32_t i = 0; i < d; i++)
+		att += 100 + (int64_t)(uniform() * 400);
+	if (uniform() < 0.6) {
+		n = 16 + (int32_t)(uniform() * 496);
+		p0 = (int32_t)(uniform() * 7500);
+		att += (int64_t)n * p0 + (int64_t)n * (n + 1) / 2;
+	}
+	*ret_rows = d + n;
+	*ret_att = att;
+}
+
+static double rel_err(double a, double b)
+{
+	return fabs(a - b) / b;
+}
+
+/* The mean relative error of the model's predictions over fresh steps. */
+static double prediction_error(const struct stepcost *c, const struct stepcost_coef *k)
+{
+	double e = 0;
+	for (int i = 0; i < 200; i++) {
+		int32_t rows;
+		int64_t att;
+		make_step(&rows, &att);
+		e += rel_err(stepcost_predict(c, rows, att), true_cost(k, rows, att));
+	}
+	return e / 200;
+}
+
+static void feed(struct stepcost *c, const struct stepcost_coef *k, int n, double noise,
+		 double outliers)
+{
+	for (int i = 0; i < n; i++) {
+		int32_t rows;
+		int64_t att;
+		make_step(&rows, &att);
+		double t = true_cost(k, rows, att) * exp(noise * gauss());
+		if (uniform() < outliers)
+			t *= 1.5 + 18.5 * uniform();
+		CHECK_INT_EQ(stepcost_add(c, rows, att, t), 0);
+		stepcost_fit(c); /* as the scheduler does with a budget */
+	}
+}
+
+static void test_recovers_coefficients(void)
+{
+	struct stepcost c;
+
+	stepcost_init(&c);
+	CHECK(!stepcost_ready(&c));
+	CHECK(stepcost_predict(&c, 512, 1000000) == 0);
+	feed(&c, &truth, 300, 0.05, 0);
+	CHECK(stepcost_ready(&c));
+	printf("5%% noise: base %.4f s (true %.4f), row %.3g s (true %.3g), position %.3g s "
+	       "(true %.3g); predictions off by %.1f%% on average\n", c.coef.base_s, truth.base_s,
+	       c.coef.row_s, truth.row_s, c.coef.pos_s, truth.pos_s,
+	       100 * prediction_error(&c, &truth));
+	CHECK(rel_err(c.coef.base_s, truth.base_s) < 0.15);
+	CHECK(rel_err(c.coef.row_s, truth.row_s) < 0.10);
+	CHECK(rel_err(c.coef.pos_s, truth.pos_s) < 0.12);
+	CHECK(prediction_error(&c, &truth) < 0.03);
+	CHECK(c.n > STEPCOST_PER_BUCKET && c.n <= STEPCOST_BUCKETS * STEPCOST_PER_BUCKET);
+	CHECK_INT_EQ(c.samples, 300);
+}
+
+static void test_outliers(void)
+{
+	struct stepcost c;
+
+	stepcost_init(&c);
+	feed(&c, &truth, 300, 0.05, 0.10);
+	printf("5%% noise and 10%% of steps 1.5-20x slower: row %.3g s, position %.3g s; "
+	       "predictions off by %.1f%%\n", c.coef.row_s, c.coef.pos_s,
+	       100 * prediction_error(&c, &truth));
+	CHECK(rel_err(c.coef.row_s, truth.row_s) < 0.25);
+	CHECK(rel_err(c.coef.pos_s, truth.pos_s) < 0.25);
+	CHECK(prediction_error(&c, &truth) < 0.05);
+}
+
+/* After prefill steps, 500 steps of one decode row at slowly growing
+ * positions: the first and second columns are the same and the third
+ * nearly constant; a prefill chunk is still predicted well. */
+static void test_collinear(void)
+{
+	struct stepcost c;
+
+	stepcost_init(&c);
+	feed(&c, &truth, 100, 0.05, 0);
+	for (int i = 0; i < 500; i++) {
+		int64_t att = 300 + i / 10;
+		CHECK_INT_EQ(stepcost_add(&c, 1, att, true_cost(&truth, 1, att) * exp(0.05 * gauss())), 0);
+		stepcost_fit(&c);
+	}
+	int64_t chunk = 512LL * 4000 + 512LL * 513 / 2;
+	double want = true_cost(&truth, 512, chunk), got = stepcost_predict(&c, 512, chunk);
+	printf("after 500 decode-only steps: a 512-row chunk at position 4000 predicted %.3f s "
+	       "(true %.3f), a decode step %.4f s (true %.4f)\n", got, want,
+	       stepcost_predict(&c, 1, 400), true_cost(&truth, 1, 400));
+	CHECK(rel_err(got, want) < 0.15);
+	CHECK(rel_err(stepcost_predict(&c, 1, 400), true_cost(&truth, 1, 400)) < 0.05);
+	CHECK(c.coef.base_s >= 0 && c.coef.row_s >= 0 && c.coef.pos_s >= 0);
+
+	/* from cold, nothing but identical steps: that step is still right */
+	stepcost_init(&c);
+	for (int i = 0; i < 100; i++) {
+		CHECK_INT_EQ(stepcost_add(&c, 1, 1, 0.02), 0);
+		stepcost_fit(&c);
+	}
+	CHECK(rel_err(stepcost_predict(&c, 1, 1), 0.02) < 0.01);
+	CHECK(c.coef.base_s >= 0 && c.coef.row_s >= 0 && c.coef.pos_s >= 0);
+}
+
+static void test_follows_a_slower_machine(void)
+{
+	struct stepcost c;
+	struct stepcost_coef slow = { truth.base_s * 2, truth.row_s * 2, truth.pos_s * 2 };
+
+	stepcost_init(&c);
+	feed(&c, &truth, 200, 0.05, 0);
+	feed(&c, &slow, 100, 0.05, 0);
+	printf("machine twice as slow: predictions off by %.1f%% 100 steps later\n",
+	       100 * prediction_error(&c, &slow));
+	CHECK(prediction_error(&c, &slow) < 0.05);
+}
+
+/* Costs that fall as rows grow would want a negative coefficient: the fit
+ * clamps at 0 and never predicts below 0; garbage is refused. */
+static void test_never_negative(void)
+{
+	struct stepcost c;
+
+	stepcost_init(&c);
+	for (int i = 0; i < 300; i++) {
+		int32_t rows = 1 + (int32_t)(uniform() * 511);
+		int64_t att = rows + (int64_t)(uniform() * 1e6);
+		double t = 1.0 - rows * 1.5e-3 - (double)att * 5e-7;
+		if (t < 1e-4)
+			t = 1e-4 * (1 + uniform());
+		CHECK_INT_EQ(stepcost_add(&c, rows, att, t), 0);
+		stepcost_fit(&c);
+	}
+	CHECK(c.coef.base_s >= 0 && c.coef.row_s >= 0 && c.coef.pos_s >= 0);
+	CHECK(isfinite(c.coef.base_s) && isfinite(c.coef.row_s) && isfinite(c.coef.pos_s));
+	for (int32_t rows = 0; rows <= 65536; rows = rows * 2 + 1)
+		for (int64_t att = 0; att < (int64_t)1 << 40; att = att * 7 + 1) {
+			double p = stepcost_predict(&c, rows, att);
+			if (!(isfinite(p) && p >= 0)) {
+				CHECK(isfinite(p) && p >= 0);
+				return;
+			}
+		}
+	int32_t kept = c.n;
+	CHECK_INT_EQ(stepcost_add(&c, 0, 1, 0.1), -EINVAL);
+	CHECK_INT_EQ(stepcost_add(&c, 4, 3, 0.1), -EINVAL);
+	CHECK_INT_EQ(stepcost_add(&c, 4, 10, 0), -EINVAL);
+	CHECK_INT_EQ(stepcost_add(&c, 4, 10, -1), -EINVAL);
+	CHECK_INT_EQ(stepcost_add(&c, 4, 10, NAN), -EINVAL);
+	CHECK_INT_EQ(stepcost_add(&c, 4, 10, INFINITY), -EINVAL);
+	CHECK_INT_EQ(c.n, kept);
+	CHECK_INT_EQ(c.samples, 300);
+}
+
+static void test_pinned(void)
+{
+	struct stepcost c;
+	struct stepcost_coef k = { .base_s = 0.01, .row_s = -5, .pos_s = 1e-6 };
+
+	stepcost_init(&c);
+	stepcost_pin(&c, &k);
+	CHECK(stepcost_ready(&c));
+	CHECK(c.coef.row_s == 0); /* negative taken as 0 */
+	CHECK(stepcost_predict(&c, 100, 5000) == 0.01 + 1e-6 * 5000);
+	feed(&c, &truth, 50, 0.05, 0); /* kept in the window, not learned */
+	CHECK(stepcost_predict(&c, 100, 5000) == 0.01 + 1e-6 * 5000);
+	CHECK_INT_EQ(c.samples, 50);
+	stepcost_pin(&c, NULL);
+	CHECK(prediction_error(&c, &truth) < 0.05);
+}
+
+int main(void)
+{
+	test_recovers_coefficients();
+	test_outliers();
+	test_collinear();
+	test_follows_a_slower_machine();
+	test_never_negative();
+	test_pinned();
+	return test_result();
+}
