@@ -1,9 +1,10 @@
 /* sched.c - the continuous-batching scheduler over the engine and its KV pool.
  *
  * It owns the requests (their tokens, block tables, samplers, detokenizer
- * and stop-string state), plans each step's batch under the token budget,
- * admits, preempts and cancels, feeds the prefix cache, samples and emits
- * events.  It does not compute (engine.c) nor talk to clients (the daemon).
+ * and stop-string state), plans each step's batch under the token budget
+ * and the step-time budget, admits, preempts and cancels, feeds the prefix
+ * cache, times each step for the cost model, samples and emits events.  It
+ * does not compute (engine.c) nor talk to clients (the daemon).
  * Engine thread only.  Live requests sit in one array scanned per step:
  * there are at most max_seqs + max_queue of them.
  */
@@ -22,6 +23,7 @@
 #include "tokenizer.h"
 
 #define PIECE_MAX 512 /* bytes one token's text can release, with held-back bytes */
+#define REFIT_EVERY 16 /* steps between cost-model fits when no budget needs them */
 
 enum seq_state {
 	SEQ_WAITING = 0,  /* queued, never admitted or preempted */
@@ -76,6 +78,12 @@ struct sched {
 	int32_t n_live, cap_live;
 	uint64_t next_order, next_admit;
 	struct sched_counters c;
+	struct stepcost cost;        /* what steps cost, learned from the steps run */
+	/* planning state of the step being planned */
+	int timed;                   /* sequences decode: prefill is held to step_ms */
+	int cut_now;                 /* the time budget held some prefill back */
+	int64_t plan_attended;       /* attended KV positions of the rows so far */
+	int32_t plan_prefill;        /* prefill rows so far */
 	/* step scratch, (max_batched_tokens) each */
 	int32_t *row_token, *row_pos;
 	const int32_t **row_table;
@@ -97,6 +105,7 @@ void sched_params_default(struct sched_params *p)
 	p->max_batched_tokens = 512;
 	p->max_queue = 1024;
 	p->prefix_cache = 1;
+	p->step_ms = 0;
 }
 
 int sched_new(struct engine *e, const struct model *m, const struct sched_params *p,
@@ -106,9 +115,9 @@ int sched_new(struct engine *e, const struct model *m, const struct sched_params
 	size_t T;
 
 	if (p->max_seqs < 1 || p->max_batched_tokens < 1 || p->max_queue < 0 || !fn ||
-	    p->max_batched_tokens > engine_max_batch(e)) {
-		snprintf(err, errlen, "invalid scheduler parameters (max_batched_tokens must be 1..%d)",
-			 engine_max_batch(e));
+	    p->max_batched_tokens > engine_max_batch(e) || p->step_ms < 0) {
+		snprintf(err, errlen, "invalid scheduler parameters (max_batched_tokens must be 1..%d, "
+			 "step_ms >= 0)", engine_max_batch(e));
 		return -EINVAL;
 	}
 	s = calloc(1, sizeof *s);
@@ -123,6 +132,7 @@ int sched_new(struct engine *e, const struct model *m, const struct sched_params
 	s->bt = s->kv->view.block_tokens;
 	s->n_ctx = engine_n_ctx(e);
 	s->max_blocks = (s->n_ctx + s->bt - 1) / s->bt;
+	stepcost_init(&s->cost);
 	s->cap_live = p->max_seqs + p->max_queue;
 	s->live = calloc((size_t)s->cap_live, sizeof *s->live);
 	s->run = calloc((size_t)s->cap_live, sizeof *s->run);
@@ -455,6 +465,7 @@ static void add_rows(struct sched *s, struct seq *q, int32_t n, int32_t *T)
 		s->row_table[*T] = q->table;
 		s->row_seq[*T] = q;
 		s->row_logits[*T] = pos == q->n_tokens - 1;
+		s->plan_attended += pos + 1;
 		(*T)++;
 	}
 	q->step_rows += n;
@@ -496,11 +507,49 @@ static int32_t fit_blocks(struct sched *s, struct seq *q, int32_t n)
 	return n;
 }
 
+/* Prompt rows of Q, at most N, that the step-time budget lets into a step
+ * of T rows so far.  All N unless sequences decode in this step; else the
+ * most that keep the step's predicted time within step_ms, and never
+ * beyond twice the biggest step the model has measured (it extrapolates no
+ * further).  Whatever the prediction, and while the model has seen too few
+ * steps to be trusted, the step's prefill rows make up at least one block
+ * (or what is left of the prompt), so a long prompt never starves. */
+static int32_t fit_time(struct sched *s, const struct seq *q, int32_t n, int32_t T)
+{
+	int32_t p0 = q->n_computed + q->step_rows, lo = 0, hi = n, least = s->bt - s->plan_prefill;
+	double budget = s->p.step_ms * 1e-3;
+
+	if (!s->timed || n <= 0)
+		return n;
+	if (stepcost_ready(&s->cost)) {
+		int64_t trusted = s->cost.pinned ? INT32_MAX : 2 * (int64_t)s->cost.max_rows;
+		if (hi > trusted - T)
+			hi = trusted - T > 0 ? (int32_t)(trusted - T) : 0;
+		while (lo < hi) { /* the largest fitting m: the cost grows with m */
+			int32_t m = lo + (hi - lo + 1) / 2;
+			int64_t att = s->plan_attended + (int64_t)m * p0 + (int64_t)m * (m + 1) / 2;
+			if (stepcost_predict(&s->cost, T + m, att) <= budget)
+				lo = m;
+			else
+				hi = m - 1;
+		}
+	}
+	if (lo < least)
+		lo = least < n ? least : n;
+	if (lo < n)
+		s->cut_now = 1;
+	return lo;
+}
+
 /* Fills the step's rows; returns T. */
 static int32_t plan(struct sched *s)
 {
 	int32_t T = 0, budget = s->p.max_batched_tokens, running = 0, n_run = 0;
 	struct seq **run = s->run;
+
+	s->timed = s->cut_now = 0;
+	s->plan_attended = 0;
+	s->plan_prefill = 0;
 
 	for (int32_t i = 0; i < s->n_live; i++) {
 		s->live[i]->step_rows = 0;
@@ -528,17 +577,21 @@ static int32_t plan(struct sched *s)
 		s->c.decode_rows++;
 		budget--;
 	}
-	/* 2. prompts already being prefilled continue, as far as blocks allow */
+	s->timed = s->p.step_ms > 0 && T > 0;
+	/* 2. prompts already being prefilled continue, as far as blocks and
+	 * the time budget allow */
 	for (int32_t i = 0; i < n_run && budget > 0; i++) {
 		struct seq *q = run[i];
 		int32_t n;
 		if (q->state != SEQ_RUNNING || q->held || q->step_rows || q->n_tokens - q->n_computed <= 1)
 			continue;
-		n = fit_blocks(s, q, q->n_tokens - q->n_computed < budget ? q->n_tokens - q->n_computed : budget);
+		n = fit_time(s, q, q->n_tokens - q->n_computed < budget ? q->n_tokens - q->n_computed : budget, T);
+		n = fit_blocks(s, q, n);
 		if (n <= 0)
 			continue;
 		add_rows(s, q, n, &T);
 		s->c.prefill_rows += (uint64_t)n;
+		s->plan_prefill += n;
 		budget -= n;
 	}
 	for (int32_t i = 0; i < s->n_live; i++)
@@ -558,9 +611,10 @@ static int32_t plan(struct sched *s)
 		}
 		hit = attach_prefix(s, q);
 		n = q->n_tokens - q->n_computed;
-		n = fit_blocks(s, q, n < budget ? n : budget);
+		n = fit_time(s, q, n < budget ? n : budget, T);
+		n = fit_blocks(s, q, n);
 		if (n <= 0) {
-			seq_release_blocks(s, q); /* wait for blocks to come back */
+			seq_release_blocks(s, q); /* wait for blocks or the next step */
 			break;
 		}
 		q->state = SEQ_RUNNING;
@@ -575,6 +629,7 @@ static int32_t plan(struct sched *s)
 		running++;
 		add_rows(s, q, n, &T);
 		s->c.prefill_rows += (uint64_t)n;
+		s->plan_prefill += n;
 		budget -= n;
 	}
 	return T;
@@ -631,14 +686,25 @@ int sched_step(struct sched *s)
 		return 0;
 
 	struct engine_batch b = { T, s->row_token, s->row_pos, s->row_table, s->row_logits };
+	double pred = stepcost_ready(&s->cost) ? stepcost_predict(&s->cost, T, s->plan_attended) : 0;
+	double t0 = now_s();
 	r = engine_step(s->e, &b, s->logits);
 	if (r < 0) {
 		fail_all(s, r);
 		return r;
 	}
+	double dt = now_s() - t0;
 	s->c.steps++;
 	s->c.step_rows += (uint64_t)T;
 	s->c.last_step_rows = T;
+	s->c.last_step_s = dt;
+	s->c.last_step_pred_s = pred;
+	s->c.budget_cuts += (uint64_t)s->cut_now;
+	s->c.budget_overruns += s->timed && dt * 1e3 > s->p.step_ms;
+	/* the next plan needs a fresh fit only under a budget */
+	stepcost_add(&s->cost, T, s->plan_attended, dt);
+	if (s->p.step_ms > 0 || s->c.steps % REFIT_EVERY == 0)
+		stepcost_fit(&s->cost);
 
 	/* Commit the computed positions, publish full blocks, then sample for
 	 * every row that produced logits (in row order). */
@@ -691,6 +757,11 @@ int sched_step(struct sched *s)
 void sched_counters(const struct sched *s, struct sched_counters *ret)
 {
 	*ret = s->c;
+	ret->step_ms = s->p.step_ms;
+	ret->cost_base_s = s->cost.coef.base_s;
+	ret->cost_row_s = s->cost.coef.row_s;
+	ret->cost_pos_s = s->cost.coef.pos_s;
+	ret->cost_samples = s->cost.samples;
 	ret->pool_blocks = s->kv->view.n_blocks;
 	ret->block_tokens = s->bt;
 	ret->used_blocks = s->kv->n_used;
@@ -708,6 +779,11 @@ void sched_counters(const struct sched *s, struct sched_counters *ret)
 			ret->waiting++;
 		}
 	}
+}
+
+void sched_pin_cost(struct sched *s, const struct stepcost_coef *coef)
+{
+	stepcost_pin(&s->cost, coef);
 }
 
 /* Q's info but its queue position (0 here). */

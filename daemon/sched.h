@@ -3,7 +3,11 @@
  * Each step spends a token budget: every running sequence's next decode
  * token first, then chunks of prompts being prefilled, then newly admitted
  * requests (highest priority first, the client with the fewest running
- * sequences first within a priority, FIFO within a client).  Prompts reuse
+ * sequences first within a priority, FIFO within a client).  With a
+ * step-time budget, a step that carries decode tokens takes only as much
+ * prefill as a cost model learned from the measured steps (stepcost.h)
+ * predicts will fit it, so a long prompt does not stall the running
+ * streams; prefill still gets at least a block's worth of rows per step.  Prompts reuse
  * the longest chain of cached KV blocks (prefix cache).  When a decode needs
  * a block and none is free, the lowest-priority, most recently admitted
  * sequence is preempted: its blocks are released and it is recomputed later
@@ -17,6 +21,7 @@
 #include <stdint.h>
 
 #include "sampler.h"
+#include "stepcost.h"
 
 struct engine;
 struct model;
@@ -27,9 +32,13 @@ struct sched_params {
 	int32_t max_batched_tokens; /* token rows per step (<= the engine's max_batch) */
 	int32_t max_queue;          /* requests waiting before submit says -EBUSY */
 	int prefix_cache;           /* 1: reuse cached blocks of equal prefixes */
+	int32_t step_ms;            /* step-time budget while sequences decode, milliseconds:
+	                               prefill chunks shrink to keep a step's predicted time
+	                               within it; 0 = off (full chunks) */
 };
 
-/* Defaults: 32 sequences, 512 tokens, 1024 queued, prefix cache on. */
+/* Defaults: 32 sequences, 512 tokens, 1024 queued, prefix cache on, no
+ * step-time budget. */
 void sched_params_default(struct sched_params *p);
 
 /* A request, copied by sched_submit. */
@@ -109,6 +118,18 @@ struct sched_counters {
 	uint64_t finished;
 	uint64_t prefix_waits;      /* admissions put off a step because a running sequence
 	                               was computing the same prefix blocks */
+	/* the step-time budget and the cost model behind it */
+	int32_t step_ms;            /* the budget (sched_params); 0 = off */
+	double last_step_s;         /* the last step's forward pass, measured, seconds */
+	double last_step_pred_s;    /* ... as the cost model predicted it when planning,
+	                               seconds; 0 while the model had too few steps */
+	double cost_base_s;         /* the model: seconds per step */
+	double cost_row_s;          /* ... plus seconds per token row */
+	double cost_pos_s;          /* ... plus seconds per attended KV position */
+	uint64_t cost_samples;      /* steps it has learned from */
+	uint64_t budget_cuts;       /* steps whose prefill the budget held back */
+	uint64_t budget_overruns;   /* steps under the budget (sequences decoding) that
+	                               took longer than step_ms */
 };
 
 /* E and M must outlive the scheduler.  Returns 0 or a negative errno with a
@@ -173,6 +194,11 @@ int sched_step(struct sched *s);
 int32_t sched_live(const struct sched *s);
 
 void sched_counters(const struct sched *s, struct sched_counters *ret);
+
+/* Fixes the step-cost model at COEF instead of what the measured steps
+ * teach (NULL: learn again), so that which chunks a budget allows does not
+ * depend on the machine's speed.  For tests and benchmarks. */
+void sched_pin_cost(struct sched *s, const struct stepcost_coef *coef);
 
 /* Checks the invariants of the scheduler and the pool (block ownership,
  * refcounts, free list, positions): 0 or -EUCLEAN with a description.  For

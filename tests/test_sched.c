@@ -12,7 +12,12 @@
  *  - allocated-but-unfilled KV slots stay under 4% in a mixed workload;
  *  - refused requests get clear errors;
  *  - a held request makes no progress, reports its state, and resumes with
- *    the tokens it would have had.
+ *    the tokens it would have had;
+ *  - with a step-time budget, a step that carries decode tokens takes only
+ *    the prefill rows the cost model says fit it (at least a block's
+ *    worth, so a long prompt still finishes), a step without decodes takes
+ *    full chunks, the outputs are those without the budget, and every
+ *    step is timed for the model.
  */
 #include <errno.h>
 
@@ -54,8 +59,8 @@ struct rig {
 	struct sched *s;
 };
 
-static int rig_new_kv(struct rig *g, const struct model *m, uint32_t kv_type, int64_t kv_tokens,
-		      int max_seqs, int budget, int prefix_cache)
+static int rig_new_full(struct rig *g, const struct model *m, uint32_t kv_type, int64_t kv_tokens,
+			int max_seqs, int budget, int prefix_cache, int32_t step_ms)
 {
 	struct engine_params ep;
 	struct sched_params sp;
@@ -70,12 +75,19 @@ static int rig_new_kv(struct rig *g, const struct model *m, uint32_t kv_type, in
 	sp.max_seqs = max_seqs;
 	sp.max_batched_tokens = budget;
 	sp.prefix_cache = prefix_cache;
+	sp.step_ms = step_ms;
 	if (engine_new(m, &ep, &g->e, err, sizeof err) < 0 ||
 	    sched_new(g->e, m, &sp, on_event, NULL, &g->s, err, sizeof err) < 0) {
 		fprintf(stderr, "rig: %s\n", err);
 		return -1;
 	}
 	return 0;
+}
+
+static int rig_new_kv(struct rig *g, const struct model *m, uint32_t kv_type, int64_t kv_tokens,
+		      int max_seqs, int budget, int prefix_cache)
+{
+	return rig_new_full(g, m, kv_type, kv_tokens, max_seqs, budget, prefix_cache, 0);
 }
 
 /* An f32 KV cache unless a test says otherwise. */
@@ -557,6 +569,208 @@ static void test_hold(const struct model *m)
 	rig_free(&g);
 }
 
+/* ---- the step-time budget ---- */
+
+/* A prompt of N made-up token ids (the model does not care). */
+static void long_prompt(int32_t *ids, int n, unsigned seed)
+{
+	ids[0] = 1;
+	for (int k = 1; k < n; k++)
+		ids[k] = 3 + rand_r(&seed) % 500;
+}
+
+/* What a step of one decode row at position DPOS plus M prompt rows from
+ * position P0 costs under K: the scheduler's prediction, spelled out. */
+static double step_cost(const struct stepcost_coef *k, int32_t dpos, int32_t p0, int32_t m)
+{
+	double att = dpos + 1;
+	for (int32_t i = 0; i < m; i++)
+		att += p0 + i + 1;
+	return k->base_s + k->row_s * (1 + m) + k->pos_s * att;
+}
+
+/* One request decoding (its prompt is in), then a 400-token prompt
+ * arrives.  Under a pinned model with a 50 ms budget the next steps take
+ * exactly the prompt rows that keep the prediction within 50 ms (fewer as
+ * the prompt's positions grow); without the budget they take the whole
+ * token budget. */
+static void test_budget_limits_prefill(const struct model *m)
+{
+	static const struct stepcost_coef k = { .base_s = 0.005, .row_s = 4e-4, .pos_s = 2e-6 };
+	int32_t a[16], big[400];
+	int na = tokenize(m, prompts[0], a, 16);
+
+	long_prompt(big, 400, 7);
+	for (int on = 0; on < 2; on++) {
+		struct rig g;
+		struct sched_counters c;
+		if (rig_new_full(&g, m, QT_F32, 1024, 4, 256, 0, on ? 50 : 0) < 0) {
+			test_failures++;
+			return;
+		}
+		sched_pin_cost(g.s, &k);
+		memset(results, 0, sizeof results);
+		struct sched_request r = req(1, a, na, 200);
+		r.ignore_eos = 1;
+		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+		CHECK_INT_EQ(sched_step(g.s), na); /* its prompt, alone: not timed */
+		CHECK_INT_EQ(results[1].n_gen, 1);
+		struct sched_request b = req(2, big, 400, 4);
+		CHECK_INT_EQ(sched_submit(g.s, &b), 0);
+		int32_t p0 = 0, steps = 0;
+		while (p0 < 400 && steps < 100) {
+			int32_t dpos = na + results[1].n_gen - 1, want = 255;
+			if (on)
+				for (want = 0; want < 400 - p0 && step_cost(&k, dpos, p0, want + 1) <= 0.050;)
+					want++;
+			if (want > 400 - p0)
+				want = 400 - p0;
+			CHECK_INT_EQ(sched_step(g.s), 1 + want);
+			sched_counters(g.s, &c);
+			if (on && steps == 0)
+				printf("step-time budget 50 ms, a decode at %d and a prompt from 0: %d prompt "
+				       "rows, predicted %.1f ms\n", dpos, want, c.last_step_pred_s * 1e3);
+			if (on) /* within the budget, and near it unless the prompt ran out */
+				CHECK(c.last_step_pred_s <= 0.050 &&
+				      (want == 400 - p0 || c.last_step_pred_s > 0.045));
+			p0 += want;
+			steps++;
+		}
+		sched_counters(g.s, &c);
+		printf("a 400-token prompt beside a decoding stream: %d steps to prefill with the "
+		       "budget %s, %llu cut by it\n", steps, on ? "on" : "off",
+		       (unsigned long long)c.budget_cuts);
+		CHECK_INT_EQ(c.step_ms, on ? 50 : 0);
+		CHECK(on ? c.budget_cuts >= 4 : c.budget_cuts == 0);
+		CHECK(on ? steps > 5 : steps == 2);
+		CHECK(c.cost_row_s == k.row_s && c.cost_pos_s == k.pos_s && c.cost_base_s == k.base_s);
+		/* alone, the rest of a prompt is not held back */
+		CHECK_INT_EQ(sched_cancel(g.s, 1), 0);
+		run_to_idle(&g);
+		CHECK_INT_EQ(results[1].finish, SCHED_FIN_CANCELLED);
+		CHECK_INT_EQ(results[2].n_finish, 1);
+		struct sched_request d = req(3, big, 400, 1);
+		CHECK_INT_EQ(sched_submit(g.s, &d), 0);
+		CHECK_INT_EQ(sched_step(g.s), 256);
+		run_to_idle(&g);
+		rig_free(&g);
+	}
+}
+
+/* A model that says a step of decodes alone already overruns: prefill
+ * still gets one block (16 rows) a step, and the prompt finishes. */
+static void test_budget_never_starves(const struct model *m)
+{
+	static const struct stepcost_coef k = { .base_s = 1.0, .row_s = 0, .pos_s = 0 };
+	int32_t a[16], big[300];
+	int na = tokenize(m, prompts[2], a, 16);
+	struct rig g;
+	struct sched_counters c;
+
+	long_prompt(big, 300, 11);
+	if (rig_new_full(&g, m, QT_F32, 1024, 4, 256, 0, 100) < 0) {
+		test_failures++;
+		return;
+	}
+	sched_pin_cost(g.s, &k);
+	sched_counters(g.s, &c);
+	int32_t bt = c.block_tokens;
+	memset(results, 0, sizeof results);
+	struct sched_request r = req(1, a, na, 100);
+	r.ignore_eos = 1;
+	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+	CHECK(sched_step(g.s) > 0);
+	struct sched_request b = req(2, big, 300, 8);
+	b.ignore_eos = 1;
+	CHECK_INT_EQ(sched_submit(g.s, &b), 0);
+	for (int i = 0; i < 300 / bt; i++)
+		CHECK_INT_EQ(sched_step(g.s), 1 + bt);
+	run_to_idle(&g);
+	CHECK_INT_EQ(results[2].n_finish, 1);
+	CHECK_INT_EQ(results[2].finish, SCHED_FIN_LENGTH);
+	CHECK_INT_EQ(results[2].n_gen, 8);
+	sched_counters(g.s, &c);
+	CHECK(c.budget_overruns == 0); /* the clock says microseconds: no real overrun */
+	rig_free(&g);
+}
+
+/* Long prompts arriving while others decode, greedy and seeded: the same
+ * tokens with no budget, with budgets a pinned model makes cut every
+ * prefill into different chunks, and with the model learned from the
+ * clock. */
+static void test_budget_batch_invariance(const struct model *m)
+{
+	static const struct stepcost_coef tight = { .base_s = 0.001, .row_s = 1e-3, .pos_s = 3e-6 };
+	static const struct stepcost_coef floor_only = { .base_s = 1.0 };
+	const struct stepcost_coef *pins[4] = { NULL, &tight, &floor_only, NULL };
+	const int32_t step_ms[4] = { 0, 60, 100, 1 };
+	static int32_t prompt[12][450];
+	int n[12];
+	static struct result base[12];
+	unsigned seed = 5;
+
+	for (int i = 0; i < 12; i++) {
+		n[i] = i % 3 == 0 ? 200 + rand_r(&seed) % 250 : 1 + rand_r(&seed) % 40;
+		long_prompt(prompt[i], n[i], 100 + (unsigned)i);
+	}
+	for (int v = 0; v < 4; v++) {
+		struct rig g;
+		struct sched_counters c;
+		if (rig_new_full(&g, m, QT_F32, 12 * 512, 12, 128, 1, step_ms[v]) < 0) {
+			test_failures++;
+			return;
+		}
+		if (pins[v])
+			sched_pin_cost(g.s, pins[v]);
+		memset(results, 0, sizeof results);
+		for (int phase = 0; phase < 4; phase++) {
+			for (int i = phase; i < 12; i += 4) {
+				struct sched_request r = req((uint64_t)i, prompt[i], n[i], 24 + i);
+				r.ignore_eos = 1;
+				if (i % 2) {
+					r.sampling.temperature = 0.8f;
+					r.sampling.seed = 77 + (uint64_t)i;
+				}
+				CHECK_INT_EQ(sched_submit(g.s, &r), 0);
+			}
+			for (int st = 0; st < 6; st++)
+				CHECK(sched_step(g.s) >= 0);
+		}
+		run_to_idle(&g);
+		sched_counters(g.s, &c);
+		int same = 0;
+		for (int i = 0; i < 12; i++) {
+			CHECK_INT_EQ(results[i].n_finish, 1);
+			if (v == 0)
+				base[i] = results[i];
+			else if (results[i].n_gen == base[i].n_gen &&
+				 !memcmp(results[i].gen, base[i].gen, sizeof(int32_t) * (size_t)base[i].n_gen))
+				same++;
+		}
+		printf("step budget %d ms (%s model): %llu steps, %llu cut by the budget%s%d/12 "
+		       "identical to no budget\n", step_ms[v], pins[v] ? "pinned" : "learned",
+		       (unsigned long long)c.steps, (unsigned long long)c.budget_cuts,
+		       v ? ", " : "; ", v ? same : 12);
+		/* every step timed and learned from */
+		CHECK_INT_EQ(c.cost_samples, c.steps);
+		CHECK(c.last_step_s > 0);
+		CHECK(c.cost_base_s >= 0 && c.cost_row_s >= 0 && c.cost_pos_s >= 0);
+		if (!pins[v])
+			printf("  learned: %.1f us a step + %.2f us a row + %.4f us a position; last step "
+			       "%.0f us, predicted %.0f us; %llu over budget\n", c.cost_base_s * 1e6,
+			       c.cost_row_s * 1e6, c.cost_pos_s * 1e6, c.last_step_s * 1e6,
+			       c.last_step_pred_s * 1e6, (unsigned long long)c.budget_overruns);
+		if (v > 0)
+			CHECK_INT_EQ(same, 12);
+		if (pins[v])
+			CHECK(c.budget_cuts >= 10);
+		if (v == 0)
+			CHECK_INT_EQ(c.budget_cuts, 0);
+		CHECK_INT_EQ(c.used_blocks, 0);
+		rig_free(&g);
+	}
+}
+
 int main(void)
 {
 	const char *p = test_model_path("stories260K.gguf");
@@ -577,6 +791,9 @@ int main(void)
 	test_preemption(m);
 	test_random_schedule(m);
 	test_memory_waste(m);
+	test_budget_limits_prefill(m);
+	test_budget_never_starves(m);
+	test_budget_batch_invariance(m);
 	model_free(m);
 	const char *q = test_model_path("derived/TinyStories-656K-q8_0.gguf");
 	if (q && model_load(q, &m, err, sizeof err) == 0) {
