@@ -49,6 +49,7 @@ static const struct opt opts[] = {
 	{ "sched", "max_batched_tokens", OPT_INT, F(max_batched_tokens), 1, 65536, NULL },
 	{ "sched", "max_queue", OPT_INT, F(max_queue), 1, 1 << 20, NULL },
 	{ "sched", "prefix_cache", OPT_BOOL, F(prefix_cache), 0, 1, NULL },
+	{ "sched", "step_ms", OPT_INT, F(step_ms), 0, 60000, NULL },
 	{ "limits", "max_connections", OPT_INT, F(max_connections), 1, 65535, NULL },
 	{ "limits", "connections_per_uid", OPT_INT, F(connections_per_uid), 1, 65535, NULL },
 	{ "limits", "requests_per_connection", OPT_INT, F(requests_per_connection), 1, 65536, NULL },
@@ -86,6 +87,7 @@ void conf_default(struct llmd_conf *c)
 	c->max_batched_tokens = 512;
 	c->max_queue = 1024;
 	c->prefix_cache = 1;
+	c->step_ms = 200;
 	c->max_connections = 1024;
 	c->connections_per_uid = 256;
 	c->requests_per_connection = 64;

@@ -47,6 +47,7 @@ struct llmd_conf {
 	int32_t max_batched_tokens;    /* token rows per step */
 	int32_t max_queue;             /* requests waiting before "busy" */
 	int32_t prefix_cache;          /* 1 = on */
+	int32_t step_ms;               /* step-time budget while sequences decode, ms; 0 = off */
 	/* [limits] */
 	int32_t max_connections;       /* connections at once, all users */
 	int32_t connections_per_uid;

@@ -312,6 +312,7 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 	sp->max_batched_tokens = d->cfg.max_batched_tokens;
 	sp->max_queue = d->cfg.max_queue;
 	sp->prefix_cache = d->cfg.prefix_cache;
+	sp->step_ms = d->cfg.step_ms;
 	/* auto is a GPU when this llmd links nvcc's CUDA backend and the CUDA
 	 * runtime sees device.index; the emulated backend (--enable-cuda-emu)
 	 * is for tests and runs only when named. */
