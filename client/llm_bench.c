@@ -57,6 +57,7 @@ struct bench_opts {
 	const char *backend;        /* "auto" (default), "cpu" or "cuda" */
 	int32_t device;             /* CUDA device index */
 	int32_t batch;
+	int32_t step_ms;            /* the scheduler's step-time budget, ms; 0 = off */
 	struct sampler_params sp;
 	const char *stops[STOPSTR_MAX];
 	int n_stops;
@@ -96,6 +97,7 @@ static void usage(FILE *f)
 		"      --ignore-eos        keep generating past end-of-generation tokens\n"
 		"      --kv-type TYPE      KV cache element type: f16 (default), f32 or q8_0\n"
 		"      --batch N           prompt rows per step (default 512)\n"
+		"      --step-ms N         step-time budget while sequences decode, ms (default 0: off)\n"
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
 		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
 		"      --kv-tokens N       KV pool size in tokens (default: enough for all sequences)\n"
@@ -203,7 +205,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
-	       O_DEVICE, O_PROF, O_BW, O_NOMMAP };
+	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -224,6 +226,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "device", required_argument, 0, O_DEVICE }, { "no-graphs", no_argument, 0, O_NOGRAPH },
 		{ "gemm-rows", required_argument, 0, O_GEMM }, { "profile", no_argument, 0, O_PROF },
 		{ "bandwidth", no_argument, 0, O_BW }, { "no-mmap", no_argument, 0, O_NOMMAP },
+		{ "step-ms", required_argument, 0, O_STEPMS },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -275,6 +278,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_CHAT: o->chat = 1; break;
 		case O_IGN: o->ignore_eos = 1; break;
 		case O_BATCH: o->batch = atoi(optarg); break;
+		case O_STEPMS: o->step_ms = atoi(optarg); break;
 		case O_PAR: o->parallel = atoi(optarg); break;
 		case O_KVT: o->kv_tokens = atoll(optarg); break;
 		case O_NOPC: o->no_prefix_cache = 1; break;
@@ -317,13 +321,14 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		usage(stderr);
 		return -1;
 	}
-	if (o->socket && (o->sequential || o->logits || o->n_stops || o->profile)) {
-		fprintf(stderr, "llm-bench: --socket does not go with --sequential, --logits, --stop or --profile\n");
+	if (o->socket && (o->sequential || o->logits || o->n_stops || o->profile || o->step_ms)) {
+		fprintf(stderr, "llm-bench: --socket does not go with --sequential, --logits, --stop, "
+			"--profile or --step-ms (the daemon's sched.step_ms)\n");
 		return -1;
 	}
 	if (o->n_predict < 1 || o->threads < 1 || o->repeat < 1 || o->batch < 1 || o->parallel < 1 ||
 	    o->parallel > 1024 || o->kv_tokens < 0 || o->kv_mib < 0 || o->device < 0 ||
-	    o->gemm_rows < 0) {
+	    o->gemm_rows < 0 || o->step_ms < 0) {
 		fprintf(stderr, "llm-bench: --n-predict, --threads, --repeat, --batch and --parallel "
 			"must be positive\n");
 		return -1;
@@ -924,6 +929,7 @@ int main(int argc, char **argv)
 	sp.max_seqs = o.parallel;
 	sp.max_batched_tokens = o.batch;
 	sp.prefix_cache = !o.no_prefix_cache;
+	sp.step_ms = o.step_ms;
 	r = engine_new(m, &ep, &e, err, sizeof err);
 	if (r < 0) {
 		fprintf(stderr, "llm-bench: cannot start the engine: %s\n", err);
