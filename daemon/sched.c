@@ -82,7 +82,7 @@ struct sched {
 	/* planning state of the step being planned */
 	int timed;                   /* sequences decode: prefill is held to step_ms */
 	int cut_now;                 /* the time budget held some prefill back */
-	int64_t plan_attended;       /* attended KV positions of the rows so far */
+	struct stepcost_step plan_work; /* what the rows so far compute (rows unused) */
 	int32_t plan_prefill;        /* prefill rows so far */
 	/* step scratch, (max_batched_tokens) each */
 	int32_t *row_token, *row_pos;
@@ -465,10 +465,11 @@ static void add_rows(struct sched *s, struct seq *q, int32_t n, int32_t *T)
 		s->row_table[*T] = q->table;
 		s->row_seq[*T] = q;
 		s->row_logits[*T] = pos == q->n_tokens - 1;
-		s->plan_attended += pos + 1;
+		s->plan_work.attended += pos + 1;
 		(*T)++;
 	}
 	q->step_rows += n;
+	s->plan_work.context += q->n_computed + q->step_rows; /* once per sequence a step */
 }
 
 /* Among waiting requests: the highest priority; within it the client with
@@ -527,8 +528,12 @@ static int32_t fit_time(struct sched *s, const struct seq *q, int32_t n, int32_t
 			hi = trusted - T > 0 ? (int32_t)(trusted - T) : 0;
 		while (lo < hi) { /* the largest fitting m: the cost grows with m */
 			int32_t m = lo + (hi - lo + 1) / 2;
-			int64_t att = s->plan_attended + (int64_t)m * p0 + (int64_t)m * (m + 1) / 2;
-			if (stepcost_predict(&s->cost, T + m, att) <= budget)
+			struct stepcost_step st = {
+				.rows = T + m,
+				.attended = s->plan_work.attended + (int64_t)m * p0 + (int64_t)m * (m + 1) / 2,
+				.context = s->plan_work.context + p0 + m,
+			};
+			if (stepcost_predict(&s->cost, &st) <= budget)
 				lo = m;
 			else
 				hi = m - 1;
@@ -548,7 +553,7 @@ static int32_t plan(struct sched *s)
 	struct seq **run = s->run;
 
 	s->timed = s->cut_now = 0;
-	s->plan_attended = 0;
+	s->plan_work = (struct stepcost_step){ 0 };
 	s->plan_prefill = 0;
 
 	for (int32_t i = 0; i < s->n_live; i++) {
@@ -686,7 +691,8 @@ int sched_step(struct sched *s)
 		return 0;
 
 	struct engine_batch b = { T, s->row_token, s->row_pos, s->row_table, s->row_logits };
-	double pred = stepcost_ready(&s->cost) ? stepcost_predict(&s->cost, T, s->plan_attended) : 0;
+	s->plan_work.rows = T;
+	double pred = stepcost_ready(&s->cost) ? stepcost_predict(&s->cost, &s->plan_work) : 0;
 	double t0 = now_s();
 	r = engine_step(s->e, &b, s->logits);
 	if (r < 0) {
@@ -702,7 +708,7 @@ int sched_step(struct sched *s)
 	s->c.budget_cuts += (uint64_t)s->cut_now;
 	s->c.budget_overruns += s->timed && dt * 1e3 > s->p.step_ms;
 	/* the next plan needs a fresh fit only under a budget */
-	stepcost_add(&s->cost, T, s->plan_attended, dt);
+	stepcost_add(&s->cost, &s->plan_work, dt);
 	if (s->p.step_ms > 0 || s->c.steps % REFIT_EVERY == 0)
 		stepcost_fit(&s->cost);
 
@@ -761,6 +767,7 @@ void sched_counters(const struct sched *s, struct sched_counters *ret)
 	ret->cost_base_s = s->cost.coef.base_s;
 	ret->cost_row_s = s->cost.coef.row_s;
 	ret->cost_pos_s = s->cost.coef.pos_s;
+	ret->cost_ctx_s = s->cost.coef.ctx_s;
 	ret->cost_samples = s->cost.samples;
 	ret->pool_blocks = s->kv->view.n_blocks;
 	ret->block_tokens = s->bt;

@@ -125,7 +125,8 @@ struct sched_counters {
 	                               seconds; 0 while the model had too few steps */
 	double cost_base_s;         /* the model: seconds per step */
 	double cost_row_s;          /* ... plus seconds per token row */
-	double cost_pos_s;          /* ... plus seconds per attended KV position */
+	double cost_pos_s;          /* ... plus seconds per position a row attends to */
+	double cost_ctx_s;          /* ... plus seconds per KV position a sequence reads */
 	uint64_t cost_samples;      /* steps it has learned from */
 	uint64_t budget_cuts;       /* steps whose prefill the budget held back */
 	uint64_t budget_overruns;   /* steps under the budget (sequences decoding) that

@@ -2,9 +2,10 @@
  * window of measured steps.  It only measures and predicts; what a
  * prediction should change is the scheduler's business (sched.c).
  *
- * The fit works on relative errors: with x = (1, rows, attended) and y the
- * measured seconds, it fits c to x / y . c = 1, each column scaled to unit
- * mean square so the ridge and the conditioning do not depend on units.
+ * The fit works on relative errors: with x = (1, rows, attended, context)
+ * and y the measured seconds, it fits c to x / y . c = 1, each column
+ * scaled to unit mean square so the ridge and the conditioning do not
+ * depend on units.
  */
 #include "stepcost.h"
 
@@ -12,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#define N_COEF 3
+#define N_COEF 4
 #define RIDGE 1e-3     /* pull towards the previous fit, against unit-scaled data */
 #define HUBER_K 1.345  /* residuals past this many robust sigmas weigh less */
 #define SIGMA_MIN 0.02 /* relative noise assumed at least: a near-exact fit
@@ -32,6 +33,7 @@ static void coef_get(const struct stepcost_coef *k, double v[N_COEF])
 	v[0] = k->base_s;
 	v[1] = k->row_s;
 	v[2] = k->pos_s;
+	v[3] = k->ctx_s;
 }
 
 static double clean(double x)
@@ -39,7 +41,7 @@ static double clean(double x)
 	return isfinite(x) && x > 0 ? x : 0;
 }
 
-/* ---- a bound-constrained 3-variable quadratic ---- */
+/* ---- a bound-constrained 4-variable quadratic ---- */
 
 /* Solves the K x K system M z = q in place (Gaussian elimination with
  * partial pivoting).  0, or -1 when M is singular. */
@@ -80,9 +82,9 @@ static int solve(int k, double m[N_COEF][N_COEF], double q[N_COEF], double z[N_C
 
 /* Minimizes z'Mz - 2q'z over z >= 0 for a positive definite M: the
  * minimum is the unconstrained minimum over some set of free coordinates
- * (the others 0) that lands in z >= 0, so try all 8 sets and keep the best
+ * (the others 0) that lands in z >= 0, so try all 16 sets and keep the best
  * feasible one (z = 0, objective 0, always is). */
-static void nnls3(const double mm[N_COEF][N_COEF], const double q[N_COEF], double ret[N_COEF])
+static void nnls(const double mm[N_COEF][N_COEF], const double q[N_COEF], double ret[N_COEF])
 {
 	double best = 0;
 
@@ -164,9 +166,8 @@ static void refit(struct stepcost *c)
 	for (int k = 0; k < STEPCOST_BUCKETS; k++)
 		for (int e = 0; e < c->fill[k]; e++, n++) {
 			const struct stepcost_sample *p = &c->s[k][e];
-			v[n][0] = 1 / p->secs;
-			v[n][1] = p->rows / p->secs;
-			v[n][2] = p->attended / p->secs;
+			for (int j = 0; j < N_COEF; j++)
+				v[n][j] = p->x[j] / p->secs;
 			age[n] = exp2(-(double)(c->samples - p->seq) / STEPCOST_HALF_LIFE);
 			if (age[n] < AGE_FLOOR)
 				age[n] = AGE_FLOOR;
@@ -209,15 +210,19 @@ static void refit(struct stepcost *c)
 				m[a][b] /= hs;
 			m[a][a] += RIDGE;
 		}
-		nnls3(m, q, z);
+		nnls(m, q, z);
 		for (int j = 0; j < N_COEF; j++)
 			coef[j] = z[j] / scale[j];
 		if (pass == IRLS_PASSES - 1)
 			break;
 		/* Huber weights from the relative residuals and their robust
 		 * spread (1.4826 * the median absolute residual) */
-		for (int i = 0; i < n; i++)
-			res[i] = fabs(1 - (v[i][0] * coef[0] + v[i][1] * coef[1] + v[i][2] * coef[2]));
+		for (int i = 0; i < n; i++) {
+			double fit = 0;
+			for (int j = 0; j < N_COEF; j++)
+				fit += v[i][j] * coef[j];
+			res[i] = fabs(1 - fit);
+		}
 		memcpy(scratch, res, (size_t)n * sizeof *res);
 		double sigma = 1.4826 * select_kth(scratch, n, n / 2); /* the upper median */
 		if (!(sigma > SIGMA_MIN))
@@ -231,27 +236,32 @@ static void refit(struct stepcost *c)
 	c->coef.base_s = coef[0];
 	c->coef.row_s = coef[1];
 	c->coef.pos_s = coef[2];
+	c->coef.ctx_s = coef[3];
 }
 
-int stepcost_add(struct stepcost *c, int32_t rows, int64_t attended, double secs)
+int stepcost_add(struct stepcost *c, const struct stepcost_step *st, double secs)
 {
 	int k = 0;
 
-	if (rows < 1 || attended < rows || !isfinite(secs) || !(secs > 0))
+	if (st->rows < 1 || st->context < st->rows || st->attended < st->context ||
+	    !isfinite(secs) || !(secs > 0))
 		return -EINVAL;
 	if (secs < SECS_MIN)
 		secs = SECS_MIN;
-	while (k < STEPCOST_BUCKETS - 1 && rows >> (k + 1))
+	while (k < STEPCOST_BUCKETS - 1 && st->rows >> (k + 1))
 		k++;
-	c->s[k][c->next[k]] = (struct stepcost_sample){ rows, (double)attended, secs, c->samples + 1 };
+	c->s[k][c->next[k]] = (struct stepcost_sample){
+		.x = { 1, st->rows, (double)st->attended, (double)st->context },
+		.secs = secs, .seq = c->samples + 1,
+	};
 	c->next[k] = (c->next[k] + 1) % STEPCOST_PER_BUCKET;
 	if (c->fill[k] < STEPCOST_PER_BUCKET) {
 		c->fill[k]++;
 		c->n++;
 	}
 	c->samples++;
-	if (rows > c->max_rows)
-		c->max_rows = rows;
+	if (st->rows > c->max_rows)
+		c->max_rows = st->rows;
 	return 0;
 }
 
@@ -261,14 +271,16 @@ void stepcost_fit(struct stepcost *c)
 		refit(c);
 }
 
-double stepcost_predict(const struct stepcost *c, int32_t rows, int64_t attended)
+double stepcost_predict(const struct stepcost *c, const struct stepcost_step *st)
 {
 	double t = c->coef.base_s;
 
-	if (rows > 0)
-		t += c->coef.row_s * rows;
-	if (attended > 0)
-		t += c->coef.pos_s * (double)attended;
+	if (st->rows > 0)
+		t += c->coef.row_s * st->rows;
+	if (st->attended > 0)
+		t += c->coef.pos_s * (double)st->attended;
+	if (st->context > 0)
+		t += c->coef.ctx_s * (double)st->context;
 	return t;
 }
 
@@ -288,4 +300,5 @@ void stepcost_pin(struct stepcost *c, const struct stepcost_coef *coef)
 	c->coef.base_s = clean(coef->base_s);
 	c->coef.row_s = clean(coef->row_s);
 	c->coef.pos_s = clean(coef->pos_s);
+	c->coef.ctx_s = clean(coef->ctx_s);
 }

@@ -583,10 +583,10 @@ static void long_prompt(int32_t *ids, int n, unsigned seed)
  * position P0 costs under K: the scheduler's prediction, spelled out. */
 static double step_cost(const struct stepcost_coef *k, int32_t dpos, int32_t p0, int32_t m)
 {
-	double att = dpos + 1;
+	double att = dpos + 1, ctx = dpos + 1 + (m ? p0 + m : 0);
 	for (int32_t i = 0; i < m; i++)
 		att += p0 + i + 1;
-	return k->base_s + k->row_s * (1 + m) + k->pos_s * att;
+	return k->base_s + k->row_s * (1 + m) + k->pos_s * att + k->ctx_s * ctx;
 }
 
 /* One request decoding (its prompt is in), then a 400-token prompt
@@ -596,7 +596,9 @@ static double step_cost(const struct stepcost_coef *k, int32_t dpos, int32_t p0,
  * token budget. */
 static void test_budget_limits_prefill(const struct model *m)
 {
-	static const struct stepcost_coef k = { .base_s = 0.005, .row_s = 4e-4, .pos_s = 2e-6 };
+	static const struct stepcost_coef k = {
+		.base_s = 0.005, .row_s = 4e-4, .pos_s = 2e-6, .ctx_s = 1e-5,
+	};
 	int32_t a[16], big[400];
 	int na = tokenize(m, prompts[0], a, 16);
 
@@ -643,7 +645,8 @@ static void test_budget_limits_prefill(const struct model *m)
 		CHECK_INT_EQ(c.step_ms, on ? 50 : 0);
 		CHECK(on ? c.budget_cuts >= 4 : c.budget_cuts == 0);
 		CHECK(on ? steps > 5 : steps == 2);
-		CHECK(c.cost_row_s == k.row_s && c.cost_pos_s == k.pos_s && c.cost_base_s == k.base_s);
+		CHECK(c.cost_row_s == k.row_s && c.cost_pos_s == k.pos_s && c.cost_base_s == k.base_s &&
+		      c.cost_ctx_s == k.ctx_s);
 		/* alone, the rest of a prompt is not held back */
 		CHECK_INT_EQ(sched_cancel(g.s, 1), 0);
 		run_to_idle(&g);
@@ -754,12 +757,13 @@ static void test_budget_batch_invariance(const struct model *m)
 		/* every step timed and learned from */
 		CHECK_INT_EQ(c.cost_samples, c.steps);
 		CHECK(c.last_step_s > 0);
-		CHECK(c.cost_base_s >= 0 && c.cost_row_s >= 0 && c.cost_pos_s >= 0);
+		CHECK(c.cost_base_s >= 0 && c.cost_row_s >= 0 && c.cost_pos_s >= 0 && c.cost_ctx_s >= 0);
 		if (!pins[v])
-			printf("  learned: %.1f us a step + %.2f us a row + %.4f us a position; last step "
-			       "%.0f us, predicted %.0f us; %llu over budget\n", c.cost_base_s * 1e6,
-			       c.cost_row_s * 1e6, c.cost_pos_s * 1e6, c.last_step_s * 1e6,
-			       c.last_step_pred_s * 1e6, (unsigned long long)c.budget_overruns);
+			printf("  learned: %.1f us a step + %.2f us a row + %.4f us a position attended + "
+			       "%.4f us a position read; last step %.0f us, predicted %.0f us; %llu over "
+			       "budget\n", c.cost_base_s * 1e6, c.cost_row_s * 1e6, c.cost_pos_s * 1e6,
+			       c.cost_ctx_s * 1e6, c.last_step_s * 1e6, c.last_step_pred_s * 1e6,
+			       (unsigned long long)c.budget_overruns);
 		if (v > 0)
 			CHECK_INT_EQ(same, 12);
 		if (pins[v])
