@@ -23,7 +23,8 @@
 #include "tokenizer.h"
 
 #define PIECE_MAX 512 /* bytes one token's text can release, with held-back bytes */
-#define REFIT_EVERY 16 /* steps between cost-model fits when no budget needs them */
+#define REFIT_EVERY 16 /* steps between cost-model fits (some microseconds each) when
+                          the budget does not need a fresh one */
 
 enum seq_state {
 	SEQ_WAITING = 0,  /* queued, never admitted or preempted */
@@ -707,9 +708,12 @@ int sched_step(struct sched *s)
 	s->c.last_step_pred_s = pred;
 	s->c.budget_cuts += (uint64_t)s->cut_now;
 	s->c.budget_overruns += s->timed && dt * 1e3 > s->p.step_ms;
-	/* the next plan needs a fresh fit only under a budget */
+	/* The next plan needs a fresh fit under a budget that steps come near
+	 * (an eighth of it) and while the model is young; steps far shorter
+	 * (a GPU's) need none, and the fit would cost them a percent. */
 	stepcost_add(&s->cost, &s->plan_work, dt);
-	if (s->p.step_ms > 0 || s->c.steps % REFIT_EVERY == 0)
+	if (s->c.steps % REFIT_EVERY == 0 || s->cost.samples <= REFIT_EVERY ||
+	    (s->p.step_ms > 0 && dt * 8e3 >= s->p.step_ms))
 		stepcost_fit(&s->cost);
 
 	/* Commit the computed positions, publish full blocks, then sample for
