@@ -7,7 +7,8 @@
  * then request B arrives with a --prompt-tokens prompt and asks for one
  * token.  The report: A's gaps between tokens while B is prefilled (from
  * B's arrival to B's token: worst, p99, p50), A's gap before B came, and
- * B's prefill time and speed (what the budget costs it).
+ * B's prefill time and speed (what the budget costs it), and a hash of
+ * B's token and A's first OUT_TOKENS, which must not depend on the budget.
  *
  *   bench_sched --model PATH [--threads 2] [--prompt-tokens 4000]
  *               [--step-ms 0] [--batch 512] [--warmup 16] [--json] [--trace]
@@ -29,10 +30,13 @@
 
 #define A_ID 0
 #define B_ID 1
+#define OUT_TOKENS 64 /* A's tokens in the output hash */
 
 struct bench {
 	double *t_a;       /* (cap_a) when each of A's tokens came, monotonic seconds */
 	int n_a, cap_a;
+	int32_t a_tok[OUT_TOKENS]; /* A's first tokens */
+	int32_t b_tok;     /* B's token */
 	double t_b;        /* when B's token came; 0 = not yet */
 	int done[2];       /* FINISH seen */
 	int failed;        /* a FINISH with an error */
@@ -53,8 +57,11 @@ static void on_event(void *ctx, const struct sched_event *ev)
 		b->done[ev->id] = 1;
 		b->failed |= ev->finish == SCHED_FIN_ERROR;
 	} else if (ev->token >= 0 && ev->id == A_ID && b->n_a < b->cap_a) {
+		if (b->n_a < OUT_TOKENS)
+			b->a_tok[b->n_a] = ev->token;
 		b->t_a[b->n_a++] = now_s();
 	} else if (ev->token >= 0 && ev->id == B_ID && !b->t_b) {
+		b->b_tok = ev->token;
 		b->t_b = now_s();
 	}
 }
@@ -205,9 +212,17 @@ int main(int argc, char **argv)
 				k.last_step_pred_s * 1e3);
 	}
 	sched_counters(s, &c1);
-	if (b.failed || !b.t_b) {
+	while (b.n_a < OUT_TOKENS && !b.done[A_ID] && !b.failed)
+		if (sched_step(s) < 0)
+			goto out;
+	if (b.failed || !b.t_b || b.n_a < OUT_TOKENS) {
 		fprintf(stderr, "bench_sched: a request failed or A ran out of context first\n");
 		goto out;
+	}
+	uint64_t hash = 14695981039346656037ull; /* FNV-1a over B's token and A's */
+	for (int i = -1; i < OUT_TOKENS; i++) {
+		hash ^= (uint32_t)(i < 0 ? b.b_tok : b.a_tok[i]);
+		hash *= 1099511628211ull;
 	}
 	/* A's gaps from B's arrival to B's token: the first from A's last
 	 * token before B came */
@@ -228,22 +243,24 @@ int main(int argc, char **argv)
 		       "\"batch\":%d,\"gap_before_ms\":%.1f,\"gaps\":%d,\"gap_max_ms\":%.1f,"
 		       "\"gap_p99_ms\":%.1f,\"gap_p50_ms\":%.1f,\"prefill_s\":%.3f,\"prefill_tok_s\":%.1f,"
 		       "\"a_tokens_during\":%d,\"steps\":%llu,\"budget_cuts\":%llu,\"budget_overruns\":%llu,"
-		       "\"cost_base_ms\":%.3f,\"cost_row_us\":%.3f,\"cost_pos_ns\":%.3f,\"cost_ctx_ns\":%.3f}\n",
+		       "\"cost_base_ms\":%.3f,\"cost_row_us\":%.3f,\"cost_pos_ns\":%.3f,\"cost_ctx_ns\":%.3f,"
+		       "\"tokens_hash\":\"%016llx\"}\n",
 		       m->name, threads, quant_isa_name(quant_get_isa()), n_b, step_ms, batch,
 		       before * 1e3, n_gaps, worst * 1e3, p99 * 1e3, p50 * 1e3, prefill, n_b / prefill,
 		       n_gaps - 1, (unsigned long long)steps, (unsigned long long)cuts,
 		       (unsigned long long)over, c1.cost_base_s * 1e3, c1.cost_row_s * 1e6,
-		       c1.cost_pos_s * 1e9, c1.cost_ctx_s * 1e9);
+		       c1.cost_pos_s * 1e9, c1.cost_ctx_s * 1e9, (unsigned long long)hash);
 	} else {
 		printf("bench_sched: %s, %d threads (%s), step budget %d ms, %d-token prompt: stream "
 		       "gap %.0f ms before; during prefill worst %.0f ms, p99 %.0f ms, p50 %.0f ms "
 		       "over %d gaps; prefill %.2f s (%.0f tok/s) in %llu steps, %llu cut, %llu over "
 		       "budget; model %.2f ms + %.1f us/row + %.0f ns/position attended + %.0f ns/position "
-		       "read\n", m->name, threads,
+		       "read; tokens %016llx\n", m->name, threads,
 		       quant_isa_name(quant_get_isa()), step_ms, n_b, before * 1e3, worst * 1e3,
 		       p99 * 1e3, p50 * 1e3, n_gaps, prefill, n_b / prefill, (unsigned long long)steps,
 		       (unsigned long long)cuts, (unsigned long long)over, c1.cost_base_s * 1e3,
-		       c1.cost_row_s * 1e6, c1.cost_pos_s * 1e9, c1.cost_ctx_s * 1e9);
+		       c1.cost_row_s * 1e6, c1.cost_pos_s * 1e9, c1.cost_ctx_s * 1e9,
+		       (unsigned long long)hash);
 	}
 	rc = 0;
 out:
