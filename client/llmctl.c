@@ -169,6 +169,13 @@ static void print_status(json_object *j)
 	       100.0 * getd(j, "prefix_cache.hit_rate"), (long long)geti(j, "prefix_cache.hit_tokens"));
 	printf("queue        %lld waiting, %lld running\n", (long long)geti(j, "queue.waiting"),
 	       (long long)geti(j, "queue.running"));
+	if (geti(j, "step.budget_ms") > 0)
+		printf("steps        last %.1f ms (predicted %.1f), budget %lld ms while streams decode: "
+		       "%lld prefills cut, %lld steps over\n", getd(j, "step.last_ms"),
+		       getd(j, "step.last_predicted_ms"), (long long)geti(j, "step.budget_ms"),
+		       (long long)geti(j, "step.budget_cuts"), (long long)geti(j, "step.budget_overruns"));
+	else
+		printf("steps        last %.1f ms, no time budget\n", getd(j, "step.last_ms"));
 	printf("throughput   %.1f tok/s (last 10 s), %lld tokens generated, %lld requests\n",
 	       getd(j, "tok_s"), (long long)geti(j, "generated_tokens"),
 	       (long long)geti(j, "requests_total"));

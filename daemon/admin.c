@@ -149,6 +149,13 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	add_int(q, "waiting", k->waiting);
 	add_int(q, "running", k->running);
 	json_object_object_add(out, "queue", q);
+	json_object *st = json_object_new_object();
+	add_int(st, "budget_ms", k->step_ms);
+	add_dbl(st, "last_ms", k->last_step_s * 1e3);
+	add_dbl(st, "last_predicted_ms", k->last_step_pred_s * 1e3);
+	add_int(st, "budget_cuts", (int64_t)k->budget_cuts);
+	add_int(st, "budget_overruns", (int64_t)k->budget_overruns);
+	json_object_object_add(out, "step", st);
 	return 0;
 }
 
@@ -195,6 +202,16 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	add_int(out, "llmd_decode_rows_total", (int64_t)k->decode_rows);
 	add_int(out, "llmd_last_step_rows", k->last_step_rows);
 	add_int(out, "llmd_last_step_seqs", k->last_step_seqs);
+	add_dbl(out, "llmd_last_step_seconds", k->last_step_s);
+	add_dbl(out, "llmd_last_step_predicted_seconds", k->last_step_pred_s);
+	add_dbl(out, "llmd_step_budget_seconds", k->step_ms / 1e3);
+	add_int(out, "llmd_step_budget_cuts_total", (int64_t)k->budget_cuts);
+	add_int(out, "llmd_step_budget_overruns_total", (int64_t)k->budget_overruns);
+	add_int(out, "llmd_step_cost_samples_total", (int64_t)k->cost_samples);
+	add_dbl(out, "llmd_step_cost_base_seconds", k->cost_base_s);
+	add_dbl(out, "llmd_step_cost_row_seconds", k->cost_row_s);
+	add_dbl(out, "llmd_step_cost_position_seconds", k->cost_pos_s);
+	add_dbl(out, "llmd_step_cost_context_seconds", k->cost_ctx_s);
 	json_object_object_add(out, "errors_by_code", by);
 	return 0;
 }
@@ -455,6 +472,7 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 	KEEP(max_batched_tokens, "sched.max_batched_tokens");
 	KEEP(max_queue, "sched.max_queue");
 	KEEP(prefix_cache, "sched.prefix_cache");
+	KEEP(step_ms, "sched.step_ms");
 	KEEP(max_connections, "limits.max_connections");
 	KEEP(admin_connections, "limits.admin_connections");
 #undef KEEP
