@@ -87,6 +87,8 @@ struct worker {
 	pthread_mutex_t in_lock;
 	struct vec inbox;            /* struct work */
 	int in_efd;                  /* signalled on every post */
+	atomic_int wake_posted;      /* worker_ring_wake signalled in_efd since the engine
+	                                thread last looked at the full rings */
 	int stop;                    /* under in_lock: leave once idle */
 	/* notes: engine thread -> event loop */
 	pthread_mutex_t note_lock;
@@ -206,7 +208,10 @@ int worker_cancel(struct worker *w, uint64_t gid)
 
 void worker_ring_wake(struct worker *w)
 {
-	efd_signal(w->in_efd); /* however many wakes come, one wakeup */
+	/* However many wakes come, one system call until the engine thread
+	 * has been round. */
+	if (!atomic_exchange(&w->wake_posted, 1))
+		efd_signal(w->in_efd);
 }
 
 int worker_cancel_all(struct worker *w)
@@ -708,7 +713,9 @@ static void *worker_main(void *arg)
 		w->snap_dirty |= batch.n > 0;
 		batch.n = 0;
 
-		/* Clients that read since we found their ring full may have room now. */
+		/* Clients that read since we found their ring full may have room
+		 * now; a wake from here on signals again. */
+		atomic_store(&w->wake_posted, 0);
 		for (struct wconn *c = w->conns; c; c = c->next)
 			if (c->full && overflow_flush(w, c) && c->ring) {
 				c->full = 0;
