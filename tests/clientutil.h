@@ -136,19 +136,19 @@ static inline int raw_connect(const struct tdaemon *d)
 	return usock_connect(d->sock, err, sizeof err);
 }
 
-/* Reads frames until EOF or 3 s; returns the code of the first ERROR frame
- * seen (0 if none) and sets *CLOSED when the daemon closed the stream. */
-static inline int read_error(int fd, int *closed)
+/* Reads frames until EOF or SECONDS; returns the code of the first ERROR
+ * frame seen (0 if none) and sets *CLOSED when the daemon closed the stream. */
+static inline int read_error_within(int fd, double seconds, int *closed)
 {
 	static uint8_t buf[PROTO_MAX_FRAME];
 	size_t have = 0;
 	int code = 0;
 	*closed = 0;
-	for (double t0 = tnow(); tnow() - t0 < 3;) {
+	for (double t0 = tnow(); tnow() - t0 < seconds;) {
 		struct pollfd p = { fd, POLLIN, 0 };
 		struct proto_frame f;
 		ssize_t n;
-		if (poll(&p, 1, 100) <= 0)
+		if (poll(&p, 1, 50) <= 0)
 			continue;
 		n = read(fd, buf + have, sizeof buf - have);
 		if (n <= 0) {
@@ -165,6 +165,11 @@ static inline int read_error(int fd, int *closed)
 		}
 	}
 	return code;
+}
+
+static inline int read_error(int fd, int *closed)
+{
+	return read_error_within(fd, 3, closed);
 }
 
 static inline void send_all(int fd, const void *p, size_t n)

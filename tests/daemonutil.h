@@ -60,6 +60,18 @@ static inline void tdaemon_print_log(const struct tdaemon *d)
 	close(fd);
 }
 
+/* Up to CAP-1 bytes of D's log, NUL-terminated. */
+static inline const char *tdaemon_read_log(const struct tdaemon *d, char *buf, size_t cap)
+{
+	int fd = open(d->log, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? 0 : read(fd, buf, cap - 1);
+
+	buf[n > 0 ? n : 0] = 0;
+	if (fd >= 0)
+		close(fd);
+	return buf;
+}
+
 static inline int tconnect_ok(const char *path)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };

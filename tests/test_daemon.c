@@ -704,18 +704,6 @@ static char **emu_env(const char *const *add)
 }
 #endif
 
-/* Up to CAP-1 bytes of D's log, NUL-terminated. */
-static const char *daemon_log(const struct tdaemon *d, char *buf, size_t cap)
-{
-	int fd = open(d->log, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd < 0 ? 0 : read(fd, buf, cap - 1);
-
-	buf[n > 0 ? n : 0] = 0;
-	if (fd >= 0)
-		close(fd);
-	return buf;
-}
-
 /* llmd with EXTRA and ENVP must stop at start-up, before it listens, with
  * status 1 and SAYS in its log. */
 static void expect_startup_failure(const char *what, const char *model, const char *const *extra,
@@ -734,7 +722,7 @@ static void expect_startup_failure(const char *what, const char *model, const ch
 	CHECK(exited && WIFEXITED(st) && WEXITSTATUS(st) == 1);
 	if (exited)
 		d.pid = 0;
-	daemon_log(&d, log, sizeof log);
+	tdaemon_read_log(&d, log, sizeof log);
 	if (!strstr(log, says)) {
 		fprintf(stderr, "%s: the log lacks \"%s\":\n%s\n", what, says, log);
 		test_failures++;
@@ -808,7 +796,7 @@ static void test_device_choice(const char *model)
 		char log[8192];
 		CHECK_STR_EQ(j ? jstr(j, "backend", NULL) : NULL, "cpu");
 		json_object_put(j);
-		daemon_log(&d, log, sizeof log);
+		tdaemon_read_log(&d, log, sizeof log);
 		CHECK(strstr(log, "device.backend = auto: the CPU (") != NULL);
 		CHECK_INT_EQ(tdaemon_stop(&d), 0);
 		printf("device.backend = auto: the CPU\n");
@@ -856,7 +844,7 @@ static void test_device_memory(const char *model)
 	CHECK_INT_EQ(total, 64 << 20);
 	/* the pool took half: about as much is left free (model < 8 MiB) */
 	CHECK(free_b > 0.40 * (64 << 20) && free_b < 0.50 * (64 << 20));
-	daemon_log(&d, log, sizeof log);
+	tdaemon_read_log(&d, log, sizeof log);
 	const char *line = strstr(log, "KV ");
 	CHECK(line && sscanf(line, "KV %lld tokens in %lld MiB", &tokens, &mib) == 2);
 	CHECK(llabs(mib - (free_b >> 20)) <= 1);

@@ -64,18 +64,6 @@ static long long file_size(const char *path)
 	return stat(path, &st) == 0 ? (long long)st.st_size : -1;
 }
 
-/* Up to CAP-1 bytes of D's log. */
-static const char *daemon_log(const struct tdaemon *d, char *buf, size_t cap)
-{
-	int fd = open(d->log, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd < 0 ? 0 : read(fd, buf, cap - 1);
-
-	buf[n > 0 ? n : 0] = 0;
-	if (fd >= 0)
-		close(fd);
-	return buf;
-}
-
 /* Bytes of PID's mappings of PATH (/proc/PID/maps), or -1. */
 static long long mapped_bytes(pid_t pid, const char *path)
 {
@@ -155,7 +143,7 @@ static void test_mapped(const char *model, enum change how)
 	CHECK(WIFEXITED(st));
 	CHECK(!WIFSIGNALED(st));
 	CHECK_INT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 3);
-	daemon_log(&d, log, sizeof log);
+	tdaemon_read_log(&d, log, sizeof log);
 	const char *line = strstr(log, "the model file ");
 	CHECK(line != NULL);
 	CHECK(line && strstr(line, copy) && strstr(line, "changed on disk while llmd served it") &&
@@ -218,7 +206,7 @@ static void test_device_released(const char *model)
 		unlink(copy);
 		return;
 	}
-	daemon_log(&d, log, sizeof log);
+	tdaemon_read_log(&d, log, sizeof log);
 	CHECK(strstr(log, "the weights are in device memory: released the host's copy of ") != NULL);
 	/* the file maps only the header's pages (stories260K's is 14176 bytes) */
 	long long mapped = mapped_bytes(d.pid, copy);

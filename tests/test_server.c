@@ -100,40 +100,6 @@ static ssize_t admin_frame(uint8_t *buf, size_t cap, const char *cmd, size_t cmd
 	return proto_encode_admin(buf, cap, &a);
 }
 
-/* Waits up to SECONDS for the first ERROR frame; its code (0: none) and
- * whether the daemon then closed the stream. */
-static int error_within(int fd, double seconds, int *closed)
-{
-	uint8_t buf[4096];
-	size_t have = 0;
-	int code = 0;
-
-	*closed = 0;
-	for (double t0 = tnow(); tnow() - t0 < seconds;) {
-		struct pollfd p = { fd, POLLIN, 0 };
-		struct proto_frame f;
-		ssize_t n;
-		if (poll(&p, 1, 50) <= 0)
-			continue;
-		n = read(fd, buf + have, sizeof buf - have);
-		if (n <= 0) {
-			*closed = 1;
-			break;
-		}
-		have += (size_t)n;
-		while ((n = proto_frame_parse(buf, have, &f)) > 0) {
-			struct proto_error e;
-			if (f.type == PROTO_ERROR && !code && proto_decode_error(&f, &e) == 0)
-				code = (int)e.code;
-			memmove(buf, buf + n, have - (size_t)n);
-			have -= (size_t)n;
-		}
-		if (have == sizeof buf)
-			have = 0; /* not ours to parse: replies we never asked to keep */
-	}
-	return code;
-}
-
 /* Seconds one `status` takes over H (-1 on failure). */
 static double status_s(struct llm *h)
 {
@@ -379,82 +345,58 @@ static struct llm *busy_engine(const struct tdaemon *d, const char *long_prompt)
 	return h;
 }
 
-static void test_floods_while_busy(const struct tdaemon *d, const char *long_prompt)
+/* One flood, while the engine is busy with a long prompt, as an attacker
+ * would time it (posted work waits for a step then): a raw connection sends
+ * FIRST (may be NULL), then COUNT copies of FRAME for at most SECONDS.
+ * llmd's heap must grow by less than BOUND_KIB, and a new client's HELLO
+ * and status must take under 2 s meanwhile. */
+static void flood_while_busy(const struct tdaemon *d, const char *long_prompt, const char *what,
+			     const uint8_t *first, size_t first_len, const uint8_t *frame, size_t len,
+			     size_t count, double seconds, long bound_kib)
 {
-	uint8_t f[64];
-	ssize_t n;
+	struct llm *busy = busy_engine(d, long_prompt);
 	long before, after;
-	double s;
 	size_t sent;
+	double s;
 	int fd;
 
-	/* Each flood while the engine is busy with a long prompt, as an
-	 * attacker would time it: posted work waits for a step then. */
-	struct llm *busy = busy_engine(d, long_prompt);
 	tsleep_ms(300);
-
-	/* 100,000 pipelined status frames, never read */
-	before = rss_kib(d->pid);
 	fd = raw_ready(d);
 	CHECK(fd >= 0);
-	n = admin_frame(f, sizeof f, "status", 6);
-	sent = flood(fd, f, (size_t)n, 100000, 3.0);
+	if (first)
+		send_all(fd, first, first_len);
+	before = rss_kib(d->pid);
+	sent = flood(fd, frame, len, count, seconds);
 	tsleep_ms(500);
 	s = connect_status_s(d);
 	after = rss_kib(d->pid);
-	printf("admin flood: %zu bytes of status frames taken; a new client's HELLO + status took %.3f s; "
-	       "anonymous RSS %ld -> %ld KiB\n", sent, s, before, after);
+	printf("%s: %zu bytes taken; a new client's HELLO + status took %.3f s; anonymous RSS "
+	       "%ld -> %ld KiB\n", what, sent, s, before, after);
 	CHECK(s >= 0 && s < 2.0);
-	CHECK(after - before < 32 * 1024);
+	CHECK(after - before < bound_kib);
 	close(fd);
 	llm_close(busy);
 	CHECK(wait_idle(d));
+}
 
-	/* a million CANCELs of one live request */
-	busy = busy_engine(d, long_prompt);
-	tsleep_ms(300);
-	fd = raw_ready(d);
-	CHECK(fd >= 0);
-	{
-		uint8_t sub[256], can[64];
-		struct proto_submit sm = { .id = 5, .max_tokens = 2000, .top_p = 1, .repeat_penalty = 1,
-					   .flags = PROTO_SUBMIT_IGNORE_EOS, .prompt = { "Hello", 5 } };
-		n = proto_encode_submit(sub, sizeof sub, &sm);
-		send_all(fd, sub, (size_t)n);
-		before = rss_kib(d->pid);
-		n = proto_encode_cancel(can, sizeof can, 5);
-		sent = flood(fd, can, (size_t)n, 1u << 20, 4.0);
-	}
-	tsleep_ms(300);
-	after = rss_kib(d->pid);
-	printf("CANCEL flood: %zu bytes taken; anonymous RSS %ld -> %ld KiB\n", sent, before, after);
-	CHECK(after - before < 16 * 1024);
-	close(fd);
-	llm_close(busy);
-	CHECK(wait_idle(d));
+static void test_floods_while_busy(const struct tdaemon *d, const char *long_prompt)
+{
+	uint8_t status[64], sub[256], can[64], wake[PROTO_HDR_SIZE];
+	struct proto_submit sm = { .id = 5, .max_tokens = 2000, .top_p = 1, .repeat_penalty = 1,
+				   .flags = PROTO_SUBMIT_IGNORE_EOS, .prompt = { "Hello", 5 } };
+	ssize_t n_status = admin_frame(status, sizeof status, "status", 6),
+		n_sub = proto_encode_submit(sub, sizeof sub, &sm),
+		n_can = proto_encode_cancel(can, sizeof can, 5),
+		n_wake = proto_encode_ring_wake(wake, sizeof wake);
 
-	/* 32 MB of RING_WAKE frames */
-	busy = busy_engine(d, long_prompt);
-	tsleep_ms(300);
-	fd = raw_ready(d);
-	CHECK(fd >= 0);
-	before = rss_kib(d->pid);
-	{
-		uint8_t hdr[PROTO_HDR_SIZE + 8];
-		n = proto_encode_ring_wake(hdr, sizeof hdr);
-		CHECK(n == PROTO_HDR_SIZE);
-		sent = flood(fd, hdr, (size_t)n, 4u << 20, 6.0);
-	}
-	tsleep_ms(300);
-	after = rss_kib(d->pid);
-	s = connect_status_s(d);
-	printf("RING_WAKE flood: %zu bytes taken; anonymous RSS %ld -> %ld KiB; status took %.3f s\n",
-	       sent, before, after, s);
-	CHECK(after - before < 16 * 1024);
-	CHECK(s >= 0 && s < 2.0);
-	close(fd);
-	llm_close(busy);
-	CHECK(wait_idle(d));
+	CHECK(n_status > 0 && n_sub > 0 && n_can > 0 && n_wake == PROTO_HDR_SIZE);
+	/* CANCELs before wakes: an inbox grown by one keeps its capacity. */
+	flood_while_busy(d, long_prompt, "admin flood (100,000 status, never read)", NULL, 0, status,
+			 (size_t)n_status, 100000, 3.0, 32 * 1024);
+	flood_while_busy(d, long_prompt, "CANCEL flood (1M of one live request)", sub, (size_t)n_sub,
+			 can, (size_t)n_can, 1u << 20, 4.0, 16 * 1024);
+	flood_while_busy(d, long_prompt, "RING_WAKE flood (32 MB)", NULL, 0, wake, (size_t)n_wake,
+			 4u << 20, 6.0, 16 * 1024);
 	still_serving(d, "the floods");
 }
 
@@ -478,7 +420,7 @@ static void test_reserve_and_timeouts(const char *model)
 	fd = raw_connect(&d);
 	send_all(fd, "\x10\0\0", 3);
 	t0 = tnow();
-	code = error_within(fd, 6, &closed);
+	code = read_error_within(fd, 6, &closed);
 	printf("timeouts: a 3-byte header was closed after %.1f s\n", tnow() - t0);
 	CHECK_INT_EQ(code, PROTO_E_LIMIT);
 	CHECK(closed);
@@ -488,7 +430,7 @@ static void test_reserve_and_timeouts(const char *model)
 	CHECK(fd >= 0);
 	send_all(fd, "\x40\0\0\0\x02\0", 6);
 	t0 = tnow();
-	code = error_within(fd, 6, &closed);
+	code = read_error_within(fd, 6, &closed);
 	printf("timeouts: a frame cut short was closed after %.1f s\n", tnow() - t0);
 	CHECK_INT_EQ(code, PROTO_E_LIMIT);
 	CHECK(closed);
@@ -497,7 +439,7 @@ static void test_reserve_and_timeouts(const char *model)
 	fd = raw_ready(&d);
 	CHECK(fd >= 0);
 	t0 = tnow();
-	code = error_within(fd, 8, &closed);
+	code = read_error_within(fd, 8, &closed);
 	printf("timeouts: an idle connection was closed after %.1f s\n", tnow() - t0);
 	CHECK_INT_EQ(code, PROTO_E_LIMIT);
 	CHECK(closed);
@@ -526,7 +468,7 @@ static void test_reserve_and_timeouts(const char *model)
 		}
 		tsleep_ms(200);
 		c[4] = raw_connect(&d); /* the fifth: refused */
-		bad |= c[4] < 0 || error_within(c[4], 2, &closed) != PROTO_E_LIMIT || !closed;
+		bad |= c[4] < 0 || read_error_within(c[4], 2, &closed) != PROTO_E_LIMIT || !closed;
 		(void)!write(go[1], "g", 1);
 		(void)!read(done[0], &x, 1);
 		/* By now the timeouts closed the four. */
