@@ -921,8 +921,8 @@ static int check_request(struct llm *h, const struct llm_request *r, uint64_t *r
 		}
 	}
 	if (h->info.max_prompt_bytes && bytes > h->info.max_prompt_bytes) {
-		set_err(h, "the prompt has %llu bytes; the daemon takes at most %u",
-			(unsigned long long)bytes, h->info.max_prompt_bytes);
+		set_err(h, "the prompt has %llu bytes; the daemon takes at most %u "
+			"(its limits.prompt_bytes)", (unsigned long long)bytes, h->info.max_prompt_bytes);
 		return -EINVAL;
 	}
 	if (r->max_tokens < 1) {

@@ -117,6 +117,54 @@ static int parse_int(const char *v, int64_t *ret, int base)
 	return 0;
 }
 
+/* Edits (insert, delete, substitute) between A and B, at most 9. */
+static int distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	int row[64];
+
+	if (la >= 64 || lb >= 64)
+		return 9;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (int)j;
+	for (size_t i = 1; i <= la; i++) {
+		int diag = row[0];
+		row[0] = (int)i;
+		for (size_t j = 1; j <= lb; j++) {
+			int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			diag = up;
+			row[j] = best;
+		}
+	}
+	return row[lb] < 9 ? row[lb] : 9;
+}
+
+/* The option SECTION.KEY most likely meant (at most three edits away), or
+ * NULL. */
+static const struct opt *nearest(const char *section, const char *key)
+{
+	char want[128], name[128];
+	const struct opt *best = NULL;
+	int best_d = 4;
+
+	snprintf(want, sizeof want, "%s.%s", section, key);
+	for (size_t i = 0; i < N_OPTS; i++) {
+		int d;
+		snprintf(name, sizeof name, "%s.%s", opts[i].section, opts[i].key);
+		/* the right key in another section counts as one edit */
+		d = !strcmp(opts[i].key, key) ? 1 : distance(want, name);
+		if (d < best_d) {
+			best = &opts[i];
+			best_d = d;
+		}
+	}
+	return best;
+}
+
 int conf_apply(struct llmd_conf *c, const char *section, const char *key, const char *value,
 		 char *err, size_t errlen)
 {
@@ -128,7 +176,13 @@ int conf_apply(struct llmd_conf *c, const char *section, const char *key, const 
 		if (!strcmp(opts[i].section, section) && !strcmp(opts[i].key, key))
 			o = &opts[i];
 	if (!o) {
-		snprintf(err, errlen, "unknown option %s.%s", section, key);
+		const struct opt *n = nearest(section, key);
+		if (n)
+			snprintf(err, errlen, "unknown option %s.%s (did you mean %s.%s?)", section, key,
+				 n->section, n->key);
+		else
+			snprintf(err, errlen, "unknown option %s.%s (llmd --print-config lists them all)",
+				 section, key);
 		return -ENOENT;
 	}
 	field = (char *)c + o->off;
@@ -143,8 +197,13 @@ int conf_apply(struct llmd_conf *c, const char *section, const char *key, const 
 			for (const char *const *ch = o->choices; *ch; ch++)
 				ok |= !strcmp(*ch, value);
 			if (!ok) {
-				snprintf(err, errlen, "%s.%s: '%s' is not one of the allowed values", section,
-					 key, value);
+				char list[128] = "";
+				for (const char *const *ch = o->choices; *ch; ch++) {
+					size_t l = strlen(list);
+					snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", *ch);
+				}
+				snprintf(err, errlen, "%s.%s: '%s' is not one of %s", section, key, value,
+					 list);
 				return -EINVAL;
 			}
 		}
@@ -277,8 +336,10 @@ int conf_check(const struct llmd_conf *c, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (c->requests_per_connection > c->requests_per_uid) {
-		snprintf(err, errlen, "limits.requests_per_connection (%d) is over limits.requests_per_uid (%d)",
-			 c->requests_per_connection, c->requests_per_uid);
+		snprintf(err, errlen, "limits.requests_per_connection (%d) is over limits.requests_per_uid "
+			 "(%d): lower limits.requests_per_connection to at most %d, or raise "
+			 "limits.requests_per_uid", c->requests_per_connection, c->requests_per_uid,
+			 c->requests_per_uid);
 		return -EINVAL;
 	}
 	return 0;

@@ -448,6 +448,7 @@ static void check_bad_requests(struct llm *h)
 	BAD(r.presence_penalty = INFINITY);
 	BAD(r.flags = 1u << 9);
 	BAD(r.prompt = big);                               /* over max_prompt_bytes (100) */
+	CHECK(strstr(llm_errmsg(h), "limits.prompt_bytes") != NULL); /* says what to change */
 	BAD(r.prompt = "\xc3\x28");                        /* invalid UTF-8 */
 	BAD(r.prompt = "\xed\xa0\x80");                    /* a surrogate */
 #undef BAD

@@ -1,0 +1,61 @@
+/* test_conf.c - llmd.conf's options and their messages:
+ *  - defaults pass conf_check, and --print-config lists every option;
+ *  - a value outside a list names the values allowed;
+ *  - a misspelt option (or one in the wrong section) names the option meant;
+ *  - requests_per_connection over requests_per_uid says which one to change;
+ *  - the hardening limits (admin_connections, output_kib, the timeouts)
+ *    parse with their ranges.
+ */
+#include <errno.h>
+
+#include "conf.h"
+#include "testutil.h"
+
+static void expect_error(const char *assignment, const char *says)
+{
+	struct llmd_conf c;
+	char err[512] = "";
+
+	conf_default(&c);
+	CHECK(conf_set(&c, assignment, err, sizeof err) < 0);
+	if (!strstr(err, says))
+		fprintf(stderr, "%s: '%s' does not say '%s'\n", assignment, err, says);
+	CHECK(strstr(err, says) != NULL);
+}
+
+int main(void)
+{
+	struct llmd_conf c;
+	char err[512] = "";
+
+	conf_default(&c);
+	CHECK(conf_set(&c, "model.path=/x.gguf", err, sizeof err) == 0);
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), 0);
+
+	expect_error("kv.type=q4_0", "'q4_0' is not one of f16, f32, q8_0");
+	expect_error("device.backend=gpu", "is not one of auto, cpu, cuda");
+	expect_error("kv.blok_tokens=32", "unknown option kv.blok_tokens (did you mean kv.block_tokens?)");
+	expect_error("server.max_tokens=9", "(did you mean limits.max_tokens?)");
+	expect_error("limits.idle_timeout=5", "(did you mean limits.idle_timeout_s?)");
+	expect_error("zzz.qqqqqqqq=1", "unknown option zzz.qqqqqqqq (llmd --print-config lists them all)");
+	expect_error("limits.output_kib=8", "not an integer in 16..65536");
+	expect_error("limits.admin_connections=-1", "not an integer in 0..1024");
+
+	conf_default(&c);
+	CHECK(conf_set(&c, "model.path=/x.gguf", err, sizeof err) == 0);
+	CHECK(conf_set(&c, "limits.requests_per_uid=1", err, sizeof err) == 0);
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), -EINVAL);
+	CHECK(strstr(err, "lower limits.requests_per_connection to at most 1, or raise "
+			  "limits.requests_per_uid") != NULL);
+
+	conf_default(&c);
+	CHECK_INT_EQ(c.admin_connections, 16);
+	CHECK_INT_EQ(c.output_kib, 256);
+	CHECK_INT_EQ(c.hello_timeout_s, 10);
+	CHECK_INT_EQ(c.frame_timeout_s, 10);
+	CHECK_INT_EQ(c.idle_timeout_s, 0);
+	CHECK(conf_set(&c, "limits.idle_timeout_s=600", err, sizeof err) == 0);
+	CHECK_INT_EQ(c.idle_timeout_s, 600);
+	printf("conf: messages name the allowed values, the option meant and the setting to change\n");
+	return test_result();
+}
