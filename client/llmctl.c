@@ -21,6 +21,7 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
 
 static int json_out;
 static const char *socket_path;
+static unsigned timeout_s = 5;  /* --timeout: llmd answers admin commands at once */
 static volatile sig_atomic_t interrupted;
 
 static void usage(FILE *f)
@@ -39,6 +40,7 @@ static void usage(FILE *f)
 		"Options:\n"
 		"  -S, --socket PATH   daemon socket (default $LLMD_SOCKET, then " LLM_DEFAULT_SOCKET ")\n"
 		"  -j, --json          print the daemon's JSON answer\n"
+		"  -T, --timeout SECONDS  give up on a daemon that does not answer (default 5)\n"
 		"  -h, --help, --version\n"
 		"Exit status: 0 ok, 1 the daemon refused or failed the command, 2 usage,\n"
 		"3 cannot reach the daemon.\n");
@@ -57,7 +59,7 @@ static int connect_daemon(void)
 	int r;
 
 	signal(SIGALRM, on_alarm);
-	alarm(30); /* a daemon that accepts but never answers HELLO */
+	alarm(timeout_s); /* a daemon that accepts but never answers HELLO */
 	r = llm_connect(path, 4096, &h, err, sizeof err);
 	alarm(0);
 	if (r < 0) {
@@ -76,7 +78,7 @@ static int admin(const char *cmd, const char *arg, json_object **ret)
 	int r;
 
 	signal(SIGALRM, on_alarm);
-	alarm(30);
+	alarm(timeout_s);
 	r = llm_admin(h, cmd, arg, &body);
 	alarm(0);
 
@@ -274,7 +276,8 @@ static void render_reload(json_object *j)
 /* An answer that never comes (a wedged daemon) must not hang a script. */
 static void on_alarm(int sig)
 {
-	static const char msg[] = "llmctl: no answer from llmd within 30 s (is it wedged?)\n";
+	static const char msg[] = "llmctl: no answer from llmd within --timeout seconds "
+				  "(is it wedged? try journalctl -u llmd)\n";
 	(void)sig;
 	(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
 	_exit(EXIT_CONNECT);
@@ -342,6 +345,7 @@ int main(int argc, char **argv)
 	static const struct option lopts[] = {
 		{ "socket", required_argument, NULL, 'S' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 1 },
 		{ NULL, 0, NULL, 0 },
@@ -350,11 +354,22 @@ int main(int argc, char **argv)
 	int opt, r;
 
 	/* Options before the command; the command's own after it. */
-	while ((opt = getopt_long(argc, argv, "+S:jh", lopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+S:jT:h", lopts, NULL)) != -1) {
 		switch (opt) {
 		case 'S':
 			socket_path = optarg;
 			break;
+		case 'T': {
+			char *end;
+			long t = strtol(optarg, &end, 10);
+			if (*end || end == optarg || t < 1 || t > 3600) {
+				fprintf(stderr, "llmctl: --timeout takes 1 to 3600 seconds, not '%s'\n",
+					optarg);
+				return EXIT_USAGE;
+			}
+			timeout_s = (unsigned)t;
+			break;
+		}
 		case 'j':
 			json_out = 1;
 			break;

@@ -11,7 +11,7 @@
  *    and connections that never finish HELLO or a frame, or sit idle, are
  *    closed after their timeouts;
  *  - `cancel -1`, a command with a NUL in it, and a huge repeat_last_n get
- *    a clear answer;
+ *    a clear answer; llmctl gives up on a daemon that never answers;
  *  - with SmolLM2 on 2 threads, a running stream keeps a bounded gap between
  *    tokens while another client's ~4,000-token prompt is prefilled,
  *    `status` answers at once meanwhile, and a vanished client's blocks are
@@ -283,6 +283,29 @@ static void test_small_refusals(const struct tdaemon *d)
 	close(fd);
 	printf("small refusals: cancel -1 and ' 7' and a NUL in a command refused; "
 	       "repeat_last_n INT32_MAX served\n");
+}
+
+/* ---- llmctl never hangs on a daemon that does not answer ---- */
+
+static void test_llmctl_timeout(void)
+{
+	char dir[] = "/tmp/llmctl-test.XXXXXX", path[128], bin[1024], out[256];
+	int fd = -1;
+	double t0;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/mute.sock", dir);
+	fd = usock_listen(path, 0600, 4, NULL, 0); /* listens, never accepts, never answers */
+	CHECK(fd >= 0);
+	snprintf(bin, sizeof bin, "%s/llmctl", tbuilddir());
+	const char *argv[] = { bin, "--socket", path, "--timeout", "1", "status", NULL };
+	t0 = tnow();
+	CHECK_INT_EQ(trun(argv, NULL, out, sizeof out), 3);
+	printf("llmctl --timeout 1 gave up on a mute daemon after %.2f s\n", tnow() - t0);
+	CHECK(tnow() - t0 < 4.0);
+	close(fd);
+	unlink(path);
+	rmdir(dir);
 }
 
 /* ---- floods ---- */
@@ -572,6 +595,7 @@ int main(void)
 	test_unread_replies(&d);
 	CHECK_INT_EQ(tdaemon_stop(&d), 0); /* SIGTERM finishes after all that */
 	test_reserve_and_timeouts(tiny_path);
+	test_llmctl_timeout();
 
 	if (!smol) {
 		printf("SmolLM2 not fetched (models/): the head-of-line and busy-flood parts are skipped\n");
