@@ -599,8 +599,8 @@ static void test_budget_limits_prefill(const struct model *m)
 	static const struct stepcost_coef k = {
 		.base_s = 0.005, .row_s = 4e-4, .pos_s = 2e-6, .ctx_s = 1e-5,
 	};
-	int32_t a[16], big[400];
-	int na = tokenize(m, prompts[0], a, 16);
+	int32_t a[64], big[400];
+	int na = tokenize(m, prompts[0], a, 64);
 
 	long_prompt(big, 400, 7);
 	for (int on = 0; on < 2; on++) {
@@ -665,8 +665,8 @@ static void test_budget_limits_prefill(const struct model *m)
 static void test_budget_never_starves(const struct model *m)
 {
 	static const struct stepcost_coef k = { .base_s = 1.0, .row_s = 0, .pos_s = 0 };
-	int32_t a[16], big[300];
-	int na = tokenize(m, prompts[2], a, 16);
+	int32_t a[64], big[300];
+	int na = tokenize(m, prompts[2], a, 64); /* the count, even past the cap */
 	struct rig g;
 	struct sched_counters c;
 
