@@ -27,6 +27,25 @@
 
 /* ---- helpers ---- */
 
+/* ASan's allocator keeps freed memory in quarantine and never gives it back,
+ * so in an --enable-asan build (llmd's and this test's flags are the same)
+ * llmd's heap figures are ASan's: printed, not checked. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASAN_BUILD 1
+#endif
+#endif
+#ifdef ASAN_BUILD
+#define HEAP_CHECK(cond) do { \
+	if (!(cond)) \
+		printf("ASan build: %s does not hold, not checked\n", #cond); \
+} while (0)
+#else
+#define HEAP_CHECK(cond) CHECK(cond)
+#endif
+
 /* Anonymous resident memory of PID in KiB (the heap: not the model file,
  * nor the KV pool and rings, which are memfds and fill as they are
  * used), or -1. */
@@ -335,7 +354,7 @@ static void test_unread_replies(const struct tdaemon *d)
 	double s = connect_status_s(d);
 	printf("unread replies: %d connections sent %zu bytes of stats; llmd anonymous RSS %ld -> %ld "
 	       "KiB; a new client's status took %.3f s\n", CONNS, sent, before, peak, s);
-	CHECK(peak - before < 64 * 1024);
+	HEAP_CHECK(peak - before < 64 * 1024);
 	CHECK(s >= 0 && s < 2.0);
 	for (int i = 0; i < CONNS; i++)
 		if (fds[i] >= 0)
@@ -343,7 +362,7 @@ static void test_unread_replies(const struct tdaemon *d)
 	tsleep_ms(2500); /* closed, then trimmed within a second */
 	after = rss_kib(d->pid);
 	printf("unread replies: anonymous RSS %ld KiB after the connections closed\n", after);
-	CHECK(after - before < 16 * 1024);
+	HEAP_CHECK(after - before < 16 * 1024);
 	still_serving(d, "a flood of unread stats");
 }
 
@@ -396,7 +415,7 @@ static void flood_while_busy(const struct tdaemon *d, const char *long_prompt, c
 	printf("%s: %zu bytes taken; a new client's HELLO + status took %.3f s; anonymous RSS "
 	       "%ld -> %ld KiB\n", what, sent, s, before, after);
 	CHECK(s >= 0 && s < 2.0);
-	CHECK(after - before < bound_kib);
+	HEAP_CHECK(after - before < bound_kib);
 	close(fd);
 	llm_close(busy);
 	CHECK(wait_idle(d));
@@ -605,7 +624,14 @@ int main(void)
 	const char *smol_extra[] = { "--kv-mib", "512", NULL };
 	if (!long_prompt || tdaemon_start(&d, smol, smol_extra) < 0)
 		return 1;
+#ifdef ASAN_BUILD
+	/* An instrumented CPU step is some twenty times slower: a 3,600-token
+	 * prompt would take many minutes and every gap would be the budget's
+	 * floor.  The floods still run, for what ASan can find in them. */
+	printf("ASan build: the head-of-line timing is skipped\n");
+#else
 	test_head_of_line(&d);
+#endif
 	test_floods_while_busy(&d, long_prompt);
 	CHECK_INT_EQ(tdaemon_stop(&d), 0);
 	free(long_prompt);
