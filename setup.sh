@@ -73,7 +73,6 @@ run)
 	echo "\$ llm-client -s 'You are a helpful assistant.' 'Write a haiku about a computer that shares its GPU with friends.'"
 	./llm-client --socket "$sock" -s "You are a helpful assistant." -n 96 --temp 0.7 --seed 42 \
 		"Write a haiku about a computer that shares its GPU with friends."
-	echo
 	;;
 check)
 	rc=0

@@ -1,7 +1,8 @@
 /* test_daemon.c - the real llmd on a temporary socket, driven by llm-client,
  * llmctl, libllm and raw hostile frames.  It pins:
  *  - `llm-client --ids --temp 0` through the daemon gives llama.cpp's golden
- *    tokens (every case of greedy-llamacpp.json, four models);
+ *    tokens (every case of greedy-llamacpp.json, four models); a text answer
+ *    ends with a newline in a pipe too, and -N prints the bytes alone;
  *  - 32 concurrent clients with different prompts get what they get alone;
  *  - a client killed mid-stream, CANCEL and `llmctl cancel` remove the
  *    request from `llmctl ps` and return the pool's used blocks to zero;
@@ -325,6 +326,33 @@ static void test_slow_reader(const struct tdaemon *d)
 	llm_close(slow);
 	llm_close(fast);
 	CHECK(wait_idle(d));
+}
+
+/* ---- llm-client's last line ---- */
+
+/* An answer ends with a newline, in a pipe too; -N prints the bytes alone. */
+static void test_client_newline(const struct tdaemon *d)
+{
+	static char plain[4096], exact[4096];
+	char bin[1024];
+
+	snprintf(bin, sizeof bin, "%s/llm-client", tbuilddir());
+	const char *a[] = { bin, "--socket", d->sock, "-n", "6", "--temp", "0", "Once upon a time",
+			    NULL };
+	const char *b[] = { bin, "--socket", d->sock, "-N", "-n", "6", "--temp", "0",
+			    "Once upon a time", NULL };
+	CHECK_INT_EQ(trun(a, NULL, plain, sizeof plain), 0);
+	CHECK_INT_EQ(trun(b, NULL, exact, sizeof exact), 0);
+	size_t n = strlen(exact);
+	CHECK(n > 0 && strlen(plain) > 0);
+	CHECK(plain[strlen(plain) - 1] == '\n');
+	if (n && exact[n - 1] == '\n') {
+		CHECK_STR_EQ(plain, exact);
+	} else {
+		CHECK_INT_EQ(strlen(plain), n + 1);
+		CHECK(strncmp(plain, exact, n) == 0);
+	}
+	printf("llm-client: the answer '%s' ends with a newline in a pipe; -N adds none\n", exact);
 }
 
 /* ---- hostile input ---- */
@@ -920,6 +948,7 @@ int main(void)
 	if (tdaemon_start(&d, model, extra) < 0)
 		return 1;
 	test_concurrent(&d);
+	test_client_newline(&d);
 	test_bench_socket(&d, model);
 	test_vanishing_client(&d);
 	test_slow_reader(&d);
