@@ -511,19 +511,6 @@ static void check_same_file(const struct gguf_file *a, const struct gguf_file *b
 	}
 }
 
-/* PATH's size, or -1. */
-static long long file_size(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	long long n;
-
-	if (!f)
-		return -1;
-	n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-	fclose(f);
-	return n;
-}
-
 /* The small file, then stories260K when present: the private copy is the
  * mapped file key for key and byte for byte, read-only, and stays whole
  * when the file is truncated under it. */
@@ -575,7 +562,7 @@ static void test_no_mmap(void)
 		for (uint64_t i = 0; t && i < t->nbytes; i++)
 			sum ^= ((const uint8_t *)t->data)[i];
 		(void)sum;
-		CHECK_INT_EQ(file_size(path), 0);
+		CHECK_INT_EQ(test_file_size(path), 0);
 	}
 	gguf_close(a);
 	gguf_close(b);

@@ -56,14 +56,6 @@ static int generate(const struct tdaemon *d, int32_t ids[N_GEN])
 	return done == 1 ? n : -1;
 }
 
-/* PATH's size, or -1. */
-static long long file_size(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 ? (long long)st.st_size : -1;
-}
-
 /* Bytes of PID's mappings of PATH (/proc/PID/maps), or -1. */
 static long long mapped_bytes(pid_t pid, const char *path)
 {
@@ -128,7 +120,7 @@ static void test_mapped(const char *model, enum change how)
 		return;
 	}
 	CHECK_INT_EQ(generate(&d, ids), N_GEN);
-	CHECK(mapped_bytes(d.pid, copy) >= file_size(copy)); /* the whole file */
+	CHECK(mapped_bytes(d.pid, copy) >= test_file_size(copy)); /* the whole file */
 	change_file(copy, how);
 	CHECK_INT_EQ(generate(&d, ids), -1);
 	for (double t0 = tnow(); tnow() - t0 < 30 && !exited; tsleep_ms(20))

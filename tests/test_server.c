@@ -444,6 +444,21 @@ static void test_floods_while_busy(const struct tdaemon *d, const char *long_pro
 
 /* ---- admins keep a way in; half-open and idle connections time out ---- */
 
+/* Waits up to SECONDS for llmd to send FD error "limit" and close it, then
+ * closes FD.  Returns the seconds it took. */
+static double timed_out(int fd, double seconds, const char *what)
+{
+	double t0 = tnow(), t;
+	int closed, code = read_error_within(fd, seconds, &closed);
+
+	t = tnow() - t0;
+	printf("timeouts: %s was closed after %.1f s\n", what, t);
+	CHECK_INT_EQ(code, PROTO_E_LIMIT);
+	CHECK(closed);
+	close(fd);
+	return t;
+}
+
 static void test_reserve_and_timeouts(const char *model)
 {
 	const char *extra[] = { "--set", "server.socket_mode=0666", "--set", "limits.max_connections=4",
@@ -451,8 +466,7 @@ static void test_reserve_and_timeouts(const char *model)
 				"--set", "limits.hello_timeout_s=2", "--set", "limits.frame_timeout_s=2",
 				"--set", "limits.idle_timeout_s=3", NULL };
 	struct tdaemon d;
-	int closed, code, fd;
-	double t0;
+	int closed, fd;
 
 	if (tdaemon_start(&d, model, extra) < 0) {
 		test_failures++;
@@ -461,32 +475,15 @@ static void test_reserve_and_timeouts(const char *model)
 	/* A partial header never finishes HELLO; a partial frame never finishes. */
 	fd = raw_connect(&d);
 	send_all(fd, "\x10\0\0", 3);
-	t0 = tnow();
-	code = read_error_within(fd, 6, &closed);
-	printf("timeouts: a 3-byte header was closed after %.1f s\n", tnow() - t0);
-	CHECK_INT_EQ(code, PROTO_E_LIMIT);
-	CHECK(closed);
-	CHECK(tnow() - t0 < 5.5);
-	close(fd);
+	CHECK(timed_out(fd, 6, "a 3-byte header") < 5.5);
 	fd = raw_ready(&d);
 	CHECK(fd >= 0);
 	send_all(fd, "\x40\0\0\0\x02\0", 6);
-	t0 = tnow();
-	code = read_error_within(fd, 6, &closed);
-	printf("timeouts: a frame cut short was closed after %.1f s\n", tnow() - t0);
-	CHECK_INT_EQ(code, PROTO_E_LIMIT);
-	CHECK(closed);
-	close(fd);
+	timed_out(fd, 6, "a frame cut short");
 	/* idle: no request, no frame */
 	fd = raw_ready(&d);
 	CHECK(fd >= 0);
-	t0 = tnow();
-	code = read_error_within(fd, 8, &closed);
-	printf("timeouts: an idle connection was closed after %.1f s\n", tnow() - t0);
-	CHECK_INT_EQ(code, PROTO_E_LIMIT);
-	CHECK(closed);
-	CHECK(tnow() - t0 > 2.0);
-	close(fd);
+	CHECK(timed_out(fd, 8, "an idle connection") > 2.0);
 
 	if (geteuid() != 0) {
 		printf("admin reserve: not root, skipped\n");

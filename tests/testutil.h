@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int test_failures;
@@ -66,6 +67,14 @@ static inline const char *test_smollm2_path(void)
 	if (!p)
 		p = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 	return access(p, R_OK) == 0 ? p : NULL;
+}
+
+/* PATH's size in bytes, or -1. */
+static inline long long test_file_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (long long)st.st_size : -1;
 }
 
 /* Copies SRC to a new file /tmp/llmd-test.XXXXXX, whose path goes to DST
