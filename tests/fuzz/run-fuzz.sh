@@ -25,12 +25,12 @@ mkdir -p "$dir/corpus" "$dir/crashes"
 
 # The target's code under test, and where its header lives.
 case $target in
-gguf) inc=$src/daemon; lib=$src/daemon/gguf.c ;;
+gguf) inc=$src/daemon/engine; lib=$src/daemon/engine/gguf.c ;;
 frame) inc=$src/libipc; lib=$src/libipc/proto.c ;;
 esac
 "$cc" -std=gnu11 -D_GNU_SOURCE -g -O1 \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-I"$inc" "$lib" "$src/tests/fuzz_$target.c" -o "$dir/fuzz_$target"
+	-I"$inc" -I"$src/libipc" "$lib" "$src/tests/fuzz_$target.c" -o "$dir/fuzz_$target"
 
 cp "$src"/tests/corpus/"$target"/* "$dir/corpus/"
 
