@@ -20,10 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "llm.h"
 #include "proto.h"
 #include "ring.h"
 #include "usock.h"
+#include "utf8.h"
 
 #define IN_INITIAL (64u << 10)   /* first size of the input buffer; it grows to PROTO_MAX_FRAME */
 #define READS_PER_CALL 16        /* socket reads per read_socket(): bounded work per wakeup */
@@ -99,14 +101,6 @@ static void set_msg(char *buf, size_t len, const char *fmt, ...)
 
 #define set_err(h, ...) set_msg((h)->errmsg, sizeof (h)->errmsg, __VA_ARGS__)
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Copies a protocol string into DST (CAP bytes) NUL-terminated, truncated. */
 static void copy_str(char *dst, size_t cap, struct proto_str s)
 {
@@ -150,46 +144,6 @@ static void poke_wake(struct llm *h)
 	if (write(h->wake_fd, &one, sizeof one) < 0) {
 		/* EAGAIN: the counter is already huge, the reader will look anyway. */
 	}
-}
-
-static bool utf8_valid(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned c = s[i], need;
-		uint32_t cp;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf) {
-			need = 1;
-			cp = c & 0x1f;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			need = 2;
-			cp = c & 0x0f;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			need = 3;
-			cp = c & 0x07;
-		} else {
-			return false;
-		}
-		if (n - i - 1 < need)
-			return false;
-		for (unsigned k = 1; k <= need; k++) {
-			if ((s[i + k] & 0xc0) != 0x80)
-				return false;
-			cp = cp << 6 | (s[i + k] & 0x3f);
-		}
-		/* Overlong three- and four-byte forms, surrogates, past U+10FFFF. */
-		if ((need == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-		    (need == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-			return false;
-		i += need + 1;
-	}
-	return true;
 }
 
 /* ---- live requests ---- */
@@ -892,9 +846,11 @@ static int check_request(struct llm *h, const struct llm_request *r, uint64_t *r
 		return -EINVAL;
 	}
 	if (r->prompt) {
+		size_t bad;
 		bytes = strlen(r->prompt);
-		if (!utf8_valid((const unsigned char *)r->prompt, bytes)) {
-			set_err(h, "the prompt is not valid UTF-8");
+		if ((bad = utf8_check(r->prompt, bytes)) < bytes) {
+			set_err(h, "the prompt is not valid UTF-8 at byte %zu (0x%02x)", bad,
+				(unsigned char)r->prompt[bad]);
 			return -EINVAL;
 		}
 	} else {
@@ -905,7 +861,7 @@ static int check_request(struct llm *h, const struct llm_request *r, uint64_t *r
 		}
 		for (int i = 0; i < r->n_messages; i++) {
 			const struct llm_message *m = &r->messages[i];
-			size_t n;
+			size_t n, bad;
 
 			if (m->role < LLM_ROLE_SYSTEM || m->role > LLM_ROLE_ASSISTANT || !m->content) {
 				set_err(h, "message %d: %s", i,
@@ -913,8 +869,9 @@ static int check_request(struct llm *h, const struct llm_request *r, uint64_t *r
 				return -EINVAL;
 			}
 			n = strlen(m->content);
-			if (!utf8_valid((const unsigned char *)m->content, n)) {
-				set_err(h, "message %d is not valid UTF-8", i);
+			if ((bad = utf8_check(m->content, n)) < n) {
+				set_err(h, "message %d is not valid UTF-8 at byte %zu (0x%02x)", i, bad,
+					(unsigned char)m->content[bad]);
 				return -EINVAL;
 			}
 			bytes += n;
@@ -1113,7 +1070,7 @@ int llm_cancel(struct llm *h, uint64_t id)
 
 int llm_next_event(struct llm *h, struct llm_event *ev, int timeout_ms)
 {
-	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+	int64_t deadline = timeout_ms > 0 ? clock_ms() + timeout_ms : 0;
 	int rc;
 
 	if (!h || !ev)
@@ -1134,7 +1091,7 @@ int llm_next_event(struct llm *h, struct llm_event *ev, int timeout_ms)
 		if (timeout_ms < 0) {
 			wait = -1;
 		} else {
-			int64_t left = timeout_ms > 0 ? deadline - now_ms() : 0;
+			int64_t left = timeout_ms > 0 ? deadline - clock_ms() : 0;
 
 			if (left <= 0)
 				break;  /* rc == 0: timeout */

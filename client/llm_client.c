@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "llm.h"
 
 /* Exit statuses, as llm-client(1) documents them. */
@@ -104,14 +105,6 @@ static void buf_add(struct buf *b, const char *s, size_t n)
 	memcpy(b->p + b->len, s, n);
 	b->len += n;
 	b->p[b->len] = 0;
-}
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void on_signal(int sig)
@@ -653,7 +646,7 @@ static int run_jobs(struct run *rn)
 		if (rn->n_live == 0 && (cancelling || rn->next_submit == rn->n_jobs))
 			break;
 		if (cancelling) {
-			int64_t left = deadline - now_ms();
+			int64_t left = deadline - clock_ms();
 
 			if (left <= 0)
 				break;
@@ -674,7 +667,7 @@ static int run_jobs(struct run *rn)
 				break;  /* a second signal: stop waiting */
 			got_signal = 0;
 			cancelling = true;
-			deadline = now_ms() + CANCEL_GRACE_MS;
+			deadline = clock_ms() + CANCEL_GRACE_MS;
 			cancel_all(rn);
 		}
 		while ((rc = llm_next_event(rn->h, &ev, 0)) != 0) {

@@ -17,9 +17,10 @@
 
 #include <config.h>
 
+#include "clock.h"
+#include "conn.h"
 #include "engine.h"
 #include "model.h"
-#include "server.h"
 #include "worker.h"
 
 /* Fills OUT; returns 0 or an enum proto_err code with a message in ERR. */
@@ -109,9 +110,9 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 
 	add_str(out, "version", PACKAGE_VERSION);
 	add_int(out, "pid", getpid());
-	add_dbl(out, "uptime_s", llmd_now() - d->t_start);
+	add_dbl(out, "uptime_s", clock_s() - d->t_start);
 	add_str(out, "state", state_name(d));
-	add_dbl(out, "engine_state_age_s", llmd_now() - sn->t);
+	add_dbl(out, "engine_state_age_s", clock_s() - sn->t);
 	add_str(out, "model", d->model->name);
 	add_str(out, "model_path", d->model->path);
 	add_str(out, "backend", d->backend);
@@ -120,7 +121,7 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	add_int(out, "n_ctx", engine_n_ctx(e));
 	add_int(out, "n_vocab", engine_n_vocab(e));
 	add_int(out, "connections", d->n_conns);
-	add_int(out, "requests_live", server_live_requests(d));
+	add_int(out, "requests_live", conn_live_total(d));
 	add_int(out, "requests_total", (int64_t)d->requests_total);
 	add_int(out, "generated_tokens", (int64_t)k->generated_tokens);
 	add_dbl(out, "tok_s", sn->tok_s);
@@ -167,10 +168,10 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	json_object *by = json_object_new_object();
 
 	/* Names follow Prometheus conventions: _total for counters. */
-	add_dbl(out, "llmd_uptime_seconds", llmd_now() - d->t_start);
+	add_dbl(out, "llmd_uptime_seconds", clock_s() - d->t_start);
 	add_int(out, "llmd_connections", d->n_conns);
 	add_int(out, "llmd_connections_total", (int64_t)d->conns_total);
-	add_int(out, "llmd_requests_live", server_live_requests(d));
+	add_int(out, "llmd_requests_live", conn_live_total(d));
 	add_int(out, "llmd_requests_total", (int64_t)d->requests_total);
 	add_int(out, "llmd_requests_finished_total", (int64_t)k->finished);
 	for (int i = 1; i < PROTO_E__MAX; i++) {
@@ -238,7 +239,7 @@ static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct 
 
 	for (int32_t i = 0; i < sn->n_reqs; i++) {
 		const struct worker_snap_req *r = &sn->reqs[i];
-		struct conn *o = server_conn(d, r->conn_id);
+		struct conn *o = conn_lookup(d, r->conn_id);
 		json_object *j;
 		if (!o || (!c->is_admin && o->uid != c->uid))
 			continue; /* gone, or someone else's */
@@ -257,7 +258,7 @@ static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct 
 		add_int(j, "computed_tokens", r->info.computed_tokens);
 		add_int(j, "generated_tokens", r->info.generated_tokens);
 		add_int(j, "kv_blocks", r->info.blocks);
-		add_dbl(j, "age_s", r->age_s + (llmd_now() - sn->t));
+		add_dbl(j, "age_s", r->age_s + (clock_s() - sn->t));
 		json_object_array_add(arr, j);
 	}
 	json_object_object_add(out, "requests", arr);
@@ -269,6 +270,8 @@ static int cmd_cancel(struct llmd *d, struct conn *c, const char *arg,
 {
 	unsigned long long id;
 	size_t n = strspn(arg, "0123456789");
+	struct conn *o;
+	int32_t i;
 
 	/* Digits only: strtoull would take "-1" as 2^64 - 1, and " 7" as 7. */
 	errno = 0;
@@ -277,22 +280,17 @@ static int cmd_cancel(struct llmd *d, struct conn *c, const char *arg,
 		snprintf(err, errlen, "cancel needs a request id, a number from llmctl ps, not '%s'", arg);
 		return PROTO_E_INVAL;
 	}
-	for (uint32_t s = 0; s < d->max_conn_slots; s++) {
-		struct conn *o = d->conns[s];
-		for (int32_t i = 0; o && i < o->n_live; i++) {
-			if (o->live[i].gid != id)
-				continue;
-			if (!c->is_admin && o->uid != c->uid) {
-				snprintf(err, errlen, "request %llu belongs to uid %u", id, (unsigned)o->uid);
-				return PROTO_E_PERM;
-			}
-			server_cancel(d, o, i);
-			add_int(out, "cancelled", (int64_t)id);
-			return 0;
-		}
+	if (!(o = conn_find_gid(d, id, &i))) {
+		snprintf(err, errlen, "no live request %llu", id);
+		return PROTO_E_NOTFOUND;
 	}
-	snprintf(err, errlen, "no live request %llu", id);
-	return PROTO_E_NOTFOUND;
+	if (!c->is_admin && o->uid != c->uid) {
+		snprintf(err, errlen, "request %llu belongs to uid %u", id, (unsigned)o->uid);
+		return PROTO_E_PERM;
+	}
+	conn_cancel(d, o, i);
+	add_int(out, "cancelled", (int64_t)id);
+	return 0;
 }
 
 static int cmd_drain(struct llmd *d, struct conn *c, const char *arg,
@@ -300,7 +298,7 @@ static int cmd_drain(struct llmd *d, struct conn *c, const char *arg,
 {
 	d->draining = 1;
 	add_str(out, "state", state_name(d));
-	add_int(out, "requests_live", server_live_requests(d));
+	add_int(out, "requests_live", conn_live_total(d));
 	return 0;
 }
 
@@ -341,33 +339,27 @@ static const struct admin_cmd cmds[] = {
 
 /* ---- dispatch ---- */
 
-static void reply(struct llmd *d, struct conn *c, uint32_t code, const char *body)
+/* The reply: CODE and a copy of BODY in *RET_BODY (NULL when out of memory). */
+static uint32_t reply(uint32_t code, const char *body, char **ret_body)
 {
-	size_t len = strlen(body), cap = PROTO_HDR_SIZE + 12 + len;
-	uint8_t *buf = malloc(cap);
-	struct proto_admin_reply r = { .code = code, .body = { body, (uint32_t)len } };
-	ssize_t n;
-
-	if (!buf)
-		return;
-	n = proto_encode_admin_reply(buf, cap, &r);
-	if (n > 0)
-		server_send(c, buf, (size_t)n);
-	free(buf);
+	*ret_body = strdup(body);
+	return code;
 }
 
-static void run(struct llmd *d, struct conn *c, const struct admin_cmd *cmd, const char *arg,
-		const struct worker_snapshot *sn)
+static uint32_t run(struct llmd *d, struct conn *c, const struct admin_cmd *cmd, const char *arg,
+		    const struct worker_snapshot *sn, char **ret_body)
 {
 	json_object *out = json_object_new_object();
 	char err[512] = "";
 	int code = cmd->fn(d, c, arg, sn, out, err, sizeof err);
+	uint32_t r;
 
 	if (code)
-		reply(d, c, (uint32_t)code, err);
+		r = reply((uint32_t)code, err, ret_body);
 	else
-		reply(d, c, 0, json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN));
+		r = reply(0, json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN), ret_body);
 	json_object_put(out);
+	return r;
 }
 
 /* A command name is lowercase letters and '_'; an argument has no NUL
@@ -382,16 +374,17 @@ static int admin_text_ok(const struct proto_admin *a)
 	return a->command.len > 0 && !memchr(a->arg.p, 0, a->arg.len);
 }
 
-void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a)
+uint32_t admin_run(struct llmd *d, struct conn *c, const struct proto_admin *a, char **ret_body)
 {
 	const struct admin_cmd *cmd = NULL;
 	struct worker_snapshot *sn = NULL;
+	uint32_t code;
 	char name[PROTO_MAX_ADMIN_CMD + 1], arg[PROTO_MAX_ADMIN_ARG + 1];
 
 	if (!admin_text_ok(a)) {
-		reply(d, c, PROTO_E_INVAL,
-		      "an admin command is lowercase letters and '_', and its argument has no NUL byte");
-		return;
+		return reply(PROTO_E_INVAL,
+			     "an admin command is lowercase letters and '_', and its argument has no NUL byte",
+			     ret_body);
 	}
 	snprintf(name, sizeof name, "%.*s", (int)a->command.len, a->command.p);
 	snprintf(arg, sizeof arg, "%.*s", (int)a->arg.len, a->arg.p);
@@ -401,23 +394,21 @@ void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a)
 	if (!cmd) {
 		char msg[128];
 		snprintf(msg, sizeof msg, "unknown command '%s'", name);
-		reply(d, c, PROTO_E_NOTFOUND, msg);
-		return;
+		return reply(PROTO_E_NOTFOUND, msg, ret_body);
 	}
 	if (cmd->need_admin && !c->is_admin) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "'%s' needs root or membership of group '%s'", name,
 			 d->cfg.admin_group);
 		d->refused[PROTO_E_PERM]++;
-		reply(d, c, PROTO_E_PERM, msg);
-		return;
+		return reply(PROTO_E_PERM, msg, ret_body);
 	}
 	if (cmd->snapshot && !(sn = worker_snapshot_get(d->worker))) {
-		reply(d, c, PROTO_E_INTERNAL, "out of memory");
-		return;
+		return reply(PROTO_E_INTERNAL, "out of memory", ret_body);
 	}
-	run(d, c, cmd, arg, sn);
+	code = run(d, c, cmd, arg, sn, ret_body);
 	worker_snapshot_put(sn);
+	return code;
 }
 
 /* ---- reload ---- */

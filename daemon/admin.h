@@ -13,8 +13,11 @@
 
 struct conn;
 
-/* Runs the command in A for C and sends its ADMIN_REPLY now. */
-void admin_handle(struct llmd *d, struct conn *c, const struct proto_admin *a);
+/* Runs the command in A for C at once and returns its ADMIN_REPLY's code (0,
+ * or an enum proto_err), with the body in *RET_BODY: the JSON answer, or
+ * the error's text; malloc'd, NULL when out of memory.  The server sends
+ * it: calls go one way, server -> admin. */
+uint32_t admin_run(struct llmd *d, struct conn *c, const struct proto_admin *a, char **ret_body);
 
 /* Re-reads the config file (and the command-line overrides) and applies
  * what can change while running: limits, the admin group, the grace period.

@@ -67,10 +67,4 @@ struct llmd {
 	uint64_t bad_frames;
 };
 
-/* Logging for daemon code (never in libraries): one line to stderr, with a
- * syslog priority prefix when journald reads it.  Any thread. */
-void llmd_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-double llmd_now(void); /* monotonic seconds */
-
 #endif

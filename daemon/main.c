@@ -26,39 +26,19 @@
 #include <config.h>
 
 #include "admin.h"
+#include "clock.h"
 #include "conf.h"
+#include "conn.h"
 #include "engine.h"
 #include "kv_pool.h"
 #include "llmd.h"
+#include "log.h"
 #include "model.h"
 #include "quant.h"
 #include "sched.h"
 #include "server.h"
 #include "usock.h"
 #include "worker.h"
-
-static int log_prefixed; /* journald reads stderr: "<N>" priority prefixes */
-
-void llmd_log(int prio, const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	if (log_prefixed)
-		fprintf(stderr, "<%d>%s\n", prio, line);
-	else
-		fprintf(stderr, "llmd: %s\n", line);
-}
-
-double llmd_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -89,10 +69,10 @@ static void begin_stop(struct llmd *d, const char *why)
 		return;
 	d->stopping = 1;
 	d->draining = 1;
-	d->t_stop = llmd_now();
+	d->t_stop = clock_s();
 	sd_notify(0, "STOPPING=1\nSTATUS=stopping: finishing in-flight requests");
-	llmd_log(LOG_INFO, "%s: stopping, %lld requests in flight, grace %d s", why,
-		 (long long)server_live_requests(d), d->cfg.grace_s);
+	log_msg(LOG_INFO, "%s: stopping, %lld requests in flight, grace %d s", why,
+		 (long long)conn_live_total(d), d->cfg.grace_s);
 	server_stop_listening(d);
 }
 
@@ -104,15 +84,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	if (sig == SIGHUP) {
 		char msg[512];
 		char buf[128];
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
 		snprintf(buf, sizeof buf, "RELOADING=1\nMONOTONIC_USEC=%llu",
-			 (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+			 (unsigned long long)clock_us());
 		sd_notify(0, buf);
 		if (admin_reload(d, msg, sizeof msg) < 0)
-			llmd_log(LOG_ERR, "reload failed, keeping the old settings: %s", msg);
+			log_msg(LOG_ERR, "reload failed, keeping the old settings: %s", msg);
 		else
-			llmd_log(LOG_INFO, "reloaded: %s", msg);
+			log_msg(LOG_INFO, "reloaded: %s", msg);
 		sd_notify(0, "READY=1");
 		return;
 	}
@@ -124,7 +102,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct llmd *d = arg;
-	double t = llmd_now();
+	double t = clock_s();
 	(void)fd;
 	(void)what;
 
@@ -145,18 +123,18 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	}
 	if (!d->stopping)
 		return;
-	if (server_live_requests(d) == 0) {
+	if (conn_live_total(d) == 0) {
 		event_base_loopbreak(d->base);
 		return;
 	}
 	if (!d->cancelled_all && t - d->t_stop >= d->cfg.grace_s) {
-		llmd_log(LOG_WARNING, "grace period over: cancelling %lld requests",
-			 (long long)server_live_requests(d));
+		log_msg(LOG_WARNING, "grace period over: cancelling %lld requests",
+			 (long long)conn_live_total(d));
 		worker_cancel_all(d->worker);
 		d->cancelled_all = 1;
 	}
 	if (d->cancelled_all && t - d->t_stop >= d->cfg.grace_s + 5.0) {
-		llmd_log(LOG_WARNING, "requests still live 5 s after cancelling them: leaving anyway");
+		log_msg(LOG_WARNING, "requests still live 5 s after cancelling them: leaving anyway");
 		event_base_loopbreak(d->base);
 	}
 }
@@ -225,7 +203,7 @@ static void sigbus_watch(const struct model *m)
 			       "truncated, as cp over it does; its mapping can no longer be read): exiting. "
 			       "Replace model files atomically (write a new file, then rename it over "
 			       "the old one) and restart llmd, or set model.mmap = false\n",
-			       log_prefixed ? "<2>" : "llmd: ", m->path);
+			       log_prefix(LOG_CRIT), m->path);
 		sigbus_msg_len = len < 0 ? 0 : (size_t)len < sizeof sigbus_msg ? (size_t)len
 										: sizeof sigbus_msg - 1;
 		memset(&sa, 0, sizeof sa);
@@ -328,7 +306,7 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 		snprintf(err, errlen, "device.backend = %s: %s", d->cfg.backend, why);
 		return r;
 	}
-	llmd_log(LOG_INFO, "device.backend = %s: %s", d->cfg.backend, why);
+	log_msg(LOG_INFO, "device.backend = %s: %s", d->cfg.backend, why);
 	return 0;
 }
 
@@ -357,9 +335,9 @@ int main(int argc, char **argv)
 	int print_config = 0, opt, fd, rc = 1;
 	int sigs[4] = { SIGTERM, SIGINT, SIGHUP, SIGPIPE };
 
-	log_prefixed = getenv("JOURNAL_STREAM") != NULL;
+	log_init();
 	d->listen_fd = -1;
-	d->t_start = llmd_now();
+	d->t_start = clock_s();
 	d->overrides = calloc((size_t)argc + 1, sizeof *d->overrides);
 	if (!d->overrides)
 		return 1;
@@ -394,7 +372,7 @@ int main(int argc, char **argv)
 		config = LLMD_DEFAULT_CONFIG;
 	if (config) {
 		if (conf_load(&d->cfg, config, err, sizeof err) < 0) {
-			llmd_log(LOG_ERR, "%s", err);
+			log_msg(LOG_ERR, "%s", err);
 			return 2;
 		}
 		snprintf(d->config_path, sizeof d->config_path, "%s", config);
@@ -418,7 +396,7 @@ int main(int argc, char **argv)
 		else
 			snprintf(buf, sizeof buf, "%s", optarg);
 		if (conf_set(&d->cfg, buf, err, sizeof err) < 0) {
-			llmd_log(LOG_ERR, "%s", err);
+			log_msg(LOG_ERR, "%s", err);
 			return 2;
 		}
 		d->overrides[d->n_overrides++] = strdup(buf);
@@ -428,7 +406,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (conf_check(&d->cfg, err, sizeof err) < 0) {
-		llmd_log(LOG_ERR, "%s", err);
+		log_msg(LOG_ERR, "%s", err);
 		return 2;
 	}
 	admin_resolve_group(d);
@@ -437,30 +415,30 @@ int main(int argc, char **argv)
 
 	/* Settings first: a bad one should not cost a model load. */
 	if (engine_settings(d, &ep, &sp, err, sizeof err) < 0) {
-		llmd_log(LOG_ERR, "%s", err);
+		log_msg(LOG_ERR, "%s", err);
 		goto out;
 	}
 	/* The model and the engine thread. */
 	sd_notifyf(0, "STATUS=loading model %s", d->cfg.model_path);
-	llmd_log(LOG_INFO, "loading %s", d->cfg.model_path);
+	log_msg(LOG_INFO, "loading %s", d->cfg.model_path);
 	if (model_load_flags(d->cfg.model_path, d->cfg.model_mmap ? 0 : MODEL_LOAD_NO_MMAP,
 			     &d->model, err, sizeof err) < 0) {
-		llmd_log(LOG_ERR, "cannot load model %s: %s", d->cfg.model_path, err);
+		log_msg(LOG_ERR, "cannot load model %s: %s", d->cfg.model_path, err);
 		sd_notifyf(0, "STATUS=cannot load the model: %s", err);
 		goto out;
 	}
 	sigbus_watch(d->model);
 	if (worker_new(d->model, &ep, &sp, &d->worker, err, sizeof err) < 0) {
-		llmd_log(LOG_ERR, "cannot start the engine for %s: %s", d->cfg.model_path, err);
+		log_msg(LOG_ERR, "cannot start the engine for %s: %s", d->cfg.model_path, err);
 		goto out;
 	}
 	/* Weights on a device: the host's bytes are not read again, so the
 	 * file may change from now on (not yet a running engine thread). */
 	if (!engine_reads_model_weights(worker_engine(d->worker))) {
 		if (model_release_weights(d->model, err, sizeof err) < 0)
-			llmd_log(LOG_WARNING, "%s: %s", d->cfg.model_path, err);
+			log_msg(LOG_WARNING, "%s: %s", d->cfg.model_path, err);
 		else
-			llmd_log(LOG_INFO, "the weights are in device memory: released the host's "
+			log_msg(LOG_INFO, "the weights are in device memory: released the host's "
 				 "copy of %s's tensor data", d->cfg.model_path);
 		sigbus_watch(d->model);
 	}
@@ -469,17 +447,17 @@ int main(int argc, char **argv)
 
 	/* The event loop and the socket. */
 	if (evthread_use_pthreads() < 0 || !(d->base = event_base_new())) {
-		llmd_log(LOG_ERR, "cannot create the event loop");
+		log_msg(LOG_ERR, "cannot create the event loop");
 		goto out;
 	}
 	fd = open_socket(d, err, sizeof err);
 	if (fd < 0) {
-		llmd_log(LOG_ERR, "cannot listen on %s: %s", d->cfg.socket_path, err);
+		log_msg(LOG_ERR, "cannot listen on %s: %s", d->cfg.socket_path, err);
 		goto out;
 	}
 	if (server_start(d, fd) < 0 || worker_start(d->worker) < 0) {
 		close(fd);
-		llmd_log(LOG_ERR, "cannot start serving: out of memory");
+		log_msg(LOG_ERR, "cannot start serving: out of memory");
 		goto out;
 	}
 	for (int i = 0; i < 4; i++) {
@@ -487,7 +465,7 @@ int main(int argc, char **argv)
 			continue;
 		d->ev_sig[i] = evsignal_new(d->base, sigs[i], on_signal, d);
 		if (!d->ev_sig[i] || event_add(d->ev_sig[i], NULL) < 0) {
-			llmd_log(LOG_ERR, "cannot watch signals");
+			log_msg(LOG_ERR, "cannot watch signals");
 			goto out;
 		}
 	}
@@ -498,7 +476,7 @@ int main(int argc, char **argv)
 	if (!d->ev_tick || event_add(d->ev_tick, &tick) < 0)
 		goto out;
 
-	llmd_log(LOG_INFO, "serving %s (%s, %d threads, KV %lld tokens in %llu MiB) on %s",
+	log_msg(LOG_INFO, "serving %s (%s, %d threads, KV %lld tokens in %llu MiB) on %s",
 		 d->model->name, d->backend, d->n_threads,
 		 (long long)engine_kv_capacity(worker_engine(d->worker)),
 		 (unsigned long long)(engine_kv_pool(worker_engine(d->worker))->bytes >> 20),
@@ -507,7 +485,7 @@ int main(int argc, char **argv)
 		   d->socket_activated ? "the activated socket" : d->cfg.socket_path);
 	event_base_dispatch(d->base);
 	rc = d->fatal ? 1 : 0;
-	llmd_log(LOG_INFO, "stopped");
+	log_msg(LOG_INFO, "stopped");
 out:
 	server_stop_listening(d);
 	server_close_all(d);

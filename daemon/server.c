@@ -23,13 +23,16 @@
 
 #include "admin.h"
 #include "chat.h"
+#include "clock.h"
 #include "engine.h"
+#include "log.h"
 #include "model.h"
 #include "ring.h"
 #include "sampler.h"
 #include "stopstr.h"
 #include "tokenizer.h"
 #include "usock.h"
+#include "utf8.h"
 #include "worker.h"
 
 /* Every stop string a SUBMIT can carry, the engine takes. */
@@ -105,7 +108,7 @@ void server_send_error(struct llmd *d, struct conn *c, uint64_t id, uint32_t cod
 		server_send(c, buf, (size_t)n);
 	if (close && c->state != CONN_CLOSING) {
 		c->state = CONN_CLOSING;
-		c->t_closing = llmd_now();
+		c->t_closing = clock_s();
 		/* Stop reading; close once the error is written (or at once if it was). */
 		bufferevent_disable(c->bev, EV_READ);
 		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -116,16 +119,6 @@ void server_send_error(struct llmd *d, struct conn *c, uint64_t id, uint32_t cod
 }
 
 /* ---- connections ---- */
-
-struct conn *server_conn(const struct llmd *d, uint32_t id)
-{
-	uint32_t slot = id & 0xffff;
-	struct conn *c;
-	if (slot >= d->max_conn_slots)
-		return NULL;
-	c = d->conns[slot];
-	return c && c->id == id ? c : NULL;
-}
 
 static struct llmd *g_d; /* the one daemon; libevent callbacks get the conn */
 
@@ -259,37 +252,43 @@ static void handle_hello(struct llmd *d, struct conn *c, const struct proto_fram
 	worker_attach(d->worker, c->id, ring, wake[0]); /* the worker owns both now */
 }
 
-/* ---- SUBMIT ---- */
+/* ---- ADMIN ---- */
 
-static int utf8_valid(const char *s, size_t n)
+/* Runs an admin command (admin.c builds the answer) and sends its reply. */
+static void send_admin_reply(struct llmd *d, struct conn *c, const struct proto_admin *a)
 {
-	const unsigned char *p = (const unsigned char *)s, *end = p + n;
-	while (p < end) {
-		unsigned c = *p;
-		int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-		uint32_t cp;
-		if (!len || end - p < len)
-			return 0;
-		cp = len == 1 ? c : c & (0x7f >> len);
-		for (int i = 1; i < len; i++) {
-			if ((p[i] & 0xc0) != 0x80)
-				return 0;
-			cp = cp << 6 | (p[i] & 0x3f);
-		}
-		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-		    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			return 0;
-		p += len;
-	}
-	return 1;
+	char *body = NULL;
+	uint32_t code = admin_run(d, c, a, &body);
+	const char *text = body ? body : "out of memory";
+	size_t len = strlen(text), cap = PROTO_HDR_SIZE + 12 + len;
+	uint8_t *buf = malloc(cap);
+	struct proto_admin_reply r = { .code = body ? code : PROTO_E_INTERNAL,
+				       .body = { text, (uint32_t)len } };
+	ssize_t n;
+
+	if (buf && (n = proto_encode_admin_reply(buf, cap, &r)) > 0)
+		server_send(c, buf, (size_t)n);
+	free(buf);
+	free(body);
 }
 
-static int conn_find_live(const struct conn *c, uint64_t client_id)
+/* ---- SUBMIT ---- */
+
+/* Whether T (WHAT, number I when I >= 0) is valid UTF-8; else an ERROR
+ * naming the first bad byte's offset went to request ID. */
+static int text_utf8_ok(struct llmd *d, struct conn *c, const char *what, int i, uint64_t id,
+			const struct proto_str *t)
 {
-	for (int32_t i = 0; i < c->n_live; i++)
-		if (c->live[i].client_id == client_id)
-			return i;
-	return -1;
+	size_t bad = utf8_check(t->p, t->len);
+	char num[16] = "";
+
+	if (bad == t->len)
+		return 1;
+	if (i >= 0)
+		snprintf(num, sizeof num, " %d", i);
+	server_send_error(d, c, id, PROTO_E_INVAL, 0, "%s%s is not valid UTF-8 at byte %zu (0x%02x)",
+			  what, num, bad, (unsigned char)t->p[bad]);
+	return 0;
 }
 
 /* The prompt text of S: the raw prompt, or the chat rendered with the
@@ -422,15 +421,14 @@ static void handle_submit(struct llmd *d, struct conn *c, const struct proto_fra
 				  d->cfg.prompt_bytes);
 		return;
 	}
-	int utf8_ok = utf8_valid(s.prompt.p, s.prompt.len);
-	for (uint32_t i = 0; i < s.n_messages; i++)
-		utf8_ok &= utf8_valid(s.messages[i].content.p, s.messages[i].content.len);
-	for (uint32_t i = 0; i < s.n_stops; i++)
-		utf8_ok &= utf8_valid(s.stops[i].p, s.stops[i].len);
-	if (!utf8_ok) {
-		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "the prompt or a stop string is not valid UTF-8");
+	if (!text_utf8_ok(d, c, "the prompt", -1, s.id, &s.prompt))
 		return;
-	}
+	for (uint32_t i = 0; i < s.n_messages; i++)
+		if (!text_utf8_ok(d, c, "message", (int)i, s.id, &s.messages[i].content))
+			return;
+	for (uint32_t i = 0; i < s.n_stops; i++)
+		if (!text_utf8_ok(d, c, "stop string", (int)i, s.id, &s.stops[i]))
+			return;
 	if ((len = prompt_text(d, c, &s, &text)) < 0)
 		return;
 
@@ -471,7 +469,7 @@ static void handle_submit(struct llmd *d, struct conn *c, const struct proto_fra
 	r->sampling = sp;
 	if (!(s.flags & PROTO_SUBMIT_SEED) &&
 	    getrandom(&r->sampling.seed, sizeof r->sampling.seed, GRND_NONBLOCK) != sizeof r->sampling.seed)
-		r->sampling.seed = (uint64_t)llmd_now() * 1000003u ^ r->gid;
+		r->sampling.seed = (uint64_t)clock_s() * 1000003u ^ r->gid;
 	if (s.n_stops) {
 		if (!(r->stops = calloc(s.n_stops, sizeof *r->stops)))
 			goto nomem;
@@ -532,7 +530,7 @@ static void handle_frame(struct llmd *d, struct conn *c, const struct proto_fram
 			break;
 		/* An id no longer live finished meanwhile: its FINAL is on the way. */
 		if ((i = conn_find_live(c, id)) >= 0)
-			server_cancel(d, c, i);
+			conn_cancel(d, c, i);
 		return;
 	case PROTO_RING_WAKE:
 		if (proto_decode_ring_wake(f) < 0)
@@ -542,7 +540,7 @@ static void handle_frame(struct llmd *d, struct conn *c, const struct proto_fram
 	case PROTO_ADMIN:
 		if (proto_decode_admin(f, &a) < 0)
 			break;
-		admin_handle(d, c, &a);
+		send_admin_reply(d, c, &a);
 		return;
 	default:
 		server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "unexpected %s frame",
@@ -621,10 +619,10 @@ static void on_read(struct bufferevent *bev, void *arg)
 			return;
 		}
 		handle_frame(d, c, &f);
-		if (server_conn(d, id) != c || c->state == CONN_CLOSING)
+		if (conn_lookup(d, id) != c || c->state == CONN_CLOSING)
 			return; /* closed (C is freed) or closing */
 		evbuffer_drain(in, (size_t)r);
-		c->t_frame = llmd_now();
+		c->t_frame = clock_s();
 		if (len > READ_AHEAD)
 			bufferevent_setwatermark(bev, EV_READ, 0, READ_AHEAD);
 	}
@@ -635,7 +633,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 	if (evbuffer_get_length(in) == 0)
 		c->t_partial = 0;
 	else if (k > 0 || !c->t_partial)
-		c->t_partial = llmd_now();
+		c->t_partial = clock_s();
 }
 
 /* The output drained to the low watermark: a connection whose reading was
@@ -675,7 +673,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE)
-				llmd_log(LOG_WARNING, "accept: %s (raise LimitNOFILE?)", strerror(errno));
+				log_msg(LOG_WARNING, "accept: %s (raise LimitNOFILE?)", strerror(errno));
 			return;
 		}
 		c = calloc(1, sizeof *c);
@@ -685,7 +683,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 		}
 		c->fd = fd;
 		c->state = CONN_HELLO;
-		c->t_connect = c->t_frame = llmd_now();
+		c->t_connect = c->t_frame = clock_s();
 		if (usock_peercred(fd, &c->pid, &c->uid, &c->gid) < 0) {
 			close(fd);
 			free(c);
@@ -747,7 +745,7 @@ static void on_notes(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 
 	if (read(fd, &v, sizeof v) < 0 && errno != EAGAIN)
-		llmd_log(LOG_ERR, "reading the worker's eventfd: %s", strerror(errno));
+		log_msg(LOG_ERR, "reading the worker's eventfd: %s", strerror(errno));
 	server_take_notes(d);
 }
 
@@ -759,7 +757,7 @@ void server_take_notes(struct llmd *d)
 	while ((n = worker_take_notes(d->worker, notes, 64)) > 0) {
 		for (int i = 0; i < n; i++) {
 			struct worker_note *nt = &notes[i];
-			struct conn *c = server_conn(d, nt->conn_id);
+			struct conn *c = conn_lookup(d, nt->conn_id);
 			switch (nt->kind) {
 			case WORKER_NOTE_DONE:
 				if (!c)
@@ -773,14 +771,14 @@ void server_take_notes(struct llmd *d)
 				break;
 			case WORKER_NOTE_RING_BAD:
 				if (c) {
-					llmd_log(LOG_WARNING, "client pid %d uid %u (%s): corrupt ring, closing",
+					log_msg(LOG_WARNING, "client pid %d uid %u (%s): corrupt ring, closing",
 						 (int)c->pid, (unsigned)c->uid, c->comm);
 					server_send_error(d, c, 0, PROTO_E_RING, 1,
 							  "your ring broke (an impossible consumer index, or a record it cannot hold); closing");
 				}
 				break;
 			case WORKER_NOTE_FAILED:
-				llmd_log(LOG_ERR, "a forward step on the %s backend failed: %s%s%s; its requests "
+				log_msg(LOG_ERR, "a forward step on the %s backend failed: %s%s%s; its requests "
 					 "ended with an error%s", d->backend, strerror(-nt->error),
 					 nt->message[0] ? ": " : "", nt->message,
 					 nt->sticky ? "; the device is unusable, exiting so that llmd is restarted" : "");
@@ -847,28 +845,11 @@ void server_close_all(struct llmd *d)
 	d->n_uids = d->cap_uids = 0;
 }
 
-int64_t server_live_requests(const struct llmd *d)
-{
-	int64_t n = 0;
-	for (uint32_t i = 0; d->conns && i < d->max_conn_slots; i++)
-		if (d->conns[i])
-			n += d->conns[i]->n_live;
-	return n;
-}
-
-void server_cancel(struct llmd *d, struct conn *c, int32_t i)
-{
-	if (c->live[i].cancel_posted)
-		return;
-	if (worker_cancel(d->worker, c->live[i].gid) == 0)
-		c->live[i].cancel_posted = 1;
-}
-
 /* ---- timeouts ---- */
 
 static void time_out(struct llmd *d, struct conn *c, const char *why)
 {
-	llmd_log(LOG_INFO, "client pid %d uid %u (%s): closing: %s", (int)c->pid, (unsigned)c->uid,
+	log_msg(LOG_INFO, "client pid %d uid %u (%s): closing: %s", (int)c->pid, (unsigned)c->uid,
 		 c->comm, why);
 	server_send_error(d, c, 0, PROTO_E_LIMIT, 1, "%s", why);
 }

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "model.h"
 #include "proto.h"
 #include "ring.h"
@@ -113,13 +114,6 @@ struct worker {
 	uint8_t rec[PROTO_TOKEN_FIXED + PROTO_MAX_TOKEN_TEXT + PROTO_FINAL_FIXED + PROTO_MAX_ERRMSG];
 				     /* record scratch: the largest TOKEN or FINAL fits */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int vec_push(struct vec *v, const void *item)
 {
@@ -556,7 +550,7 @@ static void do_submit(struct worker *w, struct worker_req *r)
 	}
 	q->r = r;
 	q->conn = c;
-	q->t_recv = now_s();
+	q->t_recv = clock_s();
 	q->next = c->reqs;
 	if (c->reqs)
 		c->reqs->prev = q;
@@ -607,7 +601,7 @@ static void publish(struct worker *w)
 {
 	int32_t n = sched_live(w->s);
 	struct worker_snapshot *sn, *old;
-	double t = now_s();
+	double t = clock_s();
 
 	sn = calloc(1, sizeof *sn + (size_t)n * sizeof sn->reqs[0]);
 	if (!sn)
@@ -680,7 +674,7 @@ static void process(struct worker *w, struct work *wk)
 
 static void rate_sample(struct worker *w)
 {
-	double t = now_s();
+	double t = clock_s();
 	int last = (w->rate_n - 1) % RATE_SAMPLES;
 	struct sched_counters c;
 
@@ -701,7 +695,7 @@ static void *worker_main(void *arg)
 	for (;;) {
 		int stop, r = 0;
 
-		atomic_store(&w->heartbeat, now_s());
+		atomic_store(&w->heartbeat, clock_s());
 		pthread_mutex_lock(&w->in_lock);
 		struct vec tmp = w->inbox;
 		w->inbox = batch;
@@ -793,7 +787,7 @@ int worker_new(const struct model *m, const struct engine_params *ep, const stru
 		snprintf(err, errlen, "out of memory or file descriptors");
 		goto fail;
 	}
-	atomic_store(&w->heartbeat, now_s());
+	atomic_store(&w->heartbeat, clock_s());
 	publish(w); /* admin commands have something to read from the start */
 	*ret = w;
 	return 0;

@@ -27,6 +27,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "clock.h"
 #define cpu_relax() _mm_pause()
 #else
 #define cpu_relax() ((void)0)
@@ -91,13 +93,6 @@ static int run_tasks(struct cpu_pool *p, int worker)
 		c = atomic_load_explicit(&p->claim, memory_order_acquire);
 	}
 	return ran;
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 static void *worker_main(void *arg)
@@ -212,9 +207,9 @@ void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 	atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleeping check */
 	if (atomic_load(&p->sleeping))
 		futex_wake_all(&p->gen);
-	int64_t start = now_ns();
+	int64_t start = clock_ns();
 	int ran = run_tasks(p, 0);
-	int64_t mine = now_ns() - start;
+	int64_t mine = clock_ns() - start;
 	/* Every task must be finished before the next job rewrites fn/ctx.
 	 * On a machine with more runnable threads than cores a worker may be
 	 * descheduled in one: after a short spin, yield the core instead of
@@ -226,10 +221,10 @@ void cpu_pool_run(struct cpu_pool *p, cpu_task_fn fn, void *ctx, int n)
 			continue;
 		}
 		if (spins == POOL_WAIT_SPIN)
-			t0 = now_ns();
+			t0 = clock_ns();
 		sched_yield();
 	}
-	if (t0 && cpu_pool_wait_is_contention(now_ns() - t0, mine, ran)) {
+	if (t0 && cpu_pool_wait_is_contention(clock_ns() - t0, mine, ran)) {
 		p->solo_left = p->solo_next ? p->solo_next : POOL_SOLO_MIN;
 		p->solo_next = p->solo_left < POOL_SOLO_MAX / 2 ? 2 * p->solo_left : POOL_SOLO_MAX;
 		return;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ring.h"
 
 #define TOKEN_FIXED 24      /* PROTO_TOKEN_FIXED */
@@ -68,14 +69,6 @@ static void *producer(void *arg)
 	return NULL;
 }
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Runs once: seconds taken, or a negative number on failure. */
 static double run_once(uint32_t capacity, uint64_t records, uint64_t *ret_full_waits)
 {
@@ -92,7 +85,7 @@ static double run_once(uint32_t capacity, uint64_t records, uint64_t *ret_full_w
 		ring_free(r.p);
 		return -1;
 	}
-	t0 = now();
+	t0 = clock_s();
 	if (pthread_create(&t, NULL, producer, &r) != 0) {
 		fprintf(stderr, "bench_ring: pthread_create failed\n");
 		ring_free(r.c);
@@ -120,7 +113,7 @@ static double run_once(uint32_t capacity, uint64_t records, uint64_t *ret_full_w
 		ring_consume(r.c);
 		got++;
 	}
-	t1 = now();
+	t1 = clock_s();
 	pthread_join(t, NULL);
 	*ret_full_waits = r.full_waits;
 	ring_free(r.c);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "model.h"
 #include "quant.h"
@@ -42,13 +43,6 @@ struct bench {
 	int failed;        /* a FINISH with an error */
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void on_event(void *ctx, const struct sched_event *ev)
 {
 	struct bench *b = ctx;
@@ -59,10 +53,10 @@ static void on_event(void *ctx, const struct sched_event *ev)
 	} else if (ev->token >= 0 && ev->id == A_ID && b->n_a < b->cap_a) {
 		if (b->n_a < OUT_TOKENS)
 			b->a_tok[b->n_a] = ev->token;
-		b->t_a[b->n_a++] = now_s();
+		b->t_a[b->n_a++] = clock_s();
 	} else if (ev->token >= 0 && ev->id == B_ID && !b->t_b) {
 		b->b_tok = ev->token;
-		b->t_b = now_s();
+		b->t_b = clock_s();
 	}
 }
 
@@ -196,7 +190,7 @@ int main(int argc, char **argv)
 			goto out;
 	double before = (b.t_a[b.n_a - 1] - b.t_a[1]) / (b.n_a - 2); /* the first is prefill */
 	int a_at_b = b.n_a;
-	double t_submit = now_s();
+	double t_submit = clock_s();
 	if (sched_submit(s, &rb) < 0)
 		goto out;
 	struct sched_counters c0, c1;

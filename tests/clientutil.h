@@ -38,10 +38,10 @@ struct gen {
 static inline int wait_done(struct llm *h, uint64_t id, struct gen *g, int timeout_ms)
 {
 	struct llm_event ev;
-	double t0 = tnow();
+	double t0 = clock_s();
 	size_t tl = strlen(g->text);
 
-	while ((tnow() - t0) * 1000 < timeout_ms) {
+	while ((clock_s() - t0) * 1000 < timeout_ms) {
 		int r = llm_next_event(h, &ev, 200);
 		if (r < 0)
 			return r;
@@ -59,7 +59,7 @@ static inline int wait_done(struct llm *h, uint64_t id, struct gen *g, int timeo
 			g->finish = ev.finish;
 			g->error_code = ev.error_code;
 			g->prompt_tokens = ev.prompt_tokens;
-			g->t_done = tnow();
+			g->t_done = clock_s();
 			return 1;
 		}
 	}
@@ -116,7 +116,7 @@ static inline int wait_idle(const struct tdaemon *d)
 {
 	struct llm *h = NULL;
 	int ok = 0;
-	for (double t0 = tnow(); tnow() - t0 < 20 && !ok; tsleep_ms(50)) {
+	for (double t0 = clock_s(); clock_s() - t0 < 20 && !ok; tsleep_ms(50)) {
 		if (!h && llm_connect(d->sock, 4096, &h, NULL, 0) < 0)
 			continue; /* closed connections may still count against the uid */
 		json_object *st = admin_json(h, "status", NULL), *ps = admin_json(h, "ps", NULL);
@@ -144,7 +144,7 @@ static inline int read_error_within(int fd, double seconds, int *closed)
 	size_t have = 0;
 	int code = 0;
 	*closed = 0;
-	for (double t0 = tnow(); tnow() - t0 < seconds;) {
+	for (double t0 = clock_s(); clock_s() - t0 < seconds;) {
 		struct pollfd p = { fd, POLLIN, 0 };
 		struct proto_frame f;
 		ssize_t n;

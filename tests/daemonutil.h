@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "clock.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -27,13 +28,6 @@ struct tdaemon {
 	char sock[128];
 	char log[128];
 };
-
-static inline double tnow(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static inline void tsleep_ms(int ms)
 {
@@ -138,7 +132,7 @@ static inline int tdaemon_start_with(struct tdaemon *d, const char *const *prefi
 	}
 	if (!wait_socket)
 		return 0;
-	for (double t0 = tnow(); tnow() - t0 < 60;) {
+	for (double t0 = clock_s(); clock_s() - t0 < 60;) {
 		int st;
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			fprintf(stderr, "llmd exited early (status %d)\n", st);
@@ -169,7 +163,7 @@ static inline int tdaemon_stop(struct tdaemon *d)
 
 	if (d->pid > 0) {
 		kill(d->pid, SIGTERM);
-		for (double t0 = tnow(); tnow() - t0 < 30; tsleep_ms(10))
+		for (double t0 = clock_s(); clock_s() - t0 < 30; tsleep_ms(10))
 			if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 				r = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 				break;

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "quant.h"
 #include "testutil.h"
 
@@ -427,13 +428,6 @@ static void test_attention_matches_oracle(void)
 	printf("attention: %d steps compared with the oracle, %d differ\n", n_compared, n_bad);
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Not a check (the machine may be shared): how much faster the AVX2 path
  * is than the portable one at SmolLM2-135M's shape, f16 KV, one thread. */
 static void report_speed(void)
@@ -458,10 +452,10 @@ static void report_speed(void)
 			quant_set_isa(path ? QUANT_ISA_SCALAR : quant_isa_best());
 			best[kind][path] = 1e30;
 			for (int rep = 0; rep < 20; rep++) {
-				double t0 = now();
+				double t0 = clock_s();
 				be->ops->attention(be, &p.kv, rep % N_LAYER, &rows, &a, q, o, NULL);
-				if (now() - t0 < best[kind][path])
-					best[kind][path] = now() - t0;
+				if (clock_s() - t0 < best[kind][path])
+					best[kind][path] = clock_s() - t0;
 			}
 		}
 	}

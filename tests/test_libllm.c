@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "llm.h"
 #include "proto.h"
 #include "ring.h"
@@ -317,14 +318,6 @@ static void fake_stop(struct fake *f)
 
 /* ---- client-side helpers ---- */
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct llm *connect_to(struct fake *f, uint32_t ring_bytes)
 {
 	char err[256] = "";
@@ -451,6 +444,8 @@ static void check_bad_requests(struct llm *h)
 	CHECK(strstr(llm_errmsg(h), "limits.prompt_bytes") != NULL); /* says what to change */
 	BAD(r.prompt = "\xc3\x28");                        /* invalid UTF-8 */
 	BAD(r.prompt = "\xed\xa0\x80");                    /* a surrogate */
+	BAD(r.prompt = "ok \xe2\x82");                    /* truncated: says where */
+	CHECK(strstr(llm_errmsg(h), "at byte 3 (0xe2)") != NULL);
 #undef BAD
 	CHECK_INT_EQ(id, 12345);                           /* untouched on failure */
 	stops[0] = "s";
@@ -489,9 +484,9 @@ static void test_basic(void)
 
 	/* Nothing comes: timeouts 0 and 50 ms return 0, the latter after ~50 ms. */
 	CHECK_INT_EQ(llm_next_event(h, &ev, 0), 0);
-	t0 = ms_now();
+	t0 = clock_ms();
 	CHECK_INT_EQ(llm_next_event(h, &ev, 50), 0);
-	CHECK(ms_now() - t0 >= 45);
+	CHECK(clock_ms() - t0 >= 45);
 	p = (struct pollfd){ .fd = llm_fd(h), .events = POLLIN };
 	CHECK_INT_EQ(poll(&p, 1, 0), 0);
 

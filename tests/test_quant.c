@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "clock.h"
 #include "quant.h"
 #include "testutil.h"
 
@@ -913,13 +914,6 @@ static void *bench_worker(void *arg)
 	}
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *x, const void *y)
 {
 	double a = *(const double *)x, b = *(const double *)y;
@@ -930,13 +924,13 @@ static double bench_pass(struct bench_mat *mats, int nmats, uint8_t **act, float
 {
 	for (int p = 0; p < threads; p++)
 		bench_jobs[p] = (struct bench_job){ mats, nmats, { act[0], act[1] }, out, t, p, threads };
-	double t0 = now();
+	double t0 = clock_s();
 	if (threads > 1)
 		pthread_barrier_wait(&bench_start);
 	bench_run(&bench_jobs[0]);
 	if (threads > 1)
 		pthread_barrier_wait(&bench_done);
-	return now() - t0;
+	return clock_s() - t0;
 }
 
 /* The memory read bandwidth the weights stream at best: THREADS threads
@@ -979,7 +973,6 @@ static void *membw_read(void *arg)
 	return NULL;
 }
 
-static double now(void);
 
 static void bench_membw(void)
 {
@@ -993,7 +986,7 @@ static void bench_membw(void)
 		for (int rep = 0; rep < 5; rep++) {
 			struct membw_job jobs[2];
 			pthread_t th[2];
-			double t0 = now();
+			double t0 = clock_s();
 			for (int t = 0; t < threads; t++) {
 				size_t n = bytes / 8 / threads;
 				jobs[t] = (struct membw_job){ buf + t * n, n, 0 };
@@ -1002,7 +995,7 @@ static void bench_membw(void)
 			}
 			for (int t = 0; t < threads; t++)
 				pthread_join(th[t], NULL);
-			double dt = now() - t0;
+			double dt = clock_s() - t0;
 			if (dt < best)
 				best = dt;
 		}

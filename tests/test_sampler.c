@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "clock.h"
 #include "sampler.h"
 #include "testutil.h"
 
@@ -535,13 +536,6 @@ static void test_logprob_is_log_softmax(void)
 	}
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Not a pass/fail check (sanitizer builds are slow): prints the cost, the
  * best batch and the mean over all, since shared machines are noisy.  Every
  * line asks for the log-probability (a full softmax) unless it says not. */
@@ -561,12 +555,12 @@ static void bench(const char *what, struct sampler_params *p, int with_penalty_h
 	int64_t sink = 0;
 	double best = 1e9, total = 0;
 	for (int b = 0; b < BATCHES; b++) {
-		double t0 = now_s();
+		double t0 = clock_s();
 		for (int r = 0; r < PER; r++) {
 			l[(b * PER + r) % N] += 0.001f; /* keep the compiler honest */
 			sink += sampler_sample(s, l, want_logprob ? &lp : NULL);
 		}
-		double dt = (now_s() - t0) / PER;
+		double dt = (clock_s() - t0) / PER;
 		best = dt < best ? dt : best;
 		total += dt;
 	}

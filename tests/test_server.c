@@ -90,11 +90,11 @@ static size_t flood(int fd, const uint8_t *frame, size_t len, size_t count, doub
 {
 	static uint8_t chunk[1 << 16];
 	size_t per = sizeof chunk / len, sent = 0, total = len * count, off = 0;
-	double t0 = tnow();
+	double t0 = clock_s();
 
 	for (size_t i = 0; i < per; i++)
 		memcpy(chunk + i * len, frame, len);
-	while (sent < total && tnow() - t0 < seconds) {
+	while (sent < total && clock_s() - t0 < seconds) {
 		size_t want = per * len - off;
 		ssize_t n;
 		if (want > total - sent)
@@ -123,22 +123,50 @@ static ssize_t admin_frame(uint8_t *buf, size_t cap, const char *cmd, size_t cmd
 static double status_s(struct llm *h)
 {
 	char *body = NULL;
-	double t0 = tnow();
+	double t0 = clock_s();
 	int r = llm_admin(h, "status", NULL, &body);
 	free(body);
-	return r == 0 ? tnow() - t0 : -1;
+	return r == 0 ? clock_s() - t0 : -1;
 }
 
 /* A fresh connection and its first status, in seconds (-1 on failure). */
 static double connect_status_s(const struct tdaemon *d)
 {
-	double t0 = tnow(), s;
+	double t0 = clock_s(), s;
 	struct llm *h = client(d, 4096);
 	if (!h)
 		return -1;
 	s = status_s(h);
 	llm_close(h);
-	return s < 0 ? -1 : tnow() - t0;
+	return s < 0 ? -1 : clock_s() - t0;
+}
+
+/* Reads frames from FD for up to 5 s until one of TYPE, copied into a
+ * static buffer that *RET points into; 0 when none came. */
+static int wait_frame(int fd, uint32_t type, struct proto_frame *ret)
+{
+	static uint8_t buf[65536];
+	size_t have = 0;
+
+	for (double t0 = clock_s(); clock_s() - t0 < 5;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		ssize_t n, used;
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		n = read(fd, buf + have, sizeof buf - have);
+		if (n <= 0)
+			return 0;
+		have += (size_t)n;
+		while ((used = proto_frame_parse(buf, have, ret)) > 0) {
+			if (ret->type == type)
+				return 1;
+			memmove(buf, buf + used, have - (size_t)used);
+			have -= (size_t)used;
+		}
+		if (used < 0)
+			return 0;
+	}
+	return 0;
 }
 
 /* ---- the wake channel cannot be turned against the engine ---- */
@@ -171,9 +199,9 @@ static void test_wake_channel(const struct tdaemon *d)
 				  .flags = PROTO_SUBMIT_IGNORE_EOS, .prompt = { "Hello", 5 } };
 	n = proto_encode_submit(f, sizeof f, &s);
 	send_all(fd, f, (size_t)n);
-	t0 = tnow();
+	t0 = clock_s();
 	still_serving(d, "a client made its wake channel blocking");
-	CHECK(tnow() - t0 < 20);
+	CHECK(clock_s() - t0 < 20);
 	/* A client that never drains its channel only fills its own buffer. */
 	still_serving(d, "a client never read its wake channel");
 	close(fds[0]);
@@ -280,28 +308,32 @@ static void test_small_refusals(const struct tdaemon *d)
 	CHECK(n > 0);
 	send_all(fd, f, (size_t)n);
 	{
-		uint8_t buf[4096];
-		size_t have = 0;
+		struct proto_frame fr;
+		struct proto_admin_reply ar;
 		int code = -1;
-		for (double t0 = tnow(); tnow() - t0 < 5 && code < 0;) {
-			struct pollfd p = { fd, POLLIN, 0 };
-			struct proto_frame fr;
-			struct proto_admin_reply ar;
-			if (poll(&p, 1, 100) <= 0)
-				continue;
-			n = read(fd, buf + have, sizeof buf - have);
-			if (n <= 0)
-				break;
-			have += (size_t)n;
-			if (proto_frame_parse(buf, have, &fr) > 0 && fr.type == PROTO_ADMIN_REPLY &&
-			    proto_decode_admin_reply(&fr, &ar) == 0)
-				code = (int)ar.code;
-		}
+		if (wait_frame(fd, PROTO_ADMIN_REPLY, &fr) && proto_decode_admin_reply(&fr, &ar) == 0)
+			code = (int)ar.code;
 		CHECK_INT_EQ(code, PROTO_E_INVAL);
+	}
+	/* text that is not UTF-8 is refused, naming where it goes wrong */
+	{
+		const char *stop_text = "x\xc3(";
+		struct proto_str stop = { stop_text, 3 };
+		struct proto_submit s = { .id = 9, .max_tokens = 4, .top_p = 1, .repeat_penalty = 1,
+					  .prompt = { "Hello", 5 }, .n_stops = 1, .stops = &stop };
+		struct proto_frame fr;
+		struct proto_error er;
+		char msg[256] = "";
+		n = proto_encode_submit(f, sizeof f, &s);
+		CHECK(n > 0);
+		send_all(fd, f, (size_t)n);
+		if (wait_frame(fd, PROTO_ERROR, &fr) && proto_decode_error(&fr, &er) == 0)
+			snprintf(msg, sizeof msg, "%.*s", (int)er.message.len, er.message.p);
+		CHECK(strstr(msg, "stop string 0 is not valid UTF-8 at byte 1 (0xc3)") != NULL);
 	}
 	close(fd);
 	printf("small refusals: cancel -1 and ' 7' and a NUL in a command refused; "
-	       "repeat_last_n INT32_MAX served\n");
+	       "repeat_last_n INT32_MAX served; bad UTF-8 named by its offset\n");
 }
 
 /* ---- llmctl never hangs on a daemon that does not answer ---- */
@@ -318,10 +350,10 @@ static void test_llmctl_timeout(void)
 	CHECK(fd >= 0);
 	snprintf(bin, sizeof bin, "%s/llmctl", tbuilddir());
 	const char *argv[] = { bin, "--socket", path, "--timeout", "1", "status", NULL };
-	t0 = tnow();
+	t0 = clock_s();
 	CHECK_INT_EQ(trun(argv, NULL, out, sizeof out), 3);
-	printf("llmctl --timeout 1 gave up on a mute daemon after %.2f s\n", tnow() - t0);
-	CHECK(tnow() - t0 < 4.0);
+	printf("llmctl --timeout 1 gave up on a mute daemon after %.2f s\n", clock_s() - t0);
+	CHECK(clock_s() - t0 < 4.0);
 	close(fd);
 	unlink(path);
 	rmdir(dir);
@@ -448,10 +480,10 @@ static void test_floods_while_busy(const struct tdaemon *d, const char *long_pro
  * closes FD.  Returns the seconds it took. */
 static double timed_out(int fd, double seconds, const char *what)
 {
-	double t0 = tnow(), t;
+	double t0 = clock_s(), t;
 	int closed, code = read_error_within(fd, seconds, &closed);
 
-	t = tnow() - t0;
+	t = clock_s() - t0;
 	printf("timeouts: %s was closed after %.1f s\n", what, t);
 	CHECK_INT_EQ(code, PROTO_E_LIMIT);
 	CHECK(closed);

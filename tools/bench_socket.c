@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "llm.h"
 
 /* The starting gun: every client waits for it, then submits. */
@@ -51,13 +52,6 @@ struct client {
 	char err[256];
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void *client_main(void *arg)
 {
 	struct client *c = arg;
@@ -91,7 +85,7 @@ static void *client_main(void *arg)
 
 	if (start_wait(c->go) < 0)
 		return NULL;
-	t_submit = now_s();
+	t_submit = clock_s();
 	if (!c->seq->gen || (c->rc = llm_submit(c->h, &r, &id)) < 0) {
 		snprintf(c->err, sizeof c->err, "submit: %s", c->seq->gen ? llm_errmsg(c->h) : "out of memory");
 		c->rc = c->rc ? c->rc : -ENOMEM;
@@ -108,7 +102,7 @@ static void *client_main(void *arg)
 		if (ev.kind == LLM_EV_TOKEN) {
 			if (ev.token < 0)
 				continue;
-			t_last = now_s();
+			t_last = clock_s();
 			if (!t_first)
 				t_first = t_last;
 			if (c->seq->n_gen < cap)
@@ -127,7 +121,7 @@ static void *client_main(void *arg)
 		}
 		break;
 	}
-	c->t_end = now_s();
+	c->t_end = clock_s();
 	c->seq->ttft_s = (t_first ? t_first : c->t_end) - t_submit;
 	c->seq->decode_s = t_first ? t_last - t_first : 0;
 	return NULL;
@@ -167,7 +161,7 @@ int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_re
 			pthread_join(th[i], NULL);
 		goto out;
 	}
-	t0 = now_s();
+	t0 = clock_s();
 	start_fire(&go, 1);
 	for (int i = 0; i < p->n; i++) {
 		pthread_join(th[i], NULL);

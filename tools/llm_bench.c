@@ -21,6 +21,7 @@
 
 #include "bench_socket.h"
 #include "chat.h"
+#include "clock.h"
 #include "engine.h"
 #include "model.h"
 #include "quant.h"
@@ -62,13 +63,6 @@ struct bench_opts {
 	const char *stops[STOPSTR_MAX];
 	int n_stops;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -387,7 +381,7 @@ static void on_event(void *ctx, const struct sched_event *ev)
 {
 	struct bench_run *br = ctx;
 	struct bench_seq *q = &br->seqs[ev->id];
-	double t = now_s();
+	double t = clock_s();
 
 	if (ev->kind == SCHED_EV_FINISH) {
 		q->finish = ev->finish;
@@ -466,7 +460,7 @@ static int submit_one(struct sched *sc, const struct bench_opts *o, struct bench
 	q->text_len = 0;
 	q->t_first = q->t_last = 0;
 	q->done = 0;
-	q->t_submit = now_s();
+	q->t_submit = clock_s();
 	if ((r = sched_submit(sc, &req)) < 0)
 		fprintf(stderr, "llm-bench: request %d refused: %s\n", i,
 			r == -E2BIG ? "the prompt does not fit the context or the KV pool" : strerror(-r));
@@ -493,7 +487,7 @@ static int step_until(struct sched *sc, struct bench_run *br, int until)
 static double run_all(struct sched *sc, const struct bench_opts *o, struct bench_run *br,
 		      struct sched_counters *ret_counters)
 {
-	double t0 = now_s();
+	double t0 = clock_s();
 	int r;
 
 	br->finished = 0;
@@ -505,7 +499,7 @@ static double run_all(struct sched *sc, const struct bench_opts *o, struct bench
 	if ((r = step_until(sc, br, br->n)) < 0)
 		return r;
 	sched_counters(sc, ret_counters);
-	return br->oom ? -ENOMEM : now_s() - t0;
+	return br->oom ? -ENOMEM : clock_s() - t0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -797,7 +791,7 @@ static double read_bandwidth(int threads)
 		buf[i] = i * 0x9e3779b97f4a7c15ull;
 	for (int pass = 0; pass < BW_PASSES; pass++) {
 		int started = 0;
-		double t0 = now_s();
+		double t0 = clock_s();
 		for (; started < threads; started++) {
 			parts[started] = (struct bw_part){ buf + (size_t)started * per, per, 0 };
 			if (pthread_create(&th[started], NULL, bw_read, &parts[started]) != 0)
@@ -807,7 +801,7 @@ static double read_bandwidth(int threads)
 			pthread_join(th[i], NULL);
 		if (started < threads)
 			goto out;
-		gbs[pass] = (double)per * sizeof *buf * threads * BW_READS / (now_s() - t0) / 1e9;
+		gbs[pass] = (double)per * sizeof *buf * threads * BW_READS / (clock_s() - t0) / 1e9;
 	}
 	r = median(gbs, BW_PASSES);
 out:

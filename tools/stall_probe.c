@@ -19,16 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "llm.h"
 
 #define MAX_TOKENS 4000 /* tokens of the stream we time (under limits.max_tokens) */
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static struct llm *connect_or_die(const char *sock)
 {
@@ -94,7 +88,7 @@ static void *stream_main(void *arg)
 		if (r < 0 || (r == 1 && ev.kind == LLM_EV_DONE))
 			break;
 		if (r == 1 && ev.token >= 0 && s->n < MAX_TOKENS) {
-			s->t[s->n] = now_s();
+			s->t[s->n] = clock_s();
 			__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELEASE);
 		}
 	}
@@ -104,10 +98,10 @@ static void *stream_main(void *arg)
 static double status_s(struct llm *h, json_object **ret)
 {
 	char *body = NULL;
-	double t0 = now_s();
+	double t0 = clock_s();
 	if (llm_admin(h, "status", NULL, &body) < 0)
 		return -1;
-	t0 = now_s() - t0;
+	t0 = clock_s() - t0;
 	if (ret)
 		*ret = json_tokener_parse(body);
 	free(body);
@@ -147,7 +141,7 @@ static void probe_stall(const char *sock, int words, json_object *out)
 	r.prompt = prompt;
 	r.max_tokens = 1;
 	r.temperature = 0;
-	t0 = now_s();
+	t0 = clock_s();
 	if (llm_submit(b, &r, &idb) < 0) {
 		fprintf(stderr, "stall_probe: %s\n", llm_errmsg(b));
 		exit(1);
@@ -167,7 +161,7 @@ static void probe_stall(const char *sock, int words, json_object *out)
 		if (ns < 100000)
 			st[ns++] = status_s(adm, NULL);
 	}
-	t1 = now_s();
+	t1 = clock_s();
 	__atomic_store_n(&a->stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th, NULL);
 	for (int i = 1; i < a->n; i++)
@@ -213,9 +207,9 @@ static void probe_vanish(const char *sock, json_object *out)
 		exit(1);
 	while (tokens < 16 && llm_next_event(v, &ev, 1000) == 1)
 		tokens += ev.kind == LLM_EV_TOKEN;
-	t0 = now_s();
+	t0 = clock_s();
 	llm_close(v);
-	while (now_s() - t0 < 30) {
+	while (clock_s() - t0 < 30) {
 		json_object *js = NULL, *kv = NULL, *used = NULL, *q = NULL, *run = NULL, *wait = NULL;
 		int idle;
 		if (status_s(adm, &js) < 0 || !js)
@@ -229,7 +223,7 @@ static void probe_vanish(const char *sock, json_object *out)
 		       json_object_get_int(wait) == 0;
 		json_object_put(js);
 		if (idle) {
-			t = now_s() - t0;
+			t = clock_s() - t0;
 			break;
 		}
 		usleep(200);

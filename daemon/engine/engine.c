@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "kv_pool.h"
 #include "model.h"
 #include "quant.h"
@@ -542,13 +543,6 @@ static int check_batch(const struct engine *e, const struct engine_batch *b)
 	return 0;
 }
 
-static double prof_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The forward pass of B's first TK rows' worth of kernels (TK >= b->n: a
  * recorded step's padded rows, whose host arrays the backend no longer
  * reads), up to the logits of the rows that want them, gathered to the
@@ -575,10 +569,10 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 #define OP(op, call)                                         \
 	do {                                                 \
 		if (prof)                                    \
-			t0 = prof_now();                     \
+			t0 = clock_s();                     \
 		r = (call);                                  \
 		if (prof)                                    \
-			prof[op] += prof_now() - t0;         \
+			prof[op] += clock_s() - t0;         \
 		if (r < 0)                                   \
 			return r;                            \
 	} while (0)

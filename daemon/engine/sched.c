@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "kv_pool.h"
 #include "model.h"
@@ -92,13 +93,6 @@ struct sched {
 	struct seq **row_seq;
 	float *logits;               /* (max_seqs, n_vocab) */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void sched_params_default(struct sched_params *p)
 {
@@ -252,7 +246,7 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	q->logprobs = r->logprobs;
 	q->order = s->next_order++;
 	q->state = SEQ_WAITING;
-	q->t_submit = now_s();
+	q->t_submit = clock_s();
 	q->usage.prompt_tokens = r->n_prompt;
 	for (int32_t i = 0; i < r->n_prompt; i++)
 		sampler_accept(q->smp, r->prompt[i]);
@@ -293,7 +287,7 @@ static void seq_finish(struct sched *s, struct seq *q, enum sched_finish why, in
 	struct sched_event ev = { .kind = SCHED_EV_FINISH, .id = q->id, .finish = why,
 				  .error = error, .message = message };
 	char tail[PIECE_MAX + STOPSTR_MAX_LEN];
-	double t = now_s();
+	double t = clock_s();
 
 	if (why == SCHED_FIN_LENGTH || why == SCHED_FIN_STOP) {
 		/* Release what the stop matcher and the detokenizer held back. */
@@ -627,7 +621,7 @@ static int32_t plan(struct sched *s)
 		q->admit_order = s->next_admit++;
 		if (!q->admitted_once) {
 			q->admitted_once = 1;
-			q->t_admit = now_s();
+			q->t_admit = clock_s();
 			q->usage.queue_s = q->t_admit - q->t_submit;
 			q->usage.cached_tokens = hit;
 		}
@@ -694,13 +688,13 @@ int sched_step(struct sched *s)
 	struct engine_batch b = { T, s->row_token, s->row_pos, s->row_table, s->row_logits };
 	s->plan_work.rows = T;
 	double pred = stepcost_ready(&s->cost) ? stepcost_predict(&s->cost, &s->plan_work) : 0;
-	double t0 = now_s();
+	double t0 = clock_s();
 	r = engine_step(s->e, &b, s->logits);
 	if (r < 0) {
 		fail_all(s, r);
 		return r;
 	}
-	double dt = now_s() - t0;
+	double dt = clock_s() - t0;
 	s->c.steps++;
 	s->c.step_rows += (uint64_t)T;
 	s->c.last_step_rows = T;
@@ -742,7 +736,7 @@ int sched_step(struct sched *s)
 		q->n_gen++;
 		s->c.generated_tokens++;
 		if (!q->t_first) {
-			q->t_first = now_s();
+			q->t_first = clock_s();
 			q->usage.prefill_s = q->t_first - q->t_admit;
 		}
 		if (!q->ignore_eos && tokenizer_is_eog(s->m->tok, tok)) {

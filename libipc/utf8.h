@@ -1,0 +1,80 @@
+/* utf8.h - the one strict UTF-8 validator of llmd: overlong forms,
+ * surrogates and code points above U+10FFFF are invalid, as in the Unicode
+ * standard's table 3-7.  Header-only, below everything, so that libllm, the
+ * server and the tokenizer agree on what valid text is.  Any thread.
+ */
+#ifndef LLMD_UTF8_H
+#define LLMD_UTF8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The number of continuation bytes lead byte C needs (1 to 3), with the
+ * allowed range of the first one in *LO..*HI; 0 for a byte that cannot
+ * begin a sequence (ASCII included: it needs none). */
+static inline int utf8_lead(uint8_t c, uint8_t *lo, uint8_t *hi)
+{
+	*lo = 0x80;
+	*hi = 0xbf;
+	if (c >= 0xc2 && c <= 0xdf)
+		return 1;
+	if (c >= 0xe0 && c <= 0xef) {
+		if (c == 0xe0)
+			*lo = 0xa0;
+		else if (c == 0xed)
+			*hi = 0x9f;
+		return 2;
+	}
+	if (c >= 0xf0 && c <= 0xf4) {
+		if (c == 0xf0)
+			*lo = 0x90;
+		else if (c == 0xf4)
+			*hi = 0x8f;
+		return 3;
+	}
+	return 0;
+}
+
+/* The length of the valid character at S[0..N) (N >= 1), or 0 when S
+ * starts with an invalid or truncated sequence. */
+static inline size_t utf8_char_len(const uint8_t *s, size_t n)
+{
+	uint8_t lo, hi;
+	int need;
+
+	if (s[0] < 0x80)
+		return 1;
+	need = utf8_lead(s[0], &lo, &hi);
+	if (!need || (size_t)need >= n)
+		return 0;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (int j = 2; j <= need; j++)
+		if ((s[j] & 0xc0) != 0x80)
+			return 0;
+	return (size_t)need + 1;
+}
+
+/* The byte offset of the first invalid or truncated sequence in S[0..N),
+ * or N when all of it is valid UTF-8. */
+static inline size_t utf8_check(const void *s, size_t n)
+{
+	const uint8_t *p = s;
+	size_t i = 0;
+
+	while (i < n) {
+		size_t l = p[i] < 0x80 ? 1 : utf8_char_len(p + i, n - i);
+		if (!l)
+			return i;
+		i += l;
+	}
+	return n;
+}
+
+/* Whether S[0..N) is all valid UTF-8. */
+static inline int utf8_valid(const void *s, size_t n)
+{
+	return utf8_check(s, n) == n;
+}
+
+#endif
