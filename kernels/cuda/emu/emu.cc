@@ -171,6 +171,8 @@ FIBER_SIDE static void rdv_free(rendezvous *r)
 
 static uint64_t rng_next()
 {
+	if (!S.rng) /* the first random pick: from the settings' seed */
+		S.rng = config().seed ? config().seed : 0x9e3779b97f4a7c15ull;
 	/* xorshift64* */
 	S.rng ^= S.rng >> 12;
 	S.rng ^= S.rng << 25;
@@ -869,43 +871,6 @@ long long clock_ticks()
 	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-/* ---- settings ---- */
-settings &config()
-{
-	static settings *s = [] {
-		settings *c = new settings();
-		c->order = CUDA_EMU_ORDER_FORWARD;
-		c->seed = 1;
-#ifdef EMU_ASAN
-		c->stack_bytes = 1024 * 1024;
-#else
-		c->stack_bytes = 256 * 1024;
-#endif
-		c->mem_total = 16384ull << 20;
-		const char *e = getenv("CUDA_EMU_ORDER");
-		if (e && *e) {
-			if (!strcmp(e, "reverse"))
-				c->order = CUDA_EMU_ORDER_REVERSE;
-			else if (!strncmp(e, "random", 6) && (e[6] == 0 || e[6] == ':')) {
-				c->order = CUDA_EMU_ORDER_RANDOM;
-				c->seed = e[6] ? strtoull(e + 7, NULL, 0) :
-					(unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
-			} else if (strcmp(e, "forward") != 0)
-				fprintf(stderr, "cuda-emu: CUDA_EMU_ORDER=%s is not forward, reverse or "
-					"random[:seed]; using forward\n", e);
-		}
-		if ((e = getenv("CUDA_EMU_MEM_MB")) && atoll(e) > 0)
-			c->mem_total = (size_t)atoll(e) << 20;
-		if ((e = getenv("CUDA_EMU_FAULT_LAUNCH")) && atoll(e) > 0)
-			c->fault_at = (unsigned long long)atoll(e);
-		if ((e = getenv("CUDA_EMU_STACK_KB")) && atoll(e) > 0)
-			c->stack_bytes = (size_t)atoll(e) << 10;
-		c->quiet = (e = getenv("CUDA_EMU_QUIET")) && *e && strcmp(e, "0") != 0;
-		S.rng = c->seed ? c->seed : 0x9e3779b97f4a7c15ull;
-		return c;
-	}();
-	return *s;
-}
 
 } // namespace cuda_emu
 

@@ -98,7 +98,6 @@ static host_state &H()
 }
 
 static thread_local cudaError_t last_error;
-static thread_local char last_diag[1024];
 
 /* Records E as the thread's last error when it is one; returns E. */
 static cudaError_t ret(cudaError_t e)
@@ -334,22 +333,6 @@ static void report_leaks_at_exit()
 bool device_range(const void *p, size_t n)
 {
 	return classify(p, n) == SIDE_DEVICE;
-}
-
-std::mutex &api_lock()
-{
-	static std::mutex *m = new std::mutex();
-	return *m;
-}
-
-void diag(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(last_diag, sizeof last_diag, fmt, ap);
-	va_end(ap);
-	if (!config().quiet)
-		fprintf(stderr, "cuda-emu: %s\n", last_diag);
 }
 
 void set_sticky(cudaError_t e)
@@ -1181,9 +1164,4 @@ extern "C" int cuda_emu_is_device_range(const void *p, size_t size)
 extern "C" void cuda_emu_set_quiet(int quiet)
 {
 	config().quiet = quiet != 0;
-}
-
-extern "C" const char *cuda_emu_last_diagnostic(void)
-{
-	return last_diag;
 }

@@ -1,6 +1,7 @@
 /* emu_impl.h - what the CUDA emulator's own files share: the scheduler's
  * entry for running a grid (emu.cc), stream work and device-memory checks
- * (emu_host.cc), settings and diagnostics.  Not for kernels or callers.
+ * (emu_host.cc), settings, the API lock and diagnostics (emu_settings.cc).
+ * Not for kernels or callers.
  */
 #ifndef LLMD_CUDA_EMU_IMPL_H
 #define LLMD_CUDA_EMU_IMPL_H
@@ -14,7 +15,7 @@
 
 namespace cuda_emu {
 
-/* ---- settings (environment first, then the cuda_emu_* calls) ---- */
+/* ---- settings (environment first, then the cuda_emu_* calls), emu_settings.cc ---- */
 struct settings {
 	enum cuda_emu_order order; /* thread order */
 	unsigned long long seed;   /* random order's seed */
