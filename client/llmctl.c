@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@ static int json_out;
 static const char *socket_path;
 static unsigned timeout_s = 5;  /* --timeout: llmd answers admin commands at once */
 static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t resized;   /* top: SIGWINCH came */
 
 static void usage(FILE *f)
 {
@@ -141,56 +143,56 @@ static void fmt_age(double s, char *out, size_t len)
 
 /* ---- rendering ---- */
 
-static void print_status(json_object *j)
+static void print_status(FILE *out, json_object *j)
 {
 	char up[32];
 	fmt_age(getd(j, "uptime_s"), up, sizeof up);
-	printf("model        %s (%s)\n", gets_(j, "model"), gets_(j, "model_path"));
-	printf("backend      %s, %lld threads, context %lld tokens, chat template %s\n",
+	fprintf(out, "model        %s (%s)\n", gets_(j, "model"), gets_(j, "model_path"));
+	fprintf(out, "backend      %s, %lld threads, context %lld tokens, chat template %s\n",
 	       gets_(j, "backend"), (long long)geti(j, "threads"), (long long)geti(j, "n_ctx"),
 	       *gets_(j, "chat_template") ? gets_(j, "chat_template") : "none");
 	if (geti(j, "device.memory_total_bytes") > 0)
-		printf("device       %s (#%lld), %.1f of %.1f GiB free, graphs: %lld decode steps "
+		fprintf(out, "device       %s (#%lld), %.1f of %.1f GiB free, graphs: %lld decode steps "
 		       "recorded, %lld replayed\n", gets_(j, "device.name"),
 		       (long long)geti(j, "device.index"), geti(j, "device.memory_free_bytes") / 1073741824.0,
 		       geti(j, "device.memory_total_bytes") / 1073741824.0,
 		       (long long)geti(j, "device.graphs_recorded"),
 		       (long long)geti(j, "device.graphs_replayed"));
 	else
-		printf("device       %s\n", gets_(j, "device.name"));
-	printf("state        %s, up %s, llmd %s, pid %lld\n", gets_(j, "state"), up,
+		fprintf(out, "device       %s\n", gets_(j, "device.name"));
+	fprintf(out, "state        %s, up %s, llmd %s, pid %lld\n", gets_(j, "state"), up,
 	       gets_(j, "version"), (long long)geti(j, "pid"));
-	printf("kv pool      %.1f%% used: %lld of %lld blocks (%lld tokens each), %lld cached, %s, "
+	fprintf(out, "kv pool      %.1f%% used: %lld of %lld blocks (%lld tokens each), %lld cached, %s, "
 	       "%lld tokens in all\n",
 	       getd(j, "kv.used_pct"), (long long)geti(j, "kv.used_blocks"),
 	       (long long)geti(j, "kv.blocks"), (long long)geti(j, "kv.block_tokens"),
 	       (long long)geti(j, "kv.cached_blocks"), gets_(j, "kv.type"),
 	       (long long)geti(j, "kv.capacity_tokens"));
-	printf("prefix cache %s, hit rate %.1f%% (%lld prompt tokens from cache)\n",
+	fprintf(out, "prefix cache %s, hit rate %.1f%% (%lld prompt tokens from cache)\n",
 	       json_object_get_boolean(get(j, "prefix_cache.enabled")) ? "on" : "off",
 	       100.0 * getd(j, "prefix_cache.hit_rate"), (long long)geti(j, "prefix_cache.hit_tokens"));
-	printf("queue        %lld waiting, %lld running\n", (long long)geti(j, "queue.waiting"),
+	fprintf(out, "queue        %lld waiting, %lld running\n", (long long)geti(j, "queue.waiting"),
 	       (long long)geti(j, "queue.running"));
 	if (geti(j, "step.budget_ms") > 0)
-		printf("steps        last %.1f ms (predicted %.1f), budget %lld ms while streams decode: "
+		fprintf(out, "steps        last %.1f ms (predicted %.1f), budget %lld ms while streams decode: "
 		       "%lld prefills cut, %lld steps over\n", getd(j, "step.last_ms"),
 		       getd(j, "step.last_predicted_ms"), (long long)geti(j, "step.budget_ms"),
 		       (long long)geti(j, "step.budget_cuts"), (long long)geti(j, "step.budget_overruns"));
 	else
-		printf("steps        last %.1f ms, no time budget\n", getd(j, "step.last_ms"));
-	printf("throughput   %.1f tok/s (last 10 s), %lld tokens generated, %lld requests\n",
+		fprintf(out, "steps        last %.1f ms, no time budget\n", getd(j, "step.last_ms"));
+	fprintf(out, "throughput   %.1f tok/s (last 10 s), %lld tokens generated, %lld requests\n",
 	       getd(j, "tok_s"), (long long)geti(j, "generated_tokens"),
 	       (long long)geti(j, "requests_total"));
-	printf("clients      %lld connections, %lld requests live\n", (long long)geti(j, "connections"),
+	fprintf(out, "clients      %lld connections, %lld requests live\n", (long long)geti(j, "connections"),
 	       (long long)geti(j, "requests_live"));
 }
 
-static void print_ps(json_object *j)
+static void print_ps(FILE *out, json_object *j)
 {
 	json_object *arr = get(j, "requests");
 	size_t n = arr ? json_object_array_length(arr) : 0;
 
-	printf("%8s %7s %6s %-15s %-9s %4s %4s %6s %6s %8s\n", "ID", "PID", "UID", "COMMAND", "STATE",
+	fprintf(out, "%8s %7s %6s %-15s %-9s %4s %4s %6s %6s %8s\n", "ID", "PID", "UID", "COMMAND", "STATE",
 	       "QPOS", "PRIO", "PROMPT", "GEN", "AGE");
 	for (size_t i = 0; i < n; i++) {
 		json_object *r = json_object_array_get_idx(arr, i);
@@ -202,13 +204,23 @@ static void print_ps(json_object *j)
 			snprintf(qpos, sizeof qpos, "%lld", (long long)geti(r, "queue_pos"));
 		else
 			snprintf(qpos, sizeof qpos, "-");
-		printf("%8lld %7lld %6lld %-15.15s %-9s %4s %4lld %6lld %6lld %8s\n",
+		fprintf(out, "%8lld %7lld %6lld %-15.15s %-9s %4s %4lld %6lld %6lld %8s\n",
 		       (long long)geti(r, "id"), (long long)geti(r, "pid"), (long long)geti(r, "uid"),
 		       gets_(r, "command"), st, qpos, (long long)geti(r, "priority"),
 		       (long long)geti(r, "prompt_tokens"), (long long)geti(r, "generated_tokens"), age);
 	}
 	if (n == 0)
-		printf("(no requests)\n");
+		fprintf(out, "(no requests)\n");
+}
+
+static void show_status(json_object *j)
+{
+	print_status(stdout, j);
+}
+
+static void show_ps(json_object *j)
+{
+	print_ps(stdout, j);
 }
 
 static void print_stats(json_object *j, int prometheus)
@@ -289,11 +301,56 @@ static void on_sigint(int sig)
 	interrupted = 1;
 }
 
+static void on_sigwinch(int sig)
+{
+	(void)sig;
+	resized = 1;
+}
+
+/* The terminal's width in columns, or 0 when stdout is not a terminal. */
+static int tty_columns(void)
+{
+	struct winsize ws;
+	if (!isatty(STDOUT_FILENO) || ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) < 0)
+		return 0;
+	return ws.ws_col;
+}
+
+/* Writes TEXT's lines to stdout, each cut to COLS columns (a character a
+ * column) and ended with an ellipsis where it was longer; COLS 0: whole. */
+static void put_fitted(const char *text, int cols)
+{
+	while (*text) {
+		const char *nl = strchr(text, '\n'), *end = nl ? nl : text + strlen(text), *p = text;
+		int w = 0;
+
+		for (; p < end && (!cols || w < cols); p++)
+			w += ((unsigned char)*p & 0xc0) != 0x80;
+		while (p < end && ((unsigned char)*p & 0xc0) == 0x80)
+			p++; /* the rest of the last character */
+		if (p < end) {
+			/* too wide: COLS - 1 characters and the ellipsis */
+			for (w = 0, p = text; w < cols - 1; p++)
+				w += ((unsigned char)*p & 0xc0) != 0x80;
+			while (((unsigned char)*p & 0xc0) == 0x80)
+				p++;
+			fwrite(text, 1, (size_t)(p - text), stdout);
+			fputs("\u2026", stdout);
+		} else {
+			fwrite(text, 1, (size_t)(end - text), stdout);
+		}
+		if (nl)
+			fputc('\n', stdout);
+		text = nl ? nl + 1 : end;
+	}
+}
+
 static int cmd_top(int argc, char **argv)
 {
+	struct sigaction sa;
 	double interval = 1.0;
 	long count = -1;
-	int opt;
+	int opt, cols;
 
 	optind = 1;
 	while ((opt = getopt(argc, argv, "i:n:j")) != -1) {
@@ -313,6 +370,12 @@ static int cmd_top(int argc, char **argv)
 	if (interval < 0.1)
 		interval = 0.1;
 	signal(SIGINT, on_sigint);
+	/* A resized terminal interrupts the wait (no SA_RESTART) and redraws. */
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_sigwinch;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGWINCH, &sa, NULL);
+	cols = tty_columns();
 	for (long i = 0; (count < 0 || i < count) && !interrupted; i++) {
 		json_object *st, *ps;
 		int r = admin("status", NULL, &st);
@@ -323,18 +386,35 @@ static int cmd_top(int argc, char **argv)
 			return r;
 		}
 		if (!json_out) {
-			if (isatty(STDOUT_FILENO))
+			char *frame = NULL;
+			size_t len = 0;
+			FILE *f = open_memstream(&frame, &len);
+			if (!f) {
+				fprintf(stderr, "llmctl: top: out of memory\n");
+				json_object_put(st);
+				json_object_put(ps);
+				return EXIT_FAILED;
+			}
+			print_status(f, st);
+			fprintf(f, "\n");
+			print_ps(f, ps);
+			fclose(f);
+			if (cols)
 				printf("\033[H\033[2J");
-			print_status(st);
-			printf("\n");
-			print_ps(ps);
+			put_fitted(frame, cols);
 			fflush(stdout);
+			free(frame);
 		}
 		json_object_put(st);
 		json_object_put(ps);
 		if (count < 0 || i + 1 < count) {
 			struct timespec ts = { (time_t)interval, (long)((interval - (time_t)interval) * 1e9) };
-			nanosleep(&ts, NULL);
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !resized && !interrupted)
+				;
+		}
+		if (resized) {
+			resized = 0;
+			cols = tty_columns();
 		}
 	}
 	return 0;
@@ -436,9 +516,9 @@ int main(int argc, char **argv)
 		return r;
 
 	if (!strcmp(cmd, "status"))
-		r = simple("status", NULL, print_status);
+		r = simple("status", NULL, show_status);
 	else if (!strcmp(cmd, "ps"))
-		r = simple("ps", NULL, print_ps);
+		r = simple("ps", NULL, show_ps);
 	else if (!strcmp(cmd, "cancel"))
 		r = simple("cancel", arg, render_cancel);
 	else if (!strcmp(cmd, "drain") || !strcmp(cmd, "resume"))

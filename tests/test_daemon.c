@@ -29,6 +29,7 @@
 #include <json-c/json.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 #include "clientutil.h"
@@ -353,6 +354,99 @@ static void test_client_newline(const struct tdaemon *d)
 		CHECK(strncmp(plain, exact, n) == 0);
 	}
 	printf("llm-client: the answer '%s' ends with a newline in a pipe; -N adds none\n", exact);
+}
+
+/* ---- llmctl top on a terminal ---- */
+
+/* Reads what the pty's master FD gives for up to MS milliseconds, or until
+ * UNTIL appears COUNT times, appending to BUF (CAP bytes, NUL-terminated). */
+static size_t pty_read(int fd, char *buf, size_t have, size_t cap, const char *until, int count,
+		       int ms)
+{
+	for (double t0 = clock_s(); clock_s() - t0 < ms / 1000.0 && have + 1 < cap;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		int seen = 0;
+		for (const char *q = buf; (q = strstr(q, until)); q++)
+			seen++;
+		if (seen >= count)
+			break;
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		ssize_t n = read(fd, buf + have, cap - 1 - have);
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = 0;
+	}
+	return have;
+}
+
+/* The widest line of the frame that starts at the last screen clear in BUF,
+ * in characters; *RET_CUT: how many lines end in an ellipsis. */
+static int widest_line(const char *buf, int *ret_cut)
+{
+	const char *f = buf, *q;
+	int widest = 0, w = 0;
+
+	while ((q = strstr(f, "\033[2J")))
+		f = q + 4;
+	*ret_cut = 0;
+	for (q = f; *q; q++) {
+		if (*q == '\r' || *q == '\n') {
+			w = 0;
+			continue;
+		}
+		if (!strncmp(q, "\u2026", 3) && (q[3] == '\r' || q[3] == '\n'))
+			(*ret_cut)++;
+		w += ((unsigned char)*q & 0xc0) != 0x80;
+		if (w > widest)
+			widest = w;
+	}
+	return widest;
+}
+
+/* llmctl top fits the terminal's width, cutting long lines with an
+ * ellipsis, and redraws at once at the new width when the terminal is
+ * resized (SIGWINCH). */
+static void test_top_width(const struct tdaemon *d)
+{
+	static char out[65536];
+	struct winsize ws = { .ws_row = 40, .ws_col = 50 };
+	char bin[1024];
+	int master, slave, st, cut = 0;
+	size_t have;
+	double t0;
+	pid_t pid;
+
+	snprintf(bin, sizeof bin, "%s/llmctl", tbuilddir());
+	master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	CHECK(master >= 0 && grantpt(master) == 0 && unlockpt(master) == 0);
+	if (master < 0)
+		return;
+	slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+	CHECK(slave >= 0 && ioctl(slave, TIOCSWINSZ, &ws) == 0);
+	pid = fork();
+	if (pid == 0) {
+		dup2(slave, 1);
+		execl(bin, bin, "--socket", d->sock, "top", "-i", "30", "-n", "2", (char *)NULL);
+		_exit(127);
+	}
+	have = pty_read(master, out, 0, sizeof out, "(no requests)", 1, 10000);
+	CHECK(strstr(out, "kv pool") != NULL);
+	CHECK_INT_EQ(widest_line(out, &cut), 50);
+	CHECK(cut >= 2); /* the model's line and kv pool's at least */
+	/* resized to 70 columns: the second frame comes now, not in 30 s */
+	ws.ws_col = 70;
+	CHECK(ioctl(slave, TIOCSWINSZ, &ws) == 0);
+	t0 = clock_s();
+	kill(pid, SIGWINCH);
+	have = pty_read(master, out, have, sizeof out, "(no requests)", 2, 10000);
+	CHECK(clock_s() - t0 < 10);
+	CHECK_INT_EQ(widest_line(out, &cut), 70);
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(slave);
+	close(master);
+	printf("llmctl top: lines cut to 50 columns with an ellipsis; redrawn at 70 on SIGWINCH\n");
 }
 
 /* ---- hostile input ---- */
@@ -949,6 +1043,7 @@ int main(void)
 		return 1;
 	test_concurrent(&d);
 	test_client_newline(&d);
+	test_top_width(&d);
 	test_bench_socket(&d, model);
 	test_vanishing_client(&d);
 	test_slow_reader(&d);
