@@ -356,6 +356,87 @@ static void test_client_newline(const struct tdaemon *d)
 	printf("llm-client: the answer '%s' ends with a newline in a pipe; -N adds none\n", exact);
 }
 
+/* ---- llm-client --each-line ---- */
+
+/* What --each-line makes of an answer: newlines around it dropped, those
+ * inside written as \n, backslashes doubled. */
+static void fold(const char *a, char *out, size_t cap)
+{
+	size_t n = strlen(a), o = 0;
+
+	while (n && a[n - 1] == '\n')
+		n--;
+	while (n && *a == '\n')
+		a++, n--;
+	for (size_t i = 0; i < n && o + 3 < cap; i++) {
+		if (a[i] == '\n' || a[i] == '\\' || a[i] == '\r') {
+			out[o++] = '\\';
+			out[o++] = a[i] == '\n' ? 'n' : a[i] == '\r' ? 'r' : '\\';
+		} else {
+			out[o++] = a[i];
+		}
+	}
+	out[o] = 0;
+}
+
+/* The answer to QUESTION alone (-N: its bytes), as a chat or not. */
+static void answer_alone(const char *sock, const char *question, int chat, char *out, size_t cap)
+{
+	char bin[1024];
+	snprintf(bin, sizeof bin, "%s/llm-client", tbuilddir());
+	const char *as_chat[] = { bin, "--socket", sock, "-N", "-n", "12", "--temp", "0", "--chat",
+				  question, NULL };
+	const char *as_text[] = { bin, "--socket", sock, "-N", "-n", "12", "--temp", "0", question,
+				  NULL };
+	CHECK_INT_EQ(trun(chat ? as_chat : as_text, NULL, out, cap), 0);
+}
+
+/* --each-line: one output line per input line, each the answer its line
+ * gets alone (a chat where the model has a template), folded; --raw keeps
+ * the answers' own newlines, --no-chat sends completions. */
+static void test_each_line(const char *sock, int has_template)
+{
+	static char out[8192], want[8192], one[2048], folded[2048];
+	static const char *const qs[] = { "What is 2+2?", "Name a color.", "", "Once upon a time" };
+	const char *input = "What is 2+2?\nName a color.\n\nOnce upon a time\n";
+	char bin[1024];
+
+	snprintf(bin, sizeof bin, "%s/llm-client", tbuilddir());
+	const char *plain[] = { bin, "--socket", sock, "--each-line", "-n", "12", "--temp", "0", NULL };
+	const char *raw[] = { bin, "--socket", sock, "--each-line", "--raw", "-n", "12", "--temp", "0",
+			      NULL };
+	const char *nochat[] = { bin, "--socket", sock, "--each-line", "--no-chat", "-n", "12",
+				 "--temp", "0", NULL };
+	struct { const char *const *argv; int chat, folded; } runs[] = {
+		{ plain, has_template, 1 }, { raw, has_template, 0 }, { nochat, 0, 1 },
+	};
+	for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+		want[0] = 0;
+		for (size_t q = 0; q < sizeof qs / sizeof qs[0]; q++) {
+			one[0] = 0;
+			if (*qs[q])
+				answer_alone(sock, qs[q], runs[r].chat, one, sizeof one);
+			if (runs[r].folded) {
+				fold(one, folded, sizeof folded);
+				strcat(want, folded);
+			} else {
+				strcat(want, one);
+			}
+			strcat(want, "\n");
+		}
+		CHECK_INT_EQ(trun(runs[r].argv, input, out, sizeof out), 0);
+		CHECK_STR_EQ(out, want);
+	}
+	/* folded, it is one line per input line */
+	CHECK_INT_EQ(trun(plain, input, out, sizeof out), 0);
+	int lines = 0;
+	for (const char *p = out; *p; p++)
+		lines += *p == '\n';
+	CHECK_INT_EQ(lines, 4);
+	printf("llm-client --each-line (%s): one line per input line, each the answer it gets "
+	       "alone; --raw and --no-chat too\n", has_template ? "chat template" : "no template");
+}
+
 /* ---- llmctl top on a terminal ---- */
 
 /* Reads what the pty's master FD gives for up to MS milliseconds, or until
@@ -1043,12 +1124,24 @@ int main(void)
 		return 1;
 	test_concurrent(&d);
 	test_client_newline(&d);
+	test_each_line(d.sock, 0);
 	test_top_width(&d);
 	test_bench_socket(&d, model);
 	test_vanishing_client(&d);
 	test_slow_reader(&d);
 	test_hostile(&d);
 	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	if (access(test_smollm2_path(), R_OK) == 0) {
+		const char *smol[] = { "--set", "kv.pool_tokens=4096", NULL };
+		if (tdaemon_start(&d, test_smollm2_path(), smol) == 0) {
+			test_each_line(d.sock, 1);
+			CHECK_INT_EQ(tdaemon_stop(&d), 0);
+		} else {
+			test_failures++;
+		}
+	} else {
+		printf("llm-client --each-line with a chat template: no SmolLM2, skipped\n");
+	}
 	test_limits(model);
 	test_non_admin(model);
 	test_device_options(model);
