@@ -130,7 +130,9 @@ struct llm_event {
 	/* LLM_EV_DONE */
 	enum llm_finish finish;
 	int error_code;            /* the daemon's error code (libllm(3)), 0 unless ERROR */
-	const char *message;       /* with LLM_FINISH_ERROR; same lifetime as text */
+	const char *message;       /* with LLM_FINISH_ERROR, the error; else a notice from the
+	                              daemon ("priority 50 was clamped to 10 ...") or "";
+	                              same lifetime as text */
 	uint32_t prompt_tokens, cached_tokens, generated_tokens, preemptions;
 	double queue_ms, prefill_ms, decode_ms;
 };

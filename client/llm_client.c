@@ -580,6 +580,8 @@ static void on_done(struct run *rn, struct job *j, const struct llm_event *ev)
 			json_object_object_add(o, "error_name",
 					       json_object_new_string(err_name(ev->error_code)));
 			json_object_object_add(o, "message", json_object_new_string(ev->message));
+		} else if (ev->message[0]) {
+			json_object_object_add(o, "notice", json_object_new_string(ev->message));
 		}
 		u = json_object_new_object();
 		json_object_object_add(u, "prompt_tokens", json_object_new_int64(ev->prompt_tokens));
@@ -595,6 +597,13 @@ static void on_done(struct run *rn, struct job *j, const struct llm_event *ev)
 	}
 	rn->n_live--;
 	finish_job(rn, j);
+	if (ev->finish != LLM_FINISH_ERROR && ev->message[0] && !rn->o->json) {
+		char where[32] = "";
+		if (rn->o->each_line)
+			snprintf(where, sizeof where, "line %zu: ", j->line);
+		fflush(stdout);
+		fprintf(stderr, "llm-client: %snote: %s\n", where, ev->message);
+	}
 	if (ev->finish == LLM_FINISH_ERROR) {
 		rn->failed = true;
 		fflush(stdout);

@@ -462,6 +462,10 @@ static void handle_submit(struct llmd *d, struct conn *c, const struct proto_fra
 	if (!c->is_admin) {
 		int32_t mp = d->cfg.max_priority;
 		r->priority = r->priority > mp ? mp : r->priority < -mp ? -mp : r->priority;
+		if (r->priority != s.priority)
+			snprintf(r->notice, sizeof r->notice,
+				 "priority %d was clamped to %d (limits.max_priority; admins are not "
+				 "clamped)", s.priority, r->priority);
 	}
 	r->max_tokens = s.max_tokens;
 	r->ignore_eos = !!(s.flags & PROTO_SUBMIT_IGNORE_EOS);

@@ -487,7 +487,8 @@ static void on_event(void *ctx, const struct sched_event *ev)
 		return;
 	}
 	write_final(w, q->conn, q->r->client_id, fin[ev->finish],
-		    ev->finish == SCHED_FIN_ERROR ? finish_code(ev) : 0, ev->message, &ev->usage);
+		    ev->finish == SCHED_FIN_ERROR ? finish_code(ev) : 0,
+		    ev->finish == SCHED_FIN_ERROR ? ev->message : q->r->notice, &ev->usage);
 	wreq_end(w, q);
 }
 

@@ -40,6 +40,8 @@ struct worker_req {
 	char **stops;                /* (n_stops) NUL-terminated; owned */
 	int n_stops;
 	int ignore_eos, logprobs;
+	char notice[96];             /* for the client in the FINAL record (a clamped
+	                                priority); "" when none */
 };
 
 void worker_req_free(struct worker_req *r); /* NULL-safe */

@@ -274,7 +274,9 @@ struct proto_final {
 	uint64_t queue_us;         /* submit to admission */
 	uint64_t prefill_us;       /* admission to first token */
 	uint64_t decode_us;        /* first token to the end */
-	struct proto_str message;  /* <= PROTO_MAX_ERRMSG bytes; empty unless an error */
+	struct proto_str message;  /* <= PROTO_MAX_ERRMSG bytes: the error with
+	                              PROTO_FIN_ERROR; else a notice for the client
+	                              (a priority the daemon clamped) or empty */
 };
 #define PROTO_FINAL_FIXED 64
 

@@ -31,6 +31,7 @@ struct gen {
 	int error_code;
 	uint32_t prompt_tokens;
 	char text[4096];
+	char message[256];           /* the DONE's message: an error, or a notice */
 	double t_done;
 };
 
@@ -59,6 +60,7 @@ static inline int wait_done(struct llm *h, uint64_t id, struct gen *g, int timeo
 			g->finish = ev.finish;
 			g->error_code = ev.error_code;
 			g->prompt_tokens = ev.prompt_tokens;
+			snprintf(g->message, sizeof g->message, "%s", ev.message);
 			g->t_done = clock_s();
 			return 1;
 		}

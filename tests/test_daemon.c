@@ -788,6 +788,55 @@ static void test_limits(const char *model)
 }
 
 /* Admin commands from an unprivileged uid. */
+/* A request at PRIORITY ends with exactly NOTICE as its DONE's message
+ * (a prefix of it when NOTICE is not empty). */
+static int priority_notice(struct llm *h, int priority, const char *notice)
+{
+	struct llm_request r;
+	struct gen g;
+	uint64_t id;
+
+	memset(&g, 0, sizeof g);
+	llm_request_init(&r);
+	r.prompt = "Once upon a time";
+	r.max_tokens = 2;
+	r.priority = priority;
+	if (llm_submit(h, &r, &id) < 0 || wait_done(h, id, &g, 30000) != 1 ||
+	    g.finish == LLM_FINISH_ERROR)
+		return 0;
+	return *notice ? strncmp(g.message, notice, strlen(notice)) == 0 : g.message[0] == 0;
+}
+
+/* llm-client --priority 50 prints the daemon's notice on stderr, the
+ * answer still on stdout. */
+static int client_prints_note(const struct tdaemon *d)
+{
+	char bin[1024], err[1024] = "";
+	int p[2], st;
+	ssize_t n, got = 0;
+	pid_t pid;
+
+	snprintf(bin, sizeof bin, "%s/llm-client", tbuilddir());
+	if (pipe(p) < 0)
+		return 0;
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(p[1], 2);
+		execl(bin, bin, "--socket", d->sock, "-n", "2", "--priority", "50", "Hello",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	while ((n = read(p[0], err + got, sizeof err - 1 - (size_t)got)) > 0)
+		got += n;
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+	       strstr(err, "llm-client: note: priority 50 was clamped to 10") != NULL;
+}
+
 static void test_non_admin(const char *model)
 {
 	const char *extra[] = { "--set", "server.socket_mode=0666", NULL };
@@ -818,7 +867,11 @@ static void test_non_admin(const char *model)
 			free(body);
 		else
 			bad |= 4;
+		/* a priority over limits.max_priority (10) is clamped, and said so */
+		bad |= !priority_notice(h, 50, "priority 50 was clamped to 10 (limits.max_priority") << 3;
+		bad |= !priority_notice(h, 10, "") << 4;
 		llm_close(h);
+		bad |= !client_prints_note(&d) << 5;
 		_exit(bad);
 	}
 	waitpid(pid, &st, 0);
@@ -837,9 +890,11 @@ static void test_non_admin(const char *model)
 	body = NULL;
 	CHECK_INT_EQ(llm_admin(h, "resume", NULL, &body), 0);
 	free(body);
+	CHECK(priority_notice(h, 50, "")); /* admins are not clamped */
 	llm_close(h);
 	CHECK_INT_EQ(tdaemon_stop(&d), 0);
-	printf("admin: drain and reload refused for uid 65534, allowed for root\n");
+	printf("admin: drain and reload refused for uid 65534, allowed for root; its priority 50 "
+	       "clamped to 10 with a notice, root's not\n");
 }
 
 /* llm-bench's --socket workload gives the in-process tokens. */
