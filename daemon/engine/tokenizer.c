@@ -7,27 +7,13 @@
 #include "tokenizer.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "gguf.h"
 #include "tokenizer_impl.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* ---- the text map ---- */
 
@@ -338,7 +324,7 @@ static int load_specials(struct tokenizer *t, const struct gguf_file *f,
 
 	t->add_bos = find_bool(f, "tokenizer.ggml.add_bos_token", t->add_bos);
 	if (t->add_bos && t->bos < 0) {
-		set_err(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
+		errbuf_set(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
 		return -EINVAL;
 	}
 
@@ -489,12 +475,12 @@ static int load_merges(struct tokenizer *t, const struct gguf_file *f,
 
 	rc = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_T_STRING, &kv);
 	if (rc) {
-		set_err(err, errlen, "tokenizer.ggml.merges: %s",
+		errbuf_set(err, errlen, "tokenizer.ggml.merges: %s",
 			rc == -ENOENT ? "missing" : "not an array of strings");
 		return rc == -ENOENT ? -EINVAL : rc;
 	}
 	if (kv->arr_n > INT32_MAX / 4) {
-		set_err(err, errlen, "tokenizer.ggml.merges: too many merges (%llu)",
+		errbuf_set(err, errlen, "tokenizer.ggml.merges: too many merges (%llu)",
 			(unsigned long long)kv->arr_n);
 		return -EINVAL;
 	}
@@ -548,7 +534,7 @@ static int load_merges(struct tokenizer *t, const struct gguf_file *f,
 out:
 	free(buf);
 	if (rc == -E2BIG)
-		set_err(err, errlen, "tokenizer.ggml.merges: texts too large");
+		errbuf_set(err, errlen, "tokenizer.ggml.merges: texts too large");
 	return rc;
 }
 
@@ -561,7 +547,7 @@ static int load_regexes(struct tokenizer *t, const struct gguf_file *f,
 	/* llama.cpp falls back to "default" when the key is missing */
 	if (gguf_find_key(f, "tokenizer.ggml.pre") >= 0 &&
 	    gguf_get_str(f, "tokenizer.ggml.pre", &pre) != 0) {
-		set_err(err, errlen, "tokenizer.ggml.pre: not a string");
+		errbuf_set(err, errlen, "tokenizer.ggml.pre: not a string");
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < sizeof pre_types / sizeof pre_types[0]; i++)
@@ -571,7 +557,7 @@ static int load_regexes(struct tokenizer *t, const struct gguf_file *f,
 			break;
 		}
 	if (!p) {
-		set_err(err, errlen, "unknown pre-tokenizer '%.*s'",
+		errbuf_set(err, errlen, "unknown pre-tokenizer '%.*s'",
 			(int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
 		return -EINVAL;
 	}
@@ -589,7 +575,7 @@ static int load_regexes(struct tokenizer *t, const struct gguf_file *f,
 		if (!t->re[i]) {
 			PCRE2_UCHAR msg[120];
 			pcre2_get_error_message(code, msg, sizeof msg);
-			set_err(err, errlen, "pre-tokenizer '%s' regex %d: %s at offset %zu",
+			errbuf_set(err, errlen, "pre-tokenizer '%s' regex %d: %s at offset %zu",
 				p->name, i, (const char *)msg, (size_t)off);
 			return -EINVAL;
 		}
@@ -610,7 +596,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	if (!f || !ret)
 		return -EINVAL;
 	if (gguf_get_str(f, "tokenizer.ggml.model", &model) != 0) {
-		set_err(err, errlen, "tokenizer.ggml.model: missing or not a string");
+		errbuf_set(err, errlen, "tokenizer.ggml.model: missing or not a string");
 		return -EINVAL;
 	}
 	t = calloc(1, sizeof *t);
@@ -623,7 +609,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	} else if (model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0) {
 		t->model = MODEL_BPE;
 	} else {
-		set_err(err, errlen, "unknown tokenizer model '%.*s'",
+		errbuf_set(err, errlen, "unknown tokenizer model '%.*s'",
 			(int)(model.len > 64 ? 64 : model.len), model.ptr);
 		rc = -EINVAL;
 		goto fail;
@@ -631,7 +617,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 
 	rc = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &toks);
 	if (rc || toks->arr_n == 0 || toks->arr_n > INT32_MAX / 4) {
-		set_err(err, errlen, "tokenizer.ggml.tokens: %s",
+		errbuf_set(err, errlen, "tokenizer.ggml.tokens: %s",
 			rc == -ENOENT ? "missing" : rc ? "not an array of strings" :
 			toks->arr_n ? "too many tokens" : "empty");
 		rc = -EINVAL;
@@ -643,7 +629,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 		if (rc || (scores->arr_type != GGUF_T_FLOAT32 &&
 			   scores->arr_type != GGUF_T_INT32) ||
 		    scores->arr_n < toks->arr_n) {
-			set_err(err, errlen, "tokenizer.ggml.scores: not a float32/int32 array of %d",
+			errbuf_set(err, errlen, "tokenizer.ggml.scores: not a float32/int32 array of %d",
 				t->n_vocab);
 			rc = -EINVAL;
 			goto fail;
@@ -652,7 +638,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	if (gguf_find_key(f, "tokenizer.ggml.token_type") >= 0) {
 		rc = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_T_INT32, &types);
 		if (rc || types->arr_n < toks->arr_n) {
-			set_err(err, errlen, "tokenizer.ggml.token_type: not an int32 array of %d",
+			errbuf_set(err, errlen, "tokenizer.ggml.token_type: not an int32 array of %d",
 				t->n_vocab);
 			rc = -EINVAL;
 			goto fail;
@@ -687,7 +673,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 		}
 		rc = text_add(t, s, len);
 		if (rc < 0) {
-			set_err(err, errlen, "tokenizer.ggml.tokens: texts too large");
+			errbuf_set(err, errlen, "tokenizer.ggml.tokens: texts too large");
 			goto fail;
 		}
 		if (len > t->max_text_len)
@@ -757,7 +743,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	return 0;
 fail:
 	if (rc == -ENOMEM)
-		set_err(err, errlen, "out of memory building the tokenizer");
+		errbuf_set(err, errlen, "out of memory building the tokenizer");
 	tokenizer_free(t);
 	return rc < 0 ? rc : -EINVAL;
 }
