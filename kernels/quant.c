@@ -651,11 +651,6 @@ void quant_packed_free(struct quant_packed *p)
 	free(p);
 }
 
-size_t quant_packed_bytes(const struct quant_packed *p)
-{
-	return p->prow * (size_t)p->nw;
-}
-
 void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,
 		       const void *a, size_t lda, int na, float *c, size_t ldc)
 {
