@@ -1,13 +1,12 @@
-/* quant.c - ggml's block formats: the type table, fp16/bf16 conversion,
- * dequantization, activation quantization, the portable dot products and the
- * choice of SIMD path.  The SIMD kernels live in quant_avx2.c and
- * quant_avx512.c; this file holds no intrinsics and knows nothing of tensors,
- * threads or models.
+/* quant.c - ggml's block formats: dequantization, activation quantization,
+ * the portable dot products and the choice of SIMD path.  The SIMD kernels
+ * live in quant_avx2.c and quant_avx512.c, the type table and fp16/bf16
+ * conversion in quant_common.c; this file holds no intrinsics and knows
+ * nothing of tensors, threads or models.
  */
 #include <cpuid.h>
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,34 +14,7 @@
 #include "quant_impl.h"
 
 
-/* ---- the type table ---- */
-
-static const struct qtype_info qtypes[QT_COUNT] = {
-	[QT_F32]  = { "F32",  1,    4,                          QT_F32,  1 },
-	[QT_F16]  = { "F16",  1,    2,                          QT_F16,  1 },
-	[QT_BF16] = { "BF16", 1,    2,                          QT_BF16, 1 },
-	[QT_Q4_0] = { "Q4_0", QK,   sizeof(struct block_q4_0),  QT_Q8_0, 1 },
-	[QT_Q4_1] = { "Q4_1", QK,   sizeof(struct block_q4_1),  QT_Q8_1, 1 },
-	[QT_Q5_0] = { "Q5_0", QK,   sizeof(struct block_q5_0),  QT_Q8_0, 1 },
-	[QT_Q5_1] = { "Q5_1", QK,   sizeof(struct block_q5_1),  QT_Q8_1, 1 },
-	[QT_Q8_0] = { "Q8_0", QK,   sizeof(struct block_q8_0),  QT_Q8_0, 1 },
-	[QT_Q8_1] = { "Q8_1", QK,   sizeof(struct block_q8_1),  QT_Q8_1, 0 },
-	[QT_Q4_K] = { "Q4_K", QK_K, sizeof(struct block_q4_k),  QT_Q8_K, 1 },
-	[QT_Q5_K] = { "Q5_K", QK_K, sizeof(struct block_q5_k),  QT_Q8_K, 1 },
-	[QT_Q6_K] = { "Q6_K", QK_K, sizeof(struct block_q6_k),  QT_Q8_K, 1 },
-	[QT_Q8_K] = { "Q8_K", QK_K, sizeof(struct block_q8_k),  QT_Q8_K, 0 },
-};
-
-_Static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 layout");
-_Static_assert(sizeof(struct block_q4_1) == 20, "block_q4_1 layout");
-_Static_assert(sizeof(struct block_q5_0) == 22, "block_q5_0 layout");
-_Static_assert(sizeof(struct block_q5_1) == 24, "block_q5_1 layout");
-_Static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 layout");
-_Static_assert(sizeof(struct block_q8_1) == 36, "block_q8_1 layout");
-_Static_assert(sizeof(struct block_q4_k) == 144, "block_q4_k layout");
-_Static_assert(sizeof(struct block_q5_k) == 176, "block_q5_k layout");
-_Static_assert(sizeof(struct block_q6_k) == 210, "block_q6_k layout");
-_Static_assert(sizeof(struct block_q8_k) == 292, "block_q8_k layout");
+/* ---- block helpers ---- */
 
 static qt_f16 ld_f16(const uint8_t *p)
 {
@@ -59,84 +31,6 @@ static int q5_code(const uint8_t *x, int qoff, int e)
 	memcpy(&qh, x + qoff - 4, 4);
 	int lo = e < 16 ? x[qoff + e] & 0xf : x[qoff + e - 16] >> 4;
 	return lo | (int)(qh >> e & 1) << 4;
-}
-
-const struct qtype_info *qtype_get(uint32_t type)
-{
-	if (type >= QT_COUNT || !qtypes[type].name)
-		return NULL;
-	return &qtypes[type];
-}
-
-size_t qtype_row_bytes(uint32_t type, int64_t n)
-{
-	const struct qtype_info *ti = qtype_get(type);
-	if (!ti || n < 0 || n % ti->blck)
-		return 0;
-	return (size_t)(n / ti->blck) * ti->bytes;
-}
-
-/* ---- fp16 and bf16 ---- */
-
-static uint32_t f32_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static float bits_f32(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-float qt_f16_to_f32(qt_f16 h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f;
-	uint32_t mant = h & 0x3ff;
-
-	if (exp == 0x1f) /* inf, or NaN made quiet as VCVTPH2PS does */
-		return bits_f32(sign | 0x7f800000 | (mant << 13) | (mant ? 0x400000 : 0));
-	if (exp == 0) /* zero or subnormal: mant * 2^-24 is exact in float */
-		return bits_f32(sign | f32_bits((float)mant * 0x1p-24f));
-	return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-qt_f16 qt_f32_to_f16(float f)
-{
-	uint32_t x = f32_bits(f);
-	uint32_t sign = (x >> 16) & 0x8000;
-
-	x &= 0x7fffffff;
-	if (x > 0x7f800000) /* NaN: quiet, payload truncated, as VCVTPS2PH */
-		return (qt_f16)(sign | 0x7e00 | ((x >> 13) & 0x3ff));
-	if (x >= 0x477ff000) /* from halfway above 65504 on, rounds to inf */
-		return (qt_f16)(sign | 0x7c00);
-	if (x >= 0x38800000) { /* normal half: round the mantissa at bit 13, even on ties */
-		x += 0xfff + ((x >> 13) & 1);
-		return (qt_f16)(sign | ((x - (112u << 23)) >> 13));
-	}
-	/* Below 2^-14: adding 0.5 leaves exactly the subnormal's 2^-24 units in
-	 * the low mantissa bits, rounded to nearest even by the FPU; a carry
-	 * into 0x400 is the right encoding of the smallest normal. */
-	return (qt_f16)(sign | (f32_bits(bits_f32(x) + 0.5f) - 0x3f000000));
-}
-
-float qt_bf16_to_f32(qt_bf16 h)
-{
-	return bits_f32((uint32_t)h << 16);
-}
-
-qt_bf16 qt_f32_to_bf16(float f)
-{
-	uint32_t u = f32_bits(f);
-
-	if ((u & 0x7fffffff) > 0x7f800000) /* NaN: keep it quiet */
-		return (qt_bf16)((u >> 16) | 64);
-	return (qt_bf16)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
 #define F16(h) qt_f16_to_f32(h)
@@ -221,7 +115,7 @@ void quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 	case QT_Q5_0:
 	case QT_Q5_1:
 		for (int64_t b = 0; b < n / QK; b++) {
-			const uint8_t *x = (const uint8_t *)src + b * qtypes[type].bytes;
+			const uint8_t *x = (const uint8_t *)src + b * qtype_table[type].bytes;
 			float d = F16(ld_f16(x)), m = type == QT_Q5_1 ? F16(ld_f16(x + 2)) : 0;
 			for (int e = 0; e < QK; e++) {
 				/* ggml: (q - 16) * d, or q * d + m (two roundings) */
@@ -456,7 +350,7 @@ static void q32_partials(uint32_t type, const void *vx, const void *vy, int64_t 
 				w0 = x->qs[e];
 				w1 = x->qs[16 + e];
 			} else if (type == QT_Q5_0 || type == QT_Q5_1) {
-				const uint8_t *x = (const uint8_t *)vx + b * qtypes[type].bytes;
+				const uint8_t *x = (const uint8_t *)vx + b * qtype_table[type].bytes;
 				int off = type == QT_Q5_0 ? 16 : 0, qoff = type == QT_Q5_1 ? 8 : 6;
 				w0 = q5_code(x, qoff, e) - off;
 				w1 = q5_code(x, qoff, 16 + e) - off;
@@ -489,7 +383,7 @@ static float dot_q32(uint32_t type, const void *vx, const void *vy, int64_t nb)
 	for (int64_t b = 0; b < nb; b++) {
 		float dw, da;
 		int p[4];
-		const uint8_t *x = (const uint8_t *)vx + b * qtypes[type].bytes; /* d first in all */
+		const uint8_t *x = (const uint8_t *)vx + b * qtype_table[type].bytes; /* d first in all */
 		dw = F16(ld_f16(x));
 		if (type == QT_Q4_1 || type == QT_Q5_1) {
 			const struct block_q8_1 *y = (const struct block_q8_1 *)vy + b;
@@ -662,43 +556,6 @@ const char *quant_isa_name(enum quant_isa isa)
 	return "unknown";
 }
 
-/* ---- per-thread scratch for the SIMD kernels ---- */
-
-static pthread_key_t scratch_key;   /* owns each thread's buffer; frees it at thread exit */
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static int scratch_key_ok;          /* 1 once scratch_key exists */
-static __thread void *scratch_buf;  /* 64-byte aligned, scratch_cap bytes */
-static __thread size_t scratch_cap; /* bytes in scratch_buf */
-
-static void scratch_key_init(void)
-{
-	scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
-}
-
-/* A 64-byte aligned buffer of at least BYTES for the calling thread, valid
- * until its next call; NULL when memory is short.  Grows, never shrinks. */
-void *quant_scratch(size_t bytes)
-{
-	if (bytes <= scratch_cap)
-		return scratch_buf;
-	pthread_once(&scratch_once, scratch_key_init);
-	if (!scratch_key_ok)
-		return NULL;
-	size_t cap = bytes + bytes / 4 + 4096;
-	cap = (cap + 63) & ~(size_t)63;
-	void *p = aligned_alloc(64, cap);
-	if (!p)
-		return NULL;
-	if (pthread_setspecific(scratch_key, p) != 0) {
-		free(p);
-		return NULL;
-	}
-	free(scratch_buf);
-	scratch_buf = p;
-	scratch_cap = cap;
-	return p;
-}
-
 /* ---- the tile ---- */
 
 void quant_gemm(uint32_t type, int64_t n,
@@ -792,11 +649,6 @@ void quant_packed_free(struct quant_packed *p)
 		return;
 	free(p->data);
 	free(p);
-}
-
-size_t quant_packed_bytes(const struct quant_packed *p)
-{
-	return p->prow * (size_t)p->nw;
 }
 
 void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,

@@ -123,8 +123,6 @@ int quant_pack_new(uint32_t type, int64_t n, const void *w, size_t ldw, int nw, 
 void quant_pack_rows(struct quant_packed *p, int r0, int nr);
 /* NULL-safe. */
 void quant_packed_free(struct quant_packed *p);
-/* Bytes of the packed copy. */
-size_t quant_packed_bytes(const struct quant_packed *p);
 /* quant_gemm over rows [R0, R0 + NW) of P, with the same results. */
 void quant_gemm_packed(const struct quant_packed *p, int r0, int nw,
 		       const void *a, size_t lda, int na, float *c, size_t ldc);

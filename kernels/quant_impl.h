@@ -1,5 +1,7 @@
 /* quant_impl.h - what quant.c and its SIMD back ends (quant_avx2.c,
  * quant_avx512.c) share; not part of the kernels' interface (quant.h).
+ * Calls go one way: quant.c -> the back ends -> quant_common.c (the type
+ * table, fp16/bf16 conversion, the scratch below), never back up.
  *
  * Each back end returns 0 when it did the work, -ENOTSUP for a type it has
  * no kernel for and -ENOMEM when it could not get scratch memory; the caller
@@ -35,7 +37,12 @@ void quant_avx2_pack_acts(uint32_t type, int64_t n, const void *a, size_t lda, i
 void quant_avx2_gemm_packed_acts(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 				 const void *as, int na, float *c, size_t ldc);
 
-/* Per-thread scratch of at least BYTES (quant.c), or NULL. */
+/* The table behind qtype_get (quant_common.c), indexed by type; an entry
+ * without a name is no type.  quant.c's scalar loops read it directly.
+ * Needs quant.h included first. */
+extern const struct qtype_info qtype_table[QT_COUNT];
+
+/* Per-thread scratch of at least BYTES (quant_common.c), or NULL. */
 void *quant_scratch(size_t bytes);
 
 #endif

@@ -9,13 +9,13 @@
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "gguf.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -145,12 +145,12 @@ static int failv(struct parser *ps, const char *what, const void *name, uint64_t
 
 	if (!ps->err || !ps->errlen)
 		return -EINVAL;
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	errbuf_setv(msg, sizeof msg, fmt, ap);
 	if (what) {
 		show(shown, name, len);
-		snprintf(ps->err, ps->errlen, "%s %s: %s", what, shown, msg);
+		errbuf_set(ps->err, ps->errlen, "%s %s: %s", what, shown, msg);
 	} else {
-		snprintf(ps->err, ps->errlen, "%s", msg);
+		errbuf_set(ps->err, ps->errlen, "%s", msg);
 	}
 	return -EINVAL;
 }
@@ -193,8 +193,7 @@ static int fail_tensor(struct parser *ps, const struct gguf_tensor *t, const cha
 
 static int fail_nomem(struct parser *ps)
 {
-	if (ps->err && ps->errlen)
-		snprintf(ps->err, ps->errlen, "out of memory");
+	errbuf_set(ps->err, ps->errlen, "out of memory");
 	return -ENOMEM;
 }
 
@@ -513,8 +512,7 @@ int gguf_open_mem(const void *buf, size_t len, struct gguf_file **ret,
 {
 	if (!buf) {
 		if (len) {
-			if (err && errlen)
-				snprintf(err, errlen, "NULL buffer");
+			errbuf_set(err, errlen, "NULL buffer");
 			return -EINVAL;
 		}
 		buf = "";
@@ -527,8 +525,7 @@ static int sys_fail(char *err, size_t errlen, const char *what)
 {
 	int e = errno;
 
-	if (err && errlen)
-		snprintf(err, errlen, "%s: %m", what);
+	errbuf_set(err, errlen, "%s: %m", what);
 	return -e;
 }
 
@@ -550,9 +547,8 @@ static int read_private(int fd, size_t size, size_t map_bytes, void **ret, char 
 
 	p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
-		if (err && errlen)
-			snprintf(err, errlen, "cannot allocate %zu bytes to read the file into: %m",
-				 size);
+		errbuf_set(err, errlen, "cannot allocate %zu bytes to read the file into: %m",
+			   size);
 		return -ENOMEM;
 	}
 	while (off < size) {
@@ -565,9 +561,8 @@ static int read_private(int fd, size_t size, size_t map_bytes, void **ret, char 
 		}
 		if (n == 0) {
 			rc = -EIO;
-			if (err && errlen)
-				snprintf(err, errlen, "read: the file shrank from %zu to %zu bytes "
-					 "while it was read", size, off);
+			errbuf_set(err, errlen, "read: the file shrank from %zu to %zu bytes "
+				   "while it was read", size, off);
 			goto fail;
 		}
 		off += (size_t)n;
@@ -599,8 +594,7 @@ int gguf_open_flags(const char *path, unsigned flags, struct gguf_file **ret,
 	int fd, rc;
 
 	if (flags & ~GGUF_OPEN_NO_MMAP) {
-		if (err && errlen)
-			snprintf(err, errlen, "unknown open flags %#x", flags);
+		errbuf_set(err, errlen, "unknown open flags %#x", flags);
 		return -EINVAL;
 	}
 	/* O_NONBLOCK: a FIFO given by mistake must not hang the daemon. */
@@ -618,8 +612,7 @@ int gguf_open_flags(const char *path, unsigned flags, struct gguf_file **ret,
 	}
 	if (!S_ISREG(st.st_mode)) {
 		rc = -EINVAL;
-		if (err && errlen)
-			snprintf(err, errlen, "not a regular file");
+		errbuf_set(err, errlen, "not a regular file");
 		goto fail;
 	}
 	if (st.st_size < 4) {

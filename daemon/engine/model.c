@@ -7,27 +7,16 @@
 #include "model.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "gguf.h"
 #include "quant.h"
 #include "tokenizer.h"
-
-static int fail_msg(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 /* "<arch>.<key>" as u32 / f32; absent keys keep *ret (the default). */
 static int arch_u32(const struct model *m, const char *key, int32_t *ret, int required,
@@ -42,7 +31,7 @@ static int arch_u32(const struct model *m, const char *key, int32_t *ret, int re
 	if (r == -ENOENT && !required)
 		return 0;
 	if (r < 0 || v == 0 || v > (1u << 24))
-		return fail_msg(err, errlen, -EINVAL, "key %s: %s", full,
+		return errbuf_fail(err, errlen, -EINVAL, "key %s: %s", full,
 				r == -ENOENT ? "missing" : "not a valid count");
 	*ret = (int32_t)v;
 	return 0;
@@ -59,7 +48,7 @@ static int arch_f32(const struct model *m, const char *key, float *ret, char *er
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0 || !(v > 0) || v > 1e12f)
-		return fail_msg(err, errlen, -EINVAL, "key %s: not a valid positive number", full);
+		return errbuf_fail(err, errlen, -EINVAL, "key %s: not a valid positive number", full);
 	*ret = v;
 	return 0;
 }
@@ -75,16 +64,16 @@ static int bind_weight(struct model *m, const char *name, int64_t n_in, int64_t 
 	if (!t) {
 		if (optional)
 			return 1;
-		return fail_msg(err, errlen, -EINVAL, "tensor %s: missing", name);
+		return errbuf_fail(err, errlen, -EINVAL, "tensor %s: missing", name);
 	}
 	qi = qtype_get(t->type);
 	if (!qi || !qi->weight_ok)
-		return fail_msg(err, errlen, -ENOTSUP,
+		return errbuf_fail(err, errlen, -ENOTSUP,
 				"tensor %s: weight type %s (ggml type %u) is not supported "
 				"(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", name,
 				gguf_type_name(t->type), t->type);
 	if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1)
-		return fail_msg(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 				"tensor %s: shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]", name,
 				(unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
 				(unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
@@ -105,12 +94,12 @@ static int bind_norm(struct model *m, const char *name, int64_t n, float *dst,
 	const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
 
 	if (!t)
-		return fail_msg(err, errlen, -EINVAL, "tensor %s: missing", name);
+		return errbuf_fail(err, errlen, -EINVAL, "tensor %s: missing", name);
 	if (t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16)
-		return fail_msg(err, errlen, -ENOTSUP, "tensor %s: norm weights must be F32, F16 or BF16",
+		return errbuf_fail(err, errlen, -ENOTSUP, "tensor %s: norm weights must be F32, F16 or BF16",
 				name);
 	if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-		return fail_msg(err, errlen, -EINVAL, "tensor %s: shape [%llu, %llu], expected [%lld]",
+		return errbuf_fail(err, errlen, -EINVAL, "tensor %s: shape [%llu, %llu], expected [%lld]",
 				name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
 				(long long)n);
 	quant_dequantize_row(t->type, t->data, dst, n);
@@ -127,14 +116,14 @@ static int load_hparams(struct model *m, char *err, size_t errlen)
 	int r;
 
 	if (gguf_get_str(m->gguf, "general.architecture", &s) < 0)
-		return fail_msg(err, errlen, -EINVAL, "key general.architecture: missing");
+		return errbuf_fail(err, errlen, -EINVAL, "key general.architecture: missing");
 	if (s.len >= sizeof hp->arch)
 		s.len = sizeof hp->arch - 1;
 	memcpy(hp->arch, s.ptr, s.len);
 	hp->arch[s.len] = 0;
 	/* Mistral-style files use the llama graph under their own prefix. */
 	if (strcmp(hp->arch, "llama") != 0 && strcmp(hp->arch, "mistral") != 0)
-		return fail_msg(err, errlen, -ENOTSUP,
+		return errbuf_fail(err, errlen, -ENOTSUP,
 				"architecture \"%s\" is not supported (supported: llama, mistral)", hp->arch);
 
 	if ((r = arch_u32(m, "embedding_length", &hp->n_embd, 1, err, errlen)) < 0 ||
@@ -154,33 +143,33 @@ static int load_hparams(struct model *m, char *err, size_t errlen)
 		return r;
 	/* Loaded, such a model would refuse every prompt. */
 	if (hp->n_ctx_train < MODEL_MIN_CTX)
-		return fail_msg(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 				"key %s.context_length: %d is too short: a sequence needs at least %d "
 				"positions (a prompt token and a generated one)",
 				hp->arch, hp->n_ctx_train, MODEL_MIN_CTX);
 	if (hp->n_head % hp->n_head_kv)
-		return fail_msg(err, errlen, -EINVAL, "head_count %d is not a multiple of head_count_kv %d",
+		return errbuf_fail(err, errlen, -EINVAL, "head_count %d is not a multiple of head_count_kv %d",
 				hp->n_head, hp->n_head_kv);
 	hp->head_dim = key_len ? key_len : hp->n_embd / hp->n_head;
 	if (!key_len && hp->n_embd % hp->n_head)
-		return fail_msg(err, errlen, -EINVAL, "embedding_length %d is not a multiple of head_count %d",
+		return errbuf_fail(err, errlen, -EINVAL, "embedding_length %d is not a multiple of head_count %d",
 				hp->n_embd, hp->n_head);
 	if (hp->head_dim > 256 || hp->n_head / hp->n_head_kv > 16)
-		return fail_msg(err, errlen, -ENOTSUP, "head_dim %d or GQA group %d is too large",
+		return errbuf_fail(err, errlen, -ENOTSUP, "head_dim %d or GQA group %d is too large",
 				hp->head_dim, hp->n_head / hp->n_head_kv);
 	hp->n_rot = hp->head_dim;
 	if ((r = arch_u32(m, "rope.dimension_count", &hp->n_rot, 0, err, errlen)) < 0)
 		return r;
 	if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
-		return fail_msg(err, errlen, -EINVAL, "rope.dimension_count %d does not fit head_dim %d",
+		return errbuf_fail(err, errlen, -EINVAL, "rope.dimension_count %d does not fit head_dim %d",
 				hp->n_rot, hp->head_dim);
 	hp->rope_style = BK_ROPE_NORMAL;
 
 	emb = gguf_find_tensor(m->gguf, "token_embd.weight");
 	if (!emb)
-		return fail_msg(err, errlen, -EINVAL, "tensor token_embd.weight: missing");
+		return errbuf_fail(err, errlen, -EINVAL, "tensor token_embd.weight: missing");
 	if (emb->ne[1] < 1 || emb->ne[1] > (1u << 24))
-		return fail_msg(err, errlen, -EINVAL, "tensor token_embd.weight: bad vocabulary size");
+		return errbuf_fail(err, errlen, -EINVAL, "tensor token_embd.weight: bad vocabulary size");
 	hp->n_vocab = (int32_t)emb->ne[1];
 	return 0;
 }
@@ -196,7 +185,7 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 	m->norms = calloc((size_t)(2 * hp->n_layer + 1) * (size_t)d, sizeof(float));
 	m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
 	if (!m->norms || !m->layers)
-		return fail_msg(err, errlen, -ENOMEM, "out of memory");
+		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 
 	if ((r = bind_weight(m, "token_embd.weight", d, hp->n_vocab, &m->tok_embd, 0, err, errlen)) < 0)
 		return r;
@@ -270,9 +259,9 @@ int model_load_flags(const char *path, unsigned flags, struct model **ret, char 
 	int r;
 
 	if (flags & ~MODEL_LOAD_NO_MMAP)
-		return fail_msg(err, errlen, -EINVAL, "unknown load flags %#x", flags);
+		return errbuf_fail(err, errlen, -EINVAL, "unknown load flags %#x", flags);
 	if (!(m = calloc(1, sizeof *m)))
-		return fail_msg(err, errlen, -ENOMEM, "out of memory");
+		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	snprintf(m->path, sizeof m->path, "%s", path);
 	r = gguf_open_flags(path, flags & MODEL_LOAD_NO_MMAP ? GGUF_OPEN_NO_MMAP : 0, &m->gguf,
 			    err, errlen);
@@ -292,13 +281,13 @@ int model_load_flags(const char *path, unsigned flags, struct model **ret, char 
 	if (r < 0)
 		goto fail;
 	if (tokenizer_n_vocab(m->tok) != m->hp.n_vocab) {
-		r = fail_msg(err, errlen, -EINVAL, "vocabulary has %d tokens but token_embd.weight has %d rows",
-			     tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+		r = errbuf_fail(err, errlen, -EINVAL, "vocabulary has %d tokens but token_embd.weight has %d rows",
+				tokenizer_n_vocab(m->tok), m->hp.n_vocab);
 		goto fail;
 	}
 	r = load_chat(m);
 	if (r < 0) {
-		fail_msg(err, errlen, r, "chat template: %s", strerror(-r));
+		errbuf_fail(err, errlen, r, "chat template: %s", strerror(-r));
 		goto fail;
 	}
 	*ret = m;
@@ -337,7 +326,7 @@ int model_release_weights(struct model *m, char *err, size_t errlen)
 	int r = gguf_release_data(m->gguf);
 
 	if (r < 0)
-		return fail_msg(err, errlen, r, "cannot release the weights' memory: %s", strerror(-r));
+		return errbuf_fail(err, errlen, r, "cannot release the weights' memory: %s", strerror(-r));
 	return 0;
 }
 

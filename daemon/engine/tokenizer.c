@@ -1,181 +1,21 @@
-/* tokenizer.c - llama.cpp-compatible tokenizers built from a GGUF vocabulary:
- * "llama" (SentencePiece-style score-ordered merges with <0xXX> byte fallback)
- * and "gpt2" (PCRE2 pre-tokenizer passes, byte-level alphabet, ranked merges).
- * Not here: WordPiece/Unigram/RWKV vocabularies, chat templates, sampling.
+/* tokenizer.c - loads llama.cpp-compatible tokenizers from a GGUF vocabulary:
+ * "llama" (SentencePiece scores, <0xXX> byte fallback) and "gpt2" (PCRE2
+ * pre-tokenizer passes, byte-level alphabet, ranked merges).  Not here:
+ * encoding (tokenizer_encode.c), decoding (tokenizer_decode.c), WordPiece,
+ * Unigram or RWKV vocabularies, chat templates.
  */
-#define PCRE2_CODE_UNIT_WIDTH 8
-
 #include "tokenizer.h"
 
 #include <errno.h>
-#include <limits.h>
-#include <pcre2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "gguf.h"
+#include "tokenizer_impl.h"
 
-/* ---- types ---- */
-
-/* Token attributes, as llama.cpp derives them from the GGUF token types. */
-enum {
-	ATTR_UNKNOWN = 1 << 0,
-	ATTR_UNUSED = 1 << 1,
-	ATTR_NORMAL = 1 << 2,
-	ATTR_CONTROL = 1 << 3,
-	ATTR_USER_DEFINED = 1 << 4,
-	ATTR_BYTE = 1 << 5,
-	ATTR_EOG = 1 << 6, /* ours: ends generation */
-};
-
-enum tok_model { MODEL_SPM, MODEL_BPE };
-
-#define MAX_REGEX 6
-#define UTF8_FFFD "\xef\xbf\xbd"
-#define SPM_SPACE "\xe2\x96\x81" /* U+2581 */
-
-/* One slot of the text -> id map (open addressing, linear probing). */
-struct text_slot {
-	uint32_t hash; /* of the text */
-	int32_t id;    /* -1: empty */
-};
-
-/* One slot of the (left id, right id) -> merge map. */
-struct merge_slot {
-	uint64_t key; /* left << 32 | right; UINT64_MAX: empty */
-	int32_t rank; /* index in tokenizer.ggml.merges: lower merges first */
-	int32_t res;  /* id of the merged text (maybe virtual) */
-};
-
-struct tokenizer {
-	int model;                /* enum tok_model */
-	int32_t n_vocab;          /* real tokens */
-
-	/* Texts: ids 0..n_vocab-1 are tokens; ids n_vocab..n_text-1 are
-	 * "virtual" texts, merge halves/results that are not tokens, so that
-	 * every symbol BPE can ever form has an id. */
-	char *pool;               /* (pool_len) every text, each NUL-terminated */
-	size_t pool_len;          /* bytes used */
-	size_t pool_cap;          /* bytes allocated */
-	uint32_t *text_off;       /* (text_cap) offset of text id in pool */
-	uint32_t *text_len;       /* (text_cap) bytes of text id */
-	int32_t n_text;           /* real + virtual */
-	int32_t text_cap;         /* entries allocated */
-	struct text_slot *map;    /* (map_cap) text -> first id with it */
-	uint32_t map_cap;         /* power of two, >= 2 * n_text */
-	uint32_t max_text_len;    /* longest real token text, bytes */
-
-	float *score;             /* (n_vocab) SPM merge priority */
-	uint8_t *attr;            /* (n_vocab) ATTR_* bits */
-	char *piece_pool;         /* decoded bytes of all tokens (special form) */
-	uint32_t *piece_off;      /* (n_vocab + 1) offsets into piece_pool */
-
-	struct merge_slot *merges; /* (merge_cap) BPE merges by id pair */
-	uint32_t merge_cap;       /* power of two; 0 for SPM */
-
-	pcre2_code *re[MAX_REGEX]; /* BPE pre-tokenizer passes, in order */
-	int n_re;                 /* 0 for SPM */
-	int ignore_merges;        /* BPE: a pre-token that is a token is kept whole */
-	int add_space_prefix;     /* SPM: ' ' before text that starts or follows a special token */
-	int add_bos;              /* tokenizer.ggml.add_bos_token or the model's default */
-
-	int32_t bos, eos, eot, eom, unk; /* special ids, -1 = none */
-	int32_t *special;         /* (n_special) CONTROL/USER_DEFINED/UNKNOWN ids,
-	                             longest text first (ties: lower id) */
-	int n_special;
-
-	int32_t spm_byte[256];    /* SPM fallback id for a byte: <0xXX>, its
-	                             1-byte text, else unk; -1 none */
-	int32_t bpe_sym[256];     /* BPE id (maybe virtual) of a byte's alphabet
-	                             char, -1 none */
-	int32_t bpe_single[256];  /* BPE last resort: id of the 1-byte text, -1 none */
-	uint8_t benc[256][2];     /* gpt2 byte -> UTF-8 of its alphabet char */
-	uint8_t benc_len[256];    /* 1 or 2 */
-	int16_t bdec[324];        /* alphabet code point -> byte, -1 none */
-};
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-/* Grows *P (elements of SIZE bytes) to hold at least NEED. */
-static int grow(void *pp, size_t *cap, size_t need, size_t size)
-{
-	void **p = pp;
-	size_t n = *cap ? *cap : 16;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need) {
-		if (n > SIZE_MAX / 2 / size)
-			return -ENOMEM;
-		n *= 2;
-	}
-	q = realloc(*p, n * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
-/* ---- hashing ---- */
-
-static uint32_t hash_bytes(const void *p, size_t n)
-{
-	const uint8_t *s = p;
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= s[i];
-		h *= 0x100000001b3ull;
-	}
-	return (uint32_t)(h ^ (h >> 32));
-}
-
-static uint32_t hash_u64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return (uint32_t)x;
-}
-
-static const char *text_of(const struct tokenizer *t, int32_t id)
-{
-	return t->pool + t->text_off[id];
-}
-
-/* Id of the text S[0..N) (real or virtual), or -1. */
-static int32_t text_lookup(const struct tokenizer *t, const char *s, size_t n)
-{
-	uint32_t h = hash_bytes(s, n);
-	uint32_t mask = t->map_cap - 1;
-
-	for (uint32_t i = h & mask;; i = (i + 1) & mask) {
-		const struct text_slot *sl = &t->map[i];
-		if (sl->id < 0)
-			return -1;
-		if (sl->hash == h && t->text_len[sl->id] == n &&
-		    memcmp(text_of(t, sl->id), s, n) == 0)
-			return sl->id;
-	}
-}
+/* ---- the text map ---- */
 
 static int map_rehash(struct tokenizer *t, uint32_t cap)
 {
@@ -260,94 +100,7 @@ static int32_t text_intern(struct tokenizer *t, const char *s, size_t n)
 	return id >= 0 ? id : text_add(t, s, n);
 }
 
-static const struct merge_slot *merge_find(const struct tokenizer *t,
-					   int32_t a, int32_t b)
-{
-	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-	uint32_t mask = t->merge_cap - 1;
-
-	for (uint32_t i = hash_u64(key) & mask;; i = (i + 1) & mask) {
-		const struct merge_slot *m = &t->merges[i];
-		if (m->key == key)
-			return m;
-		if (m->key == UINT64_MAX)
-			return NULL;
-	}
-}
-
-/* ---- UTF-8 and the gpt2 byte alphabet ---- */
-
-/* llama.cpp's character length from the lead byte's high nibble: no
- * validation, so symbols of invalid text are still contiguous spans. */
-static size_t utf8_len_lead(uint8_t c)
-{
-	static const uint8_t len[16] = { 1, 1, 1, 1, 1, 1, 1, 1,
-					 1, 1, 1, 1, 2, 2, 3, 4 };
-	return len[c >> 4];
-}
-
-/* Strict decoding step: the number of continuation bytes a lead byte C
- * needs and the allowed range of the first one; 0 for an invalid lead.
- * Overlongs, surrogates and code points above U+10FFFF are invalid. */
-static int utf8_lead(uint8_t c, uint8_t *lo, uint8_t *hi)
-{
-	*lo = 0x80;
-	*hi = 0xbf;
-	if (c >= 0xc2 && c <= 0xdf)
-		return 1;
-	if (c >= 0xe0 && c <= 0xef) {
-		if (c == 0xe0)
-			*lo = 0xa0;
-		else if (c == 0xed)
-			*hi = 0x9f;
-		return 2;
-	}
-	if (c >= 0xf0 && c <= 0xf4) {
-		if (c == 0xf0)
-			*lo = 0x90;
-		else if (c == 0xf4)
-			*hi = 0x8f;
-		return 3;
-	}
-	return 0;
-}
-
-/* Length of the valid character at S[0..N), or 0 if S starts with an
- * invalid or truncated sequence. */
-static size_t utf8_valid_char(const uint8_t *s, size_t n)
-{
-	uint8_t lo, hi;
-	int need;
-
-	if (s[0] < 0x80)
-		return 1;
-	need = utf8_lead(s[0], &lo, &hi);
-	if (!need || (size_t)need >= n)
-		return 0;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (int j = 2; j <= need; j++)
-		if ((s[j] & 0xc0) != 0x80)
-			return 0;
-	return (size_t)need + 1;
-}
-
-static int utf8_valid(const uint8_t *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		if (s[i] < 0x80) {
-			i++;
-			continue;
-		}
-		size_t l = utf8_valid_char(s + i, n - i);
-		if (!l)
-			return 0;
-		i += l;
-	}
-	return 1;
-}
+/* ---- the gpt2 byte alphabet ---- */
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
  * the other 68 bytes map to U+0100.. in byte order. */
@@ -571,7 +324,7 @@ static int load_specials(struct tokenizer *t, const struct gguf_file *f,
 
 	t->add_bos = find_bool(f, "tokenizer.ggml.add_bos_token", t->add_bos);
 	if (t->add_bos && t->bos < 0) {
-		set_err(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
+		errbuf_set(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
 		return -EINVAL;
 	}
 
@@ -722,12 +475,12 @@ static int load_merges(struct tokenizer *t, const struct gguf_file *f,
 
 	rc = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_T_STRING, &kv);
 	if (rc) {
-		set_err(err, errlen, "tokenizer.ggml.merges: %s",
+		errbuf_set(err, errlen, "tokenizer.ggml.merges: %s",
 			rc == -ENOENT ? "missing" : "not an array of strings");
 		return rc == -ENOENT ? -EINVAL : rc;
 	}
 	if (kv->arr_n > INT32_MAX / 4) {
-		set_err(err, errlen, "tokenizer.ggml.merges: too many merges (%llu)",
+		errbuf_set(err, errlen, "tokenizer.ggml.merges: too many merges (%llu)",
 			(unsigned long long)kv->arr_n);
 		return -EINVAL;
 	}
@@ -781,7 +534,7 @@ static int load_merges(struct tokenizer *t, const struct gguf_file *f,
 out:
 	free(buf);
 	if (rc == -E2BIG)
-		set_err(err, errlen, "tokenizer.ggml.merges: texts too large");
+		errbuf_set(err, errlen, "tokenizer.ggml.merges: texts too large");
 	return rc;
 }
 
@@ -794,7 +547,7 @@ static int load_regexes(struct tokenizer *t, const struct gguf_file *f,
 	/* llama.cpp falls back to "default" when the key is missing */
 	if (gguf_find_key(f, "tokenizer.ggml.pre") >= 0 &&
 	    gguf_get_str(f, "tokenizer.ggml.pre", &pre) != 0) {
-		set_err(err, errlen, "tokenizer.ggml.pre: not a string");
+		errbuf_set(err, errlen, "tokenizer.ggml.pre: not a string");
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < sizeof pre_types / sizeof pre_types[0]; i++)
@@ -804,7 +557,7 @@ static int load_regexes(struct tokenizer *t, const struct gguf_file *f,
 			break;
 		}
 	if (!p) {
-		set_err(err, errlen, "unknown pre-tokenizer '%.*s'",
+		errbuf_set(err, errlen, "unknown pre-tokenizer '%.*s'",
 			(int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
 		return -EINVAL;
 	}
@@ -822,7 +575,7 @@ static int load_regexes(struct tokenizer *t, const struct gguf_file *f,
 		if (!t->re[i]) {
 			PCRE2_UCHAR msg[120];
 			pcre2_get_error_message(code, msg, sizeof msg);
-			set_err(err, errlen, "pre-tokenizer '%s' regex %d: %s at offset %zu",
+			errbuf_set(err, errlen, "pre-tokenizer '%s' regex %d: %s at offset %zu",
 				p->name, i, (const char *)msg, (size_t)off);
 			return -EINVAL;
 		}
@@ -843,7 +596,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	if (!f || !ret)
 		return -EINVAL;
 	if (gguf_get_str(f, "tokenizer.ggml.model", &model) != 0) {
-		set_err(err, errlen, "tokenizer.ggml.model: missing or not a string");
+		errbuf_set(err, errlen, "tokenizer.ggml.model: missing or not a string");
 		return -EINVAL;
 	}
 	t = calloc(1, sizeof *t);
@@ -856,7 +609,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	} else if (model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0) {
 		t->model = MODEL_BPE;
 	} else {
-		set_err(err, errlen, "unknown tokenizer model '%.*s'",
+		errbuf_set(err, errlen, "unknown tokenizer model '%.*s'",
 			(int)(model.len > 64 ? 64 : model.len), model.ptr);
 		rc = -EINVAL;
 		goto fail;
@@ -864,7 +617,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 
 	rc = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &toks);
 	if (rc || toks->arr_n == 0 || toks->arr_n > INT32_MAX / 4) {
-		set_err(err, errlen, "tokenizer.ggml.tokens: %s",
+		errbuf_set(err, errlen, "tokenizer.ggml.tokens: %s",
 			rc == -ENOENT ? "missing" : rc ? "not an array of strings" :
 			toks->arr_n ? "too many tokens" : "empty");
 		rc = -EINVAL;
@@ -876,7 +629,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 		if (rc || (scores->arr_type != GGUF_T_FLOAT32 &&
 			   scores->arr_type != GGUF_T_INT32) ||
 		    scores->arr_n < toks->arr_n) {
-			set_err(err, errlen, "tokenizer.ggml.scores: not a float32/int32 array of %d",
+			errbuf_set(err, errlen, "tokenizer.ggml.scores: not a float32/int32 array of %d",
 				t->n_vocab);
 			rc = -EINVAL;
 			goto fail;
@@ -885,7 +638,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	if (gguf_find_key(f, "tokenizer.ggml.token_type") >= 0) {
 		rc = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_T_INT32, &types);
 		if (rc || types->arr_n < toks->arr_n) {
-			set_err(err, errlen, "tokenizer.ggml.token_type: not an int32 array of %d",
+			errbuf_set(err, errlen, "tokenizer.ggml.token_type: not an int32 array of %d",
 				t->n_vocab);
 			rc = -EINVAL;
 			goto fail;
@@ -920,7 +673,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 		}
 		rc = text_add(t, s, len);
 		if (rc < 0) {
-			set_err(err, errlen, "tokenizer.ggml.tokens: texts too large");
+			errbuf_set(err, errlen, "tokenizer.ggml.tokens: texts too large");
 			goto fail;
 		}
 		if (len > t->max_text_len)
@@ -990,7 +743,7 @@ int tokenizer_from_gguf(const struct gguf_file *f, struct tokenizer **ret,
 	return 0;
 fail:
 	if (rc == -ENOMEM)
-		set_err(err, errlen, "out of memory building the tokenizer");
+		errbuf_set(err, errlen, "out of memory building the tokenizer");
 	tokenizer_free(t);
 	return rc < 0 ? rc : -EINVAL;
 }
@@ -1054,627 +807,4 @@ int32_t tokenizer_find(const struct tokenizer *t, const char *s)
 		return -1;
 	id = text_lookup(t, s, strlen(s));
 	return id < t->n_vocab ? id : -1;
-}
-
-/* ---- encoding: shared machinery ---- */
-
-struct emitter {
-	int32_t *out; /* caller's buffer */
-	int cap;      /* its room */
-	int n;        /* ids produced, may exceed cap */
-};
-
-static inline void emit(struct emitter *em, int32_t id)
-{
-	if (em->n < em->cap)
-		em->out[em->n] = id;
-	if (em->n < INT_MAX)
-		em->n++;
-}
-
-/* A symbol of a merge session: a span of the text being merged. */
-struct symbol {
-	int32_t prev, next; /* neighbours in the chain, -1 at the ends */
-	uint32_t start;     /* byte offset of the span */
-	uint32_t n;         /* bytes; 0 once merged into its left neighbour */
-	int32_t id;         /* text id of the span, -1 if it has none */
-};
-
-/* A candidate merge of two adjacent symbols. */
-struct bigram {
-	double prio;        /* higher first: SPM score, BPE -rank */
-	int32_t left;       /* symbol indices */
-	int32_t right;
-	int32_t a, b;       /* SPM: a = merged bytes; BPE: expected ids */
-	int32_t res;        /* id of the merged text */
-};
-
-struct span {
-	uint32_t start, len; /* bytes */
-};
-
-/* A piece of the input after special-token matching. */
-struct frag {
-	int32_t id;          /* special token, or -1 for raw text */
-	uint32_t start, len; /* raw text bytes */
-};
-
-/* Per-call buffers (a tokenizer is shared between threads); each *_cap
- * counts the elements allocated. */
-struct scratch {
-	struct symbol *sym;    /* (sym_cap) the merge session's symbols */
-	size_t sym_cap;
-	struct bigram *heap;   /* (heap_cap) candidate merges, a binary heap */
-	size_t heap_n;         /* candidates queued */
-	size_t heap_cap;
-	struct span *pc[2];    /* pre-token spans, double-buffered */
-	size_t pc_cap[2];
-	struct frag *fr[2];    /* fragments, double-buffered */
-	size_t fr_cap[2];
-	char *buf;             /* escaped (SPM) or sanitized (BPE) text */
-	size_t buf_cap;
-	char *wbuf;            /* a byte-encoded pre-token (ignore_merges) */
-	size_t wbuf_cap;
-	pcre2_match_data *md;  /* one ovector pair, for every regex */
-};
-
-static void scratch_free(struct scratch *s)
-{
-	free(s->sym);
-	free(s->heap);
-	free(s->pc[0]);
-	free(s->pc[1]);
-	free(s->fr[0]);
-	free(s->fr[1]);
-	free(s->buf);
-	free(s->wbuf);
-	pcre2_match_data_free(s->md);
-}
-
-static inline int bigram_before(const struct bigram *x, const struct bigram *y)
-{
-	return x->prio > y->prio || (x->prio == y->prio && x->left < y->left);
-}
-
-static int heap_push(struct scratch *s, const struct bigram *bg)
-{
-	size_t i;
-
-	if (grow(&s->heap, &s->heap_cap, s->heap_n + 1, sizeof *s->heap))
-		return -ENOMEM;
-	i = s->heap_n++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!bigram_before(bg, &s->heap[p]))
-			break;
-		s->heap[i] = s->heap[p];
-		i = p;
-	}
-	s->heap[i] = *bg;
-	return 0;
-}
-
-static void heap_pop(struct scratch *s, struct bigram *ret)
-{
-	struct bigram last;
-	size_t i = 0, n;
-
-	*ret = s->heap[0];
-	last = s->heap[--s->heap_n];
-	n = s->heap_n;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && bigram_before(&s->heap[c + 1], &s->heap[c]))
-			c++;
-		if (!bigram_before(&s->heap[c], &last))
-			break;
-		s->heap[i] = s->heap[c];
-		i = c;
-	}
-	if (n)
-		s->heap[i] = last;
-}
-
-/* Splits TEXT around special-token texts the way llama.cpp's
- * tokenizer_st_partition does: each special token in turn (longest first)
- * is cut out of every raw fragment that contains it.  CONTROL and UNKNOWN
- * tokens only match with PARSE_SPECIAL; USER_DEFINED ones always do. */
-static int partition(const struct tokenizer *t, struct scratch *s,
-		     const char *text, size_t len, int parse_special, size_t *ret_n)
-{
-	size_t n = 1;
-	int cur = 0;
-
-	if (grow(&s->fr[0], &s->fr_cap[0], 1, sizeof(struct frag)))
-		return -ENOMEM;
-	s->fr[0][0] = (struct frag){ -1, 0, (uint32_t)len };
-	for (int k = 0; k < t->n_special; k++) {
-		int32_t id = t->special[k];
-		const char *st = text_of(t, id);
-		size_t sl = t->text_len[id];
-		size_t m = 0;
-		int hit = 0;
-
-		if (!parse_special && (t->attr[id] & (ATTR_CONTROL | ATTR_UNKNOWN)))
-			continue;
-		if (sl > len)
-			continue;
-		for (size_t i = 0; i < n && !hit; i++) {
-			const struct frag *fr = &s->fr[cur][i];
-			hit = fr->id < 0 && memmem(text + fr->start, fr->len, st, sl);
-		}
-		if (!hit)
-			continue;
-		for (size_t i = 0; i < n; i++) {
-			struct frag fr = s->fr[cur][i];
-			uint32_t off = fr.start, end = fr.start + fr.len;
-
-			/* each fragment yields at most 2 * matches + 1 */
-			if (grow(&s->fr[!cur], &s->fr_cap[!cur], m + 1 + 2 * (fr.len / sl + 1),
-				 sizeof(struct frag)))
-				return -ENOMEM;
-			if (fr.id >= 0) {
-				s->fr[!cur][m++] = fr;
-				continue;
-			}
-			while (off < end) {
-				const char *p = memmem(text + off, end - off, st, sl);
-				if (!p)
-					break;
-				uint32_t at = (uint32_t)(p - text);
-				if (at > off)
-					s->fr[!cur][m++] = (struct frag){ -1, off, at - off };
-				s->fr[!cur][m++] = (struct frag){ id, 0, 0 };
-				off = at + (uint32_t)sl;
-			}
-			if (off < end)
-				s->fr[!cur][m++] = (struct frag){ -1, off, end - off };
-		}
-		cur = !cur;
-		n = m;
-	}
-	if (cur) { /* leave the result in fr[0] */
-		struct frag *tmp = s->fr[0];
-		size_t tc = s->fr_cap[0];
-		s->fr[0] = s->fr[1];
-		s->fr_cap[0] = s->fr_cap[1];
-		s->fr[1] = tmp;
-		s->fr_cap[1] = tc;
-	}
-	*ret_n = n;
-	return 0;
-}
-
-/* ---- encoding: llama (SentencePiece) ---- */
-
-static int spm_try(const struct tokenizer *t, struct scratch *s, int32_t l, int32_t r)
-{
-	struct bigram bg;
-	size_t n;
-	int32_t id;
-
-	if (l < 0 || r < 0)
-		return 0;
-	n = (size_t)s->sym[l].n + s->sym[r].n;
-	if (n > t->max_text_len)
-		return 0;
-	id = text_lookup(t, s->buf + s->sym[l].start, n);
-	if (id < 0 || id >= t->n_vocab)
-		return 0;
-	bg = (struct bigram){ .prio = t->score[id], .left = l, .right = r,
-			      .a = (int32_t)n, .res = id };
-	return heap_push(s, &bg);
-}
-
-static int spm_encode(const struct tokenizer *t, struct scratch *s,
-		      const char *text, size_t len, int prefix, struct emitter *em)
-{
-	size_t n = 0, ns = 0;
-	struct bigram bg;
-
-	if (grow(&s->buf, &s->buf_cap, 3 * len + 3, 1))
-		return -ENOMEM;
-	if (prefix) {
-		memcpy(s->buf, SPM_SPACE, 3);
-		n = 3;
-	}
-	for (size_t i = 0; i < len; i++) {
-		if (text[i] == ' ') {
-			memcpy(s->buf + n, SPM_SPACE, 3);
-			n += 3;
-		} else {
-			s->buf[n++] = text[i];
-		}
-	}
-	if (n == 0)
-		return 0;
-	if (grow(&s->sym, &s->sym_cap, n, sizeof *s->sym))
-		return -ENOMEM;
-	for (size_t off = 0; off < n; ns++) {
-		size_t l = utf8_len_lead((uint8_t)s->buf[off]);
-		if (l > n - off)
-			l = n - off;
-		s->sym[ns] = (struct symbol){ (int32_t)ns - 1, -1, (uint32_t)off,
-					      (uint32_t)l, -1 };
-		off += l;
-		if (off < n)
-			s->sym[ns].next = (int32_t)ns + 1;
-	}
-	s->heap_n = 0;
-	for (size_t i = 1; i < ns; i++)
-		if (spm_try(t, s, (int32_t)i - 1, (int32_t)i))
-			return -ENOMEM;
-	while (s->heap_n) {
-		heap_pop(s, &bg);
-		struct symbol *L = &s->sym[bg.left], *R = &s->sym[bg.right];
-		if (L->n == 0 || R->n == 0 || L->n + R->n != (uint32_t)bg.a)
-			continue;
-		L->n += R->n;
-		L->id = bg.res;
-		R->n = 0;
-		L->next = R->next;
-		if (R->next >= 0)
-			s->sym[R->next].prev = bg.left;
-		if (spm_try(t, s, L->prev, bg.left) || spm_try(t, s, bg.left, L->next))
-			return -ENOMEM;
-	}
-	for (int32_t i = 0; i != -1; i = s->sym[i].next) {
-		const struct symbol *sy = &s->sym[i];
-		int32_t id = sy->id;
-
-		if (id < 0)
-			id = text_lookup(t, s->buf + sy->start, sy->n);
-		if (id >= 0 && id < t->n_vocab) {
-			emit(em, id);
-			continue;
-		}
-		for (uint32_t j = 0; j < sy->n; j++) { /* byte fallback */
-			int32_t b = t->spm_byte[(uint8_t)s->buf[sy->start + j]];
-			if (b >= 0)
-				emit(em, b);
-		}
-	}
-	return 0;
-}
-
-/* ---- encoding: gpt2 (byte-level BPE) ---- */
-
-/* Applies the pre-tokenizer passes to SUBJ (valid UTF-8): each pass splits
- * every piece of the previous one into its matches and the gaps between
- * them, matching inside the piece only (as llama.cpp's regex iterators do).
- * The spans end up in s->pc[0]. */
-static int pre_split(const struct tokenizer *t, struct scratch *s,
-		     const char *subj, size_t slen, size_t *ret_n)
-{
-	size_t n = 1;
-	int cur = 0;
-
-	if (grow(&s->pc[0], &s->pc_cap[0], 1, sizeof(struct span)))
-		return -ENOMEM;
-	s->pc[0][0] = (struct span){ 0, (uint32_t)slen };
-	for (int r = 0; r < t->n_re; r++) {
-		size_t m = 0;
-
-		for (size_t i = 0; i < n; i++) {
-			struct span p = s->pc[cur][i];
-			const char *base = subj + p.start;
-			PCRE2_SIZE off = 0, gap = 0;
-
-			while (off < p.len) {
-				int rc = pcre2_match(t->re[r], (PCRE2_SPTR)base, p.len, off,
-						     PCRE2_NO_UTF_CHECK, s->md, NULL);
-				if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* deep backtracking */
-					rc = pcre2_match(t->re[r], (PCRE2_SPTR)base, p.len, off,
-							 PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, s->md, NULL);
-				if (rc == PCRE2_ERROR_NOMATCH)
-					break;
-				if (rc < 0)
-					return rc == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -E2BIG;
-				PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-				PCRE2_SIZE ms = ov[0], me = ov[1];
-				if (me <= ms) { /* empty match: step one character */
-					if (ms >= p.len)
-						break;
-					off = ms + utf8_len_lead((uint8_t)base[ms]);
-					continue;
-				}
-				if (grow(&s->pc[!cur], &s->pc_cap[!cur], m + 2, sizeof(struct span)))
-					return -ENOMEM;
-				if (ms > gap)
-					s->pc[!cur][m++] = (struct span){ p.start + (uint32_t)gap,
-									  (uint32_t)(ms - gap) };
-				s->pc[!cur][m++] = (struct span){ p.start + (uint32_t)ms,
-								  (uint32_t)(me - ms) };
-				gap = off = me;
-			}
-			if (gap < p.len) {
-				if (grow(&s->pc[!cur], &s->pc_cap[!cur], m + 1, sizeof(struct span)))
-					return -ENOMEM;
-				s->pc[!cur][m++] = (struct span){ p.start + (uint32_t)gap,
-								  p.len - (uint32_t)gap };
-			}
-		}
-		cur = !cur;
-		n = m;
-	}
-	if (cur) {
-		struct span *tmp = s->pc[0];
-		size_t tc = s->pc_cap[0];
-		s->pc[0] = s->pc[1];
-		s->pc_cap[0] = s->pc_cap[1];
-		s->pc[1] = tmp;
-		s->pc_cap[1] = tc;
-	}
-	*ret_n = n;
-	return 0;
-}
-
-static int bpe_try(const struct tokenizer *t, struct scratch *s, int32_t l, int32_t r)
-{
-	const struct merge_slot *m;
-	struct bigram bg;
-	int32_t a, b;
-
-	if (l < 0 || r < 0)
-		return 0;
-	a = s->sym[l].id;
-	b = s->sym[r].id;
-	if (a < 0 || b < 0 || !(m = merge_find(t, a, b)))
-		return 0;
-	bg = (struct bigram){ .prio = -(double)m->rank, .left = l, .right = r,
-			      .a = a, .b = b, .res = m->res };
-	return heap_push(s, &bg);
-}
-
-/* Encodes the bytes W[0..N) of one pre-token. */
-static int bpe_word(const struct tokenizer *t, struct scratch *s,
-		    const uint8_t *w, size_t n, struct emitter *em)
-{
-	struct bigram bg;
-
-	if (n == 0)
-		return 0;
-	if (t->ignore_merges) {
-		size_t k = 0;
-		if (grow(&s->wbuf, &s->wbuf_cap, 2 * n, 1))
-			return -ENOMEM;
-		for (size_t i = 0; i < n; i++)
-			for (int j = 0; j < t->benc_len[w[i]]; j++)
-				s->wbuf[k++] = (char)t->benc[w[i]][j];
-		int32_t id = text_lookup(t, s->wbuf, k);
-		if (id >= 0 && id < t->n_vocab) {
-			emit(em, id);
-			return 0;
-		}
-	}
-	if (grow(&s->sym, &s->sym_cap, n, sizeof *s->sym))
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		s->sym[i] = (struct symbol){ (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1,
-					     (uint32_t)i, 1, t->bpe_sym[w[i]] };
-	s->heap_n = 0;
-	for (size_t i = 1; i < n; i++)
-		if (bpe_try(t, s, (int32_t)i - 1, (int32_t)i))
-			return -ENOMEM;
-	while (s->heap_n) {
-		heap_pop(s, &bg);
-		struct symbol *L = &s->sym[bg.left], *R = &s->sym[bg.right];
-		if (L->n == 0 || R->n == 0 || L->id != bg.a || R->id != bg.b ||
-		    L->next != bg.right)
-			continue;
-		L->n += R->n;
-		L->id = bg.res;
-		R->n = 0;
-		L->next = R->next;
-		if (R->next >= 0)
-			s->sym[R->next].prev = bg.left;
-		if (bpe_try(t, s, L->prev, bg.left) || bpe_try(t, s, bg.left, L->next))
-			return -ENOMEM;
-	}
-	for (int32_t i = 0; i != -1; i = s->sym[i].next) {
-		const struct symbol *sy = &s->sym[i];
-		if (sy->id >= 0 && sy->id < t->n_vocab) {
-			emit(em, sy->id);
-			continue;
-		}
-		/* llama.cpp: each byte of the encoded text as a 1-byte token */
-		for (uint32_t j = 0; j < sy->n; j++) {
-			uint8_t b = w[sy->start + j];
-			for (int k = 0; k < t->benc_len[b]; k++) {
-				int32_t id = t->bpe_single[t->benc[b][k]];
-				if (id >= 0)
-					emit(em, id);
-			}
-		}
-	}
-	return 0;
-}
-
-static int bpe_encode(const struct tokenizer *t, struct scratch *s,
-		      const char *text, size_t len, struct emitter *em)
-{
-	const uint8_t *u = (const uint8_t *)text;
-	size_t np;
-	int rc;
-
-	/* As llama.cpp: each byte of an invalid sequence becomes U+FFFD (a
-	 * byte-level vocabulary may lack the bytes valid text never has). */
-	if (!utf8_valid(u, len)) {
-		size_t n = 0;
-		if (grow(&s->buf, &s->buf_cap, 3 * len, 1))
-			return -ENOMEM;
-		for (size_t i = 0; i < len;) {
-			size_t l = u[i] < 0x80 ? 1 : utf8_valid_char(u + i, len - i);
-			if (l) {
-				memcpy(s->buf + n, u + i, l);
-				n += l;
-				i += l;
-			} else {
-				memcpy(s->buf + n, UTF8_FFFD, 3);
-				n += 3;
-				i++;
-			}
-		}
-		u = (const uint8_t *)s->buf;
-		len = n;
-	}
-	if ((rc = pre_split(t, s, (const char *)u, len, &np)))
-		return rc;
-	for (size_t i = 0; i < np; i++)
-		if ((rc = bpe_word(t, s, u + s->pc[0][i].start, s->pc[0][i].len, em)))
-			return rc;
-	return 0;
-}
-
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len,
-		     int add_bos, int parse_special, int32_t *out, int cap)
-{
-	struct emitter em = { out, cap, 0 };
-	struct scratch s = { 0 };
-	size_t nf = 0;
-	int rc = 0, prev_special = 1;
-
-	if (!t || (!text && len) || cap < 0 || (cap && !out))
-		return -EINVAL;
-	if (len > INT_MAX / 4)
-		return -E2BIG;
-	if (add_bos && t->bos >= 0)
-		emit(&em, t->bos);
-	if (len == 0)
-		return em.n;
-	if (t->model == MODEL_BPE) {
-		s.md = pcre2_match_data_create(1, NULL);
-		if (!s.md)
-			return -ENOMEM;
-	}
-	if ((rc = partition(t, &s, text, len, parse_special, &nf)))
-		goto out;
-	for (size_t i = 0; i < nf && !rc; i++) {
-		struct frag fr = s.fr[0][i];
-		if (fr.id >= 0) {
-			emit(&em, fr.id);
-			prev_special = 1;
-		} else if (t->model == MODEL_SPM) {
-			rc = spm_encode(t, &s, text + fr.start, fr.len,
-					t->add_space_prefix && prev_special, &em);
-			prev_special = 0;
-		} else {
-			rc = bpe_encode(t, &s, text + fr.start, fr.len, &em);
-		}
-	}
-out:
-	scratch_free(&s);
-	return rc ? rc : em.n;
-}
-
-/* ---- pieces and incremental detokenization ---- */
-
-static size_t piece_get(const struct tokenizer *t, int32_t id, int special,
-			const char **ret)
-{
-	if (!t || id < 0 || id >= t->n_vocab)
-		return 0;
-	if (!special && (t->attr[id] & (ATTR_CONTROL | ATTR_UNKNOWN)))
-		return 0;
-	*ret = t->piece_pool + t->piece_off[id];
-	return t->piece_off[id + 1] - t->piece_off[id];
-}
-
-int tokenizer_piece(const struct tokenizer *t, int32_t id, int special,
-		    char *buf, size_t cap)
-{
-	const char *p = NULL;
-	size_t n = piece_get(t, id, special, &p);
-
-	if (n && buf)
-		memcpy(buf, p, n < cap ? n : cap);
-	return (int)n;
-}
-
-struct sink {
-	char *out;    /* caller's buffer */
-	size_t cap;   /* its room */
-	size_t n;     /* bytes written */
-};
-
-/* Whole characters only: one that does not fit is dropped. */
-static void sink_put(struct sink *k, const uint8_t *p, size_t n)
-{
-	if (k->n + n > k->cap)
-		return;
-	memcpy(k->out + k->n, p, n);
-	k->n += n;
-}
-
-int detok_push(const struct tokenizer *t, struct detok *d, int32_t id,
-	       int special, char *out, size_t cap)
-{
-	const char *piece = NULL;
-	size_t np, n, i = 0;
-	struct sink k = { out, out ? cap : 0, 0 };
-	uint8_t pend[4];
-
-	if (!d)
-		return -EINVAL;
-	if (d->n_pending < 0 || d->n_pending > 3)
-		d->n_pending = 0;
-	np = (size_t)d->n_pending;
-	memcpy(pend, d->pending, np);
-	n = np + piece_get(t, id, special, &piece);
-#define AT(j) ((j) < np ? pend[j] : (uint8_t)piece[(j) - np])
-	while (i < n) {
-		uint8_t c = AT(i), lo, hi, ch[4];
-		int need;
-		size_t j;
-
-		if (c < 0x80) {
-			sink_put(&k, &c, 1);
-			i++;
-			continue;
-		}
-		need = utf8_lead(c, &lo, &hi);
-		if (!need) {
-			sink_put(&k, (const uint8_t *)UTF8_FFFD, 3);
-			i++;
-			continue;
-		}
-		ch[0] = c;
-		for (j = 1; j <= (size_t)need; j++) {
-			if (i + j >= n) { /* incomplete: keep for the next token */
-				d->n_pending = (int)(n - i);
-				for (size_t q = 0; q < n - i; q++)
-					d->pending[q] = AT(i + q);
-				return (int)k.n;
-			}
-			uint8_t cc = AT(i + j);
-			if (cc < (j == 1 ? lo : 0x80) || cc > (j == 1 ? hi : 0xbf))
-				break;
-			ch[j] = cc;
-		}
-		if (j > (size_t)need) {
-			sink_put(&k, ch, j);
-		} else { /* maximal invalid subpart -> one U+FFFD */
-			sink_put(&k, (const uint8_t *)UTF8_FFFD, 3);
-		}
-		i += j;
-	}
-#undef AT
-	d->n_pending = 0;
-	return (int)k.n;
-}
-
-int detok_flush(struct detok *d, char *out, size_t cap)
-{
-	int had;
-
-	if (!d)
-		return -EINVAL;
-	had = d->n_pending > 0;
-	d->n_pending = 0;
-	if (!had || !out || cap < 3)
-		return 0;
-	memcpy(out, UTF8_FFFD, 3);
-	return 3;
 }
