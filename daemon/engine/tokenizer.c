@@ -431,7 +431,7 @@ static int build_pieces(struct tokenizer *t)
 				}
 				/* gpt2: alphabet chars back to bytes; anything
 				 * else passes through as its UTF-8 */
-				size_t l = utf8_valid_char(s + i, len - i);
+				size_t l = utf8_char_len(s + i, len - i);
 				int cp = -1;
 				if (l == 1)
 					cp = s[i];

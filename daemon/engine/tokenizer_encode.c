@@ -23,23 +23,6 @@ static size_t utf8_len_lead(uint8_t c)
 	return len[c >> 4];
 }
 
-static int utf8_valid(const uint8_t *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		if (s[i] < 0x80) {
-			i++;
-			continue;
-		}
-		size_t l = utf8_valid_char(s + i, n - i);
-		if (!l)
-			return 0;
-		i += l;
-	}
-	return 1;
-}
-
 /* ---- encoding: shared machinery ---- */
 
 struct emitter {
@@ -490,7 +473,7 @@ static int bpe_encode(const struct tokenizer *t, struct scratch *s,
 		if (grow(&s->buf, &s->buf_cap, 3 * len, 1))
 			return -ENOMEM;
 		for (size_t i = 0; i < len;) {
-			size_t l = u[i] < 0x80 ? 1 : utf8_valid_char(u + i, len - i);
+			size_t l = u[i] < 0x80 ? 1 : utf8_char_len(u + i, len - i);
 			if (l) {
 				memcpy(s->buf + n, u + i, l);
 				n += l;

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 /* ---- types ---- */
 
 /* Token attributes, as llama.cpp derives them from the GGUF token types. */
@@ -174,54 +176,6 @@ static inline const struct merge_slot *merge_find(const struct tokenizer *t,
 		if (m->key == UINT64_MAX)
 			return NULL;
 	}
-}
-
-/* ---- UTF-8 ---- */
-
-/* Strict decoding step: the number of continuation bytes a lead byte C
- * needs and the allowed range of the first one; 0 for an invalid lead.
- * Overlongs, surrogates and code points above U+10FFFF are invalid. */
-static inline int utf8_lead(uint8_t c, uint8_t *lo, uint8_t *hi)
-{
-	*lo = 0x80;
-	*hi = 0xbf;
-	if (c >= 0xc2 && c <= 0xdf)
-		return 1;
-	if (c >= 0xe0 && c <= 0xef) {
-		if (c == 0xe0)
-			*lo = 0xa0;
-		else if (c == 0xed)
-			*hi = 0x9f;
-		return 2;
-	}
-	if (c >= 0xf0 && c <= 0xf4) {
-		if (c == 0xf0)
-			*lo = 0x90;
-		else if (c == 0xf4)
-			*hi = 0x8f;
-		return 3;
-	}
-	return 0;
-}
-
-/* Length of the valid character at S[0..N), or 0 if S starts with an
- * invalid or truncated sequence. */
-static inline size_t utf8_valid_char(const uint8_t *s, size_t n)
-{
-	uint8_t lo, hi;
-	int need;
-
-	if (s[0] < 0x80)
-		return 1;
-	need = utf8_lead(s[0], &lo, &hi);
-	if (!need || (size_t)need >= n)
-		return 0;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (int j = 2; j <= need; j++)
-		if ((s[j] & 0xc0) != 0x80)
-			return 0;
-	return (size_t)need + 1;
 }
 
 #endif
