@@ -32,7 +32,7 @@
  * Matmuls: quantized weights go through our integer kernels (matmul.cu),
  * bit for bit the CPU's and batch invariant.  F32, F16 and BF16 weights go
  * through cuBLAS; so do quantized ones in matmuls of at least gemm_rows rows
- * when that is set (cuda_backend_set_gemm_rows): weight tiles dequantized to
+ * when that is set (the set_gemm_rows op): weight tiles dequantized to
  * f16 and cublasGemmEx with f32 accumulation, tensor cores for prefill, at
  * the price of batch invariance (a row's arithmetic then depends on the
  * rows beside it).  Recorded (decode) steps always take the integer kernels.
@@ -47,7 +47,7 @@
  * and cuBLAS call is timed between two events in the stream, keyed by its
  * name, its rows (the step's) and, for matmuls, the weight's type and
  * shape; the host reads them at each step's download, and
- * cuda_backend_write_profile gives the caller the table (time, calls, time
+ * the write_profile op gives the caller the table (time, calls, time
  * per call, and for matmuls the weight bytes streamed per second).  Graphs
  * are off then (a replay hides its kernels), and so is nothing else: the
  * same kernels, one step at a time.
@@ -106,6 +106,8 @@ struct cuda_backend {
 	cublasHandle_t blas;         /* for F32 weights; owned */
 	void *blas_ws;               /* its workspace (CB_BLAS_WORKSPACE); owned */
 	cudaStream_t stream;         /* every launch and copy, in order; owned */
+	struct cuda_tuning tuning;   /* how the kernels run (cuda_backend_new's, resolved) */
+	struct cuda_launch launch;   /* what every launcher gets: stream, &tuning, PDL, SMs */
 	struct cb_map_entry *map;    /* (map_cap) host -> device copies of weights and norms */
 	size_t map_cap;              /* power of two, 0 before the first copy */
 	size_t map_n;                /* entries in use */
@@ -271,7 +273,7 @@ static void cb_prof_free(struct cuda_backend *cb)
 	cb->prof = NULL;
 }
 
-int cuda_backend_write_profile(struct backend *be, FILE *f)
+static int cb_write_profile(struct backend *be, FILE *f)
 {
 	struct cuda_backend *cb = cbk(be);
 	struct cb_prof *p = cb->prof;
@@ -381,12 +383,12 @@ static int cb_launched(struct cuda_backend *cb, const char *call, int r)
 			return cb_fail_cuda((cb), #call, cb_e_);  \
 	} while (0)
 
-void cuda_backend_set_gemm_rows(struct backend *be, int32_t rows)
+static void cb_set_gemm_rows(struct backend *be, int32_t rows)
 {
 	cbk(be)->gemm_rows = rows > 0 ? rows : 0;
 }
 
-const char *cuda_backend_last_error(const struct backend *be)
+static const char *cb_last_error(const struct backend *be)
 {
 	return ((const struct cuda_backend *)be)->last_err;
 }
@@ -641,7 +643,7 @@ static int cb_embed(struct backend *be, const struct bk_weight *w, const int32_t
 		CB_CUDA(cb, cudaMemcpyAsync(cb->d_ids, ids, (size_t)T * sizeof(int32_t),
 					    cudaMemcpyHostToDevice, cb->stream));
 	}
-	return cb_launched(cb, "cuda_embed", CB_TIMED(cb, cuda_embed(&dw, cb->d_ids, T, out, cb->stream)));
+	return cb_launched(cb, "cuda_embed", CB_TIMED(cb, cuda_embed(&dw, cb->d_ids, T, out, &cb->launch)));
 }
 
 /* out (T, n_out) = x (T, n_in) · W^T for F32 weights, on cuBLAS: in
@@ -712,14 +714,14 @@ static int cb_matmul_half(struct cuda_backend *cb, const struct bk_weight *dw, c
 		return r;
 	void *xh = cb->gemm_scratch, *wh = (char *)cb->gemm_scratch + xb;
 	if (x && (r = cb_launched(cb, "cuda_to_half",
-				  CB_TIMED(cb, cuda_to_half(x, (int64_t)T * n_in, bf16, xh, cb->stream)))) < 0)
+				  CB_TIMED(cb, cuda_to_half(x, (int64_t)T * n_in, bf16, xh, &cb->launch)))) < 0)
 		return r;
 	for (int64_t row0 = 0; row0 < n_out; row0 += tile) {
 		const int64_t rows = n_out - row0 < tile ? n_out - row0 : tile;
 		const void *a = (const char *)dw->data + (size_t)row0 * dw->row_bytes;
 		if (!direct) {
 			r = cb_launched(cb, "cuda_dequant_f16",
-					CB_TIMED(cb, cuda_dequant_f16(dw, row0, rows, wh, cb->stream)));
+					CB_TIMED(cb, cuda_dequant_f16(dw, row0, rows, wh, &cb->launch)));
 			if (r < 0)
 				return r;
 			a = wh;
@@ -783,7 +785,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 			/* this weight and those after it of its type, up to a launch's worth */
 			int n = 1;
 			run[0] = &dw[0];
-			while (n < CUDA_MM_GROUP && k + n < nw && cuda_matmul_mixes(w[k + n]->type, dw[0].type, T)) {
+			while (n < CUDA_MM_GROUP && k + n < nw && cuda_matmul_mixes(w[k + n]->type, dw[0].type, T, &cb->tuning)) {
 				if ((r = cb_weight(cb, w[k + n], &dw[n])) < 0)
 					return r;
 				run[n] = &dw[n];
@@ -799,7 +801,7 @@ static int cb_matmul(struct backend *be, const struct bk_weight *const *w, int n
 				r = cb_launched(cb, "cuda_matmul_q_group",
 						CB_TIMED(cb, cuda_matmul_q_group(run, n, quantized ? NULL : x, T,
 										 out + k, cb->mm_scratch,
-										 cb->stream)));
+										 &cb->launch)));
 			if (r < 0)
 				return r;
 			quantized = 1;
@@ -866,7 +868,7 @@ static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int3
 		dpos = cb->d_pos2;
 	}
 	return cb_launched(cb, "cuda_rope", CB_TIMED(cb, cuda_rope(x, T, n_head, head_dim, n_rot, dpos,
-								  freq_base, style, cb->stream)));
+								  freq_base, style, &cb->launch)));
 }
 
 static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -880,7 +882,7 @@ static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer
 		return r;
 	return cb_launched(cb, "cuda_kv_store",
 			   CB_TIMED(cb, cuda_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
-						      cb->table_stride, k, v, cb->stream)));
+						      cb->table_stride, k, v, &cb->launch)));
 }
 
 static int cb_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -896,7 +898,7 @@ static int cb_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t 
 	return cb_launched(cb, "cuda_rope_kv_store",
 			   CB_TIMED(cb, cuda_rope_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
 							   cb->table_stride, a, n_rot, freq_base, style, q, k, v,
-							   cb->stream)));
+							   &cb->launch)));
 }
 
 static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -914,7 +916,7 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 		return r;
 	cb->attn = *a;
 	cb->has_attn = 1;
-	need = cuda_attention_scratch_bytes(&dkv, a, rows->n, cb->table_stride);
+	need = cuda_attention_scratch_bytes(&dkv, a, rows->n, cb->table_stride, &cb->tuning);
 	if (!need) {
 		snprintf(cb->last_err, sizeof cb->last_err, "cuda_attention: unsupported shapes");
 		return -EINVAL;
@@ -927,12 +929,12 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 								  cb->table_stride, a, q, out,
 								  cb->capturing ? NULL : rows, cb->att_scratch,
 								  qtype_get(dw.type)->vec_type, cb->mm_scratch,
-								  stride, cb->stream)),
+								  stride, &cb->launch)),
 				   out, rows->n, &dw);
 	return cb_launched(cb, "cuda_attention",
 			   CB_TIMED(cb, cuda_attention(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
 						       cb->table_stride, a, q, out, cb->capturing ? NULL : rows,
-						       cb->att_scratch, cb->stream)));
+						       cb->att_scratch, &cb->launch)));
 }
 
 static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
@@ -952,14 +954,14 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 		return cb_fuse_end(cb, "cuda_swiglu_q8",
 				   CB_TIMED(cb, cuda_swiglu_q8(g, u, T, next->n_in, out,
 							       qtype_get(dw.type)->vec_type, cb->mm_scratch,
-							       stride, cb->stream)),
+							       stride, &cb->launch)),
 				   out, T, &dw);
-	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, cb->stream)));
+	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, &cb->launch)));
 }
 
 static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
 {
-	return cb_launched(cbk(be), "cuda_add", CB_TIMED(cbk(be), cuda_add(x, y, n, cbk(be)->stream)));
+	return cb_launched(cbk(be), "cuda_add", CB_TIMED(cbk(be), cuda_add(x, y, n, &cbk(be)->launch)));
 }
 
 /* add_rmsnorm, or rmsnorm with Y NULL (then x is only read), quantizing
@@ -980,16 +982,16 @@ static int cb_norm(struct backend *be, float *x, const float *y, const float *g,
 		const uint32_t vec = qtype_get(dw.type)->vec_type;
 		return cb_fuse_end(cb, y ? "cuda_add_rmsnorm_q8" : "cuda_rmsnorm_q8",
 				   y ? CB_TIMED(cb, cuda_add_rmsnorm_q8(x, y, dg, T, n, eps, out, vec, cb->mm_scratch, stride,
-							   cb->stream))
+							   &cb->launch))
 				     : CB_TIMED(cb, cuda_rmsnorm_q8(x, dg, T, n, eps, out, vec, cb->mm_scratch,
-								    stride, cb->stream)),
+								    stride, &cb->launch)),
 				   out, T, &dw);
 	}
 	if (y)
 		return cb_launched(cb, "cuda_add_rmsnorm",
-				   CB_TIMED(cb, cuda_add_rmsnorm(x, y, dg, T, n, eps, out, cb->stream)));
+				   CB_TIMED(cb, cuda_add_rmsnorm(x, y, dg, T, n, eps, out, &cb->launch)));
 	return cb_launched(cb, "cuda_rmsnorm",
-			   CB_TIMED(cb, cuda_rmsnorm(x, dg, T, n, eps, out, cb->stream)));
+			   CB_TIMED(cb, cuda_rmsnorm(x, dg, T, n, eps, out, &cb->launch)));
 }
 
 static int cb_rmsnorm(struct backend *be, const float *x, const float *g, int32_t T, int64_t n,
@@ -1156,7 +1158,7 @@ static int cb_graph_begin(struct backend *be, const struct bk_rows *rows, const 
 	need = cb_table_need(rows, cb->kv_view.block_tokens);
 	while (stride < need)
 		stride *= 2;
-	att = cuda_attention_scratch_bytes(&cb->kv_view, &cb->attn, TB, stride);
+	att = cuda_attention_scratch_bytes(&cb->kv_view, &cb->attn, TB, stride, &cb->tuning);
 	if (!att)
 		return 2;
 	if ((r = cb_use_device(cb)) < 0 ||
@@ -1301,6 +1303,9 @@ static const struct backend_ops cuda_ops = {
 	.kv_attach = cb_kv_attach,
 	.add_rmsnorm = cb_add_rmsnorm,
 	.rope_kv_store = cb_rope_kv_store,
+	.last_error = cb_last_error,
+	.write_profile = cb_write_profile,
+	.set_gemm_rows = cb_set_gemm_rows,
 };
 
 int cuda_backend_emulated(void)
@@ -1332,52 +1337,30 @@ int cuda_backend_device_count(char *err, size_t errlen)
 	return n;
 }
 
-/* Whether environment variable NAME is set (not empty), its integer in *V. */
-static int cb_env(const char *name, long *v)
+/* The launchers' view of the backend: its stream and TUNING (copied), PDL
+ * where the device has it (compute capability 9.0 and up), its SMs. */
+static void cb_tune(struct cuda_backend *cb, const struct cuda_tuning *tuning)
 {
-	const char *s = getenv(name);
-	if (!s || !*s)
-		return 0;
-	*v = strtol(s, NULL, 10);
-	return 1;
+	int major = 0, sms = 0;
+
+	if (tuning) {
+		cb->tuning = *tuning;
+	} else {
+		cuda_tuning_defaults(&cb->tuning);
+		cuda_tuning_from_env(&cb->tuning);
+	}
+	if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cb->device) != cudaSuccess)
+		major = 0;
+	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cb->device) != cudaSuccess)
+		sms = 0;
+	cb->launch.stream = cb->stream;
+	cb->launch.tuning = &cb->tuning;
+	cb->launch.pdl = cb->tuning.pdl && major >= 9;
+	cb->launch.sms = sms > 0 ? sms : 0;
 }
 
-/* The speed knobs (llm-bench(1), ENVIRONMENT): process-wide settings of the
- * kernels, none of which changes a bit of their results but
- * LLMD_CUDA_ATTN_SPLIT's and LLMD_CUDA_ATTN_LANES's (attention's, within
- * its tolerance).  The
- * defaults they change were timed on an H200 (tools/cuda_mm_bench,
- * .ci/gpu-run). */
-static void cb_env_knobs(int device)
-{
-	long v;
-	int major = 0;
-
-	/* unset, the defaults (each backend applies all of them again) */
-	cuda_matmul_set_mma_min_t(cb_env("LLMD_CUDA_MMA_MIN_T", &v) ? (int32_t)v : 0);
-	if (cb_env("LLMD_CUDA_MM_SPLIT", &v)) /* 1: no split-K */
-		cuda_matmul_set_split_k((int32_t)v);
-	if (cb_env("LLMD_CUDA_MM_WARPS", &v)) /* the most warps split-K may give a launch */
-		cuda_matmul_set_split_warps((int32_t)v);
-	if (cb_env("LLMD_CUDA_MM_ASYNC", &v)) /* 1: K-quant weights through cp.async stages */
-		cuda_matmul_set_async(v != 0);
-	/* 1: a warp's weight row asked of L2 before the kernel waits */
-	cuda_matmul_set_prefetch(cb_env("LLMD_CUDA_MM_PREFETCH", &v) && v != 0);
-	/* Q4_K/Q6_K at T = 1 a row a warp, ROUNDS of loads in flight; 0: off */
-	cuda_matmul_set_wide(cb_env("LLMD_CUDA_MM_WIDE", &v) ? (int32_t)v : -1);
-	/* one row of Q4_K and Q6_K weights sharing their input in one launch; 0: a launch a type */
-	cuda_matmul_set_mixed(!cb_env("LLMD_CUDA_MM_MIXED", &v) || v != 0);
-	/* programmatic dependent launch, sm_90 and up; 0: off */
-	cuda_set_pdl((!cb_env("LLMD_CUDA_PDL", &v) || v != 0) &&
-		     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-		     major >= 9);
-	if (cb_env("LLMD_CUDA_ATTN_SPLIT", &v)) /* attention's positions per split block */
-		cuda_attention_set_split((int32_t)v);
-	/* attention's split blocks as attn_split_lanes_kernel; 0: attn_split_kernel */
-	cuda_attention_set_lanes(!cb_env("LLMD_CUDA_ATTN_LANES", &v) || v != 0);
-}
-
-int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
+int cuda_backend_new(int device, const struct cuda_tuning *tuning, struct backend **ret, char *err,
+		     size_t errlen)
 {
 	struct cuda_backend *cb;
 	cudaError_t e;
@@ -1404,13 +1387,13 @@ int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen)
 	}
 	cb->be.ops = &cuda_ops;
 	cb->device = device;
-	cb_env_knobs(device);
 	if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
 		cb->stream = NULL;
 		cb_free(&cb->be);
 		return -EIO;
 	}
+	cb_tune(cb, tuning);
 	cb_prof_new(cb);
 	if ((e = cudaMalloc(&cb->blas_ws, CB_BLAS_WORKSPACE)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaMalloc(%u MiB cuBLAS workspace): %s", CB_BLAS_WORKSPACE >> 20,

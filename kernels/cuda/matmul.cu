@@ -27,18 +27,14 @@
  * 7 of the mma's 8 columns, and still issues several times fewer
  * instructions per weight byte than the K-quants' dp4a kernel (a lane per
  * super-block, a serial broadcast); the 32-element types' dp4a kernel is
- * the faster at T = 1 (cuda_matmul_set_mma_min_t moves the threshold).
+ * the faster at T = 1 (struct cuda_tuning's mma_min_t moves the threshold).
  * One row of Q4_K or Q6_K takes a warp per weight row reading 512 bytes a
- * load (matmul_q4k_wide_kernel, cuda_matmul_set_wide).
+ * load (matmul_q4k_wide_kernel, the tuning's mm_wide).
  * A launch with too few runs of 16 rows to keep the memory busy (an 8B
  * model's 4096-row matrices: 256 warps) gives each run a block of up to
  * 16 warps, within one wave of resident warps (split-K, mm_split): they
  * share its blocks and leave their float steps' operands in shared memory
  * for warp 0 to apply in order.
- * With cuda_matmul_set_async (LLMD_CUDA_MM_ASYNC) the K-quant kernels
- * of one tile a pass copy each warp's next super-blocks into shared memory
- * with cp.async (MM_STAGES stages, cuda_mma.h) while computing one: more
- * weight bytes in flight per warp, with no registers to hold them.
  * So the result equals the CPU backend's bit for bit on either path, and
  * each output depends only on its own weight row and activation row: not
  * on T, on the other rows or on the launch shape (batch invariance).
@@ -82,7 +78,6 @@ struct mm_group {
 	size_t row_bytes[CUDA_MM_GROUP];
 	int n_out[CUDA_MM_GROUP];
 	int first[CUDA_MM_GROUP + 1];
-	int prefetch; /* bytes of its row a warp asks L2 for before it waits (0: none) */
 	bool q6[CUDA_MM_GROUP]; /* matmul_kq_wide_kernel: member k is Q6_K (else Q4_K) */
 };
 
@@ -243,11 +238,11 @@ UNROLL
  * lanes 4t + b % 4 with the partial over elements 4t..4t+3 (half 0) and
  * 16+4t..16+4t+3 (half 1).  Every loop bound is uniform over the warp, so
  * the shuffles always see all 32 lanes. */
-template <int TYPE, bool PF>
+template <int TYPE>
 static __global__ void matmul_q32_kernel(const mm_group g, int nb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	grid_dep_wait();
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -693,11 +688,11 @@ UNROLL
 /* One warp per weight row: lane i computes super-block b0 + i's integer
  * sums, then the warp walks the 32 in order with one float accumulator, as
  * quant.c's dot_q45_k / dot_q6_k (every lane runs the same chain). */
-template <int TYPE, bool PF>
+template <int TYPE>
 static __global__ void matmul_k_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	grid_dep_wait();
 	const int lane = threadIdx.x % 32;
 	const mm_row m = mm_pick(g, 1);
 	if (!m.w) /* whole warps only */
@@ -919,117 +914,11 @@ static __host__ __device__ __forceinline__ size_t k_part_bytes(int ks, int nt)
 	return ks > 1 ? (size_t)2 * ks * nt * 4 * 32 * sizeof(float4) : 0;
 }
 
-/* The asynchronous weight copies of the K-quant kernels (ASYNC): each warp
- * has MM_STAGES stages of shared memory after k_chain's buffer
- * (k_stages_of), a stage holding one super-block of the warp's 16 rows,
- * MM_STAGE_ROW(bytes) apart; the copy of the super-block MM_STAGES - 1
- * ahead is in flight while one is computed. */
-#define MM_STAGES 3
-
-/* The 16-byte pieces a super-block of BYTES spans in a 16-byte aligned row:
- * Q4_K's 144 and Q5_K's 176 are whole pieces; Q6_K's 210 start 2-byte
- * aligned, at most 14 bytes into a piece, so 14 pieces cover any of them
- * (and end at or before the row's end, itself a piece's). */
-static __host__ __device__ __forceinline__ int k_stage_chunks(int bytes)
-{
-	return bytes % 16 ? (14 + bytes + 15) / 16 : bytes / 16;
-}
-
-/* A stage row: the pieces and 16 bytes, so that a warp's reads of 4 rows
- * at once spread over the banks. */
-#define MM_STAGE_ROW(bytes) (16 * k_stage_chunks(bytes) + 16)
-
-static __host__ __device__ __forceinline__ size_t k_stage_bytes(int bytes)
-{
-	return (size_t)MMA_ROWS * MM_STAGE_ROW(bytes);
-}
-
-/* Where super-block SB starts in its stage row: its offset into its first
- * 16-byte piece (0 but for Q6_K). */
-static __device__ __forceinline__ int k_stage_skew(int bytes, int sb)
-{
-	return bytes % 16 ? (int)((unsigned)sb * (unsigned)bytes % 16) : 0;
-}
-
-/* The stages of the calling warp in the block's dynamic shared memory
- * PART, after k_chain's buffer (KS warps, NT tiles a pass). */
-static __device__ __forceinline__ uint8_t *k_stages_of(float4 *part, int ks, int nt, int bytes)
-{
-	return reinterpret_cast<uint8_t *>(part) + k_part_bytes(ks, nt) +
-	       (size_t)(threadIdx.x / 32) * MM_STAGES * k_stage_bytes(bytes);
-}
-
-/* Lane LANE's share of the copy of super-block SB of the warp's rows (M)
- * into STAGE: 16-byte pieces LANE, LANE + 32, ... of the 16 rows' spans
- * (k_stage_chunks), then a commit (also when SB is past NSB: the groups
- * stay one a super-block). */
-static __device__ __forceinline__ void k_stage_copy(const mm_row &m, int bytes, int sb, int nsb, uint8_t *stage,
-	int lane)
-{
-	const int chunks = k_stage_chunks(bytes);
-	if (sb < nsb) {
-		const size_t start = (size_t)sb * bytes - k_stage_skew(bytes, sb);
-ROLLED /* unrolled, its pointers cost some 40 registers */
-		for (int j = lane; j < MMA_ROWS * chunks; j += 32) {
-			const int r = j / chunks, c = j % chunks;
-			cp_async16(stage + (size_t)r * MM_STAGE_ROW(bytes) + 16 * c, mma_w_row(m, r) + start + 16 * c);
-		}
-	}
-	cp_async_commit();
-}
-
-/* The start of a pass: copies of the warp's first MM_STAGES - 1
- * super-blocks (KW, KW + KS, ...) into STAGES in flight. */
-static __device__ __forceinline__ void k_stages_begin(const mm_row &m, int bytes, int ks, int kw, int nsb,
-	uint8_t *stages, int lane)
-{
-	__syncwarp(); /* a pass before this one is done with the stages */
-	for (int i = 0; i < MM_STAGES - 1; i++)
-		k_stage_copy(m, bytes, i * ks + kw, nsb, stages + i * k_stage_bytes(bytes), lane);
-}
-
-/* Round IT of a pass, the warp's super-block B: the copy MM_STAGES - 1
- * rounds ahead issued, this round's landed.  WR gets B's rows G and G + 8
- * in its stage, OFF bytes in. */
-static __device__ __forceinline__ void k_stages_next(const mm_row &m, int bytes, int ks, int b, int it, int nsb,
-	uint8_t *stages, int lane, int g, int off, const uint8_t **wr)
-{
-	__syncwarp(); /* the stage copied into next was read last time */
-	k_stage_copy(m, bytes, b + (MM_STAGES - 1) * ks, nsb,
-		     stages + (it + MM_STAGES - 1) % MM_STAGES * k_stage_bytes(bytes), lane);
-	cp_async_wait<MM_STAGES - 1>();
-	__syncwarp(); /* every lane's part of this stage has landed */
-	const uint8_t *st = stages + it % MM_STAGES * k_stage_bytes(bytes) + k_stage_skew(bytes, b) + off;
-	wr[0] = st + (size_t)g * MM_STAGE_ROW(bytes);
-	wr[1] = st + (size_t)(g + 8) * MM_STAGE_ROW(bytes);
-}
-
-/* 8 (16) weight bytes at P, in shared memory (SMEM) or global. */
-template <bool ALIGNED, bool SMEM>
-static __device__ __forceinline__ uint2 k_ld_u2(const uint8_t *p)
-{
-	if (SMEM)
-		return *reinterpret_cast<const uint2 *>(p);
-	return ld_u2<ALIGNED>(p);
-}
-
-template <bool ALIGNED, bool SMEM>
-static __device__ __forceinline__ uint4 k_ld_u4(const uint8_t *p)
-{
-	if (SMEM)
-		return *reinterpret_cast<const uint4 *>(p);
-	return ld_u4<ALIGNED>(p);
-}
-
-/* ASYNC (ALIGNED rows only): the weights come through each warp's stages
- * (k_stage_copy) rather than straight from global memory: the same bytes,
- * so the same bits. */
-template <int TYPE, int NT, bool ALIGNED, bool ASYNC>
+template <int TYPE, int NT, bool ALIGNED>
 static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
 	grid_dep_wait();
-	static_assert(!ASYNC || ALIGNED, "cp.async copies whole aligned 16-byte pieces");
 	const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
 	const mm_row m = mm_pick(g, MMA_ROWS, ks);
 	if (!m.w) /* whole warps (split-K: the whole block) only */
@@ -1037,7 +926,6 @@ static __global__ void matmul_k45_mma_kernel(const mm_group g, int nsb, const ui
 	DYN_SHARED(float4, part);
 	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
 	const int bytes = k_traits<TYPE>::bytes;
-	uint8_t *stages = k_stages_of(part, ks, NT, bytes);
 	const int n_in = nsb * QK_K;
 	const size_t bs32 = q8k_bs32_offset(n_in);
 	const int qs = TYPE == QT_Q5_K ? 48 : 16;
@@ -1059,28 +947,23 @@ UNROLL
 			for (int c = 0; c < 2; c++)
 				bs[n][c] = reinterpret_cast<const uint4 *>(xc[n][c] + bs32);
 		k_advance<NT>(sp.kw, bytes, w, xb, da, bs);
-		if (ASYNC)
-			k_stages_begin(m, bytes, ks, sp.kw, nsb, stages, lane);
 
-		for (int b0 = 0, it = 0; b0 < nsb; b0 += ks, it++) {
+		for (int b0 = 0; b0 < nsb; b0 += ks) {
 			float4 f[NT][4];
-			/* the weight rows' bytes 8q.. of this super-block: W, or
-			 * its stage once the copy has landed */
+			/* the weight rows' bytes 8q.. of this super-block */
 			const uint8_t *wr[2] = { w[0], w[1] };
-			if (ASYNC)
-				k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane, gr, 8 * q, wr);
 			if (b0 + sp.kw < nsb) {
 				float dw[2], dm[2];
 				unsigned sc[2][2], mn[2][2];
 				uint2 qh[2];
 UNROLL
 				for (int r = 0; r < 2; r++) {
-					const uint4 h = k_ld_u4<ALIGNED, ASYNC>(wr[r] - 8 * q);
+					const uint4 h = ld_u4<ALIGNED>(wr[r] - 8 * q);
 					dw[r] = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu)));
 					dm[r] = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
 					k4_scales_packed(h.y, h.z, h.w, sc[r], mn[r]);
 					if (TYPE == QT_Q5_K)
-						qh[r] = k_ld_u2<ALIGNED, ASYNC>(wr[r] + 16);
+						qh[r] = ld_u2<ALIGNED>(wr[r] + 16);
 				}
 				int sumi[NT][4];
 UNROLL
@@ -1093,7 +976,7 @@ UNROLL
 					uint2 c[2];
 UNROLL
 					for (int r = 0; r < 2; r++)
-						c[r] = k_ld_u2<ALIGNED, ASYNC>(wr[r] + qs + 32 * p);
+						c[r] = ld_u2<ALIGNED>(wr[r] + qs + 32 * p);
 UNROLL
 					for (int hi = 0; hi < 2; hi++) {
 						const int s = 2 * p + hi;
@@ -1146,8 +1029,6 @@ UNROLL
 			k_chain<NT, 2>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane, T - t0);
 			k_advance<NT>(ks, bytes, w, xb, da, bs);
 		}
-		if (ASYNC)
-			cp_async_wait<0>(); /* (only empty groups are left) */
 		if (sp.kw == 0)
 			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
@@ -1169,32 +1050,7 @@ static __device__ __forceinline__ int q6_k_signed(int c)
  * half's codes are three 8-byte runs per row, read 16 bits at a time since
  * 210 bytes per super-block leave rows only 2-byte aligned.  The codes are
  * made signed (c - 32), so no bsums. */
-/* 4 bytes (a byte, an f16) of a Q6_K row at the 2-byte aligned P, in
- * shared memory (SMEM) or global. */
-template <bool SMEM>
-static __device__ __forceinline__ int q6_ld_i32(const uint8_t *p)
-{
-	if (!SMEM)
-		return ld_i32(p);
-	const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
-	return (int)((uint32_t)h[0] | (uint32_t)h[1] << 16);
-}
-
-template <bool SMEM>
-static __device__ __forceinline__ int q6_ld_i8(const uint8_t *p)
-{
-	return SMEM ? *reinterpret_cast<const int8_t *>(p) : __ldg(reinterpret_cast<const int8_t *>(p));
-}
-
-template <bool SMEM>
-static __device__ __forceinline__ float q6_ld_f16(const uint8_t *p)
-{
-	return SMEM ? __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t *>(p))) : ld_f16(p);
-}
-
-/* ASYNC (16-byte aligned rows): the weights come through each warp's
- * stages (k_stage_copy), as matmul_k45_mma_kernel's. */
-template <int NT, bool ASYNC>
+template <int NT>
 static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int ks)
 {
@@ -1207,7 +1063,6 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 	k_split sp = { ks, ks > 1 ? (int)threadIdx.x / 32 : 0, 0, part };
 	const int n_in = nsb * QK_K;
 	const int bytes = k_traits<QT_Q6_K>::bytes;
-	uint8_t *stages = k_stages_of(part, ks, NT, bytes);
 	const bool first = q < 2; /* this lane's elements are a slice's first sub-block */
 	const unsigned lo4 = 0x0f0f0f0fu;
 
@@ -1220,16 +1075,11 @@ static __global__ void matmul_q6k_mma_kernel(const mm_group g, int nsb, const ui
 		float acc[NT][4];
 		mma_k_pass<NT>(xq, stride, T, t0, gr, q, n_in, xb, xc, da, acc);
 		k_advance<NT>(sp.kw, bytes, w, xb, da, NULL);
-		if (ASYNC)
-			k_stages_begin(m, bytes, ks, sp.kw, nsb, stages, lane);
 
-		for (int b0 = 0, it = 0; b0 < nsb; b0 += ks, it++) {
+		for (int b0 = 0; b0 < nsb; b0 += ks) {
 			float4 f[NT][4];
-			/* the weight rows of this super-block: W, or its stage
-			 * once the copy has landed */
+			/* the weight rows of this super-block */
 			const uint8_t *wr[2] = { w[0], w[1] };
-			if (ASYNC)
-				k_stages_next(m, bytes, ks, b0 + sp.kw, it, nsb, stages, lane, gr, 0, wr);
 			if (b0 + sp.kw < nsb) {
 				int sumi[NT][4];
 UNROLL
@@ -1245,9 +1095,9 @@ UNROLL
 					for (int r = 0; r < 2; r++)
 UNROLL
 						for (int k = 0; k < 2; k++) {
-							l02[r][k] = q6_ld_i32<ASYNC>(wr[r] + 64 * hf + 8 * q + 4 * k);
-							l13[r][k] = q6_ld_i32<ASYNC>(wr[r] + 64 * hf + 32 + 8 * q + 4 * k);
-							h[r][k] = q6_ld_i32<ASYNC>(wr[r] + 128 + 32 * hf + 8 * q + 4 * k);
+							l02[r][k] = ld_i32(wr[r] + 64 * hf + 8 * q + 4 * k);
+							l13[r][k] = ld_i32(wr[r] + 64 * hf + 32 + 8 * q + 4 * k);
+							h[r][k] = ld_i32(wr[r] + 128 + 32 * hf + 8 * q + 4 * k);
 						}
 UNROLL
 					for (int quarter = 0; quarter < 4; quarter++) {
@@ -1269,8 +1119,8 @@ UNROLL
 						int sc[2][2];
 UNROLL
 						for (int r = 0; r < 2; r++) {
-							sc[r][0] = q6_ld_i8<ASYNC>(wr[r] + 192 + 2 * s);
-							sc[r][1] = q6_ld_i8<ASYNC>(wr[r] + 192 + 2 * s + 1);
+							sc[r][0] = __ldg(reinterpret_cast<const int8_t *>(wr[r] + 192 + 2 * s));
+							sc[r][1] = __ldg(reinterpret_cast<const int8_t *>(wr[r] + 192 + 2 * s + 1));
 						}
 UNROLL
 						for (int n = 0; n < NT; n++) {
@@ -1285,7 +1135,7 @@ UNROLL
 						}
 					}
 				}
-				const float dw[2] = { q6_ld_f16<ASYNC>(wr[0] + 208), q6_ld_f16<ASYNC>(wr[1] + 208) };
+				const float dw[2] = { ld_f16(wr[0] + 208), ld_f16(wr[1] + 208) };
 UNROLL
 				for (int n = 0; n < NT; n++) {
 UNROLL
@@ -1301,8 +1151,6 @@ UNROLL
 			k_chain<NT, 1>(f, acc, sp, nsb - b0 < ks ? nsb - b0 : ks, lane, T - t0);
 			k_advance<NT>(ks, bytes, w, xb, da, NULL);
 		}
-		if (ASYNC)
-			cp_async_wait<0>(); /* (only empty groups are left) */
 		if (sp.kw == 0)
 			mma_store<NT>(m, gr, q, t0, T, acc);
 	}
@@ -1313,7 +1161,7 @@ UNROLL
  * At T = 1 the tensor-core kernels waste 7 of the mma's 8 columns and read
  * 8 rows' 32 bytes a load, and their split-K (to have enough warps for
  * HBM) costs a barrier a chunk.
- * Here (cuda_matmul_set_wide) one warp takes one weight row, reading it 512
+ * Here (the tuning's mm_wide) one warp takes one weight row, reading it 512
  * bytes a load: lane 8c + k takes 16-byte piece k of super-block 4i + c's
  * codes (so a load is 4 super-blocks' codes, contiguous but for their
  * 16-byte heads), U such rounds' loads in flight before any is used.  A
@@ -1420,11 +1268,11 @@ UNROLL
 		m.out[0] = acc;
 }
 
-template <int U, bool PF>
+template <int U>
 static __global__ void matmul_q4k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	grid_dep_wait();
 	matmul_q4k_wide_body<U>(g, nsb, xq, stride, T);
 }
 
@@ -1512,11 +1360,11 @@ UNROLL
 		m.out[0] = acc;
 }
 
-template <int U, bool PF>
+template <int U>
 static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	grid_dep_wait();
 	matmul_q6k_wide_body<U>(g, nsb, xq, stride, T);
 }
 
@@ -1525,7 +1373,7 @@ static __global__ void matmul_q6k_wide_kernel(const mm_group g, int nsb, const u
  * One row of a group of Q4_K and Q6_K weights sharing their input (a
  * Q4_K_M model's q and k are Q4_K, its v Q6_K in half the layers) takes
  * one launch of the wide kernels rather than one a type, with
- * cuda_matmul_set_mixed: each block runs its member's type's body, the
+ * the tuning's mm_mixed: each block runs its member's type's body, the
  * same code as alone, so the same bits. */
 
 /* Whether this block's member of G (mm_member) is Q6_K, read with
@@ -1541,11 +1389,11 @@ UNROLL
 	return q6;
 }
 
-template <int U, bool PF>
+template <int U>
 static __global__ void matmul_kq_wide_kernel(const mm_group g, int nsb, const uint8_t *__restrict__ xq,
 	size_t stride, int T, int /* ks: 1 */)
 {
-	grid_dep_wait_prefetch(PF ? mm_pick(g, 1).w : NULL, PF ? g.prefetch : 0);
+	grid_dep_wait();
 	if (mm_member_q6(g)) /* uniform across the block */
 		matmul_q6k_wide_body<U>(g, nsb, xq, stride, T);
 	else
@@ -1580,30 +1428,38 @@ extern "C" size_t cuda_matmul_scratch_bytes(const struct bk_weight *w, int32_t T
 	return mm_xq_stride(w->type, w->n_in) * (size_t)T;
 }
 
+/* The wide kernels' rounds of loads with tuning T (mm_wide): 0 (off), 1,
+ * 2, 4 or 8; below 0, the default 2 (cuda_mm_bench on an H200: 1 and 2
+ * best, 4 some 15% slower). */
+static int mm_wide_rounds(const struct cuda_tuning *t)
+{
+	const int32_t r = t->mm_wide;
+	return r < 0 ? 2 : r <= 2 ? r : r <= 4 ? 4 : 8;
+}
+
 /* Whether one launch may take weights of types A and B over T rows
- * (cuda_matmul_set_mixed; matmul_kq_wide_kernel): Q4_K and Q6_K, one row,
- * the wide kernels on.  On by default: on an H200, an 8B Q4_K_M decode
- * step 1-2.6% faster. */
-static int mm_mixed = 1;
-static int mm_wide = 2; /* cuda_mm_bench on an H200: 1 and 2 best, 4 some 15% slower */
-
-extern "C" void cuda_matmul_set_mixed(int on)
+ * (mm_mixed; matmul_kq_wide_kernel): Q4_K and Q6_K, one row, the wide
+ * kernels on.  On by default: on an H200, an 8B Q4_K_M decode step 1-2.6%
+ * faster. */
+static int mm_mixes(const struct cuda_tuning *tu, uint32_t a, uint32_t b, int32_t T)
 {
-	mm_mixed = on != 0;
+	return tu->mm_mixed && mm_wide_rounds(tu) && T == 1 && (a == QT_Q4_K || a == QT_Q6_K) &&
+	       (b == QT_Q4_K || b == QT_Q6_K);
 }
 
-static int mm_mixes(uint32_t a, uint32_t b, int32_t T)
+extern "C" int cuda_matmul_mixes(uint32_t a, uint32_t b, int32_t T, const struct cuda_tuning *tuning)
 {
-	return mm_mixed && mm_wide && T == 1 && (a == QT_Q4_K || a == QT_Q6_K) && (b == QT_Q4_K || b == QT_Q6_K);
-}
-
-extern "C" int cuda_matmul_mixes(uint32_t a, uint32_t b, int32_t T)
-{
-	return a == b || mm_mixes(a, b, T);
+	struct cuda_tuning def;
+	if (!tuning) {
+		cuda_tuning_defaults(&def);
+		tuning = &def;
+	}
+	return a == b || mm_mixes(tuning, a, b, T);
 }
 
 /* Weight W's checks against the group's first, G0 (NULL: W is the first). */
-static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32_t T)
+static int mm_check(const struct cuda_tuning *tu, const struct bk_weight *w, const struct bk_weight *g0,
+	int32_t T)
 {
 	int blck;
 
@@ -1612,7 +1468,7 @@ static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32
 	const size_t bb = mm_block_bytes(w->type, &blck);
 	if (!bb)
 		return -ENOTSUP; /* F32/F16/BF16 weights: not on this path */
-	if (g0 && ((w->type != g0->type && !mm_mixes(w->type, g0->type, T)) || w->n_in != g0->n_in))
+	if (g0 && ((w->type != g0->type && !mm_mixes(tu, w->type, g0->type, T)) || w->n_in != g0->n_in))
 		return -EINVAL;
 	if (w->n_in <= 0 || w->n_in % blck || w->n_in > (1 << 24) || w->n_out <= 0 ||
 	    w->n_out > (1 << 24) || (int64_t)T * w->n_out > ((int64_t)1 << 31) - 1)
@@ -1622,24 +1478,17 @@ static int mm_check(const struct bk_weight *w, const struct bk_weight *g0, int32
 	return 0;
 }
 
-/* T from which the matmuls take the tensor-core kernels; 0, the default:
- * the K-quants always (at T = 1 the wide kernels first, mm_use_wide), the
- * 32-element types from T = 2 (one row is faster on dp4a: a warp a row). */
-static int mm_mma_min_t = 0;
-
-extern "C" void cuda_matmul_set_mma_min_t(int32_t t)
-{
-	mm_mma_min_t = t < 1 ? 0 : t;
-}
-
 /* Whether a matmul of TYPE over T activation rows takes the tensor-core
- * kernels (the same bits as the others; T only picks the faster). */
-static int mm_use_mma(uint32_t type, int32_t T)
+ * kernels (the same bits as the others; T only picks the faster): from
+ * tuning TU's mma_min_t rows; below 1, the default: the K-quants always (at
+ * T = 1 the wide kernels first, mm_use_wide), the 32-element types from
+ * T = 2 (one row is faster on dp4a: a warp a row). */
+static int mm_use_mma(const struct cuda_tuning *tu, uint32_t type, int32_t T)
 {
 	int blck;
 	if (!mm_block_bytes(type, &blck))
 		return 0;
-	return T >= (mm_mma_min_t ? mm_mma_min_t : blck == QK ? 2 : 1);
+	return T >= (tu->mma_min_t >= 1 ? tu->mma_min_t : blck == QK ? 2 : 1);
 }
 
 /* Whether weights WS (NW, of one type) are read a word at a time: every
@@ -1654,40 +1503,25 @@ static int mm_aligned16(const struct bk_weight *const *ws, int nw)
 
 typedef void (*mm_kernel)(const mm_group, int, const uint8_t *, size_t, int, int);
 
-/* Split-K: warps on one run of 16 weight rows, at most (cuda_matmul_set_split_k). */
-static int mm_split_max = 16;
-
-extern "C" void cuda_matmul_set_split_k(int32_t max)
-{
-	mm_split_max = max < 1 ? 1 : max;
-}
-
-/* The warps a launch's split-K may have in all: set, or 0 for one wave of
- * the kernels' resident warps (per SM: some 24 of the K-quant kernels at
+/* The warps a launch's split-K may have in all: tuning TU's mm_warps, or
+ * below 1 one wave of the kernels' resident warps on SMS multiprocessors
+ * (0: the current device's; per SM: some 24 of the K-quant kernels at
  * their ~80 registers; 12 for the 32-element ones, whose split adds a
  * shared-memory tree), so that no launch leaves a last wave mostly empty.
  * On an H200 (cuda_mm_bench): an 8B's gate+up at T = 2..8 (1792 runs)
  * 17-21% faster unsplit than split in two waves; its down (256 runs)
  * wants the 8 warps a run that stay within the one wave. */
-static long long mm_split_warps = 0;
-static int mm_sms = 0; /* the device's SMs, asked once */
-
-extern "C" void cuda_matmul_set_split_warps(int32_t warps)
+static long long mm_split_target(const struct cuda_tuning *tu, int sms, int blck)
 {
-	mm_split_warps = warps < 1 ? 0 : warps;
-}
-
-static long long mm_split_target(int blck)
-{
-	if (mm_split_warps)
-		return mm_split_warps;
-	if (!mm_sms) {
+	if (tu->mm_warps >= 1)
+		return tu->mm_warps;
+	if (sms < 1) {
 		int dev = 0, n = 0;
-		mm_sms = cudaGetDevice(&dev) == cudaSuccess &&
-				 cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
-			 ? n : 132;
+		sms = cudaGetDevice(&dev) == cudaSuccess &&
+			      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
+		      ? n : 132;
 	}
-	return (long long)mm_sms * (blck == QK ? 12 : 24);
+	return (long long)sms * (blck == QK ? 12 : 24);
 }
 
 /* The warps per run of 16 rows (KS) of a tensor-core launch over RUNS runs
@@ -1696,12 +1530,12 @@ static long long mm_split_target(int blck)
  * at most the 16 float lanes of the 32-element types or the super-blocks
  * of a row of the K-quants, and within 32 KiB of shared memory
  * (mm_split_smem). */
-static int mm_split(int blck, int nb, int nt, long long runs)
+static int mm_split(const struct cuda_tuning *tu, int sms, int blck, int nb, int nt, long long runs)
 {
 	int cap = blck == QK ? 16 : nt == 1 ? 8 : nt == 2 ? 4 : 1;
-	if (cap > mm_split_max)
-		cap = mm_split_max;
-	const long long target = mm_split_target(blck);
+	if (cap > tu->mm_split)
+		cap = tu->mm_split < 1 ? 1 : tu->mm_split;
+	const long long target = mm_split_target(tu, sms, blck);
 	int ks = 1;
 	while (ks * 2 <= cap && runs * ks * 2 <= target && (blck == QK || ks * 2 <= nb))
 		ks *= 2;
@@ -1730,110 +1564,55 @@ static mm_kernel mm_mma_kernel_of(uint32_t type, int aligned)
 	case QT_Q4_1: return matmul_q32_mma_kernel<QT_Q4_1, nq>;
 	case QT_Q8_0: return matmul_q32_mma_kernel<QT_Q8_0, nq>;
 	case QT_Q4_K:
-		return aligned ? matmul_k45_mma_kernel<QT_Q4_K, NT, true, false>
-			       : matmul_k45_mma_kernel<QT_Q4_K, NT, false, false>;
+		return aligned ? matmul_k45_mma_kernel<QT_Q4_K, NT, true>
+			       : matmul_k45_mma_kernel<QT_Q4_K, NT, false>;
 	case QT_Q5_K:
-		return aligned ? matmul_k45_mma_kernel<QT_Q5_K, NT, true, false>
-			       : matmul_k45_mma_kernel<QT_Q5_K, NT, false, false>;
-	default:      return matmul_q6k_mma_kernel<NT, false>;
-	}
-}
-
-/* Whether a launch of TYPE's tensor-core kernel with NT tiles a pass takes
- * its weights through cp.async stages (cuda_matmul_set_async; 16-byte
- * aligned K-quant rows, one tile a pass), and that kernel. */
-static int mm_async = 0;
-
-extern "C" void cuda_matmul_set_async(int on)
-{
-	mm_async = on != 0;
-}
-
-static int mm_use_async(uint32_t type, int mma, int aligned, int nt)
-{
-	return mm_async && mma && aligned && nt == 1 &&
-	       (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K);
-}
-
-static mm_kernel mm_async_kernel_of(uint32_t type)
-{
-	switch (type) {
-	case QT_Q4_K: return matmul_k45_mma_kernel<QT_Q4_K, 1, true, true>;
-	case QT_Q5_K: return matmul_k45_mma_kernel<QT_Q5_K, 1, true, true>;
-	default:      return matmul_q6k_mma_kernel<1, true>;
+		return aligned ? matmul_k45_mma_kernel<QT_Q5_K, NT, true>
+			       : matmul_k45_mma_kernel<QT_Q5_K, NT, false>;
+	default:      return matmul_q6k_mma_kernel<NT>;
 	}
 }
 
 /* Whether a matmul of TYPE over T activation rows reads its weight rows
  * whole (matmul_q4k_wide_kernel: Q4_K, 16-byte aligned rows; or
- * matmul_q6k_wide_kernel; T = 1) with
- * cuda_matmul_set_wide's rounds of loads in flight (mm_wide, with
- * mm_mixes above; 0: never). */
-extern "C" void cuda_matmul_set_wide(int32_t rounds)
+ * matmul_q6k_wide_kernel; T = 1) with mm_wide_rounds of loads in flight
+ * (0: never). */
+static int mm_use_wide(const struct cuda_tuning *tu, uint32_t type, int aligned, int32_t T)
 {
-	mm_wide = rounds < 0 ? 2 : rounds <= 2 ? rounds : rounds <= 4 ? 4 : 8;
+	return mm_wide_rounds(tu) && ((type == QT_Q4_K && aligned) || type == QT_Q6_K) && T == 1;
 }
 
-/* Whether the kernels that give a warp a weight row (the wide ones and
- * the dp4a ones) ask L2 for its first bytes before they wait for the
- * kernel before them (cuda_matmul_set_prefetch; grid_dep_wait_prefetch). */
-static int mm_prefetch = 0;
-
-extern "C" void cuda_matmul_set_prefetch(int on)
+static mm_kernel mm_wide_kernel(const struct cuda_tuning *tu, uint32_t type)
 {
-	mm_prefetch = on != 0;
-}
-
-static int mm_use_wide(uint32_t type, int aligned, int32_t T)
-{
-	return mm_wide && ((type == QT_Q4_K && aligned) || type == QT_Q6_K) && T == 1;
-}
-
-template <bool PF>
-static mm_kernel mm_wide_kernel_pf(uint32_t type)
-{
-	switch (mm_wide) {
-	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1, PF> : matmul_q4k_wide_kernel<1, PF>;
-	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2, PF> : matmul_q4k_wide_kernel<2, PF>;
-	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4, PF> : matmul_q4k_wide_kernel<4, PF>;
-	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8, PF> : matmul_q4k_wide_kernel<8, PF>;
+	switch (mm_wide_rounds(tu)) {
+	case 1:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<1> : matmul_q4k_wide_kernel<1>;
+	case 2:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<2> : matmul_q4k_wide_kernel<2>;
+	case 4:  return type == QT_Q6_K ? matmul_q6k_wide_kernel<4> : matmul_q4k_wide_kernel<4>;
+	default: return type == QT_Q6_K ? matmul_q6k_wide_kernel<8> : matmul_q4k_wide_kernel<8>;
 	}
-}
-
-static mm_kernel mm_wide_kernel(uint32_t type)
-{
-	return mm_prefetch ? mm_wide_kernel_pf<true>(type) : mm_wide_kernel_pf<false>(type);
 }
 
 /* The mixed Q4_K / Q6_K group's kernel (matmul_kq_wide_kernel). */
-template <bool PF>
-static mm_kernel mm_kq_kernel_pf(void)
+static mm_kernel mm_kq_kernel(const struct cuda_tuning *tu)
 {
-	switch (mm_wide) {
-	case 1:  return matmul_kq_wide_kernel<1, PF>;
-	case 2:  return matmul_kq_wide_kernel<2, PF>;
-	case 4:  return matmul_kq_wide_kernel<4, PF>;
-	default: return matmul_kq_wide_kernel<8, PF>;
+	switch (mm_wide_rounds(tu)) {
+	case 1:  return matmul_kq_wide_kernel<1>;
+	case 2:  return matmul_kq_wide_kernel<2>;
+	case 4:  return matmul_kq_wide_kernel<4>;
+	default: return matmul_kq_wide_kernel<8>;
 	}
 }
 
-static mm_kernel mm_kq_kernel(void)
-{
-	return mm_prefetch ? mm_kq_kernel_pf<true>() : mm_kq_kernel_pf<false>();
-}
-
-/* The dp4a kernel of a supported TYPE, a warp a weight row; PF: asking L2
- * for its row before it waits (cuda_matmul_set_prefetch). */
-template <bool PF>
+/* The dp4a kernel of a supported TYPE, a warp a weight row. */
 static mm_kernel mm_dp4a_kernel_of(uint32_t type)
 {
 	switch (type) {
-	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0, PF>;
-	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1, PF>;
-	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0, PF>;
-	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K, PF>;
-	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K, PF>;
-	default:      return matmul_k_kernel<QT_Q6_K, PF>;
+	case QT_Q4_0: return matmul_q32_kernel<QT_Q4_0>;
+	case QT_Q4_1: return matmul_q32_kernel<QT_Q4_1>;
+	case QT_Q8_0: return matmul_q32_kernel<QT_Q8_0>;
+	case QT_Q4_K: return matmul_k_kernel<QT_Q4_K>;
+	case QT_Q5_K: return matmul_k_kernel<QT_Q5_K>;
+	default:      return matmul_k_kernel<QT_Q6_K>;
 	}
 }
 
@@ -1845,15 +1624,16 @@ static mm_kernel mm_kernel_of(uint32_t type, int mma, int aligned, int32_t T)
 	if (mma)
 		return T <= 8 ? mm_mma_kernel_of<1>(type, aligned)
 		     : T <= 16 ? mm_mma_kernel_of<2>(type, aligned) : mm_mma_kernel_of<4>(type, aligned);
-	return mm_prefetch ? mm_dp4a_kernel_of<true>(type) : mm_dp4a_kernel_of<false>(type);
+	return mm_dp4a_kernel_of(type);
 }
 
 /* cuda_matmul_q_group; with X NULL, SCRATCH already holds the rows
  * quantized. */
 static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, int32_t T,
-	float *const *outs, void *scratch, void *stream)
+	float *const *outs, void *scratch, const struct cuda_launch *lc)
 {
-	cudaStream_t st = (cudaStream_t)stream;
+	struct cuda_tuning def;
+	const struct cuda_tuning *tu = cuda_launch_tuning(lc, &def);
 	struct mm_group g;
 	long long blocks = 0;
 	int blck, r;
@@ -1862,7 +1642,7 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	    (uintptr_t)x % 4)
 		return -EINVAL;
 	for (int k = 0; k < nw; k++) {
-		if ((r = mm_check(ws[k], k ? ws[0] : NULL, T)) < 0)
+		if ((r = mm_check(tu, ws[k], k ? ws[0] : NULL, T)) < 0)
 			return r;
 		if (!outs[k] || (uintptr_t)outs[k] % 4)
 			return -EINVAL;
@@ -1876,18 +1656,18 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	if (mixed && !aligned_k4)
 		return -EINVAL; /* (the wide Q4_K kernel, 16-byte rows) */
 	const int aligned = mm_aligned16(ws, nw);
-	const int wide = mixed || mm_use_wide(ws[0]->type, aligned, T);
-	const int mma = !wide && mm_use_mma(ws[0]->type, T);
+	const int wide = mixed || mm_use_wide(tu, ws[0]->type, aligned, T);
+	const int mma = !wide && mm_use_mma(tu, ws[0]->type, T);
 	mm_block_bytes(ws[0]->type, &blck);
 	const int nbk = (int)(ws[0]->n_in / blck);
 	const int nt = T <= 8 ? 1 : T <= 16 || blck == QK ? 2 : 4;
 	long long runs = 0; /* of 16 weight rows, for the tensor cores */
 	for (int k = 0; k < nw; k++)
 		runs += (ws[k]->n_out + MMA_ROWS - 1) / MMA_ROWS;
-	const int ks = mma ? mm_split(blck, nbk, nt, runs) : 1;
+	const int ks = mma ? mm_split(tu, lc ? lc->sms : 0, blck, nbk, nt, runs) : 1;
 	const int rows_per_block = ks > 1 ? MMA_ROWS : MM_WARPS * (mma ? MMA_ROWS : 1);
 	const unsigned threads = 32u * (ks > 1 ? ks : MM_WARPS);
-	size_t smem = mm_split_smem(blck, nt, ks);
+	const size_t smem = mm_split_smem(blck, nt, ks);
 	for (int k = 0; k < CUDA_MM_GROUP; k++) {
 		const int used = k < nw;
 		g.w[k] = used ? (const uint8_t *)ws[k]->data : NULL;
@@ -1901,43 +1681,16 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	if (blocks > 0x7fffffffLL)
 		return -EINVAL;
 	g.first[CUDA_MM_GROUP] = INT_MAX;
-	/* the wide kernels' first round of loads, or up to 2 KiB of a dp4a
-	 * kernel's row (the whole row at SmolLM2's widths) */
-	g.prefetch = 0;
 	for (int k = 0; k < CUDA_MM_GROUP; k++)
 		g.q6[k] = k < nw && ws[k]->type == QT_Q6_K;
-	if (mm_prefetch && (wide || !mma)) {
-		const size_t want = wide ? (size_t)4 * mm_wide * mm_block_bytes(ws[0]->type, &blck) : 2048;
-		g.prefetch = (int)(ws[0]->row_bytes < want ? ws[0]->row_bytes : want);
-	}
 
 	const struct bk_weight *w = ws[0];
 	const int n_in = (int)w->n_in;
 	const size_t stride = mm_xq_stride(w->type, w->n_in);
 	uint8_t *xq = (uint8_t *)scratch;
 	const unsigned mm_blocks = (unsigned)blocks;
-	const int async = mm_use_async(w->type, mma, aligned, nt);
-	const mm_kernel kernel = mixed ? mm_kq_kernel()
-			       : wide ? mm_wide_kernel(w->type)
-			       : async ? mm_async_kernel_of(w->type) : mm_kernel_of(w->type, mma, aligned, T);
-	if (async) { /* each warp's stages after the split-K buffer */
-		const int bytes = (int)mm_block_bytes(w->type, &blck);
-		smem += (size_t)(threads / 32) * MM_STAGES * k_stage_bytes(bytes);
-		/* past 48 KiB a kernel needs its limit raised: once, to what its
-		 * largest launch takes (8 warps of split-K), and so before any
-		 * graph capture (the first such launch is a prompt's, uncaptured) */
-		static int raised[3];
-		int *done = &raised[w->type == QT_Q4_K ? 0 : w->type == QT_Q5_K ? 1 : 2];
-		if (!*done) {
-			const size_t most = k_part_bytes(8, 1) + 8 * MM_STAGES * k_stage_bytes(bytes);
-			if (cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)most) != cudaSuccess)
-				return -EIO;
-			*done = 1;
-		}
-		if (smem > k_part_bytes(8, 1) + 8 * MM_STAGES * k_stage_bytes(bytes))
-			return -EINVAL; /* (mm_split caps one tile's split-K at 8 warps) */
-	}
+	const mm_kernel kernel = mixed ? mm_kq_kernel(tu) : wide ? mm_wide_kernel(tu, w->type)
+			       : mm_kernel_of(w->type, mma, aligned, T);
 
 	if (blck == QK) {
 		const int nb = n_in / QK;
@@ -1946,12 +1699,12 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 		if (qblocks > 0x7fffffffLL)
 			return -EINVAL;
 		if (x) {
-			LAUNCH(quantize_q8_kernel, (unsigned)qblocks, MMQ_WARPS * 32, 0, st, x, n_in,
+			LAUNCH_ON(lc, quantize_q8_kernel, (unsigned)qblocks, MMQ_WARPS * 32, 0, x, n_in,
 			       (int)T, w->type == QT_Q4_1 ? 1 : 0, xq, stride);
 			if (mm_launched())
 				return -EIO;
 		}
-		LAUNCH(kernel, mm_blocks, threads, smem, st, g, nb, (const uint8_t *)xq, stride, (int)T, ks);
+		LAUNCH_ON(lc, kernel, mm_blocks, threads, smem, g, nb, (const uint8_t *)xq, stride, (int)T, ks);
 		return mm_launched();
 	}
 
@@ -1959,22 +1712,22 @@ static int matmul_q(const struct bk_weight *const *ws, int nw, const float *x, i
 	if ((long long)T * nsb > 0x7fffffffLL)
 		return -EINVAL;
 	if (x) {
-		LAUNCH(quantize_q8k_kernel, (unsigned)(T * nsb), MMQK_THREADS, 0, st, x, n_in, xq, stride);
+		LAUNCH_ON(lc, quantize_q8k_kernel, (unsigned)(T * nsb), MMQK_THREADS, 0, x, n_in, xq, stride);
 		if (mm_launched())
 			return -EIO;
 	}
-	LAUNCH(kernel, mm_blocks, threads, smem, st, g, nsb, (const uint8_t *)xq, stride, (int)T, ks);
+	LAUNCH_ON(lc, kernel, mm_blocks, threads, smem, g, nsb, (const uint8_t *)xq, stride, (int)T, ks);
 	return mm_launched();
 }
 
 extern "C" int cuda_matmul_q_group(const struct bk_weight *const *w, int nw, const float *x, int32_t T,
-	float *const *out, void *scratch, void *stream)
+	float *const *out, void *scratch, const struct cuda_launch *lc)
 {
-	return matmul_q(w, nw, x, T, out, scratch, stream);
+	return matmul_q(w, nw, x, T, out, scratch, lc);
 }
 
 extern "C" int cuda_matmul_q(const struct bk_weight *w, const float *x, int32_t T, float *out,
-	void *scratch, void *stream)
+	void *scratch, const struct cuda_launch *lc)
 {
-	return x ? matmul_q(&w, 1, x, T, &out, scratch, stream) : -EINVAL;
+	return x ? matmul_q(&w, 1, x, T, &out, scratch, lc) : -EINVAL;
 }
