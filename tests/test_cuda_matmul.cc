@@ -30,7 +30,7 @@ extern "C" {
 #include "quant.h"
 }
 
-#include "matmul.cu"
+#include "matmul_mma.cu"
 
 #include <math.h>
 #include <string.h>

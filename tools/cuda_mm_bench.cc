@@ -25,7 +25,7 @@ extern "C" {
 #include "quant.h"
 }
 
-#include "matmul.cu"
+#include "matmul_mma.cu"
 
 #include <stdio.h>
 #include <stdlib.h>
