@@ -30,7 +30,10 @@ extern "C" {
 #include "quant.h"
 }
 
+#include "matmul.cu"
+#include "matmul_dp4a.cu"
 #include "matmul_mma.cu"
+#include "matmul_wide.cu"
 
 #include <math.h>
 #include <string.h>

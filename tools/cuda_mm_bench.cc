@@ -25,7 +25,10 @@ extern "C" {
 #include "quant.h"
 }
 
+#include "matmul.cu"
+#include "matmul_dp4a.cu"
 #include "matmul_mma.cu"
+#include "matmul_wide.cu"
 
 #include <stdio.h>
 #include <stdlib.h>
