@@ -39,6 +39,13 @@ static const struct opt opts[] = {
 	{ "device", "threads", OPT_INT, F(threads), 0, 256, NULL },
 	{ "device", "graphs", OPT_BOOL, F(graphs), 0, 1, NULL },
 	{ "device", "gemm_rows", OPT_INT, F(gemm_rows), 0, 65536, NULL },
+	{ "cuda", "mma_min_t", OPT_INT, F(cuda.mma_min_t), 0, 65536, NULL },
+	{ "cuda", "mm_split", OPT_INT, F(cuda.mm_split), 1, 16, NULL },
+	{ "cuda", "mm_warps", OPT_INT, F(cuda.mm_warps), 0, 1 << 24, NULL },
+	{ "cuda", "mm_wide", OPT_INT, F(cuda.mm_wide), 0, 8, NULL },
+	{ "cuda", "mm_mixed", OPT_BOOL, F(cuda.mm_mixed), 0, 1, NULL },
+	{ "cuda", "pdl", OPT_BOOL, F(cuda.pdl), 0, 1, NULL },
+	{ "cuda", "attn_split", OPT_INT, F(cuda.attn_split), 1, 65536, NULL },
 	{ "kv", "pool_mb", OPT_I64, F(pool_mb), 0, 1 << 24, NULL },
 	{ "kv", "pool_tokens", OPT_I64, F(pool_tokens), 0, INT32_MAX, NULL },
 	{ "kv", "gpu_mem_fraction", OPT_FRAC, F(gpu_mem_fraction), 0, 0, NULL },
@@ -79,6 +86,7 @@ void conf_default(struct llmd_conf *c)
 	c->grace_s = 10;
 	strcpy(c->backend, "auto");
 	c->graphs = 1;
+	cuda_tuning_defaults(&c->cuda);
 	c->pool_mb = 0;
 	c->gpu_mem_fraction = 0.9;
 	c->block_tokens = 16;

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "backend.h" /* struct cuda_tuning */
+
 #ifndef LLMD_SYSCONFDIR
 #define LLMD_SYSCONFDIR "/etc"          /* configure's sysconfdir, set by the Makefile */
 #endif
@@ -33,6 +35,8 @@ struct llmd_conf {
 	int32_t threads;               /* CPU threads; 0 = one per online core (at most 256) */
 	int32_t graphs;                /* 1 = replay decode steps from CUDA graphs */
 	int32_t gemm_rows;             /* CUDA: matmuls of >= this many rows on cuBLAS f16; 0 never */
+	/* [cuda] */
+	struct cuda_tuning cuda;       /* the CUDA kernels' speed knobs (backend.h says each) */
 	/* [kv] */
 	int64_t pool_mb;               /* KV pool size, MiB (used when pool_tokens is 0);
 	                                  both 0 = automatic (see gpu_mem_fraction) */

@@ -11,6 +11,7 @@
 #ifndef LLMD_BACKEND_H
 #define LLMD_BACKEND_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -200,6 +201,19 @@ struct backend_ops {
 			     const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
 			     float freq_base, enum bk_rope_style style, float *q, float *k,
 			     const float *v);                                       /* optional */
+	/* The backend's last failure, naming the call ("cudaMalloc: out of
+	 * memory ..."); "" when none.  Default: "". */
+	const char *(*last_error)(const struct backend *be);                    /* optional */
+	/* Writes the per-launch profile kept since the backend was made (the
+	 * CUDA backend's LLMD_CUDA_PROFILE table) to F, waiting for the timed
+	 * launches: 0, or -ENODATA when it keeps none.  The backend prints
+	 * nothing itself.  Default: -ENODATA. */
+	int (*write_profile)(struct backend *be, FILE *f);                      /* optional */
+	/* Quantized matmuls of at least ROWS rows (prefill chunks) may take a
+	 * faster path that is not batch invariant (the CUDA backend: weights
+	 * dequantized to f16 tiles and cublasGemmEx); 0: never (the default).
+	 * Default: nothing (no such path). */
+	void (*set_gemm_rows)(struct backend *be, int32_t rows);               /* optional */
 };
 
 struct backend {
@@ -282,6 +296,22 @@ static inline int backend_kv_attach(struct backend *be, const struct bk_kv *kv)
 	return be->ops->kv_attach ? be->ops->kv_attach(be, kv) : 0;
 }
 
+static inline const char *backend_last_error(const struct backend *be)
+{
+	return be->ops->last_error ? be->ops->last_error(be) : "";
+}
+
+static inline int backend_write_profile(struct backend *be, FILE *f)
+{
+	return be->ops->write_profile ? be->ops->write_profile(be, f) : -ENODATA;
+}
+
+static inline void backend_set_gemm_rows(struct backend *be, int32_t rows)
+{
+	if (be->ops->set_gemm_rows)
+		be->ops->set_gemm_rows(be, rows);
+}
+
 static inline void backend_device_info(struct backend *be, struct bk_device_info *ret)
 {
 	memset(ret, 0, sizeof *ret);
@@ -291,6 +321,75 @@ static inline void backend_device_info(struct backend *be, struct bk_device_info
 	}
 }
 
+/* ---- the CUDA backend's tuning ----
+ * How its kernels run: their speed, never a bit of their results but
+ * attn_split's (attention's last bits, within its tolerance against the
+ * CPU; batch invariant at any one value).  The defaults were timed on an
+ * H200 and an H100 (tools/cuda_mm_bench, .ci/gpu-run; llm-bench(1) has the
+ * numbers).  llmd fills one from its config file ([cuda], llmd.conf(5)),
+ * llm-bench and the tests from the environment. */
+struct cuda_tuning {
+	int32_t mma_min_t;  /* activation rows from which the quantized matmuls take the int8
+	                       tensor-core kernels, fewer the dp4a ones (the same bits); 0: the
+	                       K-quants always, Q4_0/Q4_1/Q8_0 from 2 rows (default 0) */
+	int32_t mm_split;   /* warps at most on one run of 16 weight rows of the tensor-core
+	                       matmuls (split-K; 1: none; default 16, the most it takes) */
+	int32_t mm_warps;   /* warps at most that split-K gives one launch in all; 0: one wave
+	                       of the device's resident warps (default 0) */
+	int32_t mm_wide;    /* Q4_K (16-byte aligned rows) and Q6_K matmuls of one row: a warp
+	                       a weight row with this many rounds of 512-byte loads in flight
+	                       (1, 2, 4 or 8; 3 counts as 4, more as 8); 0: the tensor cores
+	                       (default 2) */
+	int32_t mm_mixed;   /* 1: one row of Q4_K and Q6_K weights sharing their input in one
+	                       launch of the wide kernels; 0: a launch a type (default 1) */
+	int32_t pdl;        /* 1: every launch may overlap the kernel before it (programmatic
+	                       dependent launch) on devices of compute capability 9.0 and up;
+	                       0: never (default 1) */
+	int32_t attn_split; /* attention's positions per split block at the shortest, rounded
+	                       up to whole KV blocks and doubled past 32 splits (default 16) */
+};
+
+/* The defaults above into T.  Any thread. */
+static inline void cuda_tuning_defaults(struct cuda_tuning *t)
+{
+	t->mma_min_t = 0;
+	t->mm_split = 16;
+	t->mm_warps = 0;
+	t->mm_wide = 2;
+	t->mm_mixed = 1;
+	t->pdl = 1;
+	t->attn_split = 16;
+}
+
+/* *V = environment variable NAME's integer, when it is set (not empty). */
+static inline void cuda_tuning_env_int(const char *name, int32_t *v)
+{
+	const char *s = getenv(name);
+
+	if (s && *s)
+		*v = (int32_t)strtol(s, NULL, 10);
+}
+
+/* The LLMD_CUDA_* variables that are set over T's fields, for experiments
+ * (llm-bench(1), ENVIRONMENT): LLMD_CUDA_MMA_MIN_T, _MM_SPLIT, _MM_WARPS,
+ * _MM_WIDE, _MM_MIXED, _PDL and _ATTN_SPLIT, the fields of those names.
+ * Out-of-range values are taken as the launchers take them (a negative
+ * _MM_WIDE: the default).  Any thread. */
+static inline void cuda_tuning_from_env(struct cuda_tuning *t)
+{
+	cuda_tuning_env_int("LLMD_CUDA_MMA_MIN_T", &t->mma_min_t);
+	cuda_tuning_env_int("LLMD_CUDA_MM_SPLIT", &t->mm_split);
+	cuda_tuning_env_int("LLMD_CUDA_MM_WARPS", &t->mm_warps);
+	cuda_tuning_env_int("LLMD_CUDA_MM_WIDE", &t->mm_wide);
+	if (t->mm_wide < 0)
+		t->mm_wide = 2;
+	cuda_tuning_env_int("LLMD_CUDA_MM_MIXED", &t->mm_mixed);
+	t->mm_mixed = t->mm_mixed != 0;
+	cuda_tuning_env_int("LLMD_CUDA_PDL", &t->pdl);
+	t->pdl = t->pdl != 0;
+	cuda_tuning_env_int("LLMD_CUDA_ATTN_SPLIT", &t->attn_split);
+}
+
 /* ---- the CUDA backend (kernels/cuda/cuda_backend.c) ----
  * Linked where LLMD_CUDA_BACKEND is defined: built with nvcc for real GPUs
  * when configure finds the CUDA toolkit, or against the CPU emulator with
@@ -298,10 +397,12 @@ static inline void backend_device_info(struct backend *be, struct bk_device_info
  * from any one thread at a time. */
 
 /* The CUDA backend on device DEVICE, current on the calling thread (each
- * step makes it current on the thread that runs it).  Returns 0, or a
- * negative errno with a message in ERR: -ENODEV when there is no such
- * device. */
-int cuda_backend_new(int device, struct backend **ret, char *err, size_t errlen);
+ * step makes it current on the thread that runs it), its kernels run as
+ * TUNING says (copied; NULL: cuda_tuning_defaults() with
+ * cuda_tuning_from_env() over them).  Returns 0, or a negative errno with a
+ * message in ERR: -ENODEV when there is no such device. */
+int cuda_backend_new(int device, const struct cuda_tuning *tuning, struct backend **ret, char *err,
+		     size_t errlen);
 /* How many CUDA devices the runtime sees: a count >= 0 (with the reason in
  * ERR when 0), or -ENODEV with the runtime's reason in ERR when it cannot
  * say (no driver, driver too old). */
@@ -309,20 +410,6 @@ int cuda_backend_device_count(char *err, size_t errlen);
 /* 1 when this CUDA backend is the emulator's build (the kernels run on the
  * CPU), 0 when it is nvcc's. */
 int cuda_backend_emulated(void);
-/* The CUDA backend's last failure, naming the call ("cudaMalloc: out of
- * memory ..."); "" when none.  Engine thread only. */
-const char *cuda_backend_last_error(const struct backend *be);
-/* Writes LLMD_CUDA_PROFILE's table of the launches timed since the backend
- * was made to F (the library prints nothing itself): 0, or -ENODATA when
- * the backend is not profiling.  Waits for the timed launches.  Engine
- * thread only. */
-int cuda_backend_write_profile(struct backend *be, FILE *f);
-/* Quantized matmuls of at least ROWS rows (prefill chunks) dequantize the
- * weight to f16 tiles and run cublasGemmEx (tensor cores) instead of the
- * integer kernels: faster prefill on a GPU, but a row's arithmetic then
- * depends on the rows beside it (no batch invariance).  0 (the default):
- * never. */
-void cuda_backend_set_gemm_rows(struct backend *be, int32_t rows);
 
 #ifdef __cplusplus
 }

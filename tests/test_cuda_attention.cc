@@ -27,6 +27,11 @@ extern "C" { /* C headers, before cuda_ops.h includes backend.h as C++ */
 #include "emu_testutil.h"
 #include "q8rows.h"
 
+/* The tuning attention runs with here: attn_split 0 is ATTN_SPLIT_TOKENS
+ * above (48); test_args and main set others. */
+static struct cuda_tuning tun = { 0, 16, 0, 2, 1, 0, 0 };
+static const struct cuda_launch tlc = { NULL, &tun, 0, 0 };
+
 static uint64_t rng = 7;
 static uint32_t next_u32()
 {
@@ -290,7 +295,7 @@ static void run_cfg(const cfg &c, bool with_rope)
 	}
 	attn_shape unused;
 	struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f / sqrtf((float)hd) };
-	CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &unused), 0);
+	CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, ATTN_SPLIT_TOKENS, &unused), 0);
 	/* the tiled runs below share blocks (fewer rows fit beside big heads) */
 	CHECK(cuda_attention_qrows(&dkv, &a) >= (hd <= 64 ? 8 : 2));
 	for (const step &st : steps) {
@@ -305,7 +310,7 @@ static void run_cfg(const cfg &c, bool with_rope)
 		CHECK_INT_EQ(cpu->ops->attention(cpu, &hkv, layer, &rows, &a, q.data(), want.data(), NULL), 0);
 		dbuf<int32_t> dpos(T), dtab((size_t)T * TABLE_STRIDE);
 		dbuf<float> dq(qn), dout(qn, 0xff);
-		const size_t sb = cuda_attention_scratch_bytes(&dkv, &a, T, TABLE_STRIDE);
+		const size_t sb = cuda_attention_scratch_bytes(&dkv, &a, T, TABLE_STRIDE, &tun);
 		CHECK(sb > 0);
 		dbuf<uint8_t> scratch(sb, 0xff);
 		dpos.put(st.pos);
@@ -316,7 +321,7 @@ static void run_cfg(const cfg &c, bool with_rope)
 		for (int tiled = 0; tiled < 2; tiled++)
 		for_each_order([&](const char *order) {
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
-					     dout.d, tiled ? &rows : NULL, scratch.d, 0), 0);
+					     dout.d, tiled ? &rows : NULL, scratch.d, &tlc), 0);
 			std::vector<float> out = dout.get();
 			int bad = 0;
 			for (size_t i = 0; i < qn; i++) {
@@ -336,18 +341,6 @@ static void run_cfg(const cfg &c, bool with_rope)
 			else
 				CHECK(memcmp(first.data(), out.data(), qn * sizeof(float)) == 0);
 		});
-		/* attn_reduce_lanes_kernel's bits are attn_reduce_kernel's: the
-		 * latter on the partials the last run left (all of them when
-		 * the step is one row chunk) */
-		if (attn_lanes && T <= ATTN_ROW_CHUNK) {
-			attn_shape sh;
-			CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &sh), 0);
-			dbuf<float> dref(qn, 0xff);
-			LAUNCH(attn_reduce_kernel, dim3((unsigned)c.n_head, (unsigned)T), attn_reduce_threads(hd), 0, 0,
-			       dpos.d, sh, 0, (const float *)scratch.d, dref.d);
-			CHECK_INT_EQ(launched(), 0);
-			CHECK(memcmp(dref.get().data(), first.data(), qn * sizeof(float)) == 0);
-		}
 		/* the pool at an offset of its allocation that leaves its rows
 		 * no whole-word loads (F32 4 bytes, F16 2: attn_plan's
 		 * vec_load): the one-element loads give the same floats, so
@@ -361,11 +354,11 @@ static void run_cfg(const cfg &c, bool with_rope)
 			struct bk_kv skv = dkv;
 			skv.base = dshift.d + off;
 			attn_shape vs, ss;
-			CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, &vs), 0);
-			CHECK_INT_EQ(attn_plan(&skv, &a, TABLE_STRIDE, &ss), 0);
+			CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, ATTN_SPLIT_TOKENS, &vs), 0);
+			CHECK_INT_EQ(attn_plan(&skv, &a, TABLE_STRIDE, ATTN_SPLIT_TOKENS, &ss), 0);
 			CHECK(vs.vec_load == (hd % 4 == 0) && !ss.vec_load);
 			CHECK_INT_EQ(cuda_attention(&skv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d, dout.d,
-						    &rows, scratch.d, 0), 0);
+						    &rows, scratch.d, &tlc), 0);
 			CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
 		}
 		/* quantizing for the o projection in the reduction changes none
@@ -381,7 +374,7 @@ static void run_cfg(const cfg &c, bool with_rope)
 			for_each_order([&](const char *) {
 				dout.put(std::vector<float>(qn, -1.0f));
 				CHECK_INT_EQ(cuda_attention_q8(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, dq.d,
-							       dout.d, &rows, scratch.d, vec, dxq.d, qs, 0), 0);
+							       dout.d, &rows, scratch.d, vec, dxq.d, qs, &tlc), 0);
 				CHECK(memcmp(dout.get().data(), first.data(), qn * sizeof(float)) == 0);
 				expect_q8_rows("attention_q8", what, dxq.get(), first, T, row_n, qs, vec);
 			});
@@ -402,12 +395,12 @@ static void run_cfg(const cfg &c, bool with_rope)
 			std::copy(q.begin(), q.end(), pq.begin() + hn);
 			dbuf<int32_t> ppos(TP), pt(ptab.size());
 			dbuf<float> pdq(pq.size()), pout(pq.size(), 0xff);
-			dbuf<uint8_t> ps(cuda_attention_scratch_bytes(&dkv, &a, TP, TABLE_STRIDE), 0xff);
+			dbuf<uint8_t> ps(cuda_attention_scratch_bytes(&dkv, &a, TP, TABLE_STRIDE, &tun), 0xff);
 			ppos.put(pad.pos);
 			pt.put(ptab);
 			pdq.put(pq);
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, TP, ppos.d, pt.d, TABLE_STRIDE, &a, pdq.d,
-					     pout.d, NULL, ps.d, 0), 0);
+					     pout.d, NULL, ps.d, &tlc), 0);
 			std::vector<float> po = pout.get();
 			CHECK(memcmp(po.data() + hn, first.data(), qn * sizeof(float)) == 0);
 			for (size_t i = 0; i < hn; i++)
@@ -417,7 +410,7 @@ static void run_cfg(const cfg &c, bool with_rope)
 		for (int32_t t = 0; t < T; t += 7) {
 			CHECK_INT_EQ(cuda_attention(&dkv, layer, 1, dpos.d + t, dtab.d + (size_t)t * TABLE_STRIDE,
 					     TABLE_STRIDE, &a, dq.d + (size_t)t * c.n_head * hd, dout.d,
-					     NULL, scratch.d, 0), 0);
+					     NULL, scratch.d, &tlc), 0);
 			std::vector<float> one = dout.get();
 			CHECK(memcmp(one.data(), first.data() + (size_t)t * c.n_head * hd,
 				     (size_t)c.n_head * hd * sizeof(float)) == 0);
@@ -433,30 +426,30 @@ static void test_args()
 	dbuf<uint8_t> scratch(1 << 16);
 	struct bk_kv kv = { pool.d, QT_F32, 4, 4, 2, 16, 64, 2 * 2 * 4 * 64 };
 	struct bk_attn a = { 4, 2, 8, 0.35f };
-	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) > 0);
-	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) <= (1 << 16));
+	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4, &tun) > 0);
+	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4, &tun) <= (1 << 16));
 	/* the split size: one KV block a split, four splits of partials */
-	const size_t one = cuda_attention_scratch_bytes(&kv, &a, 1, 4);
-	cuda_attention_set_split(4);
-	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4) > one);
-	cuda_attention_set_split(0); /* the default again */
-	CHECK_INT_EQ(cuda_attention_scratch_bytes(&kv, &a, 1, 4), one);
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), 0);
+	const size_t one = cuda_attention_scratch_bytes(&kv, &a, 1, 4, &tun);
+	tun.attn_split = 4;
+	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4, &tun) > one);
+	tun.attn_split = 0; /* the default again */
+	CHECK_INT_EQ(cuda_attention_scratch_bytes(&kv, &a, 1, 4, &tun), one);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, &tlc), 0);
 	CHECK_INT_EQ(cuda_kv_store(&kv, 0, 0, pos.d, tab.d, 4, x.d, x.d, 0), 0);
-	CHECK_INT_EQ(cuda_attention(&kv, 2, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 2, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_kv_store(&kv, -1, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, NULL, 0), -EINVAL);
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 0, &a, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
-	CHECK_INT_EQ(cuda_attention(&kv, 0, -1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, NULL, &tlc), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 0, &a, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, -1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
 	struct bk_attn bad = { 5, 2, 8, 0.35f }; /* n_head % n_head_kv */
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
-	CHECK(cuda_attention_scratch_bytes(&kv, &bad, 1, 4) == 0);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
+	CHECK(cuda_attention_scratch_bytes(&kv, &bad, 1, 4, &tun) == 0);
 	bad = { 4, 2, 16, 0.25f }; /* head_dim * n_head_kv != kv_dim */
-	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, 0), -EINVAL);
+	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
 	struct bk_kv k2 = kv;
 	k2.type = QT_BF16;
 	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -ENOTSUP);
-	CHECK_INT_EQ(cuda_attention(&k2, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, 0), -ENOTSUP);
+	CHECK_INT_EQ(cuda_attention(&k2, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, &tlc), -ENOTSUP);
 	k2 = kv;
 	k2.row_bytes = 32; /* not F32's row of kv_dim */
 	CHECK_INT_EQ(cuda_kv_store(&k2, 0, 1, pos.d, tab.d, 4, x.d, x.d, 0), -EINVAL);
@@ -468,19 +461,19 @@ static void test_args()
 	 * but no Q8_K super-block; the stride must hold a row, 16-aligned */
 	dbuf<uint8_t> xq(256);
 	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 0, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
-				       xq.d, 48, 0), 0);
+				       xq.d, 48, &tlc), 0);
 	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_K,
-				       xq.d, 256, 0), -EINVAL);
+				       xq.d, 256, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_1,
-				       xq.d, 32, 0), -EINVAL);
+				       xq.d, 32, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
-				       xq.d, 40, 0), -EINVAL);
+				       xq.d, 40, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q4_0,
-				       xq.d, 48, 0), -EINVAL);
+				       xq.d, 48, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
-				       NULL, 48, 0), -EINVAL);
+				       NULL, 48, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_attention_q8(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, QT_Q8_0,
-				       xq.d + 1, 48, 0), -EINVAL);
+				       xq.d + 1, 48, &tlc), -EINVAL);
 }
 
 /* The CPU reference's threads: one in the TSan build, whose reference
@@ -495,34 +488,22 @@ int main()
 	if (!cpu)
 		return test_result();
 	test_args();
-	/* attn_split_kernel on every shape, then attn_split_lanes_kernel
-	 * (cuda_attention_set_lanes); the TSan build, much the slowest, takes
-	 * the lanes kernel on the small_lanes shapes only (its barriers are
-	 * the same on all).  Then a split of one KV block
-	 * (cuda_attention_set_split): more splits, the same tolerances. */
-	for (int lanes = 0; lanes < 2; lanes++) {
-		cuda_attention_set_lanes(lanes);
-		worst_err = 0;
-		for (const cfg &c : cfgs) {
+	/* attn_split_lanes_kernel on every shape (the TSan build, much the
+	 * slowest, on the small_lanes shapes only: its barriers are the same
+	 * on all); then a split of one KV block (cuda_attention_set_split):
+	 * more splits, the same tolerances. */
+	worst_err = 0;
+	for (const cfg &c : cfgs) {
 #ifdef ATTN_SMALL
-			if (lanes && !c.small_lanes)
-				continue;
+		if (!c.small_lanes)
+			continue;
 #endif
-			run_cfg(c, !lanes);
-		}
-		bool one_block_split = true;
-#ifdef ATTN_SMALL
-		one_block_split = !lanes;
-#endif
-		if (one_block_split) {
-			cuda_attention_set_split(16);
-			run_cfg(cfgs[0], false);
-			cuda_attention_set_split(0);
-		}
-		fprintf(stderr, "%s: worst |gpu - cpu| = %.3g\n",
-			lanes ? "attn_split_lanes_kernel" : "attn_split_kernel", worst_err);
+		run_cfg(c, true);
 	}
-	cuda_attention_set_lanes(1); /* the default again */
+	tun.attn_split = 16;
+	run_cfg(cfgs[0], false);
+	tun.attn_split = 0;
+	fprintf(stderr, "attn_split_lanes_kernel: worst |gpu - cpu| = %.3g\n", worst_err);
 	backend_free(cpu);
 	fprintf(stderr, "RoPE'd q and k: worst |gpu - cpu| = %.3g\n", worst_rope);
 	CHECK_INT_EQ(cuda_emu_check_leaks(), 0);

@@ -16,8 +16,6 @@
  *    matmul runs our kernels: cuBLAS's F32 GEMM may pick its algorithm by T);
  *  - graphs: decode steps replayed from CUDA graphs (their rows padded)
  *    give the logits of launched ones bit for bit (the q4_0 model again);
- *  - the golden ids and batch invariance again with attention's other
- *    split kernel (LLMD_CUDA_ATTN_LANES=0);
  *  - 12-row decode steps, whose matmuls run on the int8 tensor cores with
  *    2 tiles of 8 rows a pass, give each sequence the logits of its one-row
  *    steps (the dp4a kernels, the default for one row of Q4_0 and Q8_0;
@@ -300,13 +298,6 @@ int main(int argc, char **argv)
 		check_case(json_object_array_get_idx(root, i), dir);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	tgraph_check(dir, "derived/TinyStories-656K-q4_0.gguf");
-	/* attention's other split kernel (LLMD_CUDA_ATTN_LANES=0: other last
-	 * bits, the same tolerance): the golden ids and invariance again */
-	setenv("LLMD_CUDA_ATTN_LANES", "0", 1);
-	for (size_t i = 0; root && i < json_object_array_length(root); i++)
-		check_case(json_object_array_get_idx(root, i), dir);
-	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
-	unsetenv("LLMD_CUDA_ATTN_LANES");
 	json_object_put(root);
 	twide_check(dir, "derived/TinyStories-656K-q4_0.gguf", ENGINE_BACKEND_CUDA, 12);
 	twide_check(dir, "derived/TinyStories-656K-q8_0.gguf", ENGINE_BACKEND_CUDA, 12);

@@ -6,7 +6,6 @@
  *    checks on the CPU backend;
  *  - batch invariance: a request's tokens alone equal its tokens beside 3
  *    other sequences through the scheduler;
- *  - both again with attention's other split kernel (LLMD_CUDA_ATTN_LANES=0);
  *  - decode steps replayed from CUDA graphs give launched steps' logits;
  *  - 12-row decode steps (matmuls on the tensor-core kernels, 2 tiles of 8
  *    rows a pass) give each sequence the logits of its one-row steps (on
@@ -362,13 +361,6 @@ int main(int argc, char **argv)
 	for (size_t i = 0; root && i < json_object_array_length(root); i++)
 		check_case(json_object_array_get_idx(root, i), dir);
 	tbatch_invariance(dir, "stories260K.gguf", batch_engine);
-	/* the golden ids and batch invariance again with attention's other
-	 * split kernel (LLMD_CUDA_ATTN_LANES=0: other last bits) */
-	setenv("LLMD_CUDA_ATTN_LANES", "0", 1);
-	for (size_t i = 0; root && i < json_object_array_length(root); i++)
-		check_case(json_object_array_get_idx(root, i), dir);
-	tbatch_invariance(dir, "stories260K.gguf", batch_engine);
-	unsetenv("LLMD_CUDA_ATTN_LANES");
 	json_object_put(root);
 	tbatch_invariance(dir, "derived/TinyStories-656K-q4_0.gguf", batch_engine);
 	test_launches_per_step(dir);

@@ -8,7 +8,7 @@
  * tensor-core kernels (the default at every T: 1 tile of activation rows a
  * pass up to T = 8, 2 at 9 and 16, the K-quants' 4 at 33; Q4_K/Q5_K also
  * from rows 2 bytes past a 16-byte boundary, read 16 bits at a time), and
- * T = 1, 2, 5 again on the dp4a kernels (cuda_matmul_set_mma_min_t(8));
+ * T = 1, 2, 5 again on the dp4a kernels (the tuning's mma_min_t 8);
  * mma_s8_m16n8k32 is checked on its own against PTX's fragment layout, on
  * extreme bytes too.
  *
@@ -31,6 +31,9 @@ extern "C" {
 }
 
 #include "matmul.cu"
+#include "matmul_dp4a.cu"
+#include "matmul_mma.cu"
+#include "matmul_wide.cu"
 
 #include <math.h>
 #include <string.h>
@@ -60,6 +63,11 @@ static std::vector<float> random_x(int n_in, int T)
 
 static struct backend *cpu_be;
 
+/* The tuning every launch here takes (the settings the tests change as
+ * they go; main starts from the defaults). */
+static struct cuda_tuning tun;
+static const struct cuda_launch tlc = { NULL, &tun, 0, 0 };
+
 static std::vector<float> cpu_matmul(const bk_weight &w, const std::vector<float> &x, int T)
 {
 	std::vector<float> out((size_t)T * w.n_out, NAN);
@@ -74,7 +82,7 @@ static bool same_bits(float a, float b)
 	return memcmp(&a, &b, 4) == 0;
 }
 
-static int n_cases, n_mma, n_k45, n_split, n_async, n_wide;
+static int n_cases, n_mma, n_k45, n_split, n_wide;
 static int split_seen; /* the split-K warp counts that ran, or'ed */
 
 /* One shape of one type: the CUDA path equals the CPU (both ISAs) bit for
@@ -95,19 +103,18 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	CHECK(sb > 0);
 	dbuf<uint8_t> scratch(sb);
 
-	n_mma += mm_use_mma(type, T) && !mm_use_wide(type, 1, T);
+	n_mma += mm_use_mma(&tun, type, T) && !mm_use_wide(&tun, type, 1, T);
 	{ /* the launch's split-K (matmul_q's choice) */
 		int blck;
 		mm_block_bytes(type, &blck);
 		const int nt = T <= 8 ? 1 : T <= 16 || blck == QK ? 2 : 4;
-		const int ks = mm_use_mma(type, T) ? mm_split(blck, n_in / blck, nt, (n_out + 15) / 16) : 1;
+		const int ks = mm_use_mma(&tun, type, T) ? mm_split(&tun, 0, blck, n_in / blck, nt, (n_out + 15) / 16) : 1;
 		n_split += ks > 1;
 		split_seen |= ks;
-		n_async += mm_use_async(type, mm_use_mma(type, T), 1, nt); /* cudaMalloc'd: aligned */
-		n_wide += mm_use_wide(type, 1, T);
+		n_wide += mm_use_wide(&tun, type, 1, T);
 	}
 	const bk_weight *dwp = &dwt;
-	const bool k45 = mm_use_mma(type, T) && (type == QT_Q4_K || type == QT_Q5_K);
+	const bool k45 = mm_use_mma(&tun, type, T) && (type == QT_Q4_K || type == QT_Q5_K);
 	CHECK(!k45 || mm_aligned16(&dwp, 1)); /* cudaMalloc'd */
 	n_k45 += k45;
 	std::vector<float> want = cpu_matmul(w, hx, T);
@@ -116,7 +123,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 	std::vector<float> want_c = cpu_matmul(w, hx, T);
 	quant_set_isa(isa);
 
-	CHECK_INT_EQ(cuda_matmul_q(&dwt, dx.d, T, dout.d, scratch.d, NULL), 0);
+	CHECK_INT_EQ(cuda_matmul_q(&dwt, dx.d, T, dout.d, scratch.d, &tlc), 0);
 	std::vector<float> got = dout.get();
 	int bad = 0;
 	double max_rel = 0;
@@ -143,7 +150,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 		bk_weight dwut = { type, n_in, n_out, dwu.d + 2, rb };
 		const bk_weight *dwup = &dwut;
 		CHECK(!mm_aligned16(&dwup, 1));
-		CHECK_INT_EQ(cuda_matmul_q(&dwut, dx.d, T, dout.d, scratch.d, NULL), 0);
+		CHECK_INT_EQ(cuda_matmul_q(&dwut, dx.d, T, dout.d, scratch.d, &tlc), 0);
 		std::vector<float> gotu = dout.get();
 		int badu = 0;
 		for (size_t i = 0; i < gotu.size(); i++)
@@ -163,7 +170,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 		bk_weight dw2t = { type, n_in, n_out / 2 + 1, dw2.d, rb2 };
 		const bk_weight *w2p = &dw2t;
 		float *o2 = dout2.d;
-		CHECK_INT_EQ(cuda_matmul_q_group(&w2p, 1, NULL, T, &o2, scratch.d, NULL), 0);
+		CHECK_INT_EQ(cuda_matmul_q_group(&w2p, 1, NULL, T, &o2, scratch.d, &tlc), 0);
 		std::vector<float> got2 = dout2.get(), want2 = cpu_matmul(w2, hx, T);
 		int bad2 = 0;
 		for (size_t i = 0; i < got2.size(); i++)
@@ -182,7 +189,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 		dbuf<float> g0((size_t)T * n_out), g1((size_t)T * (n_out / 2 + 1)), g2((size_t)T * 5);
 		const bk_weight *gw[3] = { &dwt, &dw2t, &dw3t };
 		float *go[3] = { g0.d, g1.d, g2.d };
-		CHECK_INT_EQ(cuda_matmul_q_group(gw, 3, dx.d, T, go, scratch.d, NULL), 0);
+		CHECK_INT_EQ(cuda_matmul_q_group(gw, 3, dx.d, T, go, scratch.d, &tlc), 0);
 		std::vector<float> h0 = g0.get(), h1 = g1.get(), h2 = g2.get(), want3 = cpu_matmul(w3, hx, T);
 		int bad3 = 0;
 		for (size_t i = 0; i < h0.size(); i++)
@@ -201,7 +208,7 @@ static void check_case(uint32_t type, int n_in, int n_out, int T, bool invarianc
 		dbuf<uint8_t> s1(cuda_matmul_scratch_bytes(&w1, 1));
 		int diff = 0;
 		for (int t = 0; t < T; t++) {
-			CHECK_INT_EQ(cuda_matmul_q(&w1, dx.d + (size_t)t * n_in, 1, one.d, s1.d, NULL), 0);
+			CHECK_INT_EQ(cuda_matmul_q(&w1, dx.d + (size_t)t * n_in, 1, one.d, s1.d, &tlc), 0);
 			std::vector<float> h = one.get();
 			for (int i = 0; i < n_out; i++)
 				diff += !same_bits(h[i], got[(size_t)t * n_out + i]);
@@ -240,39 +247,7 @@ static void shape_cases(std::initializer_list<int> Ts, int inv_T, int long_T)
 	}
 }
 
-/* A warp's weight row asked of L2 before the kernel waits
- * (cuda_matmul_set_prefetch): the wide kernels' first round of loads,
- * whole rows shorter than that, up to 2 KiB of a dp4a row; the emulator
- * traps a prefetch past the weights (grid_dep_wait_prefetch).  The same
- * bits. */
-static void test_prefetch()
-{
-	const int wide = n_wide;
-	cuda_matmul_set_prefetch(1);
-	for (int rounds : { 1, 8 }) {
-		cuda_matmul_set_wide(rounds);
-		CHECK(mm_wide_kernel(QT_Q4_K) == (rounds == 1 ? (mm_kernel)matmul_q4k_wide_kernel<1, true>
-							       : (mm_kernel)matmul_q4k_wide_kernel<8, true>));
-		for (uint32_t type : { QT_Q4_K, QT_Q6_K })
-			for (int n_in : { 256, 9 * QK_K })
-				check_case(type, n_in, 7, 1, false);
-	}
-	cuda_matmul_set_wide(0);
-	CHECK_INT_EQ(n_wide, wide + 8);
-	cuda_matmul_set_mma_min_t(8); /* the dp4a kernels */
-	CHECK((mm_kernel_of(QT_Q4_1, 0, 1, 1) == (mm_kernel)matmul_q32_kernel<QT_Q4_1, true>));
-	for (uint32_t type : q32_types)
-		check_case(type, 128 * QK, 7, 2, false); /* rows of 2176..4352 bytes: 2 KiB of each */
-	check_case(QT_Q4_1, 2 * QK, 7, 1, false);        /* a 40-byte row, whole */
-	CHECK((mm_kernel_of(QT_Q6_K, 0, 1, 1) == (mm_kernel)matmul_k_kernel<QT_Q6_K, true>));
-	for (uint32_t type : k_types)
-		check_case(type, 3 * QK_K, 7, 1, false);
-	cuda_matmul_set_mma_min_t(1);
-	cuda_matmul_set_prefetch(0);
-	CHECK((mm_kernel_of(QT_Q4_1, 0, 1, 1) == (mm_kernel)matmul_q32_kernel<QT_Q4_1, false>));
-}
-
-/* cuda_matmul_set_mixed: one row of Q4_K and Q6_K weights (q, k, v) in
+/* The tuning's mm_mixed: one row of Q4_K and Q6_K weights (q, k, v) in
  * one launch, each output with the bits of its weight alone; refused
  * (-EINVAL) at more rows, with the wide kernels off, or with the knob
  * off. */
@@ -302,28 +277,28 @@ static void test_mixed()
 		outs[k] = mixed[k].d;
 	}
 	dbuf<uint8_t> scratch(cuda_matmul_scratch_bytes(&w[0], 2));
-	cuda_matmul_set_wide(2);
-	cuda_matmul_set_mixed(1);
-	CHECK(cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 1) && !cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 2) &&
-	      !cuda_matmul_mixes(QT_Q4_K, QT_Q4_0, 1));
+	tun.mm_wide = 2;
+	tun.mm_mixed = 1;
+	CHECK(cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 1, &tun) && !cuda_matmul_mixes(QT_Q4_K, QT_Q6_K, 2, &tun) &&
+	      !cuda_matmul_mixes(QT_Q4_K, QT_Q4_0, 1, &tun));
 	for (int k = 0; k < 3; k++)
-		CHECK_INT_EQ(cuda_matmul_q(&w[k], x.d, T, alone[k].d, scratch.d, NULL), 0);
+		CHECK_INT_EQ(cuda_matmul_q(&w[k], x.d, T, alone[k].d, scratch.d, &tlc), 0);
 	const long long n = launches_of([&] {
-		CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), 0);
+		CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, &tlc), 0);
 	});
 	CHECK(n < 0 || n == 2); /* the quantizer, then one launch for the three */
 	for (int k = 0; k < 3; k++) {
 		std::vector<float> a = alone[k].get(), m = mixed[k].get();
 		CHECK(memcmp(a.data(), m.data(), a.size() * sizeof(float)) == 0);
 	}
-	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, 2, outs, scratch.d, NULL), -EINVAL); /* two rows */
-	cuda_matmul_set_wide(0);
-	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), -EINVAL);
-	cuda_matmul_set_wide(2);
-	cuda_matmul_set_mixed(0);
-	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, NULL), -EINVAL);
-	cuda_matmul_set_mixed(1); /* the default again */
-	cuda_matmul_set_wide(0);
+	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, 2, outs, scratch.d, &tlc), -EINVAL); /* two rows */
+	tun.mm_wide = 0;
+	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, &tlc), -EINVAL);
+	tun.mm_wide = 2;
+	tun.mm_mixed = 0;
+	CHECK_INT_EQ(cuda_matmul_q_group(ws, 3, x.d, T, outs, scratch.d, &tlc), -EINVAL);
+	tun.mm_mixed = 1; /* the default again */
+	tun.mm_wide = 0;
 }
 
 /* The shapes on the tensor-core kernels at every T (the default; 1, 2, 5:
@@ -337,33 +312,20 @@ static void test_shapes()
 	CHECK(n_mma == n_cases && n_k45 > 0);
 	CHECK(split_seen == (2 | 4 | 8 | 16 | 1)); /* these small launches split as far as they may */
 	/* split-K off, and at most 4 warps: the same bits */
-	cuda_matmul_set_split_k(1);
+	tun.mm_split = 1;
 	const int before = n_split;
 	shape_cases({ 1, 9 }, 9, 9);
 	CHECK_INT_EQ(n_split, before);
-	cuda_matmul_set_split_k(16);
+	tun.mm_split = 16;
 	/* a split-K target of one warp: every launch has it already */
-	cuda_matmul_set_split_warps(1);
+	tun.mm_warps = 1;
 	shape_cases({ 1 }, 1, 1);
 	CHECK_INT_EQ(n_split, before);
-	cuda_matmul_set_split_warps(0); /* the default again */
-	cuda_matmul_set_split_k(4);
+	tun.mm_warps = 0; /* the default again */
+	tun.mm_split = 4;
 	shape_cases({ 2 }, 2, 2);
 	CHECK(n_split > before);
-	cuda_matmul_set_split_k(16);
-	/* K-quant weights through cp.async stages (split-K's shared memory
-	 * past 48 KiB at 8 warps): the same bits.  Q6_K rows are 16-byte
-	 * aligned at 8 super-blocks (its super-blocks start 2-byte aligned) */
-	CHECK_INT_EQ(n_async, 0);
-	cuda_matmul_set_async(1);
-	shape_cases({ 1, 5 }, 5, 1);
-	const int k_async = n_async;
-	for (int T : { 1, 5 }) {
-		check_case(QT_Q6_K, 8 * QK_K, 70, T, T == 5);
-		check_case(QT_Q6_K, 24 * QK_K, 7, T, false);
-	}
-	cuda_matmul_set_async(0);
-	CHECK(k_async > 0 && n_async == k_async + 4);
+	tun.mm_split = 16;
 	/* Q4_K and Q6_K at T = 1 a weight row a warp (Q4_K's unaligned
 	 * copies of check_case stay on the tensor cores): the same bits,
 	 * with 1, 2, 4 and 8 rounds of loads in flight (the last round of a row
@@ -371,7 +333,7 @@ static void test_shapes()
 	 * elements; Q6_K's super-blocks at every 2-byte alignment) */
 	CHECK_INT_EQ(n_wide, 0);
 	for (int rounds : { 1, 2, 4, 8 }) {
-		cuda_matmul_set_wide(rounds);
+		tun.mm_wide = rounds;
 		for (uint32_t type : { QT_Q4_K, QT_Q6_K }) {
 			for (int n_in : { 256, 768, 33 * QK_K, 56 * QK_K })
 				for (int n_out : { 1, 7, 70 })
@@ -379,12 +341,11 @@ static void test_shapes()
 			check_case(type, 768, 7, 5, true); /* T > 1: the tensor cores, same bits alone */
 		}
 	}
-	cuda_matmul_set_wide(0);
+	tun.mm_wide = 0;
 	CHECK_INT_EQ(n_wide, 4 * 2 * 12);
-	test_prefetch();
-	cuda_matmul_set_mma_min_t(8);
+	tun.mma_min_t = 8;
 	shape_cases({ 1, 2, 5 }, 5, 2);
-	cuda_matmul_set_mma_min_t(1);
+	tun.mma_min_t = 1;
 	CHECK(n_mma > 0 && n_mma < n_cases);
 }
 
@@ -448,12 +409,12 @@ static void test_mma_layout()
 static void test_orders()
 {
 	for_each_order([&](const char *) {
-		cuda_matmul_set_mma_min_t(8); /* dp4a */
+		tun.mma_min_t = 8; /* dp4a */
 		for (uint32_t type : q32_types)
 			check_case(type, 576, 9, 5, true);
 		for (uint32_t type : k_types)
 			check_case(type, 512, 5, 5, true);
-		cuda_matmul_set_mma_min_t(1); /* the tensor cores: 1, 2 and 4 tiles */
+		tun.mma_min_t = 1; /* the tensor cores: 1, 2 and 4 tiles */
 		for (uint32_t type : q32_types) {
 			check_case(type, 576, 9, 5, true);
 			check_case(type, 576, 21, 9, true);
@@ -470,45 +431,45 @@ static void test_args()
 	dbuf<uint8_t> wbuf(34 * 4), scratch(4096);
 	dbuf<float> x(64), out(16);
 	bk_weight w = { QT_Q8_0, 64, 2, wbuf.d, 68 };
-	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, scratch.d, NULL), 0);
-	CHECK_INT_EQ(cuda_matmul_q(NULL, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_matmul_q(&w, NULL, 1, out.d, scratch.d, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 0, out.d, scratch.d, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, NULL, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, scratch.d, &tlc), 0);
+	CHECK_INT_EQ(cuda_matmul_q(NULL, x.d, 1, out.d, scratch.d, &tlc), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&w, NULL, 1, out.d, scratch.d, &tlc), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 0, out.d, scratch.d, &tlc), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&w, x.d, 1, out.d, NULL, &tlc), -EINVAL);
 	bk_weight bad = w;
 	bad.n_in = 48; /* not whole blocks */
-	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, &tlc), -EINVAL);
 	bad = w;
 	bad.row_bytes = 34; /* shorter than a row */
-	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, &tlc), -EINVAL);
 	bad = w;
 	bad.type = QT_F32;
-	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -ENOTSUP);
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, &tlc), -ENOTSUP);
 	CHECK_INT_EQ(cuda_matmul_scratch_bytes(&bad, 1), 0);
 	bad.type = QT_Q4_K; /* n_in 64 is not a super-block */
-	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q(&bad, x.d, 1, out.d, scratch.d, &tlc), -EINVAL);
 	CHECK(cuda_matmul_scratch_bytes(&w, 3) == 3 * cuda_matmul_scratch_bytes(&w, 1));
 
 	/* groups: 1 .. CUDA_MM_GROUP weights of one type and n_in */
 	const bk_weight *g[CUDA_MM_GROUP + 1] = { &w, &w, &w, &w, &w };
 	float *go[CUDA_MM_GROUP + 1] = { out.d, out.d + 2, out.d + 4, out.d + 6, out.d + 8 };
-	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP, x.d, 1, go, scratch.d, NULL), 0);
-	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP, NULL, 1, go, scratch.d, NULL), 0);
-	CHECK_INT_EQ(cuda_matmul_q_group(g, 0, x.d, 1, go, scratch.d, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP + 1, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP, x.d, 1, go, scratch.d, &tlc), 0);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP, NULL, 1, go, scratch.d, &tlc), 0);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 0, x.d, 1, go, scratch.d, &tlc), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, CUDA_MM_GROUP + 1, x.d, 1, go, scratch.d, &tlc), -EINVAL);
 	bk_weight other = w;
 	other.type = QT_Q4_0; /* another type in the group */
 	other.row_bytes = 36;
 	g[1] = &other;
-	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, &tlc), -EINVAL);
 	other = w;
 	other.n_in = 32; /* another n_in */
-	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, &tlc), -EINVAL);
 	g[1] = NULL;
-	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, &tlc), -EINVAL);
 	g[1] = &w;
 	go[1] = NULL;
-	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_matmul_q_group(g, 2, x.d, 1, go, scratch.d, &tlc), -EINVAL);
 }
 
 #ifdef MATMUL_SMALL
@@ -525,27 +486,17 @@ static void test_small()
 			check_case(type, 256, 7, T, T == 9);
 		check_case(type, 768, 7, 1, false); /* split-K: 2 warps, 3 super-blocks */
 	}
-	cuda_matmul_set_async(1); /* each warp's cp.async stages, split-K or not */
-	for (uint32_t type : { QT_Q4_K, QT_Q5_K }) {
-		check_case(type, 768, 7, 1, false);
-		check_case(type, 256, 7, 5, false);
-	}
-	check_case(QT_Q4_K, 33 * QK_K, 3, 1, false); /* 5 rounds of 8 warps: the stages reused */
-	check_case(QT_Q6_K, 8 * QK_K, 7, 1, false);  /* 16-byte aligned Q6_K rows, skewed blocks */
-	cuda_matmul_set_async(0);
-	CHECK(n_async > 0);
-	cuda_matmul_set_wide(2); /* a warp per row: its steps through shared memory */
+	tun.mm_wide = 2; /* a warp per row: its steps through shared memory */
 	check_case(QT_Q4_K, 33 * QK_K, 7, 1, false);
 	check_case(QT_Q6_K, 9 * QK_K, 7, 1, false);
-	cuda_matmul_set_wide(0);
+	tun.mm_wide = 0;
 	CHECK_INT_EQ(n_wide, 2);
-	test_prefetch();
-	cuda_matmul_set_mma_min_t(8);
+	tun.mma_min_t = 8;
 	for (uint32_t type : q32_types)
 		check_case(type, 64, 7, 2, true);
 	for (uint32_t type : k_types)
 		check_case(type, 256, 7, 2, true);
-	cuda_matmul_set_mma_min_t(1);
+	tun.mma_min_t = 1;
 }
 #endif
 
@@ -556,18 +507,18 @@ static void test_small()
  * (1792 runs of 16 rows) unsplit, its down (256) 8 warps a run. */
 static void test_defaults()
 {
-	cuda_matmul_set_wide(-1);
-	cuda_matmul_set_mma_min_t(0);
-	cuda_matmul_set_split_warps(0);
-	CHECK(mm_use_wide(QT_Q4_K, 1, 1) && !mm_use_wide(QT_Q4_K, 0, 1) && mm_use_wide(QT_Q6_K, 0, 1));
-	CHECK(!mm_use_wide(QT_Q4_K, 1, 2) && !mm_use_wide(QT_Q5_K, 1, 1) && !mm_use_wide(QT_Q4_1, 1, 1));
-	CHECK(!mm_use_mma(QT_Q4_0, 1) && !mm_use_mma(QT_Q4_1, 1) && !mm_use_mma(QT_Q8_0, 1));
-	CHECK(mm_use_mma(QT_Q4_1, 2) && mm_use_mma(QT_Q4_K, 1) && mm_use_mma(QT_Q6_K, 2));
-	CHECK_INT_EQ(mm_split(QK_K, 16, 1, 1792), 1);
-	CHECK_INT_EQ(mm_split(QK_K, 56, 1, 256), 8);
-	CHECK_INT_EQ(mm_split(QK_K, 16, 1, 384), 8);
-	CHECK_INT_EQ(mm_split(QK, 18, 1, 192), 8);
-	CHECK_INT_EQ(mm_split(QK, 48, 1, 36), 16);
+	tun.mm_wide = -1;
+	tun.mma_min_t = 0;
+	tun.mm_warps = 0;
+	CHECK(mm_use_wide(&tun, QT_Q4_K, 1, 1) && !mm_use_wide(&tun, QT_Q4_K, 0, 1) && mm_use_wide(&tun, QT_Q6_K, 0, 1));
+	CHECK(!mm_use_wide(&tun, QT_Q4_K, 1, 2) && !mm_use_wide(&tun, QT_Q5_K, 1, 1) && !mm_use_wide(&tun, QT_Q4_1, 1, 1));
+	CHECK(!mm_use_mma(&tun, QT_Q4_0, 1) && !mm_use_mma(&tun, QT_Q4_1, 1) && !mm_use_mma(&tun, QT_Q8_0, 1));
+	CHECK(mm_use_mma(&tun, QT_Q4_1, 2) && mm_use_mma(&tun, QT_Q4_K, 1) && mm_use_mma(&tun, QT_Q6_K, 2));
+	CHECK_INT_EQ(mm_split(&tun, 0, QK_K, 16, 1, 1792), 1);
+	CHECK_INT_EQ(mm_split(&tun, 0, QK_K, 56, 1, 256), 8);
+	CHECK_INT_EQ(mm_split(&tun, 0, QK_K, 16, 1, 384), 8);
+	CHECK_INT_EQ(mm_split(&tun, 0, QK, 18, 1, 192), 8);
+	CHECK_INT_EQ(mm_split(&tun, 0, QK, 48, 1, 36), 16);
 	const int wide = n_wide;
 	for (uint32_t type : { QT_Q4_0, QT_Q4_1, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K })
 		for (int T : { 1, 2 })
@@ -587,10 +538,11 @@ int main(void)
 	CHECK_INT_EQ(cpu_backend_new(CPU_REF_THREADS, &cpu_be), 0);
 	if (!cpu_be)
 		return test_result();
+	cuda_tuning_defaults(&tun);
 	/* the kernels by name: the tensor cores at every T, no wide kernels
 	 * (test_defaults: what the backend picks unless told) */
-	cuda_matmul_set_mma_min_t(1);
-	cuda_matmul_set_wide(0);
+	tun.mma_min_t = 1;
+	tun.mm_wide = 0;
 	test_args();
 	test_mma_layout();
 #ifdef MATMUL_SMALL

@@ -5,16 +5,15 @@
  * weights in turn, 4 times the L2 cache in all).
  *
  * Built with nvcc from the same source as the backend (matmul.cu included
- * here, as the kernel tests do, and rows.cu for cuda_set_pdl);
+ * here, as the kernel tests do);
  * .ci/gpu-bundle ships it, .ci/gpu-run runs it.  For each shape: random
  * weights of the type (sane scales), one activation row per T quantized
  * once into the scratch, then for each variant 3 launches to warm up and
  * REPS (default 200) timed with events; the microseconds per launch, the
  * weight bytes it streams per second, and whether its outputs have the
  * bits of the first variant's (they must: every variant reproduces the
- * CPU's arithmetic).  The last two variants launch with programmatic
- * dependent launch (sm_90 and up), as a decode step does, the second also
- * prefetching its weights while the launch before it drains.  The
+ * CPU's arithmetic).  The last variant launches with programmatic
+ * dependent launch (sm_90 and up), as a decode step does.  The
  * reference, "stream", is a kernel that only reads the weights (16 bytes a
  * load, a grid of the device's resident warps).
  *
@@ -27,7 +26,9 @@ extern "C" {
 }
 
 #include "matmul.cu"
-#include "rows.cu" /* cuda_set_pdl */
+#include "matmul_dp4a.cu"
+#include "matmul_mma.cu"
+#include "matmul_wide.cu"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,47 +53,47 @@ static __global__ void stream_kernel(const uint4 *__restrict__ p, size_t n, unsi
 		*sink = v;
 }
 
-/* One setting of matmul.cu's knobs (cuda_ops.h's setters say what each
- * value means). */
+/* One setting of matmul.cu's knobs (struct cuda_tuning, backend.h, says
+ * what each value means). */
 struct variant {
 	const char *name;
 	int split_max;   /* split-K's most warps on a run of 16 rows */
 	int split_warps; /* its most warps in all (0: one wave) */
-	int async;       /* K-quant weights through cp.async stages */
 	int wide;        /* wide kernels' rounds (-1: the default, 0: off) */
 	int mma_min_t;   /* tensor cores from this T (0: the default) */
 	int pdl;         /* launches overlap their predecessor's tail (sm_90+) */
-	int prefetch;    /* a warp's weight row asked of L2 before the wait */
 };
 
 static const variant variants[] = {
-	{ "default", 16, 0, 0, -1, 0, 0, 0 },
-	{ "mma", 16, 0, 0, 0, 1, 0, 0 },
-	{ "mma-no-split", 1, 0, 0, 0, 1, 0, 0 },
-	{ "mma-w1024", 16, 1024, 0, 0, 1, 0, 0 },
-	{ "mma-w2048", 16, 2048, 0, 0, 1, 0, 0 },
-	{ "mma-w8192", 16, 8192, 0, 0, 1, 0, 0 },
-	{ "mma-async", 16, 0, 1, 0, 1, 0, 0 },
-	{ "wide1", 16, 0, 0, 1, 1, 0, 0 },
-	{ "wide2", 16, 0, 0, 2, 1, 0, 0 },
-	{ "wide4", 16, 0, 0, 4, 1, 0, 0 },
-	{ "dp4a", 16, 0, 0, 0, 8, 0, 0 },
+	{ "default", 16, 0, -1, 0, 0 },
+	{ "mma", 16, 0, 0, 1, 0 },
+	{ "mma-no-split", 1, 0, 0, 1, 0 },
+	{ "mma-w1024", 16, 1024, 0, 1, 0 },
+	{ "mma-w2048", 16, 2048, 0, 1, 0 },
+	{ "mma-w8192", 16, 8192, 0, 1, 0 },
+	{ "wide1", 16, 0, 1, 1, 0 },
+	{ "wide2", 16, 0, 2, 1, 0 },
+	{ "wide4", 16, 0, 4, 1, 0 },
+	{ "dp4a", 16, 0, 0, 8, 0 },
 	/* the default as a decode step runs it, each launch overlapping the
-	 * one before (programmatic dependent launch), then with the weights
-	 * asked of L2 during that overlap (cuda_matmul_set_prefetch) */
-	{ "default-pdl", 16, 0, 0, -1, 0, 1, 0 },
-	{ "pdl-prefetch", 16, 0, 0, -1, 0, 1, 1 },
+	 * one before (programmatic dependent launch) */
+	{ "default-pdl", 16, 0, -1, 0, 1 },
 };
 
-static void set_variant(const variant &v, int sm90)
+/* V as the tuning *T and the launch *LC on STREAM (PDL where SM90). */
+static void set_variant(const variant &v, int sm90, cudaStream_t stream, struct cuda_tuning *t,
+	struct cuda_launch *lc)
 {
-	cuda_matmul_set_split_k(v.split_max);
-	cuda_matmul_set_split_warps(v.split_warps);
-	cuda_matmul_set_async(v.async);
-	cuda_matmul_set_wide(v.wide);
-	cuda_matmul_set_mma_min_t(v.mma_min_t);
-	cuda_set_pdl(v.pdl && sm90);
-	cuda_matmul_set_prefetch(v.prefetch);
+	cuda_tuning_defaults(t);
+	t->mm_split = v.split_max;
+	t->mm_warps = v.split_warps;
+	t->mm_wide = v.wide;
+	t->mma_min_t = v.mma_min_t;
+	t->pdl = v.pdl;
+	lc->stream = stream;
+	lc->tuning = t;
+	lc->pdl = v.pdl && sm90;
+	lc->sms = 0;
 }
 
 /* A matmul group of a decode step: NW weights of TYPE sharing their input. */
@@ -178,7 +179,7 @@ int main(int argc, char **argv)
 			CK(cudaMalloc(&dx, hx.size() * sizeof(float)));
 			CK(cudaMemcpy(dx, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice));
 			CK(cudaMalloc(&scratch, cuda_matmul_scratch_bytes(wp[0], T)));
-			set_variant(variants[0], sm90);
+			/* the rows quantized once, with the defaults (variants[0]'s) */
 			if (cuda_matmul_q_group(wp.data(), s.nw, dx, T, dout, scratch, NULL)) {
 				fprintf(stderr, "cuda_mm_bench: %s: the matmul refused\n", s.name);
 				return 1;
@@ -210,13 +211,13 @@ int main(int argc, char **argv)
 			for (const variant &v : variants) {
 				if (v.wide > 0 && ((s.type != QT_Q4_K && s.type != QT_Q6_K) || T > 1))
 					continue;
-				if (v.async && (s.type == QT_Q4_1 || T > 8))
-					continue;
-				set_variant(v, sm90);
 				cudaStream_t vs = v.pdl ? pst : (cudaStream_t)NULL;
+				struct cuda_tuning tun;
+				struct cuda_launch lc;
+				set_variant(v, sm90, vs, &tun, &lc);
 				for (int i = 0; i < 3; i++)
 					if (cuda_matmul_q_group(&wp[(size_t)(i % copies) * s.nw], s.nw, NULL, T, dout, scratch,
-								vs)) {
+								&lc)) {
 						fprintf(stderr, "cuda_mm_bench: %s %s: the matmul refused\n", s.name, v.name);
 						return 1;
 					}
@@ -225,7 +226,7 @@ int main(int argc, char **argv)
 				CK(cudaEventRecord(e0, vs));
 				for (int i = 0; i < reps; i++)
 					cuda_matmul_q_group(&wp[(size_t)(i % copies) * s.nw], s.nw, NULL, T, dout, scratch,
-							    vs);
+							    &lc);
 				CK(cudaEventRecord(e1, vs));
 				CK(cudaEventSynchronize(e1));
 				CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -255,7 +256,6 @@ int main(int argc, char **argv)
 			CK(cudaFree(scratch));
 		}
 	}
-	set_variant(variants[0], sm90);
 	CK(cudaStreamDestroy(pst));
 	CK(cudaFree(sink));
 	if (differ)

@@ -116,15 +116,18 @@ int main(int argc, char **argv)
 	}
 	cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
-	cuda_set_pdl(prop.major >= 9);
 	printf("%s, %d SMs; %d launches of each op in a graph%s; T = 1\n", prop.name,
 	       prop.multiProcessorCount, reps, prop.major >= 9 ? ", programmatic dependent launch" : "");
 	printf("%-6s %-28s %9s\n", "model", "op", "us");
 	cudaStream_t st;
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	/* the backend's launches: the default tuning, PDL where the device has it */
+	struct cuda_tuning tun;
+	cuda_tuning_defaults(&tun);
+	const struct cuda_launch lc = { st, &tun, prop.major >= 9, prop.multiProcessorCount };
 
 	printf("%-6s %-28s %9.2f\n", "-", "empty kernel", time_graph(st, reps, [&] {
-		LAUNCH(empty_kernel, 1, 32, 0, st, (int *)NULL);
+		LAUNCH_PDL(lc.pdl, empty_kernel, 1, 32, 0, st, (int *)NULL);
 		return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 	}));
 
@@ -138,7 +141,7 @@ int main(int argc, char **argv)
 		float *x = dev_random(n, -1, 1), *y = dev_random(n, -1e-3f, 1e-3f), *g = dev_random(n, 0.5f, 1.5f);
 		float *out = dev<float>(n);
 		printf("%-6s %-28s %9.2f\n", m.name, "add_rmsnorm_q8", time_graph(st, reps, [&] {
-			return cuda_add_rmsnorm_q8(x, y, g, 1, n, eps, out, m.vec, xq, xq_stride, st);
+			return cuda_add_rmsnorm_q8(x, y, g, 1, n, eps, out, m.vec, xq, xq_stride, &lc);
 		}));
 
 		/* one layer's pool (F16, the default), blocks in order */
@@ -167,7 +170,7 @@ int main(int argc, char **argv)
 		const struct bk_attn a = { m.n_head, m.n_head_kv, m.head_dim, 1.0f / sqrtf((float)m.head_dim) };
 		float *q = dev_random(qn, -1, 1), *k = dev_random(kv_dim, -1, 1), *v = dev_random(kv_dim, -1, 1);
 		float *att = dev<float>(qn);
-		const size_t sb = cuda_attention_scratch_bytes(&kv, &a, 1, table_stride);
+		const size_t sb = cuda_attention_scratch_bytes(&kv, &a, 1, table_stride, &tun);
 		uint8_t *scratch = dev<uint8_t>(sb);
 
 		for (int ctx : { 64, 512, 4096 }) {
@@ -177,12 +180,12 @@ int main(int argc, char **argv)
 			snprintf(what, sizeof what, "rope_kv_store pos %d", p);
 			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
 				return cuda_rope_kv_store(&kv, 0, 1, pos, tables, table_stride, &a, m.head_dim,
-							  m.rope_base, BK_ROPE_NORMAL, q, k, v, st);
+							  m.rope_base, BK_ROPE_NORMAL, q, k, v, &lc);
 			}));
-			/* attention with either pair of kernels (cuda_attention_set_lanes),
-			 * then each of the pair alone, as attn_run launches it */
+			/* attention, then each of its two kernels alone, as attn_run
+			 * launches them */
 			attn_shape sh;
-			if (attn_plan(&kv, &a, table_stride, &sh)) {
+			if (attn_plan(&kv, &a, table_stride, tun.attn_split, &sh)) {
 				fprintf(stderr, "cuda_ops_bench: attention refused the shapes\n");
 				return 1;
 			}
@@ -191,38 +194,26 @@ int main(int argc, char **argv)
 			const dim3 grid((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, 1u);
 			const dim3 red_grid((unsigned)((qn + Q8K_THREADS - 1) / Q8K_THREADS), 1u);
 			float *partial = (float *)scratch;
-			for (int lanes = 0; lanes < 2; lanes++) {
-				cuda_attention_set_lanes(lanes);
-				snprintf(what, sizeof what, "attention_q8%s ctx %d", lanes ? " lanes" : "", ctx);
-				printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-					return cuda_attention_q8(&kv, 0, 1, pos, tables, table_stride, &a, q, att, NULL,
-								 scratch, m.vec, xq, xq_stride, st);
-				}));
-				printf("%-6s %-28s %9.2f\n", m.name, "  its split kernel", time_graph(st, reps, [&] {
-					if (lanes)
-						LAUNCH(attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos,
-						       tables, table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial);
-					else
-						LAUNCH(attn_split_kernel, grid, ATTN_THREADS, smem, st, view, pos, tables,
-						       table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial);
-					return launched();
-				}));
-				printf("%-6s %-28s %9.2f\n", m.name, "  its reduction", time_graph(st, reps, [&] {
-					if (lanes)
-						LAUNCH(attn_reduce_lanes_kernel, red_grid, Q8K_THREADS, attn_reduce_smem(sh), st,
-						       pos, sh, 0, (const float *)partial, att, m.vec, xq, xq_stride);
-					else
-						LAUNCH(attn_reduce_q8_kernel, red_grid, Q8K_THREADS, 0, st, pos, sh, 0,
-						       (const float *)partial, att, m.vec, xq, xq_stride);
-					return launched();
-				}));
-			}
-			cuda_attention_set_lanes(1); /* the default again */
+			snprintf(what, sizeof what, "attention_q8 lanes ctx %d", ctx);
+			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
+				return cuda_attention_q8(&kv, 0, 1, pos, tables, table_stride, &a, q, att, NULL,
+							 scratch, m.vec, xq, xq_stride, &lc);
+			}));
+			printf("%-6s %-28s %9.2f\n", m.name, "  its split kernel", time_graph(st, reps, [&] {
+				LAUNCH_PDL(lc.pdl, attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos,
+				       tables, table_stride, sh, 0, (const int32_t *)NULL, 0, q, partial);
+				return launched();
+			}));
+			printf("%-6s %-28s %9.2f\n", m.name, "  its reduction", time_graph(st, reps, [&] {
+				LAUNCH_PDL(lc.pdl, attn_reduce_lanes_kernel, red_grid, Q8K_THREADS, attn_reduce_smem(sh), st,
+				       pos, sh, 0, (const float *)partial, att, m.vec, xq, xq_stride);
+				return launched();
+			}));
 		}
 
 		float *gg = dev_random(m.n_ff, -4, 4), *u = dev_random(m.n_ff, -1, 1), *h = dev<float>(m.n_ff);
 		printf("%-6s %-28s %9.2f\n", m.name, "swiglu_q8", time_graph(st, reps, [&] {
-			return cuda_swiglu_q8(gg, u, 1, m.n_ff, h, m.vec, xq, xq_stride, st);
+			return cuda_swiglu_q8(gg, u, 1, m.n_ff, h, m.vec, xq, xq_stride, &lc);
 		}));
 	}
 	CK(cudaStreamSynchronize(st));

@@ -58,6 +58,8 @@ void engine_params_default(struct engine_params *p)
 	p->device = 0;
 	p->kv_gpu_fraction = 0.9;
 	p->graphs = 1;
+	cuda_tuning_defaults(&p->cuda);
+	cuda_tuning_from_env(&p->cuda);
 }
 
 /* ---- choosing the backend ---- */
@@ -405,9 +407,7 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
 	if (p->backend == ENGINE_BACKEND_CUDA) {
 #ifdef LLMD_CUDA_BACKEND
-		r = cuda_backend_new(p->device, &e->be, err, errlen);
-		if (r == 0)
-			cuda_backend_set_gemm_rows(e->be, p->gemm_rows);
+		r = cuda_backend_new(p->device, &p->cuda, &e->be, err, errlen);
 #else
 		snprintf(err, errlen, "this build has no CUDA backend (configured without the CUDA "
 			 "toolkit, nvcc and cuBLAS, and without --enable-cuda-emu)");
@@ -425,6 +425,7 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 			return r;
 		}
 	}
+	backend_set_gemm_rows(e->be, p->gemm_rows);
 	/* A backend with its own memory (download) gets the weights now and
 	 * the pool sized from what is left. */
 	device = e->be->ops->download != NULL;
@@ -473,12 +474,10 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	*ret = e;
 	return 0;
 nomem:
-#ifdef LLMD_CUDA_BACKEND
 	if (e && e->be && p->backend == ENGINE_BACKEND_CUDA)
 		snprintf(err, errlen, "out of device memory for %d-row step buffers: %s", p->max_batch,
-			 cuda_backend_last_error(e->be));
+			 backend_last_error(e->be));
 	else
-#endif
 		snprintf(err, errlen, "out of memory");
 	r = -ENOMEM;
 fail:
@@ -754,23 +753,12 @@ void engine_device_info(const struct engine *e, struct bk_device_info *ret)
 
 int engine_write_device_profile(struct engine *e, FILE *f)
 {
-#ifdef LLMD_CUDA_BACKEND
-	if (e->p.backend == ENGINE_BACKEND_CUDA)
-		return cuda_backend_write_profile(e->be, f);
-#endif
-	(void)e;
-	(void)f;
-	return -ENODATA;
+	return backend_write_profile(e->be, f);
 }
 
 const char *engine_last_error(const struct engine *e)
 {
-#ifdef LLMD_CUDA_BACKEND
-	if (e->p.backend == ENGINE_BACKEND_CUDA)
-		return cuda_backend_last_error(e->be);
-#endif
-	(void)e;
-	return "";
+	return backend_last_error(e->be);
 }
 
 int engine_failure_is_sticky(const struct engine *e)

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backend.h" /* struct cuda_tuning */
+
 struct model;
 struct engine;
 struct kv_pool;
@@ -40,6 +42,9 @@ struct engine_params {
 	int32_t gemm_rows;       /* CUDA: quantized matmuls of at least this many rows run
 	                            on cuBLAS in f16 (fast prefill, not batch invariant);
 	                            0: never (default) */
+	struct cuda_tuning cuda; /* CUDA: how the kernels run (backend.h); default
+	                            cuda_tuning_defaults() with the LLMD_CUDA_* environment
+	                            variables over it (cuda_tuning_from_env) */
 };
 
 #define ENGINE_BACKEND_CPU 0
@@ -50,7 +55,9 @@ struct engine_params {
 #define ENGINE_KV_MIB_HOST 256
 
 /* Defaults: 2 threads, f16 KV, 16-token blocks, 8192 tokens, n_ctx 0,
- * 512 rows, CPU, device 0, kv_gpu_fraction 0.9, graphs on. */
+ * 512 rows, CPU, device 0, kv_gpu_fraction 0.9, graphs on, and the CUDA
+ * tuning's defaults under the LLMD_CUDA_* environment (what llm-bench and
+ * the tests run with; llmd sets its own from llmd.conf). */
 void engine_params_default(struct engine_params *p);
 
 /* ---- choosing the backend ---- */
@@ -178,7 +185,7 @@ void engine_device_info(const struct engine *e, struct bk_device_info *ret);
  * say).  Engine thread only. */
 const char *engine_last_error(const struct engine *e);
 /* Writes the device's per-launch profile (LLMD_CUDA_PROFILE on the CUDA
- * backend: cuda_backend_write_profile) to F: 0, or -ENODATA when the
+ * backend: the backend's write_profile op) to F: 0, or -ENODATA when the
  * backend keeps none.  Engine thread only; the CLIs and llmd call it
  * before engine_free. */
 int engine_write_device_profile(struct engine *e, FILE *f);

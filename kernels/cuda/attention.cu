@@ -6,13 +6,12 @@
  * of ATTN_SPLIT_TOKENS positions (rounded up to whole KV blocks), doubled
  * as the row grows past ATTN_MAX_SPLITS of them; one CUDA
  * block per (row, kv head, split) streams its split a tile of positions at
- * a time (a tile never crosses a KV block) with online softmax for every
- * query head of the kv head's group (GQA: the group shares each K/V tile
- * loaded into shared memory: 4 elements a load, each thread's loads issued
- * before its stores, attn_stage; scores by four fmaf chains, attn_dot;
- * weighted V rows 4 elements a thread) and writes a partial (max, sum, acc[head_dim])
- * per query head; attn_reduce_kernel combines a row's partials.  The split
- * size is a function of the row's position alone, so is its arithmetic
+ * a time with online softmax for every query head of the kv head's group
+ * (GQA: the group shares each K/V tile loaded into shared memory; scores
+ * and weighted V spread over lanes, attn_split_lanes_kernel) and writes a
+ * partial (max, sum, acc[head_dim]) per query head;
+ * attn_reduce_lanes_kernel combines a row's partials.  The split size is a
+ * function of the row's position alone, so is its arithmetic
  * (batch invariance).  The reduction may also quantize its rows for the
  * o projection's matmul (as the norms do for theirs: quant_q8.cuh), saving
  * that matmul its own quantization launch.  Prefill rows (several rows of
@@ -38,36 +37,23 @@ extern "C" {
 #include "quant_q8.cuh"
 #include "rope.cuh"
 
-/* A row's splits: ATTN_SPLIT_TOKENS positions each (rounded up to whole KV
- * blocks), doubled as often as it takes for ATTN_MAX_SPLITS of them to
- * cover the row (attn_split_size); a test may set both, and
- * cuda_attention_set_split() the first for the process. */
+/* A row's splits: the tuning's attn_split positions each (rounded up to
+ * whole KV blocks; ATTN_SPLIT_TOKENS without one), doubled as often as it
+ * takes for ATTN_MAX_SPLITS of them to cover the row (attn_split_size); a
+ * test may set both. */
 #ifndef ATTN_SPLIT_TOKENS
 #define ATTN_SPLIT_TOKENS 16
 #endif
 #ifndef ATTN_MAX_SPLITS
 #define ATTN_MAX_SPLITS 32
 #endif
-static int32_t attn_split_tokens = ATTN_SPLIT_TOKENS;
 
-extern "C" void cuda_attention_set_split(int32_t tokens)
+/* Positions per split at the shortest with TUNING (NULL: ATTN_SPLIT_TOKENS). */
+static int32_t attn_split_tokens(const struct cuda_tuning *tuning)
 {
-	attn_split_tokens = tokens < 1 ? ATTN_SPLIT_TOKENS : tokens;
+	return tuning && tuning->attn_split >= 1 ? tuning->attn_split : ATTN_SPLIT_TOKENS;
 }
 
-/* Whether attn_run launches attn_split_lanes_kernel and
- * attn_reduce_lanes_kernel (the default: on an H200, 8B shapes, a decode
- * step 2% faster at 5 positions and 7% at 600) rather than
- * attn_split_kernel and attn_reduce_kernel or attn_reduce_q8_kernel
- * (cuda_attention_set_lanes). */
-static int attn_lanes = 1;
-
-extern "C" void cuda_attention_set_lanes(int on)
-{
-	attn_lanes = on != 0;
-}
-
-#define ATTN_THREADS 128          /* threads of a split block */
 #define ATTN_MAX_TILE 32          /* positions of K/V staged in shared memory at once */
 static_assert(ATTN_MAX_TILE <= 32, "the online softmax gives each position of a tile a lane");
 #define ATTN_ROW_CHUNK 64         /* rows per launch pair: bounds the scratch */
@@ -243,7 +229,7 @@ static __host__ __device__ __forceinline__ int32_t attn_kstride(int32_t hd)
 }
 
 /* Floats of shared memory a split block of R rows uses (see the carve-up
- * in attn_split_kernel); R positions as ints after them. */
+ * in attn_carve); R positions as ints after them. */
 static size_t attn_smem_floats(int32_t R, int32_t group, int32_t hd, int32_t tile)
 {
 	return (size_t)2 * R * group * hd        /* q, acc */
@@ -307,54 +293,14 @@ static __device__ __forceinline__ float4 kv_elem4(const char *row, uint32_t type
 	return kv_cvt4(kv_load4(row, type, e), type);
 }
 
-/* Stages positions P.. (N of them, within one KV block: rows KROW, VROW
- * on) of kv head HK into KT and VT (rows KS floats apart).  Each thread's
- * loads of a batch are issued before any of its stores (through the
- * read-only path, so nothing orders them after the shared stores). */
+/* Loads a thread has in flight at once while it stages (attn_begin). */
 #define ATTN_LOAD_BATCH 4
-static __device__ __forceinline__ void attn_stage(const kv_view &kv, const attn_shape &sh, const char *krow,
-	const char *vrow, int32_t hk, int32_t n, float *kt, float *vt, int32_t ks)
-{
-	const int32_t hd = sh.head_dim;
-	const int tid = threadIdx.x, nt = blockDim.x;
-	if (!sh.vec_load) {
-		for (int i = tid; i < n * hd; i += nt) {
-			const int r = i / hd, c = i % hd;
-			kt[r * ks + c] = kv_elem(krow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
-			vt[r * ks + c] = kv_elem(vrow + (size_t)r * kv.row_bytes, kv.type, hk * hd + c);
-		}
-		return;
-	}
-	const int32_t upr = hd / 4, units = n * upr; /* float4s per position, per tile */
-	for (int u0 = tid; u0 < units; u0 += ATTN_LOAD_BATCH * nt) {
-		float4 kx[ATTN_LOAD_BATCH], vx[ATTN_LOAD_BATCH];
-UNROLL
-		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
-			const int u = u0 + j * nt;
-			if (u < units) {
-				const int r = u / upr, e = hk * hd + u % upr * 4;
-				kx[j] = kv_elem4(krow + (size_t)r * kv.row_bytes, kv.type, e);
-				vx[j] = kv_elem4(vrow + (size_t)r * kv.row_bytes, kv.type, e);
-			}
-		}
-UNROLL
-		for (int j = 0; j < ATTN_LOAD_BATCH; j++) {
-			const int u = u0 + j * nt;
-			if (u < units) {
-				const int o = u / upr * ks + u % upr * 4;
-				*reinterpret_cast<float4 *>(kt + o) = kx[j];
-				*reinterpret_cast<float4 *>(vt + o) = vx[j];
-			}
-		}
-	}
-}
 
 /* The dot product of QG and KR (HD floats) over the elements (HD % 4 ==
  * 0: the float4s) FIRST, FIRST + STEP, ...: with HD % 4 == 0 four fmaf
  * chains, one per element of a float4, summed as (0 + 1) + (2 + 3); else
  * one chain in order.  A function of the two vectors alone (batch
- * invariance).  attn_dot takes the whole head, attn_dot_lanes a lane's
- * share. */
+ * invariance).  attn_dot_lanes takes a lane's share. */
 static __device__ __forceinline__ float attn_dot_strided(const float *qg, const float *kr, int32_t hd,
 	int first, int step)
 {
@@ -375,12 +321,6 @@ UNROLL4
 		a.w = fmaf(x.w, y.w, a.w);
 	}
 	return (a.x + a.y) + (a.z + a.w);
-}
-
-/* The dot product of query head QG and staged key KR (HD floats). */
-static __device__ __forceinline__ float attn_dot(const float *qg, const float *kr, int32_t hd)
-{
-	return attn_dot_strided(qg, kr, hd, 0, 1);
 }
 
 /* A split block's shared memory (attn_smem_floats), carved up. */
@@ -468,14 +408,7 @@ static __device__ __forceinline__ void attn_write_partial(const attn_smem &a, co
 	}
 }
 
-/* Positions of the tile at P: to the split's end P1, the KV block's
- * edge or sh.tile positions, whichever comes first. */
-static __device__ __forceinline__ int32_t attn_tile_len(int32_t p, int32_t P1, int32_t bt, int32_t tile)
-{
-	return min(min(P1 - p, bt - p % bt), tile);
-}
-
-/* A split block's rows and positions (attn_split_kernel's grid). */
+/* A split block's rows and positions (attn_split_lanes_kernel's grid). */
 struct attn_rows {
 	int32_t t0;           /* the first row */
 	int32_t R;            /* rows, of one sequence at consecutive positions */
@@ -509,45 +442,18 @@ static __device__ __forceinline__ bool attn_rows_of(const int32_t *__restrict__ 
 
 /* ---- combining the splits ---- */
 
-/* The combination of one row's partials for one query head (PP, the
- * first split's; STRIDE floats apart):
+/* The combination of one row's partials for one query head:
  * out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the row's
- * splits that hold positions, M their largest max.  attn_combine_scale
- * sets *M and returns 1 / sum (0 for a padding row, P < 0, which has no
- * splits: its output is zeros); attn_combine gives element C.  (Loops a
- * load a split: on an H200 the reduction took 2.1 us at 64 positions and
- * 5.1 at 4096 so, 4.4 and 7.6 with every split's loads unrolled and
- * issued at once; tools/cuda_ops_bench.) */
+ * splits that hold positions (attn_splits_of: none for a padding row,
+ * P < 0, whose output is zeros), M their largest max. */
 static __device__ __forceinline__ int32_t attn_splits_of(int32_t p, const attn_shape &sh)
 {
 	return p < 0 ? 0 : p / attn_split_size(p, sh.split_pos, sh.max_splits) + 1;
 }
 
-static __device__ __forceinline__ float attn_combine_scale(const float *pp, size_t stride, int32_t n_act,
-	float *ret_m)
-{
-	float M = -INFINITY;
-	for (int32_t s = 0; s < n_act; s++)
-		M = fmaxf(M, pp[s * stride]);
-	float L = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		L = fmaf(pp[s * stride + 1], expf(pp[s * stride] - M), L);
-	*ret_m = M;
-	return n_act > 0 ? 1.0f / L : 0.0f;
-}
-
-static __device__ __forceinline__ float attn_combine(const float *pp, size_t stride, int32_t n_act, float M,
-	float inv, int c)
-{
-	float a = 0.0f;
-	for (int32_t s = 0; s < n_act; s++)
-		a = fmaf(pp[s * stride + 2 + c], expf(pp[s * stride] - M), a);
-	return a * inv;
-}
-
 /* A warp's part of the combination of one row's partials for one query
- * head (PP, the first split's; STRIDE floats apart), attn_combine_scale's
- * bits with each split's weight taken once: lane s of each 32 takes split
+ * head (PP, the first split's; STRIDE floats apart), each split's
+ * weight taken once: lane s of each 32 takes split
  * s's max for M (exact in any order), then W[s] = expf(m_s - M); lane 0
  * sums l_s * W[s] in split order and returns 1 / sum (0 without splits),
  * which the other lanes must not use.  Reads through L2 (__ldcg): the
@@ -571,7 +477,7 @@ UNROLL
 	return n_act > 0 ? 1.0f / L : 0.0f;
 }
 
-/* Element C's weighted sum over the splits (attn_combine's steps, PP the
+/* Element C's weighted sum over the splits (PP the
  * first split's partial of its head, W attn_head_weights'), in split
  * order. */
 static __device__ __forceinline__ float attn_weighted(const float *pp, size_t stride, int32_t n_act,
@@ -584,140 +490,22 @@ UNROLL4
 	return a;
 }
 
-/* grid (n_splits, n_head_kv, row tiles of this chunk).  A row tile is up to
- * sh.qrows consecutive rows of one sequence (consecutive positions: a
- * prefill chunk), TILES[base + blockIdx.z] = (first row, rows); without
- * TILES every row is its own tile.  The block stages each K/V tile of its
- * split in shared memory once for all its rows (the last row's table covers
- * them all), and every row runs exactly the steps it would alone: the tiles
- * start at the split and end at KV block edges or sh.tile positions, a row
- * stops at its own position, and its online softmax sees its own scores in
- * order; so a row's bits do not depend on its tile (batch invariance, and
- * a prefill row equals the same position decoded).  Writes the partials
- * (attn_write_partial). */
-static __global__ void attn_split_kernel(kv_view kv, const int32_t *__restrict__ pos,
-	const int32_t *__restrict__ tables, int32_t table_stride, attn_shape sh, int32_t row0,
-	const int32_t *__restrict__ tiles, int32_t tile_base, const float *__restrict__ q,
-	float *__restrict__ partial)
-{
-	grid_dep_wait();
-	DYN_SHARED(float, smem);
-	attn_rows b;
-	if (!attn_rows_of(pos, tables, table_stride, sh, row0, tiles, tile_base, &b))
-		return;
-	const int32_t hk = blockIdx.y, s = blockIdx.x, t0 = b.t0, R = b.R, p0 = b.p0, P1 = b.P1;
-	const int32_t G = sh.group, hd = sh.head_dim, ks = attn_kstride(hd), tile = sh.tile;
-	const int32_t RG = R * G;
-	const int32_t *table = b.table;
-	const int tid = threadIdx.x, nt = blockDim.x;
-	const int lane = tid % 32, warp = tid / 32, n_warps = nt / 32;
-
-	const attn_smem sm = attn_carve(smem, RG, hd, tile, ks);
-	float *const qs = sm.qs, *const acc = sm.acc, *const kt = sm.kt, *const vt = sm.vt, *const sc = sm.sc;
-	float *const m = sm.m, *const l = sm.l, *const corr = sm.corr;
-	const int32_t *const rp = sm.rp;
-	attn_begin(sm, sh, pos, q, t0, R, hk);
-
-	for (int32_t p = p0; p < P1;) {
-		const int32_t n = attn_tile_len(p, P1, kv.block_tokens, tile);
-		attn_stage(kv, sh, kv_row(kv, table, 0, p), kv_row(kv, table, 1, p), hk, n, kt, vt, ks);
-		__syncthreads(); /* (the first time, also q and the rows' state) */
-		for (int i = tid; i < RG * n; i += nt) {
-			const int rg = i / n, r = i % n;
-			if (r > rp[rg / G] - p) /* past this row's position */
-				continue;
-			sc[rg * tile + r] = attn_dot(qs + rg * hd, kt + r * ks, hd) * sh.scale;
-		}
-		__syncthreads();
-		/* online softmax, a warp per (row, head), lane r at position
-		 * p + r: every lane the tile's max, each lane its weight, then
-		 * lane 0 the sum in position order (the one order that keeps
-		 * the bits) */
-		for (int rg = warp; rg < RG; rg += n_warps) {
-			const int32_t nr = min(n, rp[rg / G] + 1 - p); /* the same for the whole warp */
-			if (nr <= 0)
-				continue; /* the row ended before this tile */
-			float *sg = sc + rg * tile;
-			const float m_old = m[rg];
-			float mx = m_old;
-UNROLL4
-			for (int r = 0; r < nr; r++)
-				mx = fmaxf(mx, sg[r]);
-			const float s_r = lane < nr ? sg[lane] : 0.0f;
-			__syncwarp(); /* every lane has read the scores */
-			if (lane < nr)
-				sg[lane] = expf(s_r - mx);
-			__syncwarp();
-			if (lane == 0) {
-				const float cr = mx > m_old ? expf(m_old - mx) : 1.0f; /* 0 on the first tile */
-				float sum = l[rg] * cr;
-UNROLL4
-				for (int r = 0; r < nr; r++)
-					sum += sg[r];
-				m[rg] = mx;
-				l[rg] = sum;
-				corr[rg] = cr;
-			}
-		}
-		__syncthreads();
-		/* acc = acc * corr + sum_r w_r v_r, an fmaf chain over the tile
-		 * per element; a thread takes 4 consecutive elements where they
-		 * are whole float4s (the same operations per element) */
-		const int32_t cw = hd % 4 ? 1 : 4, cn = hd / cw;
-		for (int i = tid; i < RG * cn; i += nt) {
-			const int rg = i / cn, c = i % cn * cw;
-			const int32_t nr = min(n, rp[rg / G] + 1 - p);
-			if (nr <= 0)
-				continue;
-			const float *wg = sc + rg * tile;
-			float *ag = acc + rg * hd + c;
-			const float cr = corr[rg];
-			if (cw == 1) {
-				float a = ag[0] * cr;
-UNROLL4
-				for (int r = 0; r < nr; r++)
-					a = fmaf(wg[r], vt[r * ks + c], a);
-				ag[0] = a;
-				continue;
-			}
-			float4 a = *reinterpret_cast<float4 *>(ag);
-			a.x *= cr;
-			a.y *= cr;
-			a.z *= cr;
-			a.w *= cr;
-UNROLL4
-			for (int r = 0; r < nr; r++) {
-				const float w = wg[r];
-				const float4 v = *reinterpret_cast<const float4 *>(vt + r * ks + c);
-				a.x = fmaf(w, v.x, a.x);
-				a.y = fmaf(w, v.y, a.y);
-				a.z = fmaf(w, v.z, a.z);
-				a.w = fmaf(w, v.w, a.w);
-			}
-			*reinterpret_cast<float4 *>(ag) = a;
-		}
-		__syncthreads(); /* the next tile overwrites kt, vt, sc */
-		p += n;
-	}
-
-	attn_write_partial(sm, sh, b.t0, b.R, hk, row0, s, b.p0, partial);
-}
-
 /* ---- the split kernel, lanes version ----
  *
- * attn_split_kernel spends a thread per score and per output element on a
+ * The first split kernel (removed: 2-7% slower, see llm-bench(1)) spent a
+ * thread per score and per output element on a
  * chain as long as the head (scores) or the tile (weighted V), with 4 warps
  * a block and tiles cut at KV block edges (16 positions at the default
  * block size); on an H200 (ncu, 8B shapes at 4096 positions) it issued 0.2
  * instructions a cycle per scheduler, waiting on those chains and on its
- * tiles' loads, at 5% of DRAM bandwidth.  This version (cuda_attention_set_
- * lanes, LLMD_CUDA_ATTN_LANES) has 8 warps, shorter chains side by side,
+ * tiles' loads, at 5% of DRAM bandwidth.  This one has 8 warps, shorter
+ * chains side by side,
  * and fewer, longer tiles:
  *   - a tile is sh.tile positions from the split's start, across KV block
  *     edges (each position's row from the table);
  *   - a score is ATTN_DOT_LANES lanes' (lane j takes the float4s j, j + 8,
- *     ... of the head in four fmaf chains, as attn_dot does the whole
- *     head), summed by xor shuffles (attn_dot_lanes);
+ *     ... of the head in four fmaf chains, attn_dot_strided), summed by
+ *     xor shuffles (attn_dot_lanes);
  *   - the softmax's max and sum over a tile are xor shuffles across the
  *     warp, lane r holding position r;
  *   - a weighted V column is ATTN_V_PHASES chains (positions r = ph mod 4)
@@ -725,8 +513,7 @@ UNROLL4
  *     one fmaf;
  *   - the next tile's loads are issued (into registers, as loaded: attn_pf)
  *     before the current tile is computed, and converted and stored after.
- * Its bits differ from attn_split_kernel's (another summation order and
- * other tiles), but a row's are again a function of the row alone (its
+ * A row's bits are a function of the row alone (its
  * tiles start at its split's start whatever the row tile): batch
  * invariance, prefill == decode. */
 #define ATTN_LANES_THREADS 256
@@ -887,7 +674,8 @@ UNROLL
 	}
 }
 
-/* attn_split_kernel's grid, rows and partials, with ATTN_LANES_THREADS
+/* grid (n_splits, n_head_kv, row tiles of this chunk; attn_rows_of) and
+ * partials (attn_write_partial), with ATTN_LANES_THREADS
  * threads and the tiles and arithmetic described above. */
 static __global__ void __launch_bounds__(ATTN_LANES_THREADS, 2)
 attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32_t *__restrict__ tables,
@@ -1013,68 +801,17 @@ UNROLL4
 	attn_write_partial(sm, sh, b.t0, b.R, hk, row0, s, b.p0, partial);
 }
 
-/* grid (n_head, rows of this chunk): each row's heads combined (attn_combine). */
-static __global__ void attn_reduce_kernel(const int32_t *__restrict__ pos, attn_shape sh,
-	int32_t row0, const float *__restrict__ partial, float *__restrict__ out)
-{
-	grid_dep_wait();
-	const int32_t t = row0 + blockIdx.y, h = blockIdx.x, hd = sh.head_dim;
-	const size_t stride = (size_t)hd + 2;
-	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
-	const int32_t n_act = attn_splits_of(pos[t], sh);
-	float M;
-	const float inv = attn_combine_scale(pp, stride, n_act, &M);
-	float *o = out + ((size_t)t * sh.n_head + h) * hd;
-	for (int c = threadIdx.x; c < hd; c += blockDim.x)
-		o[c] = attn_combine(pp, stride, n_act, M, inv, c);
-}
-
-/* attn_reduce_kernel that also quantizes each row of OUT (N = n_head *
- * head_dim, a whole number of VEC's blocks) into Q8_0, Q8_1 or Q8_K at
- * XQ + t * XQ_STRIDE, the bytes the matmul's own quantizer writes
- * (quant_q8.cuh).  grid (N / Q8K_THREADS rounded up, rows of this chunk),
- * Q8K_THREADS threads: thread i of block b takes element e = b *
- * Q8K_THREADS + i of its row with its own head's combination, so each
- * element gets attn_reduce_kernel's bits; a 32-element block (or the
- * 256-element super-block) is one warp's (the whole block's) whatever
- * heads it spans. */
-static __global__ void attn_reduce_q8_kernel(const int32_t *__restrict__ pos, attn_shape sh,
-	int32_t row0, const float *__restrict__ partial, float *__restrict__ out, uint32_t vec,
-	uint8_t *__restrict__ xq, size_t xq_stride)
-{
-	grid_dep_wait();
-	__shared__ float s_ax[Q8K_THREADS / 32], s_v[Q8K_THREADS / 32];
-	const int32_t t = row0 + blockIdx.y, hd = sh.head_dim, n = sh.n_head * hd;
-	const int32_t e = (int32_t)blockIdx.x * Q8K_THREADS + threadIdx.x;
-	if (e >= n) /* whole warps, past the last 32-element block (never for Q8_K) */
-		return;
-	const int32_t h = e / hd, c = e % hd;
-	const size_t stride = (size_t)hd + 2;
-	const float *pp = partial + ((size_t)blockIdx.y * sh.n_head + h) * sh.n_splits * stride;
-	const int32_t n_act = attn_splits_of(pos[t], sh);
-	float M;
-	const float inv = attn_combine_scale(pp, stride, n_act, &M);
-	const float v = attn_combine(pp, stride, n_act, M, inv, c);
-	out[(size_t)t * n + e] = v;
-	uint8_t *row = xq + (size_t)t * xq_stride;
-	if (vec == QT_Q8_K)
-		q8k_block_store(v, (int)blockIdx.x, n / QK_K, n, row, s_ax, s_v);
-	else
-		q8_block_store(v, threadIdx.x % 32, e / 32, n / 32, n, vec == QT_Q8_1, row);
-}
-
-/* attn_reduce_kernel and attn_reduce_q8_kernel in one, with the same bits
- * and less work (launched with attn_split_lanes_kernel): there, each of a
- * head's threads finds the largest max and takes expf(m_s - M) of every
- * split twice, a load at a time; here a warp per head of the block takes
- * the splits a lane each for the max, then their weights
- * w_s = expf(m_s - M) once into shared memory (lane 0 sums
- * l_s * w_s in split order, as attn_combine_scale), and each thread only
- * sums its element's acc_s * w_s in split order (attn_combine's steps).
+/* The combination of a row's partials (attn_splits_of's comment): a warp
+ * per head of the block takes the splits a lane each for the max, then
+ * their weights w_s = expf(m_s - M) once into shared memory (lane 0 sums
+ * l_s * w_s in split order), and each thread sums its element's
+ * acc_s * w_s in split order.
  * grid (N / Q8K_THREADS rounded up, rows of this chunk), Q8K_THREADS
  * threads: thread i of block b takes element e = b * Q8K_THREADS + i of
- * its row; VEC 0 writes OUT only, else also XQ's rows as
- * attn_reduce_q8_kernel.  Dynamic shared memory: attn_reduce_smem(). */
+ * its row; VEC 0 writes OUT only, else also quantizes each row of OUT
+ * (N = n_head * head_dim, a whole number of VEC's blocks) into Q8_0,
+ * Q8_1 or Q8_K at XQ + t * XQ_STRIDE, the bytes the matmul's own
+ * quantizer writes (quant_q8.cuh).  Dynamic shared memory: attn_reduce_smem(). */
 static __host__ __device__ __forceinline__ int32_t attn_reduce_heads(int32_t hd)
 {
 	return (Q8K_THREADS - 1) / hd + 2; /* heads a block's elements can touch */
@@ -1165,7 +902,7 @@ static kv_view kv_view_of(const struct bk_kv *kv, int32_t layer)
 }
 
 extern "C" int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
-	const int32_t *tables, int32_t table_stride, const float *k, const float *v, void *stream)
+	const int32_t *tables, int32_t table_stride, const float *k, const float *v, const struct cuda_launch *lc)
 {
 	int err = kv_check(kv, layer);
 	if (err)
@@ -1176,14 +913,14 @@ extern "C" int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, c
 		return 0;
 	if (!pos || !tables || !k || !v)
 		return -EINVAL;
-	LAUNCH(kv_store_kernel, dim3((unsigned)T, 2), KV_STORE_THREADS, 0, (cudaStream_t)stream,
-		kv_view_of(kv, layer), pos, tables, table_stride, k, v);
+	LAUNCH_ON(lc, kv_store_kernel, dim3((unsigned)T, 2), KV_STORE_THREADS, 0, kv_view_of(kv, layer), pos,
+		tables, table_stride, k, v);
 	return launched();
 }
 
 extern "C" int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, int32_t n_rot,
-	float freq_base, enum bk_rope_style style, float *q, float *k, const float *v, void *stream)
+	float freq_base, enum bk_rope_style style, float *q, float *k, const float *v, const struct cuda_launch *lc)
 {
 	int err = kv_check(kv, layer);
 	if (err)
@@ -1204,8 +941,8 @@ extern "C" int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t
 	const int32_t hq = n_pair ? (int32_t)std::max<int64_t>(1, (int64_t)ROPE_BATCH * KV_STORE_THREADS / n_pair)
 				  : a->n_head;
 	const int32_t qb = (a->n_head + hq - 1) / hq;
-	LAUNCH(rope_kv_store_kernel, dim3((unsigned)T, (unsigned)qb + 2), KV_STORE_THREADS,
-		(size_t)n_pair * sizeof(float2), (cudaStream_t)stream, kv_view_of(kv, layer), pos,
+	LAUNCH_ON(lc, rope_kv_store_kernel, dim3((unsigned)T, (unsigned)qb + 2), KV_STORE_THREADS,
+		(size_t)n_pair * sizeof(float2), kv_view_of(kv, layer), pos,
 		tables, table_stride, q, k, v, a->n_head, a->head_dim, n_rot, theta_scale,
 		style == BK_ROPE_NEOX, hq);
 	return launched();
@@ -1213,7 +950,7 @@ extern "C" int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t
 
 /* The shapes of a call, or a negative errno. */
 static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t table_stride,
-	attn_shape *sh)
+	int32_t split_tokens, attn_shape *sh)
 {
 	if (!a || a->n_head_kv < 1 || a->n_head < 1 || a->n_head % a->n_head_kv || a->head_dim < 1 ||
 	    (int64_t)a->head_dim * a->n_head_kv != kv->kv_dim || table_stride < 1)
@@ -1228,7 +965,7 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	sh->group = a->n_head / a->n_head_kv;
 	sh->scale = a->scale;
 	const int32_t bt = kv->block_tokens;
-	const int64_t blocks_per_split = (attn_split_tokens + bt - 1) / bt;
+	const int64_t blocks_per_split = (split_tokens + bt - 1) / bt;
 	sh->split_pos = (int32_t)(blocks_per_split * bt);
 	sh->max_splits = ATTN_MAX_SPLITS;
 	/* a row at position p < table_stride * bt has splits of at least
@@ -1255,12 +992,6 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	return 0;
 }
 
-/* Threads of an attn_reduce_kernel block (a head of HD): whole warps. */
-static int attn_reduce_threads(int32_t hd)
-{
-	return hd < 128 ? (hd + 31) / 32 * 32 : 128;
-}
-
 /* Scratch: the partials of a chunk's rows, then the row-tile list.  Bytes
  * of scratch before the list, with the partials of ROWS rows. */
 static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
@@ -1269,7 +1000,7 @@ static size_t attn_tiles_offset(size_t rows, const attn_shape &sh)
 	return (b + 15) / 16 * 16;
 }
 
-/* The row tiles of HOST's rows (see attn_split_kernel): runs of rows of one
+/* The row tiles of HOST's rows (see attn_rows_of): runs of rows of one
  * table at consecutive positions, cut at QROWS rows, at row chunks and
  * where the split size changes (its rows share the last one's). */
 static void attn_row_tiles(const struct bk_rows *host, const attn_shape &sh, std::vector<int32_t> &tiles)
@@ -1294,16 +1025,17 @@ static void attn_row_tiles(const struct bk_rows *host, const attn_shape &sh, std
 extern "C" int32_t cuda_attention_qrows(const struct bk_kv *kv, const struct bk_attn *a)
 {
 	attn_shape sh;
-	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, &sh))
+	if (!kv || kv_check(kv, 0) || attn_plan(kv, a, 1, ATTN_SPLIT_TOKENS, &sh))
 		return 0;
 	return sh.qrows;
 }
 
 extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const struct bk_attn *a,
-	int32_t T, int32_t table_stride)
+	int32_t T, int32_t table_stride, const struct cuda_tuning *tuning)
 {
 	attn_shape sh;
-	if (T < 1 || !kv || kv_check(kv, 0) || attn_plan(kv, a, table_stride, &sh))
+	if (T < 1 || !kv || kv_check(kv, 0) ||
+	    attn_plan(kv, a, table_stride, attn_split_tokens(tuning), &sh))
 		return 0;
 	const size_t rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
 	return attn_tiles_offset(rows, sh) + (size_t)T * 2 * sizeof(int32_t);
@@ -1313,13 +1045,13 @@ extern "C" size_t cuda_attention_scratch_bytes(const struct bk_kv *kv, const str
 static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
 	float *out, const struct bk_rows *host, void *scratch, uint32_t vec, void *xq, size_t xq_stride,
-	void *stream)
+	const struct cuda_launch *lc)
 {
 	int err = kv_check(kv, layer);
 	if (err)
 		return err;
 	attn_shape sh;
-	err = attn_plan(kv, a, table_stride, &sh);
+	err = attn_plan(kv, a, table_stride, attn_split_tokens(lc ? lc->tuning : NULL), &sh);
 	if (err)
 		return err;
 	if (T < 0 || (host && (host->n != T || !host->pos || !host->block_table)))
@@ -1329,9 +1061,8 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 	if (!pos || !tables || !q || !out || !scratch)
 		return -EINVAL;
 	const kv_view view = kv_view_of(kv, layer);
-	const int red_threads = attn_reduce_threads(sh.head_dim);
 	const int64_t q8_blocks = ((int64_t)sh.n_head * sh.head_dim + Q8K_THREADS - 1) / Q8K_THREADS;
-	cudaStream_t st = (cudaStream_t)stream;
+	cudaStream_t st = (cudaStream_t)cuda_launch_stream(lc);
 	float *partial = (float *)scratch;
 	const size_t chunk_rows = T < ATTN_ROW_CHUNK ? (size_t)T : ATTN_ROW_CHUNK;
 	int32_t *d_tiles = NULL;
@@ -1357,25 +1088,14 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 			n_tiles = tj - ti;
 		}
 		const dim3 grid((unsigned)sh.n_splits, (unsigned)sh.n_head_kv, (unsigned)n_tiles);
-		if (attn_lanes)
-			LAUNCH(attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, st, view, pos, tables,
-				table_stride, sh, row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
-		else
-			LAUNCH(attn_split_kernel, grid, ATTN_THREADS, smem, st, view, pos, tables, table_stride, sh,
-				row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
+		LAUNCH_ON(lc, attn_split_lanes_kernel, grid, ATTN_LANES_THREADS, smem, view, pos, tables,
+			table_stride, sh, row0, (const int32_t *)d_tiles, (int32_t)ti, q, partial);
 		if ((err = launched()))
 			return err;
 		ti = tj;
-		if (attn_lanes)
-			LAUNCH(attn_reduce_lanes_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS,
-				attn_reduce_smem(sh), st, pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq,
-				xq_stride);
-		else if (vec)
-			LAUNCH(attn_reduce_q8_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS, 0, st,
-				pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq, xq_stride);
-		else
-			LAUNCH(attn_reduce_kernel, dim3((unsigned)sh.n_head, (unsigned)rows), red_threads, 0, st,
-				pos, sh, row0, (const float *)partial, out);
+		LAUNCH_ON(lc, attn_reduce_lanes_kernel, dim3((unsigned)q8_blocks, (unsigned)rows), Q8K_THREADS,
+			attn_reduce_smem(sh), pos, sh, row0, (const float *)partial, out, vec, (uint8_t *)xq,
+			xq_stride);
 		if ((err = launched()))
 			return err;
 	}
@@ -1384,20 +1104,20 @@ static int attn_run(const struct bk_kv *kv, int32_t layer, int32_t T, const int3
 
 extern "C" int cuda_attention(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
-	float *out, const struct bk_rows *host, void *scratch, void *stream)
+	float *out, const struct bk_rows *host, void *scratch, const struct cuda_launch *lc)
 {
-	return attn_run(kv, layer, T, pos, tables, table_stride, a, q, out, host, scratch, 0, NULL, 0, stream);
+	return attn_run(kv, layer, T, pos, tables, table_stride, a, q, out, host, scratch, 0, NULL, 0, lc);
 }
 
 extern "C" int cuda_attention_q8(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const float *q,
 	float *out, const struct bk_rows *host, void *scratch, uint32_t vec, void *xq, size_t xq_stride,
-	void *stream)
+	const struct cuda_launch *lc)
 {
 	const int64_t n = a ? (int64_t)a->n_head * a->head_dim : 0;
 	const size_t need = n > 0 && n <= INT32_MAX ? q8_row_bytes(vec, n) : 0;
 	if (!need || xq_stride < need || xq_stride % 16 || (uintptr_t)xq % 16 || (T > 0 && !xq))
 		return -EINVAL;
 	return attn_run(kv, layer, T, pos, tables, table_stride, a, q, out, host, scratch, vec, xq, xq_stride,
-			stream);
+			lc);
 }

@@ -5,7 +5,8 @@
  * Three rules keep that possible (and launches safe to overlap), and a
  * test (tests/emu_layout.sh) fails on any .cu or header under kernels/cuda
  * that breaks them:
- *   - every launch goes through LAUNCH(): no raw triple chevrons;
+ *   - every launch goes through LAUNCH() (or LAUNCH_PDL()): no raw triple
+ *     chevrons;
  *   - dynamic shared memory is declared with DYN_SHARED(): no raw
  *     `extern __shared__`;
  *   - every kernel's body begins with grid_dep_wait() (cuda_mma.h), or
@@ -32,20 +33,17 @@
 #define UNROLL4 _Pragma("unroll 4")
 #define ROLLED _Pragma("unroll 1")
 
-/* Whether launches may overlap the tail of the kernel before them in the
- * stream (programmatic dependent launch, sm_90: cuda_set_pdl()). */
-inline int cuda_compat_pdl = 0;
-
-/* A launch of K as LAUNCH's; with cuda_compat_pdl, through
- * cudaLaunchKernelEx with programmatic stream serialization, so that K's
- * blocks may start before its predecessor's have all finished: every
- * kernel's first statement is grid_dep_wait() (cuda_mma.h), which holds
- * it until the predecessor has completed and its writes are visible. */
+/* A launch of K as LAUNCH's; with PDL (programmatic dependent launch, sm_90
+ * and up), through cudaLaunchKernelEx with programmatic stream
+ * serialization, so that K's blocks may start before its predecessor's
+ * have all finished: every kernel's first statement is grid_dep_wait()
+ * (cuda_mma.h), which holds it until the predecessor has completed and its
+ * writes are visible. */
 template <typename... P, typename... A>
-static inline void cuda_compat_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-	A &&...args)
+static inline void cuda_compat_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+	cudaStream_t st, A &&...args)
 {
-	if (!cuda_compat_pdl) {
+	if (!pdl) {
 		k<<<grid, block, smem, st>>>(static_cast<A &&>(args)...);
 		return;
 	}
@@ -66,7 +64,12 @@ static inline void cuda_compat_launch(void (*k)(P...), dim3 grid, dim3 block, si
  * check it with cudaGetLastError() as usual.  A template kernel whose
  * arguments hold a comma goes in parentheses: LAUNCH((k<float, 4>), ...). */
 #define LAUNCH(kernel, grid, block, smem, stream, ...) \
-	cuda_compat_launch(kernel, (grid), (block), (smem), (stream), ##__VA_ARGS__)
+	cuda_compat_launch(0, kernel, (grid), (block), (smem), (stream), ##__VA_ARGS__)
+
+/* LAUNCH_PDL(pdl, kernel, ...): LAUNCH, overlapping the kernel before it in
+ * the stream when PDL is not 0 (the launchers: cuda_launch_pdl(), cuda_ops.h). */
+#define LAUNCH_PDL(pdl, kernel, grid, block, smem, stream, ...) \
+	cuda_compat_launch((pdl), kernel, (grid), (block), (smem), (stream), ##__VA_ARGS__)
 
 /* DYN_SHARED(type, name): inside a kernel, `type *name` pointing at the
  * launch's dynamic shared memory (16-byte aligned; one buffer per launch,
@@ -84,6 +87,11 @@ static inline void cuda_compat_launch(void (*k)(P...), dim3 grid, dim3 block, si
 /* Copies the arguments (converted to the kernel's parameter types), then
  * runs the grid at once, or records it when STREAM is capturing. */
 #define LAUNCH(kernel, grid, block, smem, stream, ...) \
+	::cuda_emu::launch(#kernel, __FILE__, __LINE__, kernel, (grid), (block), (smem), (stream), \
+		##__VA_ARGS__)
+
+/* The emulator runs every launch after the one before: PDL changes nothing. */
+#define LAUNCH_PDL(pdl, kernel, grid, block, smem, stream, ...) \
 	::cuda_emu::launch(#kernel, __FILE__, __LINE__, kernel, (grid), (block), (smem), (stream), \
 		##__VA_ARGS__)
 

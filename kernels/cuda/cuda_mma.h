@@ -19,9 +19,6 @@
  *   grid_dep_wait_prefetch
  *                    the same, after asking L2 for data the kernel will
  *                    read (prefetch.global.L2, sm_80+).
- *   cp_async16, cp_async_commit, cp_async_wait<N>
- *                    16-byte copies from global to shared memory that
- *                    complete in the background (cp.async, sm_80+).
  */
 #ifndef LLMD_CUDA_MMA_H
 #define LLMD_CUDA_MMA_H
@@ -76,7 +73,7 @@ static __device__ __forceinline__ void mma_s8_m16n8k32(int d[4], const int a[4],
 /* Holds the calling thread until the grids its launch depends on have
  * completed and their writes are visible (at once when the launch was an
  * ordinary one), then lets the kernel after it in the stream launch.  A
- * launch with programmatic stream serialization (cuda_compat_pdl,
+ * launch with programmatic stream serialization (LAUNCH_PDL,
  * cuda_compat.h) may start once every block of the kernel before it has
  * passed this point, so every kernel calls it before anything else: the
  * next kernel's blocks take SMs as this one's drain, and still read
@@ -93,7 +90,7 @@ static __device__ __forceinline__ void grid_dep_wait()
 /* grid_dep_wait, after the calling warp has asked L2 for the BYTES bytes at
  * P (nothing when P is NULL or BYTES 0): data the kernel will read that the
  * kernels before it do not write, weights say, so that a launch overlapping
- * its predecessor's tail (cuda_compat_pdl) has its first reads on their way
+ * its predecessor's tail (LAUNCH_PDL) has its first reads on their way
  * while it waits.  A prefetch changes no value.  Every lane of the warp
  * calls it with the same P and BYTES (lane i the 128-byte lines i, i + 32,
  * ... from P's line); [P, P + BYTES) lies in one allocation, which the
@@ -114,104 +111,6 @@ static __device__ __forceinline__ void grid_dep_wait_prefetch(const void *p, int
 		__trap();
 #endif
 	grid_dep_wait();
-}
-
-/* cp_async16(DST, SRC): 16 bytes from global SRC to shared DST (both
- * 16-byte aligned), landing in the background (cp.async.cg: through L2
- * only); cp_async_commit() closes the calling thread's copies issued since
- * its last commit into a group; cp_async_wait<N>() returns once at most N
- * of its groups are still in flight.  Another thread may read what a copy
- * wrote only after the issuer's wait and a barrier between them (a warp's:
- * __syncwarp), and a thread waits for all its copies (N = 0) before it
- * exits.  The portable branch copies at once; the emulator's writes DST
- * both when the copy is issued and again when the issuer's wait retires
- * its group (the same 16 bytes, read at issue): the device may write it at
- * any time in between, so that under TSan a read of DST that is not
- * ordered before the issue, or after the wait, races with one of the two
- * writes. */
-#ifdef CUDA_EMU /* (which never defines __CUDA_ARCH__) */
-#include <stdio.h>
-
-#define CP_ASYNC_MAX 32 /* copies a thread has in flight, at most (portable) */
-struct cp_async_state {
-	const void *owner; /* the fiber's view and block that issued these */
-	unsigned bx, by, bz;
-	int n, group;      /* copies held; groups committed */
-	void *dst[CP_ASYNC_MAX];
-	uint4 v[CP_ASYNC_MAX];
-	int g[CP_ASYNC_MAX];
-};
-
-static __device__ __forceinline__ cp_async_state &cp_async_self()
-{
-	__shared__ cp_async_state cp_async_threads[1024];
-	const unsigned tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-	cp_async_state &st = cp_async_threads[tid];
-	if (st.owner != cuda_emu_view() || st.bx != blockIdx.x || st.by != blockIdx.y || st.bz != blockIdx.z) {
-		if (st.n) { /* the contract above, broken by an earlier block */
-			printf("cp_async: a thread exited with %d copies in flight\n", st.n);
-			__trap();
-		}
-		st.owner = cuda_emu_view();
-		st.bx = blockIdx.x;
-		st.by = blockIdx.y;
-		st.bz = blockIdx.z;
-		st.group = 0;
-	}
-	return st;
-}
-#endif
-
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#elif !defined(CUDA_EMU)
-	*reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
-#else
-	cp_async_state &st = cp_async_self();
-	if (st.n == CP_ASYNC_MAX) {
-		printf("cp_async: more than %d copies in flight\n", CP_ASYNC_MAX);
-		__trap();
-	}
-	st.dst[st.n] = dst;
-	st.v[st.n] = *reinterpret_cast<const uint4 *>(src);
-	*reinterpret_cast<uint4 *>(dst) = st.v[st.n];
-	st.g[st.n++] = st.group;
-#endif
-}
-
-static __device__ __forceinline__ void cp_async_commit()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	asm volatile("cp.async.commit_group;" ::: "memory");
-#elif defined(CUDA_EMU)
-	cp_async_self().group++;
-#endif
-}
-
-template <int N>
-static __device__ __forceinline__ void cp_async_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#elif defined(CUDA_EMU)
-	/* the committed groups but the newest N land now, in the order
-	 * issued (copies not yet committed are not waited for) */
-	cp_async_state &st = cp_async_self();
-	int kept = 0;
-	for (int i = 0; i < st.n; i++) {
-		if (st.g[i] < st.group - N) {
-			*reinterpret_cast<uint4 *>(st.dst[i]) = st.v[i];
-			continue;
-		}
-		st.dst[kept] = st.dst[i];
-		st.v[kept] = st.v[i];
-		st.g[kept++] = st.g[i];
-	}
-	st.n = kept;
-#endif
 }
 
 #endif

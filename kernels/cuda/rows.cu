@@ -52,15 +52,6 @@ static int rows_launched(void)
 	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }
 
-extern "C" void cuda_set_pdl(int on)
-{
-#ifdef __CUDACC__
-	cuda_compat_pdl = on != 0;
-#else
-	(void)on; /* the emulator runs every launch after the one before */
-#endif
-}
-
 /* ---- embed ---- */
 
 /* Element E (0..255) of a Q4_K (QH == NULL) or Q5_K super-block's codes: quant.c's q45_k_code. */
@@ -201,7 +192,7 @@ static int rows_weight_check(const struct bk_weight *w)
 }
 
 extern "C" int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t T, float *out,
-	void *stream)
+	const struct cuda_launch *lc)
 {
 	int err;
 
@@ -212,8 +203,8 @@ extern "C" int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t
 	const int64_t chunks = (w->n_in + ROWS_THREADS - 1) / ROWS_THREADS;
 	if (!T)
 		return 0;
-	LAUNCH(embed_kernel, dim3((unsigned)T, (unsigned)chunks), ROWS_THREADS, 0,
-		(cudaStream_t)stream, (const uint8_t *)w->data, w->type, w->n_in, w->n_out,
+	LAUNCH_ON(lc, embed_kernel, dim3((unsigned)T, (unsigned)chunks), ROWS_THREADS, 0,
+		(const uint8_t *)w->data, w->type, w->n_in, w->n_out,
 		w->row_bytes, ids, out);
 	return rows_launched();
 }
@@ -234,7 +225,7 @@ static __global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, uint32_
 }
 
 extern "C" int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t n_rows, void *out,
-	void *stream)
+	const struct cuda_launch *lc)
 {
 	int err;
 
@@ -246,8 +237,8 @@ extern "C" int cuda_dequant_f16(const struct bk_weight *w, int64_t row0, int64_t
 	const int64_t chunks = (w->n_in + ROWS_THREADS - 1) / ROWS_THREADS;
 	if (!n_rows)
 		return 0;
-	LAUNCH(dequant_f16_kernel, dim3((unsigned)n_rows, (unsigned)chunks), ROWS_THREADS, 0,
-		(cudaStream_t)stream, (const uint8_t *)w->data, w->type, w->n_in, w->row_bytes, row0,
+	LAUNCH_ON(lc, dequant_f16_kernel, dim3((unsigned)n_rows, (unsigned)chunks), ROWS_THREADS, 0,
+		(const uint8_t *)w->data, w->type, w->n_in, w->row_bytes, row0,
 		(__half *)out);
 	return rows_launched();
 }
@@ -265,7 +256,7 @@ static __global__ void to_half_kernel(const float *__restrict__ x, int64_t n, in
 	}
 }
 
-extern "C" int cuda_to_half(const float *x, int64_t n, int bf16, void *out, void *stream)
+extern "C" int cuda_to_half(const float *x, int64_t n, int bf16, void *out, const struct cuda_launch *lc)
 {
 	if (n < 0 || (n && (!x || !out)) || (uintptr_t)out % 2)
 		return -EINVAL;
@@ -274,7 +265,7 @@ extern "C" int cuda_to_half(const float *x, int64_t n, int bf16, void *out, void
 	int64_t blocks = (n + ROWS_THREADS - 1) / ROWS_THREADS;
 	if (blocks > EW_MAX_BLOCKS)
 		blocks = EW_MAX_BLOCKS;
-	LAUNCH(to_half_kernel, (unsigned)blocks, ROWS_THREADS, 0, (cudaStream_t)stream, x, n, bf16, out);
+	LAUNCH_ON(lc, to_half_kernel, (unsigned)blocks, ROWS_THREADS, 0, x, n, bf16, out);
 	return rows_launched();
 }
 
@@ -346,13 +337,13 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
 }
 
 extern "C" int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n, float eps,
-	float *out, void *stream)
+	float *out, const struct cuda_launch *lc)
 {
 	if (T < 0 || n <= 0 || (T && (!x || !g || !out)))
 		return -EINVAL;
 	if (!T)
 		return 0;
-	LAUNCH(rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, g, n, eps,
+	LAUNCH_ON(lc, rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, x, g, n, eps,
 		out);
 	return rows_launched();
 }
@@ -375,13 +366,13 @@ static __global__ void add_rmsnorm_kernel(float *x, const float *y, const float 
 }
 
 extern "C" int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_t T, int64_t n,
-	float eps, float *out, void *stream)
+	float eps, float *out, const struct cuda_launch *lc)
 {
 	if (T < 0 || n <= 0 || (T && (!x || !y || !g || !out)))
 		return -EINVAL;
 	if (!T)
 		return 0;
-	LAUNCH(add_rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
+	LAUNCH_ON(lc, add_rmsnorm_kernel, (unsigned)T, ROWS_THREADS, 0, x, y, g, n,
 		eps, out);
 	return rows_launched();
 }
@@ -493,7 +484,7 @@ UNROLL
 
 /* cuda_add_rmsnorm_q8, or cuda_rmsnorm_q8 with Y NULL. */
 static int rows_norm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,
-	float *out, uint32_t vec, void *xq, size_t stride, void *stream)
+	float *out, uint32_t vec, void *xq, size_t stride, const struct cuda_launch *lc)
 {
 	const size_t need = q8_row_bytes(vec, n);
 	if (T < 0 || n <= 0 || n > INT32_MAX || !need || (T && (!x || !g || !out || !xq)) ||
@@ -502,27 +493,27 @@ static int rows_norm_q8(float *x, const float *y, const float *g, int32_t T, int
 	if (!T)
 		return 0;
 	if (vec == QT_Q8_K)
-		LAUNCH(add_rmsnorm_q8k_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
+		LAUNCH_ON(lc, add_rmsnorm_q8k_kernel, (unsigned)T, ROWS_THREADS, 0, x, y, g, n,
 			eps, out, (uint8_t *)xq, stride);
 	else
-		LAUNCH(add_rmsnorm_q8_kernel, (unsigned)T, ROWS_THREADS, 0, (cudaStream_t)stream, x, y, g, n,
+		LAUNCH_ON(lc, add_rmsnorm_q8_kernel, (unsigned)T, ROWS_THREADS, 0, x, y, g, n,
 			eps, out, vec == QT_Q8_1 ? 1 : 0, (uint8_t *)xq, stride);
 	return rows_launched();
 }
 
 extern "C" int cuda_add_rmsnorm_q8(float *x, const float *y, const float *g, int32_t T, int64_t n,
-	float eps, float *out, uint32_t vec, void *xq, size_t stride, void *stream)
+	float eps, float *out, uint32_t vec, void *xq, size_t stride, const struct cuda_launch *lc)
 {
 	if (T > 0 && !y)
 		return -EINVAL;
-	return rows_norm_q8(x, y, g, T, n, eps, out, vec, xq, stride, stream);
+	return rows_norm_q8(x, y, g, T, n, eps, out, vec, xq, stride, lc);
 }
 
 extern "C" int cuda_rmsnorm_q8(const float *x, const float *g, int32_t T, int64_t n, float eps,
-	float *out, uint32_t vec, void *xq, size_t stride, void *stream)
+	float *out, uint32_t vec, void *xq, size_t stride, const struct cuda_launch *lc)
 {
 	/* with no y the kernels only read x */
-	return rows_norm_q8(const_cast<float *>(x), NULL, g, T, n, eps, out, vec, xq, stride, stream);
+	return rows_norm_q8(const_cast<float *>(x), NULL, g, T, n, eps, out, vec, xq, stride, lc);
 }
 
 /* ---- rope ---- */
@@ -541,7 +532,7 @@ static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, i
 }
 
 extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_rot,
-	const int32_t *pos, float freq_base, enum bk_rope_style style, void *stream)
+	const int32_t *pos, float freq_base, enum bk_rope_style style, const struct cuda_launch *lc)
 {
 	if (T < 0 || n_head < 0 || head_dim < 0 || n_rot < 0 || n_rot > head_dim || n_rot % 2 ||
 	    n_rot > ROPE_MAX_ROT || (style != BK_ROPE_NORMAL && style != BK_ROPE_NEOX) ||
@@ -552,8 +543,8 @@ extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, 
 	if (!x || !pos)
 		return -EINVAL;
 	const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* the CPU's, on the host */
-	LAUNCH(rope_kernel, (unsigned)T, ROWS_THREADS, (size_t)(n_rot / 2) * sizeof(float2),
-		(cudaStream_t)stream, x, n_head, head_dim, n_rot, pos, theta_scale,
+	LAUNCH_ON(lc, rope_kernel, (unsigned)T, ROWS_THREADS, (size_t)(n_rot / 2) * sizeof(float2),
+		x, n_head, head_dim, n_rot, pos, theta_scale,
 		style == BK_ROPE_NEOX);
 	return rows_launched();
 }
@@ -624,19 +615,19 @@ static unsigned rows_ew_blocks(int64_t n)
 	return (unsigned)(b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS);
 }
 
-extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, void *stream)
+extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, const struct cuda_launch *lc)
 {
 	if (n < 0 || (n && (!g || !u || !out)))
 		return -EINVAL;
 	if (!n)
 		return 0;
-	LAUNCH(swiglu_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, (cudaStream_t)stream, g, u, n,
+	LAUNCH_ON(lc, swiglu_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, g, u, n,
 		out);
 	return rows_launched();
 }
 
 extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out,
-	uint32_t vec, void *xq, size_t stride, void *stream)
+	uint32_t vec, void *xq, size_t stride, const struct cuda_launch *lc)
 {
 	const size_t need = q8_row_bytes(vec, n_in);
 	if (T < 0 || n_in <= 0 || n_in > INT32_MAX || !need || (T && (!g || !u || !out || !xq)) ||
@@ -649,20 +640,20 @@ extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t
 	if (!T)
 		return 0;
 	if (vec == QT_Q8_K)
-		LAUNCH(swiglu_q8k_kernel, (unsigned)grid, ROWS_THREADS, 0, (cudaStream_t)stream, g, u, (int)n_in,
+		LAUNCH_ON(lc, swiglu_q8k_kernel, (unsigned)grid, ROWS_THREADS, 0, g, u, (int)n_in,
 			out, (uint8_t *)xq, stride);
 	else
-		LAUNCH(swiglu_q8_kernel, (unsigned)grid, ROWS_THREADS, 0, (cudaStream_t)stream, g, u, (int)n_in,
+		LAUNCH_ON(lc, swiglu_q8_kernel, (unsigned)grid, ROWS_THREADS, 0, g, u, (int)n_in,
 			n_blocks, out, vec == QT_Q8_1 ? 1 : 0, (uint8_t *)xq, stride);
 	return rows_launched();
 }
 
-extern "C" int cuda_add(float *x, const float *y, int64_t n, void *stream)
+extern "C" int cuda_add(float *x, const float *y, int64_t n, const struct cuda_launch *lc)
 {
 	if (n < 0 || (n && (!x || !y)))
 		return -EINVAL;
 	if (!n)
 		return 0;
-	LAUNCH(add_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, (cudaStream_t)stream, x, y, n);
+	LAUNCH_ON(lc, add_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, x, y, n);
 	return rows_launched();
 }
