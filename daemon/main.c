@@ -301,7 +301,9 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 	ep->device = d->cfg.device_index;
 	ep->graphs = d->cfg.graphs;
 	ep->gemm_rows = d->cfg.gemm_rows;
-	ep->cuda = d->cfg.cuda; /* llmd.conf's [cuda], not the environment */
+	/* llmd.conf's [cuda]; LLMD_CUDA_* variables, for experiments, over it */
+	ep->cuda = d->cfg.cuda;
+	cuda_tuning_from_env(&ep->cuda);
 	r = engine_choose_backend(d->cfg.backend, ep->device, &probe, &ep->backend, why, sizeof why);
 	if (r < 0) {
 		snprintf(err, errlen, "device.backend = %s: %s", d->cfg.backend, why);

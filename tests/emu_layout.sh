@@ -1,10 +1,10 @@
 #!/bin/sh
 # emu_layout.sh - the kernels/cuda layout rules that let the emulator
-# run the CUDA source (issue 5, item 7): every launch goes through LAUNCH and
-# dynamic shared memory through DYN_SHARED, both defined in cuda_compat.h
-# only; and every kernel's body begins with grid_dep_wait() (or
+# run the CUDA source (issue 5, item 7): every launch goes through LAUNCH
+# (or LAUNCH_PDL) and dynamic shared memory through DYN_SHARED, all defined
+# in cuda_compat.h only; and every kernel's body begins with grid_dep_wait() (or
 # grid_dep_wait_prefetch(), which prefetches, then waits), so that a launch
-# may overlap the kernel before it (cuda_compat_pdl).  Fails on any raw
+# may overlap the kernel before it (LAUNCH_PDL).  Fails on any raw
 # triple chevron or `extern __shared__` elsewhere, or a kernel without it.
 srcdir=${LLMD_SRCDIR:-$(dirname "$0")/..}
 dir=$srcdir/kernels/cuda

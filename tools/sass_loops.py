@@ -12,7 +12,7 @@ instructions it issues per 4096 MACs (one mma.sync m16n8k32):
     IMMA.MNK    M*N*K MACs per warp instruction (IMMA.16832: 4096)
     IDP.4A      4 per lane, 128 per warp instruction
 
-    tools/sass_loops.py kernels/cuda/matmul.cu [FILTER...]
+    tools/sass_loops.py kernels/cuda/matmul_mma.cu [FILTER...]
         [--arch sm_90] [--nvdisasm PATH] [--top N] [--all]
 
 nvdisasm is not in every CUDA toolkit install (this project's machines
