@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include <config.h>
 
+#include "clock.h"
 #include "llm.h"
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
@@ -347,6 +349,7 @@ static void put_fitted(const char *text, int cols)
 
 static int cmd_top(int argc, char **argv)
 {
+	sigset_t block, unblocked;
 	struct sigaction sa;
 	double interval = 1.0;
 	long count = -1;
@@ -370,11 +373,15 @@ static int cmd_top(int argc, char **argv)
 	if (interval < 0.1)
 		interval = 0.1;
 	signal(SIGINT, on_sigint);
-	/* A resized terminal interrupts the wait (no SA_RESTART) and redraws. */
+	/* A resized terminal ends the wait and redraws. */
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_sigwinch;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGWINCH, &sa, NULL);
+	sigemptyset(&block);
+	sigaddset(&block, SIGWINCH);
+	sigaddset(&block, SIGINT);
+	sigprocmask(SIG_BLOCK, &block, &unblocked);
 	cols = tty_columns();
 	for (long i = 0; (count < 0 || i < count) && !interrupted; i++) {
 		json_object *st, *ps;
@@ -408,9 +415,15 @@ static int cmd_top(int argc, char **argv)
 		json_object_put(st);
 		json_object_put(ps);
 		if (count < 0 || i + 1 < count) {
-			struct timespec ts = { (time_t)interval, (long)((interval - (time_t)interval) * 1e9) };
-			while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !resized && !interrupted)
-				;
+			/* SIGWINCH and SIGINT are blocked but here, where ppoll lets
+			 * them in atomically: one that came while the frame was
+			 * drawn ends the wait at once instead of being missed. */
+			double end = clock_s() + interval;
+			while (!resized && !interrupted && clock_s() < end) {
+				double left = end - clock_s();
+				struct timespec ts = { (time_t)left, (long)((left - (time_t)left) * 1e9) };
+				ppoll(NULL, 0, &ts, &unblocked);
+			}
 		}
 		if (resized) {
 			resized = 0;

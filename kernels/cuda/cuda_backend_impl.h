@@ -164,9 +164,11 @@ void cb_prof_read(struct cuda_backend *cb);
 void cb_prof_matmul(struct cuda_backend *cb, const struct bk_weight *const *w, int n);
 int cb_write_profile(struct backend *be, FILE *f);
 
-/* cuda_backend.c: errors, step buffers, the step's rows */
-int cb_fail_cuda(struct cuda_backend *cb, const char *call, cudaError_t e);
+/* cuda_backend.c: a launcher's result, timed and named */
 int cb_launched(struct cuda_backend *cb, const char *call, int r);
+
+/* cuda_step.c: errors, step buffers, the step's rows (below the others) */
+int cb_fail_cuda(struct cuda_backend *cb, const char *call, cudaError_t e);
 int cb_grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need);
 int cb_use_device(struct cuda_backend *cb);
 int cb_stage(struct cuda_backend *cb, size_t bytes);
