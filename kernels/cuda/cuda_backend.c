@@ -3,7 +3,7 @@
  * extern "C" launchers (cuda_ops.h).  The weight cache is cuda_weights.c's,
  * the recorded steps cuda_graphs.c's, LLMD_CUDA_PROFILE cuda_profile.c's,
  * the helpers all of them use (errors, step buffers, block tables)
- * cuda_step.c's; cuda_backend_impl.h is what they share.
+ * cuda_step.c's; cuda_private.h is what they share.
  *
  * Plain C against the CUDA runtime API, built twice: against the real
  * toolkit's headers next to the nvcc-built kernels (libcudabackend_gpu.a,
@@ -66,7 +66,7 @@
 #include <cublas_v2.h>
 
 #include "backend.h"
-#include "cuda_backend_impl.h"
+#include "cuda_private.h"
 #include "cuda_ops.h"
 #include "quant.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend_impl.h"
+#include "cuda_private.h"
 #include "quant.h"
 
 /* Adds the pending launches' times to their keys (waits for the last). */

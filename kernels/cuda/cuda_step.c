@@ -13,7 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "backend.h"
-#include "cuda_backend_impl.h"
+#include "cuda_private.h"
 
 /* ---- errors ---- */
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend_impl.h"
+#include "cuda_private.h"
 #include "quant.h"
 
 static size_t cb_hash(const void *p, size_t cap)

@@ -1,10 +1,10 @@
-/* cuda_backend_impl.h - the CUDA backend's private header: struct
+/* cuda_private.h - the CUDA backend's private header: struct
  * cuda_backend and what its files (cuda_backend.c, cuda_weights.c,
- * cuda_graphs.c, cuda_profile.c) share.  Nothing outside kernels/cuda
+ * cuda_graphs.c, cuda_profile.c, cuda_step.c) share.  Nothing outside kernels/cuda
  * includes it; the public interface is backend.h.
  */
-#ifndef LLMD_CUDA_BACKEND_IMPL_H
-#define LLMD_CUDA_BACKEND_IMPL_H
+#ifndef LLMD_CUDA_PRIVATE_H
+#define LLMD_CUDA_PRIVATE_H
 
 #include <stddef.h>
 #include <stdint.h>
