@@ -122,22 +122,27 @@ void server_send_error(struct llmd *d, struct conn *c, uint64_t id, uint32_t cod
 
 static struct llmd *g_d; /* the one daemon; libevent callbacks get the conn */
 
-static void conn_close(struct llmd *d, struct conn *c)
+void server_conn_remove(struct llmd *d, struct conn *c)
 {
 	uint32_t slot = c->id & 0xffff;
 
 	if (c->state == CONN_READY || c->state == CONN_CLOSING)
 		worker_detach(d->worker, c->id); /* harmless if never attached */
 	uid_release(d, c->uid, 1, c->n_live);
+	d->conns[slot] = NULL;
+	d->n_conns--;
+	free(c->live);
+	free(c);
+}
+
+static void conn_close(struct llmd *d, struct conn *c)
+{
 	if (c->bev) {
 		d->freed_bytes += evbuffer_get_length(bufferevent_get_output(c->bev)) +
 				  evbuffer_get_length(bufferevent_get_input(c->bev));
 		bufferevent_free(c->bev); /* closes the fd */
 	}
-	d->conns[slot] = NULL;
-	d->n_conns--;
-	free(c->live);
-	free(c);
+	server_conn_remove(d, c);
 }
 
 static void on_write_done(struct bufferevent *bev, void *arg)
@@ -274,10 +279,9 @@ static void send_admin_reply(struct llmd *d, struct conn *c, const struct proto_
 
 /* ---- SUBMIT ---- */
 
-/* Whether T (WHAT, number I when I >= 0) is valid UTF-8; else an ERROR
- * naming the first bad byte's offset went to request ID. */
-static int text_utf8_ok(struct llmd *d, struct conn *c, const char *what, int i, uint64_t id,
-			const struct proto_str *t)
+/* Whether T (WHAT, number I when I >= 0) is valid UTF-8; else MSG names
+ * the first bad byte's offset. */
+static int text_utf8_ok(const char *what, int i, const struct proto_str *t, char *msg, size_t msglen)
 {
 	size_t bad = utf8_check(t->p, t->len);
 	char num[16] = "";
@@ -286,15 +290,16 @@ static int text_utf8_ok(struct llmd *d, struct conn *c, const char *what, int i,
 		return 1;
 	if (i >= 0)
 		snprintf(num, sizeof num, " %d", i);
-	server_send_error(d, c, id, PROTO_E_INVAL, 0, "%s%s is not valid UTF-8 at byte %zu (0x%02x)",
-			  what, num, bad, (unsigned char)t->p[bad]);
+	snprintf(msg, msglen, "%s%s is not valid UTF-8 at byte %zu (0x%02x)", what, num, bad,
+		 (unsigned char)t->p[bad]);
 	return 0;
 }
 
 /* The prompt text of S: the raw prompt, or the chat rendered with the
- * model's template.  Returns its length and a malloc'd string, or -1 after
- * sending the error. */
-static ssize_t prompt_text(struct llmd *d, struct conn *c, const struct proto_submit *s, char **ret)
+ * model's template.  Returns its length and a malloc'd string in *RET, or
+ * -1 with an error code in *CODE and MSG. */
+static ssize_t prompt_text(struct llmd *d, const struct proto_submit *s, char **ret, uint32_t *code,
+			   char *msg, size_t msglen)
 {
 	static const char *const roles[] = { NULL, "system", "user", "assistant" };
 	const struct model *m = d->model;
@@ -302,27 +307,24 @@ static ssize_t prompt_text(struct llmd *d, struct conn *c, const struct proto_su
 	size_t total = 0;
 	int r;
 
+	*code = PROTO_E_INTERNAL;
+	snprintf(msg, msglen, "out of memory");
 	if (!(s->flags & PROTO_SUBMIT_CHAT)) {
 		/* Empty is fine where the model adds BOS: a story from nothing. */
 		*ret = s->prompt.len ? strndup(s->prompt.p, s->prompt.len) : strdup("");
-		if (!*ret) {
-			server_send_error(d, c, s->id, PROTO_E_INTERNAL, 0, "out of memory");
-			return -1;
-		}
-		return (ssize_t)s->prompt.len;
+		return *ret ? (ssize_t)s->prompt.len : -1;
 	}
 	if (!m->chat.kind) {
-		server_send_error(d, c, s->id, PROTO_E_NOTEMPLATE, 0,
-				  "model %s has no chat template llmd knows; send a plain prompt", m->name);
+		*code = PROTO_E_NOTEMPLATE;
+		snprintf(msg, msglen, "model %s has no chat template llmd knows; send a plain prompt",
+			 m->name);
 		return -1;
 	}
 	for (uint32_t i = 0; i < s->n_messages; i++)
 		total += s->messages[i].content.len;
 	msgs = calloc(s->n_messages, sizeof *msgs);
-	if (!msgs) {
-		server_send_error(d, c, s->id, PROTO_E_INTERNAL, 0, "out of memory");
+	if (!msgs)
 		return -1;
-	}
 	for (uint32_t i = 0; i < s->n_messages; i++) {
 		msgs[i].role = roles[s->messages[i].role];
 		msgs[i].content = strndup(s->messages[i].content.p, s->messages[i].content.len);
@@ -333,177 +335,203 @@ static ssize_t prompt_text(struct llmd *d, struct conn *c, const struct proto_su
 	for (uint32_t i = 0; i < s->n_messages; i++)
 		free((char *)msgs[i].content);
 	free(msgs);
+	if (r == -ENOMEM)
+		return -1;
 	if (r < 0) {
-		server_send_error(d, c, s->id, r == -ENOMEM ? PROTO_E_INTERNAL : PROTO_E_INVAL, 0,
-				  r == -ENOMEM ? "out of memory"
-					       : "the %s template cannot render this conversation",
-				  chat_template_name(m->chat.kind));
+		*code = PROTO_E_INVAL;
+		snprintf(msg, msglen, "the %s template cannot render this conversation",
+			 chat_template_name(m->chat.kind));
 		return -1;
 	}
 	return r;
 }
 
-static void handle_submit(struct llmd *d, struct conn *c, const struct proto_frame *f)
+uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_submit *s,
+			     struct worker_req **ret, char *msg, size_t msglen)
 {
-	static struct proto_submit_buf sb; /* event-loop thread only */
-	struct proto_submit s;
 	struct uid_use *u = uid_use(d, c->uid, 0);
 	struct worker_req *r = NULL;
 	size_t bytes = 0;
 	int32_t limit_tok, n;
 	char *text = NULL;
 	ssize_t len;
+	uint32_t code = PROTO_E_INTERNAL;
 	const struct model *m = d->model;
 	const struct engine *e = worker_engine(d->worker);
+
+	*ret = NULL;
+	if (d->draining) {
+		snprintf(msg, msglen, "%s",
+			 d->stopping ? "llmd is shutting down" : "llmd is draining: not taking new requests");
+		return PROTO_E_DRAINING;
+	}
+	if (conn_find_live(c, s->id) >= 0) {
+		snprintf(msg, msglen, "request id %llu is already live", (unsigned long long)s->id);
+		return PROTO_E_DUPLICATE;
+	}
+	if (c->n_live >= d->cfg.requests_per_connection || (u && u->live >= d->cfg.requests_per_uid)) {
+		/* A client may have read a FINAL whose DONE note is still queued:
+		 * take the notes before refusing. */
+		server_take_notes(d);
+		if (c->state == CONN_CLOSING) {
+			snprintf(msg, msglen, "the connection is closing");
+			return PROTO_E_STATE;
+		}
+		u = uid_use(d, c->uid, 0);
+	}
+	if (c->n_live >= d->cfg.requests_per_connection) {
+		snprintf(msg, msglen, "%d requests in flight on this connection (limits.requests_per_connection)",
+			 c->n_live);
+		return PROTO_E_LIMIT;
+	}
+	if (u && u->live >= d->cfg.requests_per_uid) {
+		snprintf(msg, msglen, "%d requests in flight for uid %u (limits.requests_per_uid)", u->live,
+			 (unsigned)c->uid);
+		return PROTO_E_LIMIT;
+	}
+	/* What the engine would refuse, refused here with the parameter's name. */
+	struct sampler_params sp = {
+		.temperature = s->temperature, .top_k = s->top_k, .top_p = s->top_p, .min_p = s->min_p,
+		.repeat_penalty = s->repeat_penalty, .presence_penalty = s->presence_penalty,
+		.frequency_penalty = s->frequency_penalty, .penalty_last_n = s->repeat_last_n,
+		.seed = s->seed,
+	};
+	/* A history longer than the context holds every token anyway. */
+	if (sp.penalty_last_n > engine_n_ctx(e))
+		sp.penalty_last_n = engine_n_ctx(e);
+	if (sampler_params_check(&sp, msg, msglen) < 0)
+		return PROTO_E_INVAL;
+	if (s->max_tokens > d->cfg.max_tokens) {
+		snprintf(msg, msglen, "max_tokens %d is over the limit of %d (limits.max_tokens)",
+			 s->max_tokens, d->cfg.max_tokens);
+		return PROTO_E_LIMIT;
+	}
+	bytes = s->prompt.len;
+	for (uint32_t i = 0; i < s->n_messages; i++)
+		bytes += s->messages[i].content.len;
+	if (bytes > (size_t)d->cfg.prompt_bytes) {
+		snprintf(msg, msglen, "the prompt is %zu bytes, over the limit of %d (limits.prompt_bytes)",
+			 bytes, d->cfg.prompt_bytes);
+		return PROTO_E_TOOBIG;
+	}
+	if (!text_utf8_ok("the prompt", -1, &s->prompt, msg, msglen))
+		return PROTO_E_INVAL;
+	for (uint32_t i = 0; i < s->n_messages; i++)
+		if (!text_utf8_ok("message", (int)i, &s->messages[i].content, msg, msglen))
+			return PROTO_E_INVAL;
+	for (uint32_t i = 0; i < s->n_stops; i++)
+		if (!text_utf8_ok("stop string", (int)i, &s->stops[i], msg, msglen))
+			return PROTO_E_INVAL;
+	if ((len = prompt_text(d, s, &text, &code, msg, msglen)) < 0)
+		return code;
+
+	code = PROTO_E_INTERNAL;
+	snprintf(msg, msglen, "out of memory");
+	limit_tok = d->cfg.prompt_tokens ? d->cfg.prompt_tokens : engine_n_ctx(e) - 1;
+	if (limit_tok > engine_n_ctx(e) - 1)
+		limit_tok = engine_n_ctx(e) - 1;
+	r = calloc(1, sizeof *r);
+	if (!r || !(r->prompt = malloc((size_t)(limit_tok + 1) * sizeof *r->prompt)))
+		goto fail;
+	n = tokenizer_encode(m->tok, text, (size_t)len, tokenizer_add_bos(m->tok), 1, r->prompt,
+			     limit_tok + 1);
+	code = n < 0 || n == 0 ? PROTO_E_INVAL : PROTO_E_TOOBIG;
+	if (n < 0) {
+		snprintf(msg, msglen, "cannot tokenize the prompt");
+		goto fail;
+	}
+	if (n > limit_tok) {
+		snprintf(msg, msglen, "the prompt is %d tokens, over the limit of %d", n, limit_tok);
+		goto fail;
+	}
+	if (n == 0) {
+		snprintf(msg, msglen, "the prompt is empty");
+		goto fail;
+	}
+	code = PROTO_E_INTERNAL;
+	snprintf(msg, msglen, "out of memory");
+	r->n_prompt = n;
+	r->conn_id = c->id;
+	r->client_id = s->id;
+	r->uid = (uint32_t)c->uid;
+	r->priority = s->priority;
+	if (!c->is_admin) {
+		int32_t mp = d->cfg.max_priority;
+		r->priority = r->priority > mp ? mp : r->priority < -mp ? -mp : r->priority;
+		if (r->priority != s->priority)
+			snprintf(r->notice, sizeof r->notice,
+				 "priority %d was clamped to %d (limits.max_priority; admins are not "
+				 "clamped)", s->priority, r->priority);
+	}
+	r->max_tokens = s->max_tokens;
+	r->ignore_eos = !!(s->flags & PROTO_SUBMIT_IGNORE_EOS);
+	r->logprobs = !!(s->flags & PROTO_SUBMIT_LOGPROBS);
+	r->sampling = sp;
+	if (!(s->flags & PROTO_SUBMIT_SEED) &&
+	    getrandom(&r->sampling.seed, sizeof r->sampling.seed, GRND_NONBLOCK) != sizeof r->sampling.seed)
+		r->sampling.seed = (uint64_t)clock_s() * 1000003u ^ (uint64_t)d->next_gid;
+	if (s->n_stops) {
+		if (!(r->stops = calloc(s->n_stops, sizeof *r->stops)))
+			goto fail;
+		for (uint32_t i = 0; i < s->n_stops; i++) {
+			if (!(r->stops[i] = strndup(s->stops[i].p, s->stops[i].len)))
+				goto fail;
+			r->n_stops++;
+		}
+	}
+	free(text);
+	*ret = r;
+	return 0;
+fail:
+	worker_req_free(r);
+	free(text);
+	return code;
+}
+
+uint32_t server_post_request(struct llmd *d, struct conn *c, struct worker_req *r, char *msg,
+			     size_t msglen)
+{
+	struct uid_use *u;
+
+	if (c->n_live == c->cap_live) {
+		int32_t cap = c->cap_live ? c->cap_live * 2 : 8;
+		struct conn_req *p = realloc(c->live, (size_t)cap * sizeof *p);
+		if (!p) {
+			worker_req_free(r);
+			snprintf(msg, msglen, "out of memory");
+			return PROTO_E_INTERNAL;
+		}
+		c->live = p;
+		c->cap_live = cap;
+	}
+	r->gid = ++d->next_gid;
+	c->live[c->n_live++] = (struct conn_req){ .client_id = r->client_id, .gid = r->gid };
+	if ((u = uid_use(d, c->uid, 1)))
+		u->live++;
+	c->requests++;
+	d->requests_total++;
+	worker_submit(d->worker, r); /* the worker owns R now */
+	return 0;
+}
+
+static void handle_submit(struct llmd *d, struct conn *c, const struct proto_frame *f)
+{
+	static struct proto_submit_buf sb; /* event-loop thread only */
+	struct proto_submit s;
+	struct worker_req *r;
+	char msg[PROTO_MAX_ERRMSG + 1];
+	uint32_t code;
 
 	if (proto_decode_submit(f, &sb, &s) < 0) {
 		d->bad_frames++;
 		server_send_error(d, c, 0, PROTO_E_BADFRAME, 1, "malformed SUBMIT");
 		return;
 	}
-	if (d->draining) {
-		server_send_error(d, c, s.id, PROTO_E_DRAINING, 0,
-				  d->stopping ? "llmd is shutting down" : "llmd is draining: not taking new requests");
-		return;
-	}
-	if (conn_find_live(c, s.id) >= 0) {
-		server_send_error(d, c, s.id, PROTO_E_DUPLICATE, 0, "request id %llu is already live",
-				  (unsigned long long)s.id);
-		return;
-	}
-	if (c->n_live >= d->cfg.requests_per_connection || (u && u->live >= d->cfg.requests_per_uid)) {
-		/* A client may have read a FINAL whose DONE note is still queued:
-		 * take the notes before refusing. */
-		server_take_notes(d);
-		if (c->state == CONN_CLOSING)
-			return;
-		u = uid_use(d, c->uid, 0);
-	}
-	if (c->n_live >= d->cfg.requests_per_connection) {
-		server_send_error(d, c, s.id, PROTO_E_LIMIT, 0,
-				  "%d requests in flight on this connection (limits.requests_per_connection)",
-				  c->n_live);
-		return;
-	}
-	if (u && u->live >= d->cfg.requests_per_uid) {
-		server_send_error(d, c, s.id, PROTO_E_LIMIT, 0,
-				  "%d requests in flight for uid %u (limits.requests_per_uid)", u->live,
-				  (unsigned)c->uid);
-		return;
-	}
-	/* What the engine would refuse, refused here with the parameter's name. */
-	struct sampler_params sp = {
-		.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p, .min_p = s.min_p,
-		.repeat_penalty = s.repeat_penalty, .presence_penalty = s.presence_penalty,
-		.frequency_penalty = s.frequency_penalty, .penalty_last_n = s.repeat_last_n,
-		.seed = s.seed,
-	};
-	/* A history longer than the context holds every token anyway. */
-	if (sp.penalty_last_n > engine_n_ctx(e))
-		sp.penalty_last_n = engine_n_ctx(e);
-	char why[160];
-	if (sampler_params_check(&sp, why, sizeof why) < 0) {
-		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "%s", why);
-		return;
-	}
-	if (s.max_tokens > d->cfg.max_tokens) {
-		server_send_error(d, c, s.id, PROTO_E_LIMIT, 0,
-				  "max_tokens %d is over the limit of %d (limits.max_tokens)", s.max_tokens,
-				  d->cfg.max_tokens);
-		return;
-	}
-	bytes = s.prompt.len;
-	for (uint32_t i = 0; i < s.n_messages; i++)
-		bytes += s.messages[i].content.len;
-	if (bytes > (size_t)d->cfg.prompt_bytes) {
-		server_send_error(d, c, s.id, PROTO_E_TOOBIG, 0,
-				  "the prompt is %zu bytes, over the limit of %d (limits.prompt_bytes)", bytes,
-				  d->cfg.prompt_bytes);
-		return;
-	}
-	if (!text_utf8_ok(d, c, "the prompt", -1, s.id, &s.prompt))
-		return;
-	for (uint32_t i = 0; i < s.n_messages; i++)
-		if (!text_utf8_ok(d, c, "message", (int)i, s.id, &s.messages[i].content))
-			return;
-	for (uint32_t i = 0; i < s.n_stops; i++)
-		if (!text_utf8_ok(d, c, "stop string", (int)i, s.id, &s.stops[i]))
-			return;
-	if ((len = prompt_text(d, c, &s, &text)) < 0)
-		return;
-
-	limit_tok = d->cfg.prompt_tokens ? d->cfg.prompt_tokens : engine_n_ctx(e) - 1;
-	if (limit_tok > engine_n_ctx(e) - 1)
-		limit_tok = engine_n_ctx(e) - 1;
-	r = calloc(1, sizeof *r);
-	if (!r || !(r->prompt = malloc((size_t)(limit_tok + 1) * sizeof *r->prompt)))
-		goto nomem;
-	n = tokenizer_encode(m->tok, text, (size_t)len, tokenizer_add_bos(m->tok), 1, r->prompt,
-			     limit_tok + 1);
-	if (n < 0) {
-		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "cannot tokenize the prompt");
-		goto fail;
-	}
-	if (n > limit_tok) {
-		server_send_error(d, c, s.id, PROTO_E_TOOBIG, 0,
-				  "the prompt is %d tokens, over the limit of %d", n, limit_tok);
-		goto fail;
-	}
-	if (n == 0) {
-		server_send_error(d, c, s.id, PROTO_E_INVAL, 0, "the prompt is empty");
-		goto fail;
-	}
-	r->n_prompt = n;
-	r->gid = ++d->next_gid;
-	r->conn_id = c->id;
-	r->client_id = s.id;
-	r->uid = (uint32_t)c->uid;
-	r->priority = s.priority;
-	if (!c->is_admin) {
-		int32_t mp = d->cfg.max_priority;
-		r->priority = r->priority > mp ? mp : r->priority < -mp ? -mp : r->priority;
-		if (r->priority != s.priority)
-			snprintf(r->notice, sizeof r->notice,
-				 "priority %d was clamped to %d (limits.max_priority; admins are not "
-				 "clamped)", s.priority, r->priority);
-	}
-	r->max_tokens = s.max_tokens;
-	r->ignore_eos = !!(s.flags & PROTO_SUBMIT_IGNORE_EOS);
-	r->logprobs = !!(s.flags & PROTO_SUBMIT_LOGPROBS);
-	r->sampling = sp;
-	if (!(s.flags & PROTO_SUBMIT_SEED) &&
-	    getrandom(&r->sampling.seed, sizeof r->sampling.seed, GRND_NONBLOCK) != sizeof r->sampling.seed)
-		r->sampling.seed = (uint64_t)clock_s() * 1000003u ^ r->gid;
-	if (s.n_stops) {
-		if (!(r->stops = calloc(s.n_stops, sizeof *r->stops)))
-			goto nomem;
-		for (uint32_t i = 0; i < s.n_stops; i++) {
-			if (!(r->stops[i] = strndup(s.stops[i].p, s.stops[i].len)))
-				goto nomem;
-			r->n_stops++;
-		}
-	}
-	if (c->n_live == c->cap_live) {
-		int32_t cap = c->cap_live ? c->cap_live * 2 : 8;
-		struct conn_req *p = realloc(c->live, (size_t)cap * sizeof *p);
-		if (!p)
-			goto nomem;
-		c->live = p;
-		c->cap_live = cap;
-	}
-	c->live[c->n_live++] = (struct conn_req){ .client_id = s.id, .gid = r->gid };
-	if ((u = uid_use(d, c->uid, 1)))
-		u->live++;
-	c->requests++;
-	d->requests_total++;
-	free(text);
-	worker_submit(d->worker, r); /* the worker owns R now */
-	return;
-nomem:
-	server_send_error(d, c, s.id, PROTO_E_INTERNAL, 0, "out of memory");
-fail:
-	worker_req_free(r);
-	free(text);
+	code = server_make_request(d, c, &s, &r, msg, sizeof msg);
+	if (!code)
+		code = server_post_request(d, c, r, msg, sizeof msg);
+	if (code && c->state != CONN_CLOSING)
+		server_send_error(d, c, s.id, code, 0, "%s", msg);
 }
 
 /* ---- frames ---- */
@@ -671,8 +699,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 
 	for (int k = 0; k < FRAMES_PER_EVENT; k++) {
 		struct conn *c;
-		struct uid_use *u;
-		uint32_t slot;
+		char msg[160];
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
@@ -695,25 +722,15 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 		}
 		read_comm(c->pid, c->comm, sizeof c->comm);
 		c->is_admin = admin_allowed(d, c->uid, c->gid);
-		for (slot = 0; slot < d->max_conn_slots && d->conns[slot]; slot++)
-			;
 		c->bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
 		if (!c->bev) {
 			close(fd);
 			free(c);
 			continue;
 		}
-		bufferevent_setcb(c->bev, on_read, on_write, on_conn_event, c);
-		bufferevent_setwatermark(c->bev, EV_READ, 0, READ_AHEAD);
-		/* Admins have limits.admin_connections more, so that other users'
-		 * connections can never lock them out. */
-		if (slot >= d->max_conn_slots ||
-		    d->n_conns >= d->cfg.max_connections + (c->is_admin ? d->cfg.admin_connections : 0)) {
+		if (server_conn_add(d, c, msg, sizeof msg)) {
 			/* Say why, then go; nothing of this connection is kept. */
-			uint8_t buf[256];
-			const char *msg = c->is_admin
-				? "too many connections (limits.max_connections and limits.admin_connections)"
-				: "too many connections (limits.max_connections)";
+			uint8_t buf[PROTO_HDR_SIZE + 16 + sizeof msg];
 			struct proto_error e = { 0, PROTO_E_LIMIT, { msg, (uint32_t)strlen(msg) } };
 			ssize_t n = proto_encode_error(buf, sizeof buf, &e);
 			if (n > 0)
@@ -723,21 +740,42 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 			free(c);
 			continue;
 		}
-		c->id = slot | (uint32_t)++d->conn_gen[slot] << 16;
-		d->conns[slot] = c;
-		d->n_conns++;
-		d->conns_total++;
-		u = uid_use(d, c->uid, 1);
-		if (u)
-			u->conns++;
+		bufferevent_setcb(c->bev, on_read, on_write, on_conn_event, c);
+		bufferevent_setwatermark(c->bev, EV_READ, 0, READ_AHEAD);
 		bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-		if (!u || u->conns > d->cfg.connections_per_uid) {
-			server_send_error(d, c, 0, PROTO_E_LIMIT, 1,
-					  "uid %u has %d connections open (limits.connections_per_uid)",
-					  (unsigned)c->uid, u ? u->conns - 1 : 0);
-			continue;
-		}
 	}
+}
+
+uint32_t server_conn_add(struct llmd *d, struct conn *c, char *msg, size_t msglen)
+{
+	struct uid_use *u;
+	uint32_t slot;
+
+	for (slot = 0; slot < d->max_conn_slots && d->conns[slot]; slot++)
+		;
+	/* Admins have limits.admin_connections more, so that other users'
+	 * connections can never lock them out. */
+	if (slot >= d->max_conn_slots ||
+	    d->n_conns >= d->cfg.max_connections + (c->is_admin ? d->cfg.admin_connections : 0)) {
+		snprintf(msg, msglen, "%s", c->is_admin
+			 ? "too many connections (limits.max_connections and limits.admin_connections)"
+			 : "too many connections (limits.max_connections)");
+		return PROTO_E_LIMIT;
+	}
+	u = uid_use(d, c->uid, 1);
+	if (!u || u->conns >= d->cfg.connections_per_uid) {
+		snprintf(msg, msglen, "uid %u has %d connections open (limits.connections_per_uid)",
+			 (unsigned)c->uid, u ? u->conns : 0);
+		if (u)
+			uid_release(d, c->uid, 0, 0);
+		return PROTO_E_LIMIT;
+	}
+	u->conns++;
+	c->id = slot | (uint32_t)++d->conn_gen[slot] << 16;
+	d->conns[slot] = c;
+	d->n_conns++;
+	d->conns_total++;
+	return 0;
 }
 
 /* ---- notes from the engine thread ---- */
