@@ -67,7 +67,7 @@ while IFS= read -r line; do
 	case $line in
 	"" | "#"*) continue ;;
 	*"&") # the daemon, in the background: wait for its socket
-		eval "${line%&}" > "$tmp/out/llmd.log" 2>&1 &
+		eval "exec ${line%&}" > "$tmp/out/llmd.log" 2>&1 &
 		pid=$!
 		i=0
 		while [ ! -S "$sock" ] && [ $i -lt 100 ] && kill -0 "$pid" 2>/dev/null; do
