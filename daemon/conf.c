@@ -34,6 +34,9 @@ static const struct opt opts[] = {
 	{ "server", "socket_group", OPT_STR, F(socket_group), 0, 0, NULL },
 	{ "server", "admin_group", OPT_STR, F(admin_group), 0, 0, NULL },
 	{ "server", "grace_s", OPT_INT, F(grace_s), 0, 3600, NULL },
+	{ "http", "socket", OPT_STR, F(http_socket), 0, 0, NULL },
+	{ "http", "max_body_kib", OPT_INT, F(http_max_body_kib), 1, 1 << 20, NULL },
+	{ "http", "timeout_s", OPT_INT, F(http_timeout_s), 1, 86400, NULL },
 	{ "device", "backend", OPT_STR, F(backend), 0, 0, backends },
 	{ "device", "index", OPT_INT, F(device_index), 0, 255, NULL },
 	{ "device", "threads", OPT_INT, F(threads), 0, 256, NULL },
@@ -84,6 +87,9 @@ void conf_default(struct llmd_conf *c)
 	c->socket_mode = 0660;
 	strcpy(c->admin_group, "llm-admin");
 	c->grace_s = 10;
+	strcpy(c->http_socket, "auto");
+	c->http_max_body_kib = 4096;
+	c->http_timeout_s = 30;
 	strcpy(c->backend, "auto");
 	c->graphs = 1;
 	cuda_tuning_defaults(&c->cuda);

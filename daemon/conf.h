@@ -29,6 +29,10 @@ struct llmd_conf {
 	char socket_group[64];         /* group of the socket we bind; "" = ours */
 	char admin_group[64];          /* members may run admin commands (root always may) */
 	int32_t grace_s;               /* SIGTERM: seconds in-flight requests may finish */
+	/* [http] */
+	char http_socket[108];         /* the HTTP front's Unix socket: auto, off, or a path */
+	int32_t http_max_body_kib;     /* request bodies, KiB */
+	int32_t http_timeout_s;        /* reading a request (and writing an answer) may take this */
 	/* [device] */
 	char backend[16];              /* auto | cpu | cuda */
 	int32_t device_index;          /* CUDA device */

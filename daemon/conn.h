@@ -44,6 +44,8 @@ struct conn {
 	struct conn_req *live;       /* (n_live) requests in flight */
 	int32_t n_live, cap_live;
 	uint64_t requests;           /* submitted over the connection's life */
+	int http;                    /* an HTTP request's entry (http.c): no socket, no bev;
+	                                http.c reads its ring and ends it */
 };
 
 /* The connection with id ID, or NULL. */

@@ -17,6 +17,7 @@ struct event_base;
 struct model;
 struct worker;
 struct conn;
+struct http_front;
 
 /* Requests and connections one user holds (the per-uid limits). */
 struct uid_use {
@@ -40,6 +41,8 @@ struct llmd {
 	int listen_fd;
 	int socket_activated;        /* the fd came from systemd */
 	char socket_path[108];       /* what we bound (unlinked at exit), "" when activated */
+	struct http_front *http;     /* the HTTP front (http.c), NULL when off */
+	char http_socket_path[108];  /* its socket file (unlinked at exit), "" when none */
 	/* connections, by slot; a conn id is slot | generation << 16 */
 	struct conn **conns;         /* (max_conn_slots) */
 	uint16_t *conn_gen;          /* (max_conn_slots) */

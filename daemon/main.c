@@ -30,6 +30,7 @@
 #include "conf.h"
 #include "conn.h"
 #include "engine.h"
+#include "http.h"
 #include "kv_pool.h"
 #include "llmd.h"
 #include "log.h"
@@ -74,6 +75,7 @@ static void begin_stop(struct llmd *d, const char *why)
 	log_msg(LOG_INFO, "%s: stopping, %lld requests in flight, grace %d s", why,
 		 (long long)conn_live_total(d), d->cfg.grace_s);
 	server_stop_listening(d);
+	http_stop_listening(d);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -227,44 +229,107 @@ static void raise_nofile(void)
 	}
 }
 
-/* The listening socket: systemd's (socket activation) or one we bind. */
-static int open_socket(struct llmd *d, char *err, size_t errlen)
+/* Gives the socket file PATH to GROUP ("" leaves it ours).  0 or -EPERM
+ * with a message. */
+static int give_group(const char *path, const char *group, char *err, size_t errlen)
 {
-	int n = sd_listen_fds(1), fd;
+	struct group gr, *res = NULL;
+	char buf[4096];
 
-	if (n > 1) {
-		snprintf(err, errlen, "systemd passed %d sockets; llmd wants one", n);
+	if (!group[0])
+		return 0;
+	if (getgrnam_r(group, &gr, buf, sizeof buf, &res) != 0 || !res ||
+	    chown(path, (uid_t)-1, gr.gr_gid) < 0) {
+		snprintf(err, errlen, "cannot give %s to group %s", path, group);
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* A socket systemd passed: listening, Unix, stream; made non-blocking. */
+static int activated_fd(int fd, const char *name, char *err, size_t errlen)
+{
+	if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {
+		snprintf(err, errlen, "the socket systemd passed (%s) is not a listening Unix stream socket",
+			 name);
 		return -EINVAL;
 	}
-	if (n == 1) {
-		fd = SD_LISTEN_FDS_START;
-		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {
-			snprintf(err, errlen, "the socket systemd passed is not a listening Unix stream socket");
-			return -EINVAL;
-		}
-		if (evutil_make_socket_nonblocking(fd) < 0 || evutil_make_socket_closeonexec(fd) < 0) {
-			snprintf(err, errlen, "cannot make the activated socket non-blocking");
-			return -EIO;
-		}
-		d->socket_activated = 1;
-		return fd;
+	if (evutil_make_socket_nonblocking(fd) < 0 || evutil_make_socket_closeonexec(fd) < 0) {
+		snprintf(err, errlen, "cannot make the activated socket (%s) non-blocking", name);
+		return -EIO;
 	}
-	fd = usock_listen(d->cfg.socket_path, d->cfg.socket_mode, 512, err, errlen);
-	if (fd < 0)
-		return fd;
-	snprintf(d->socket_path, sizeof d->socket_path, "%s", d->cfg.socket_path);
-	if (d->cfg.socket_group[0]) {
-		struct group gr, *res = NULL;
-		char buf[4096];
-		if (getgrnam_r(d->cfg.socket_group, &gr, buf, sizeof buf, &res) != 0 || !res ||
-		    chown(d->cfg.socket_path, (uid_t)-1, gr.gr_gid) < 0) {
-			snprintf(err, errlen, "cannot give %s to group %s", d->cfg.socket_path,
-				 d->cfg.socket_group);
+	return fd;
+}
+
+/* The listening sockets: systemd's (socket activation: the native one, and
+ * the HTTP front's when its fd is named "http", FileDescriptorName=http) or
+ * the ones we bind.  Returns the native fd, the HTTP front's in *HTTP_FD
+ * (-1: none). */
+static int open_sockets(struct llmd *d, int *http_fd, char *err, size_t errlen)
+{
+	char **names = NULL, http_path[108];
+	int n = sd_listen_fds_with_names(1, &names), fd = -1, r = 0;
+
+	*http_fd = -1;
+	for (int i = 0; i < n && r >= 0; i++) {
+		const char *name = names && names[i] ? names[i] : "unnamed";
+		int is_http = !strcmp(name, "http");
+		if ((is_http && *http_fd >= 0) || (!is_http && fd >= 0)) {
+			snprintf(err, errlen, "systemd passed %d sockets; llmd takes one, and one named "
+				 "\"http\" (FileDescriptorName=http) for the HTTP front", n);
+			r = -EINVAL;
+		} else if ((r = activated_fd(SD_LISTEN_FDS_START + i, name, err, errlen)) >= 0) {
+			*(is_http ? http_fd : &fd) = r;
+		}
+	}
+	for (int i = 0; names && i < n; i++)
+		free(names[i]);
+	free(names);
+	if (r < 0)
+		return r;
+	if (n > 0 && fd < 0) {
+		snprintf(err, errlen, "systemd passed only the HTTP front's socket");
+		return -EINVAL;
+	}
+	if (fd >= 0) {
+		d->socket_activated = 1;
+	} else {
+		fd = usock_listen(d->cfg.socket_path, d->cfg.socket_mode, 512, err, errlen);
+		if (fd < 0)
+			return fd;
+		snprintf(d->socket_path, sizeof d->socket_path, "%s", d->cfg.socket_path);
+		if ((r = give_group(d->cfg.socket_path, d->cfg.socket_group, err, errlen)) < 0) {
 			close(fd);
 			unlink(d->cfg.socket_path);
-			return -EPERM;
+			d->socket_path[0] = 0;
+			return r;
 		}
 	}
+	/* The HTTP front's, when systemd did not pass it: "auto" only where we
+	 * bound the native one too. */
+	http_socket_path(&d->cfg, http_path, sizeof http_path);
+	if (*http_fd >= 0 || !http_path[0] || (d->socket_activated && !strcmp(d->cfg.http_socket, "auto")))
+		return fd;
+	*http_fd = usock_listen(http_path, d->cfg.socket_mode, 512, err, errlen);
+	if (*http_fd < 0 || (r = give_group(http_path, d->cfg.socket_group, err, errlen)) < 0) {
+		if (*http_fd >= 0) {
+			close(*http_fd);
+			unlink(http_path);
+		}
+		*http_fd = -1;
+		if (!strcmp(d->cfg.http_socket, "auto")) {
+			/* the default: the native socket serves on without it */
+			log_msg(LOG_WARNING, "no HTTP front: %s: %s (set http.socket, or off)", http_path, err);
+			return fd;
+		}
+		if (d->socket_path[0])
+			unlink(d->socket_path);
+		d->socket_path[0] = 0;
+		close(fd);
+		snprintf(err + strlen(err), errlen - strlen(err), " (http.socket)");
+		return r < 0 ? r : -EADDRINUSE;
+	}
+	snprintf(d->http_socket_path, sizeof d->http_socket_path, "%s", http_path);
 	return fd;
 }
 
@@ -335,7 +400,7 @@ int main(int argc, char **argv)
 	struct sched_params sp;
 	char err[1024], buf[1400];
 	const char *config = NULL;
-	int print_config = 0, opt, fd, rc = 1;
+	int print_config = 0, opt, fd, http_fd = -1, rc = 1;
 	int sigs[4] = { SIGTERM, SIGINT, SIGHUP, SIGPIPE };
 
 	log_init();
@@ -453,14 +518,21 @@ int main(int argc, char **argv)
 		log_msg(LOG_ERR, "cannot create the event loop");
 		goto out;
 	}
-	fd = open_socket(d, err, sizeof err);
+	fd = open_sockets(d, &http_fd, err, sizeof err);
 	if (fd < 0) {
 		log_msg(LOG_ERR, "cannot listen on %s: %s", d->cfg.socket_path, err);
 		goto out;
 	}
 	if (server_start(d, fd) < 0 || worker_start(d->worker) < 0) {
 		close(fd);
+		if (http_fd >= 0)
+			close(http_fd);
 		log_msg(LOG_ERR, "cannot start serving: out of memory");
+		goto out;
+	}
+	if (http_fd >= 0 && http_start(d, http_fd, err, sizeof err) < 0) {
+		close(http_fd);
+		log_msg(LOG_ERR, "cannot start the HTTP front: %s", err);
 		goto out;
 	}
 	for (int i = 0; i < 4; i++) {
@@ -490,6 +562,7 @@ int main(int argc, char **argv)
 	rc = d->fatal ? 1 : 0;
 	log_msg(LOG_INFO, "stopped");
 out:
+	http_stop(d);
 	server_stop_listening(d);
 	server_close_all(d);
 	worker_free(d->worker);

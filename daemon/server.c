@@ -812,7 +812,9 @@ void server_take_notes(struct llmd *d)
 					}
 				break;
 			case WORKER_NOTE_RING_BAD:
-				if (c) {
+				if (c && c->http) {
+					log_msg(LOG_ERR, "an HTTP request's ring broke; its request ends");
+				} else if (c) {
 					log_msg(LOG_WARNING, "client pid %d uid %u (%s): corrupt ring, closing",
 						 (int)c->pid, (unsigned)c->uid, c->comm);
 					server_send_error(d, c, 0, PROTO_E_RING, 1,
@@ -903,7 +905,7 @@ void server_tick(struct llmd *d, double now)
 
 	for (uint32_t i = 0; d->conns && i < d->max_conn_slots; i++) {
 		struct conn *c = d->conns[i];
-		if (!c)
+		if (!c || c->http) /* http.c's, under evhttp's timeouts */
 			continue;
 		if (c->state == CONN_CLOSING) {
 			/* Its ERROR is not being read: go without it. */
