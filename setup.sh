@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 mode=${1:-run}
 
 PKGS="build-essential autoconf automake libtool pkg-config
-libevent-dev libinih-dev libsystemd-dev libpcre2-dev libjson-c-dev systemd"
+libevent-dev libinih-dev libsystemd-dev libpcre2-dev libjson-c-dev systemd curl"
 
 missing=
 for p in $PKGS; do
@@ -76,6 +76,11 @@ run)
 		"Write a haiku about a computer that shares its GPU with friends."
 	;;
 check)
+	# The HTTP front's tests speak through the official openai client: into
+	# the build tree's .pydeps, not the system's Python (tests skip without it).
+	python3 -c 'import openai' 2>/dev/null || [ -d .pydeps/openai ] ||
+		python3 -m pip install --quiet --disable-pip-version-check --target .pydeps openai ||
+		echo "setup: cannot install the openai package: tests/http_api.sh will skip" >&2
 	# make check, then the sanitizer builds (make check-sanitize: ASan+UBSan
 	# and TSan), each with its own summary; the last line sums both.
 	rc=0

@@ -448,6 +448,9 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 	KEEP(socket_path, "server.socket");
 	KEEP(socket_mode, "server.socket_mode");
 	KEEP(socket_group, "server.socket_group");
+	KEEP(http_socket, "http.socket");
+	KEEP(http_max_body_kib, "http.max_body_kib");
+	KEEP(http_timeout_s, "http.timeout_s");
 	KEEP(backend, "device.backend");
 	KEEP(device_index, "device.index");
 	KEEP(threads, "device.threads");

@@ -4,16 +4,19 @@
 # folder holding what the examples assume (./llmd, the model under models/,
 # a git repository with a change, questions.txt), with the built llm-client
 # and llmctl first on PATH.  Two things differ from a terminal, and only
-# these: the socket is the scratch folder's rather than /tmp/llmd.sock, and
+# these: the sockets are the scratch folder's rather than /tmp/llmd.sock and
+# /tmp/llmd-http.sock, and
 # `llmctl top` (which redraws until interrupted) runs for three seconds.
 # Each example must succeed and print what it promises.  Skips (77) without
-# SmolLM2 (make fetch-model) or git.
+# SmolLM2 (make fetch-model), git, curl or python3.
 set -u
 build=${LLMD_BUILDDIR:-$(pwd)}
 src=${LLMD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 smol=${LLMD_SMOLLM2:-$build/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$smol" ] || { echo "SKIP: $smol is absent (make fetch-model)"; exit 77; }
-command -v git >/dev/null || { echo "SKIP: no git"; exit 77; }
+for p in git curl python3; do
+	command -v $p >/dev/null || { echo "SKIP: no $p"; exit 77; }
+done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/llmd-readme.XXXXXX") || exit 99
 pid=
@@ -63,7 +66,7 @@ fail=0
 n=0
 cd "$tmp/work" || exit 99
 while IFS= read -r line; do
-	line=$(printf '%s' "$line" | sed "s|/tmp/llmd.sock|$sock|g")
+	line=$(printf '%s' "$line" | sed "s|/tmp/llmd.sock|$sock|g; s|/tmp/llmd-http.sock|$tmp/llmd-http.sock|g")
 	case $line in
 	"" | "#"*) continue ;;
 	*"&") # the daemon, in the background: wait for its socket
@@ -118,6 +121,11 @@ while IFS= read -r line; do
 			cat "$tmp/out/$n.out" >&2
 			fail=1
 		} ;;
+	*"/v1/chat/completions"*)
+		python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["object"] == "chat.completion" and d["choices"][0]["message"]["content"], d' "$tmp/out/$n.out" ||
+			{ echo "FAIL: the HTTP API example printed:" >&2; cat "$tmp/out/$n.out" >&2; fail=1; } ;;
 	*"llmctl status"*)
 		for want in "llmd_" "model"; do
 			grep -q "$want" "$tmp/out/$n.out" || {

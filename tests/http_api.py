@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""http_api.py - llmd's OpenAI-compatible HTTP front, through the official
+`openai` Python client and through raw HTTP, against a live llmd on a
+temporary Unix socket (SmolLM2-135M-Instruct, greedy where results are
+compared).  Run by tests/http_api.sh; exits 77 when SmolLM2, `openai` or
+`httpx` is missing.
+
+Checks: chat and completions, streaming and not; stop strings; seeded
+sampling repeats; logprobs; usage counts against /tokenize; the error
+classes (400 naming the field, 404 model and route, 413, 429 with
+Retry-After, 503 draining); greedy text through HTTP equal to llm-client's
+through the native protocol, one at a time and 16 at once; hostile input
+(broken JSON, wrong types, a 10 MB body, a header flood, a slow body, 200
+parallel streams, clients vanishing mid-stream); and that afterwards no
+request, KV block or connection is left behind.
+"""
+
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BUILD = os.environ.get("LLMD_BUILDDIR", os.getcwd())
+SMOL = os.environ.get("LLMD_SMOLLM2", os.path.join(BUILD, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+# setup.sh check installs the client into the build tree's .pydeps
+sys.path.insert(0, os.path.join(BUILD, ".pydeps"))
+try:
+    import openai
+    try:
+        import httpx
+    except ImportError:  # newer openai releases ship it as httpx2
+        import httpx2 as httpx
+except ImportError as e:
+    print(f"SKIP: {e} (pip install openai)")
+    sys.exit(77)
+if not os.path.exists(SMOL):
+    print(f"SKIP: {SMOL} is absent (make fetch-model)")
+    sys.exit(77)
+
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    if ok:
+        print(f"ok: {what}")
+    else:
+        failures += 1
+        print(f"FAIL: {what}", file=sys.stderr)
+    return ok
+
+
+class Llmd:
+    """llmd on a temporary socket, with its HTTP front beside it."""
+
+    def __init__(self, tmp, name, *sets):
+        self.sock = os.path.join(tmp, name + ".sock")
+        self.http = os.path.join(tmp, name + "-http.sock")
+        self.log = open(os.path.join(tmp, name + ".log"), "w+")
+        args = [os.path.join(BUILD, "llmd"), "--socket", self.sock, "--model", SMOL, "--threads", "2"]
+        for s in sets:
+            args += ["--set", s]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if os.path.exists(self.http) and os.path.exists(self.sock):
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not os.path.exists(self.http):
+            self.log.seek(0)
+            raise SystemExit(f"FAIL: llmd made no HTTP socket:\n{self.log.read()}")
+        self.client = openai.OpenAI(
+            base_url="http://llmd/v1", api_key="unused", max_retries=0, timeout=120,
+            http_client=httpx.Client(transport=httpx.HTTPTransport(uds=self.http), timeout=120))
+
+    def raw(self, method, path, body=None, headers=None, timeout=60):
+        """One request on a fresh connection: (status, headers, body bytes)."""
+        t = httpx.HTTPTransport(uds=self.http)
+        with httpx.Client(transport=t, timeout=timeout) as c:
+            r = c.request(method, "http://llmd" + path, content=body, headers=headers or {})
+            return r.status_code, r.headers, r.content
+
+    def llmctl(self, *args):
+        return subprocess.run([os.path.join(BUILD, "llmctl"), "--socket", self.sock, *args],
+                              capture_output=True, text=True, timeout=30).stdout
+
+    def idle(self, timeout=10):
+        """Whether llmd has no request live and no KV block held after a while."""
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            st = json.loads(self.llmctl("status", "--json"))
+            ps = self.llmctl("ps")
+            if st["queue"]["running"] == 0 and st["queue"]["waiting"] == 0 and \
+                    st["kv"]["used_blocks"] == 0 and "no requests" in ps:
+                return True
+            time.sleep(0.2)
+        print(self.llmctl("status"), self.llmctl("ps"), file=sys.stderr)
+        return False
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return -1
+
+
+def native_greedy(d, prompt, n):
+    r = subprocess.run([os.path.join(BUILD, "llm-client"), "--socket", d.sock, "--temp", "0", "-n", str(n),
+                        "-N", prompt], capture_output=True, text=True, timeout=120)
+    return r.stdout
+
+
+def test_basics(d):
+    c = d.client
+    models = c.models.list()
+    mid = models.data[0].id
+    check(len(models.data) == 1 and mid == "SmolLM2-135M-Instruct.Q4_1", f"/v1/models lists {mid}")
+
+    r = c.chat.completions.create(model=mid, messages=[{"role": "system", "content": "You are brief."},
+                                                       {"role": "user", "content": "What is 2+2?"}],
+                                  max_tokens=16, temperature=0)
+    ch = r.choices[0]
+    check(r.object == "chat.completion" and ch.message.role == "assistant" and ch.message.content and
+          ch.finish_reason in ("stop", "length"), f"chat: {ch.message.content!r} ({ch.finish_reason})")
+    check(r.usage.completion_tokens <= 16 and r.usage.prompt_tokens > 10 and
+          r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens and
+          r.usage.prompt_tokens_details.cached_tokens >= 0, f"chat usage {r.usage}")
+
+    # the same again: the prompt comes from the prefix cache
+    r2 = c.chat.completions.create(model=mid, messages=[{"role": "system", "content": "You are brief."},
+                                                        {"role": "user", "content": "What is 2+2?"}],
+                                   max_tokens=16, temperature=0)
+    check(r2.choices[0].message.content == ch.message.content and
+          r2.usage.prompt_tokens_details.cached_tokens > 0,
+          f"a repeated chat is the same and its prompt cached ({r2.usage.prompt_tokens_details.cached_tokens})")
+
+    # streaming chat: role first, deltas, a finish, usage, [DONE]
+    chunks = list(c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "What is 2+2?"}],
+                                            max_tokens=16, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    text = "".join(k.choices[0].delta.content or "" for k in chunks if k.choices)
+    fins = [k.choices[0].finish_reason for k in chunks if k.choices and k.choices[0].finish_reason]
+    usage = [k.usage for k in chunks if k.usage]
+    plain = c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "What is 2+2?"}],
+                                      max_tokens=16, temperature=0)
+    check(chunks[0].choices[0].delta.role == "assistant" and text == plain.choices[0].message.content and
+          fins == [plain.choices[0].finish_reason] and len(usage) == 1 and
+          usage[0].completion_tokens == plain.usage.completion_tokens,
+          f"streamed chat equals the plain one ({len(chunks)} chunks)")
+
+    # text parts
+    r = c.chat.completions.create(model=mid, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What is "}, {"type": "text", "text": "2+2?"}]}], max_tokens=16, temperature=0)
+    check(r.choices[0].message.content == plain.choices[0].message.content, "content as text parts")
+
+    # completions, plain and streamed, against the native protocol
+    prompt = "Once upon a time"
+    r = c.completions.create(model=mid, prompt=prompt, max_tokens=24, temperature=0)
+    native = native_greedy(d, prompt, 24)
+    check(r.object == "text_completion" and r.choices[0].text == native,
+          f"completion equals llm-client's: {r.choices[0].text!r}")
+    st = "".join(k.choices[0].text for k in c.completions.create(model=mid, prompt=prompt, max_tokens=24,
+                                                                    temperature=0, stream=True) if k.choices)
+    check(st == native, "streamed completion equals llm-client's")
+    ntok = len(json.loads(d.raw("POST", "/tokenize", json.dumps({"content": prompt}))[2])["tokens"])
+    check(r.usage.prompt_tokens == ntok and r.usage.completion_tokens == 24,
+          f"completion usage: {r.usage.prompt_tokens} prompt tokens (/tokenize: {ntok}), 24 generated")
+
+    # stop strings: the text ends before the first stop, finish "stop"
+    full = c.completions.create(model=mid, prompt=prompt, max_tokens=40, temperature=0).choices[0].text
+    words = full.split()
+    stop = " " + words[3] if len(words) > 4 else None
+    if check(stop is not None, "a stop word to use"):
+        r = c.completions.create(model=mid, prompt=prompt, max_tokens=40, temperature=0, stop=[stop, "zzzq"])
+        check(r.choices[0].text == full[:full.index(stop)] and r.choices[0].finish_reason == "stop",
+              f"stop {stop!r}: {r.choices[0].text!r}")
+
+    # seeded sampling repeats; another seed (almost surely) differs
+    def sample(seed):
+        return c.completions.create(model=mid, prompt=prompt, max_tokens=24, temperature=1.0,
+                                    seed=seed).choices[0].text
+    a, b, e = sample(1234), sample(1234), sample(99)
+    check(a == b, "the same seed, the same text")
+    check(a != e, "another seed, another text")
+
+    # logprobs: one a generated token, finite, <= 0; the tokens make the text
+    r = c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}], max_tokens=8,
+                                  temperature=0, logprobs=True)
+    lp = r.choices[0].logprobs.content
+    check(len(lp) == r.usage.completion_tokens and all(x.logprob <= 0 for x in lp) and
+          "".join(x.token for x in lp) == r.choices[0].message.content,
+          f"chat logprobs: {[(x.token, round(x.logprob, 3)) for x in lp]}")
+    r = c.completions.create(model=mid, prompt=prompt, max_tokens=8, temperature=0, logprobs=0)
+    lpc = r.choices[0].logprobs
+    check(len(lpc.tokens) == 8 and len(lpc.token_logprobs) == 8 and "".join(lpc.tokens) == r.choices[0].text
+          and lpc.text_offset[0] == 0, "completion logprobs")
+
+    # /tokenize and /detokenize round trip, /health, /metrics
+    st, _, body = d.raw("POST", "/tokenize", json.dumps({"content": "Hello, world! é"}))
+    toks = json.loads(body)["tokens"]
+    st2, _, body2 = d.raw("POST", "/detokenize", json.dumps({"tokens": toks}))
+    check(st == 200 and st2 == 200 and json.loads(body2)["content"] == "Hello, world! é",
+          f"/tokenize -> {toks} -> /detokenize")
+    st, _, body = d.raw("GET", "/health")
+    check(st == 200 and json.loads(body)["status"] == "ok", "/health 200 while serving")
+    st, hd, body = d.raw("GET", "/metrics")
+    text = body.decode()
+    check(st == 200 and "llmd_requests_total" in text and "# TYPE llmd_generated_tokens_total counter" in text
+          and "llmd_http_requests_total" in text, "/metrics in Prometheus text")
+
+
+def test_errors(d):
+    c = d.client
+    try:
+        c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+        check(False, "unknown model refused")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404 and "model" in str(e), f"unknown model: 404 ({e.body.get('message')})")
+    for bad, field in (({"temperature": "hot"}, "temperature"), ({"max_tokens": 0}, "max_tokens"),
+                       ({"top_p": 2}, "top_p"), ({"n": 2}, "n"), ({"stop": [1]}, "stop"),
+                       ({"max_tokens": 10 ** 9}, "max_tokens")):
+        try:
+            c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1",
+                                      messages=[{"role": "user", "content": "x"}], **bad)
+            check(False, f"{bad} refused")
+        except openai.BadRequestError as e:
+            check(e.status_code == 400 and e.body.get("param") == field,
+                  f"{bad}: 400 naming {field} ({e.body.get('message')})")
+    try:
+        c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=[{"role": "tool", "content": "x"}])
+        check(False, "role tool refused")
+    except openai.BadRequestError as e:
+        check(e.body.get("param") == "messages", "an unknown role: 400 naming messages")
+    try:
+        c.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="x" * 300000, max_tokens=1)
+        check(False, "an oversize prompt refused")
+    except openai.APIStatusError as e:
+        check(e.status_code == 413 and "limits.prompt_bytes" in e.body.get("message", ""),
+              f"a 300 KB prompt: 413 ({e.body.get('message')})")
+    st, _, body = d.raw("GET", "/v1/nothing")
+    check(st == 404 and json.loads(body)["error"]["type"] == "not_found_error", "unknown route: 404")
+    st, hd, _ = d.raw("GET", "/v1/completions")
+    check(st == 405 and hd.get("allow") == "POST", "GET on a POST route: 405 with Allow")
+    for body, what in ((b"{not json", "broken JSON"), (b"[1,2]", "a JSON list"), (b"", "an empty body"),
+                       (b'{"prompt": "x"} trailing', "JSON with trailing bytes"),
+                       (b'{"prompt": ' + b"[" * 100 + b"]" * 100 + b"}", "JSON nested 100 deep")):
+        st, _, rb = d.raw("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        check(st == 400 and "error" in json.loads(rb), f"{what}: 400")
+    # 10 MB body: refused whole (413), llmd still answers
+    st, _, _ = d.raw("POST", "/v1/completions", b'{"prompt": "' + b"a" * (10 << 20) + b'"}')
+    check(st == 413, f"a 10 MB body: {st}")
+    # a header flood: refused, llmd still answers
+    st, _, _ = d.raw("GET", "/health", headers={f"X-Flood-{i}": "y" * 100 for i in range(400)})
+    check(st in (400, 413, 431), f"40 KB of headers: {st}")
+    check(d.raw("GET", "/health")[0] == 200, "still healthy after the floods")
+
+
+def test_limits(tmp):
+    """429 with Retry-After when the queue is full; 503 while draining."""
+    d = Llmd(tmp, "tight", "sched.max_seqs=1", "sched.max_queue=1")
+    try:
+        def long(i):
+            try:
+                d.client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt=f"Story {i}:",
+                                            max_tokens=64, extra_body={"ignore_eos": True})
+                return 200, None
+            except openai.RateLimitError as e:
+                return 429, e.response.headers.get("retry-after")
+        with concurrent.futures.ThreadPoolExecutor(6) as ex:
+            res = list(ex.map(long, range(6)))
+        codes = [r[0] for r in res]
+        check(codes.count(200) >= 2 and codes.count(429) >= 1 and all(r[1] for r in res if r[0] == 429),
+              f"a full queue: {codes}, 429s with Retry-After")
+        check(d.idle(), "the tight llmd is idle afterwards")
+        d.llmctl("drain")
+        try:
+            d.client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="x", max_tokens=1)
+            check(False, "draining refuses")
+        except openai.APIStatusError as e:
+            check(e.status_code == 503, f"draining: {e.status_code}")
+        st, hd, _ = d.raw("GET", "/health")
+        check(st == 503 and hd.get("retry-after"), "/health 503 while draining")
+    finally:
+        d.stop()
+
+
+def test_native_equal(d):
+    """Greedy text through HTTP equals llm-client's, alone and 16 at once."""
+    prompts = ["Once upon a time", "The capital of France is", "def fib(n):", "Tell me a story about a cat.",
+               "1, 2, 3, 4,", "In the beginning", "The quick brown fox", "Water boils at"] * 2
+    prompts = [p + (" " * (i // 8)) for i, p in enumerate(prompts)]
+    native = [native_greedy(d, p, 20) for p in prompts]
+
+    def http(p):
+        return d.client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt=p, max_tokens=20,
+                                           temperature=0).choices[0].text
+    alone = [http(p) for p in prompts]
+    check(alone == native, "greedy HTTP equals native, one at a time (16 prompts)")
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        together = list(ex.map(http, prompts))
+    bad = [i for i in range(16) if together[i] != native[i]]
+    check(not bad, f"greedy HTTP equals native, 16 at once (different: {bad})")
+
+
+def raw_socket(d):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(d.http)
+    return s
+
+
+def test_hostile(d, timeout_s):
+    # a slow body: the connection is closed after http.timeout_s, llmd serves on
+    s = raw_socket(d)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"prompt\"")
+    t0 = time.time()
+    s.settimeout(timeout_s + 10)
+    try:
+        data = s.recv(4096)
+        while data:
+            data = s.recv(4096)
+    except OSError:
+        pass
+    took = time.time() - t0
+    s.close()
+    check(took < timeout_s + 5, f"a slow body is cut off after {took:.1f} s (http.timeout_s={timeout_s})")
+    # slowloris: many connections trickling headers do not stop others
+    socks = []
+    for _ in range(50):
+        s = raw_socket(d)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    t0 = time.time()
+    st = d.raw("GET", "/health")[0]
+    check(st == 200 and time.time() - t0 < 2, "50 half-sent requests do not delay a /health")
+    for s in socks:
+        s.close()
+
+    # clients vanishing: mid-stream, mid-answer, before the answer
+    def vanish(kind):
+        s = raw_socket(d)
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True,
+                           "stream": kind == "stream"}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        if kind == "stream":
+            s.recv(100)
+        else:
+            time.sleep(0.5)
+        s.close()
+    for kind in ("stream", "plain", "stream", "plain"):
+        vanish(kind)
+    check(d.idle(), "vanished clients leave no request and no KV block")
+
+    # 200 parallel streams (over limits.requests_per_uid's 256? no: 200 fit);
+    # half of the clients vanish after their first event
+    def stream(i):
+        try:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=d.http), timeout=300) as c:
+                with c.stream("POST", "http://llmd/v1/completions",
+                              json={"prompt": f"Story {i}:", "max_tokens": 12, "stream": True,
+                                    "ignore_eos": True}) as r:
+                    if r.status_code != 200:
+                        return r.status_code
+                    n = 0
+                    for line in r.iter_lines():
+                        if line.startswith("data: {"):
+                            n += 1
+                            if i % 2:
+                                return "gone"
+                        if line == "data: [DONE]":
+                            return 200 if n == 13 else f"{n} events"
+                    return "cut"
+        except httpx.HTTPError as e:
+            return type(e).__name__
+    with concurrent.futures.ThreadPoolExecutor(200) as ex:
+        res = list(ex.map(stream, range(200)))
+    whole = res[0::2]
+    check(all(r == 200 for r in whole) and all(r == "gone" for r in res[1::2]),
+          f"200 parallel streams: {sorted(set(map(str, res)))}")
+    check(d.idle(30), "after 200 streams: no request and no KV block left")
+    conns = json.loads(d.llmctl("stats", "--json"))["llmd_connections"]
+    check(conns <= 1, f"no connection left behind ({conns})")
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="llmd-http.") as tmp:
+        timeout_s = 3
+        d = Llmd(tmp, "main", f"http.timeout_s={timeout_s}", "http.max_body_kib=1024")
+        try:
+            for t in (test_basics, test_errors, test_native_equal):
+                t(d)
+            test_hostile(d, timeout_s)
+            check(d.proc.poll() is None, "llmd is still running")
+        finally:
+            rc = d.stop()
+            check(rc == 0, f"llmd stopped cleanly ({rc})")
+        test_limits(tmp)
+    print(f"http_api: {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
