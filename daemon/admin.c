@@ -449,6 +449,8 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 	KEEP(socket_mode, "server.socket_mode");
 	KEEP(socket_group, "server.socket_group");
 	KEEP(http_socket, "http.socket");
+	KEEP(http_listen, "http.listen");
+	KEEP(http_keys_file, "http.keys_file");
 	KEEP(http_max_body_kib, "http.max_body_kib");
 	KEEP(http_timeout_s, "http.timeout_s");
 	KEEP(backend, "device.backend");

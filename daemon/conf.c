@@ -35,6 +35,8 @@ static const struct opt opts[] = {
 	{ "server", "admin_group", OPT_STR, F(admin_group), 0, 0, NULL },
 	{ "server", "grace_s", OPT_INT, F(grace_s), 0, 3600, NULL },
 	{ "http", "socket", OPT_STR, F(http_socket), 0, 0, NULL },
+	{ "http", "listen", OPT_STR, F(http_listen), 0, 0, NULL },
+	{ "http", "keys_file", OPT_STR, F(http_keys_file), 0, 0, NULL },
 	{ "http", "max_body_kib", OPT_INT, F(http_max_body_kib), 1, 1 << 20, NULL },
 	{ "http", "timeout_s", OPT_INT, F(http_timeout_s), 1, 86400, NULL },
 	{ "device", "backend", OPT_STR, F(backend), 0, 0, backends },

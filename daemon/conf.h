@@ -31,6 +31,8 @@ struct llmd_conf {
 	int32_t grace_s;               /* SIGTERM: seconds in-flight requests may finish */
 	/* [http] */
 	char http_socket[108];         /* the HTTP front's Unix socket: auto, off, or a path */
+	char http_listen[128];         /* TCP: PORT (loopback), HOST:PORT; "" = none */
+	char http_keys_file[1024];     /* "NAME KEY" lines; TCP needs it */
 	int32_t http_max_body_kib;     /* request bodies, KiB */
 	int32_t http_timeout_s;        /* reading a request (and writing an answer) may take this */
 	/* [device] */

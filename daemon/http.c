@@ -8,6 +8,7 @@
 #include "http.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -18,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,12 +42,41 @@
 #define HTTP_MAX_TOKENIZE 65536        /* ids /detokenize takes */
 #define HTTP_JSON_DEPTH 32
 
-struct http_req;
+/* TCP clients' identities: a key of [http] keys_file a pseudo-user, so
+ * that the per-user limits and fair shares hold per key. */
+#define HTTP_KEY_UID_BASE 0xfff00000u
+#define HTTP_MAX_KEYS 4096
 
-struct http_front {
+struct http_req;
+struct http_front;
+
+struct http_key {
+	char name[28];                 /* "key:" and it fit a connection's comm */
+	char key[256];
+};
+
+/* One evhttp and what its clients are: the Unix socket's (SO_PEERCRED) or
+ * TCP's (a Bearer key each request). */
+struct http_listener {
+	struct llmd *d;
+	int tcp;
 	struct evhttp *eh;
 	struct evhttp_bound_socket *bound;
-	char path[108];                /* the socket file we bound, "" when none */
+};
+
+/* Who asks. */
+struct http_who {
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	int admin_ok;                  /* may be an admin (a Unix peer in the admin group) */
+	char name[32];                 /* "http:COMM", or "key:NAME" */
+};
+
+struct http_front {
+	struct http_listener unix_l, tcp_l;
+	struct http_key *keys;         /* (n_keys) [http] keys_file's */
+	int n_keys;
 	struct http_req *reqs;         /* generating requests, a doubly linked list */
 	uint64_t next_id;
 	char model_id[1024];           /* /v1/models' id: the file's name less .gguf */
@@ -511,6 +543,7 @@ static int model_known(struct llmd *d, const char *name)
 
 /* ---- generating requests ---- */
 
+static void on_request(struct evhttp_request *req, void *arg);
 static void on_wake(evutil_socket_t fd, short what, void *arg);
 static void on_client_gone(struct evhttp_connection *evcon, void *arg);
 static void on_client_closed(evutil_socket_t fd, short what, void *arg);
@@ -555,8 +588,7 @@ static void req_end(struct http_req *hr)
 
 /* Makes HR's table entry, ring and wake channel, attached to the engine
  * thread.  0, or an HTTP status after replying. */
-static int req_open(struct llmd *d, struct http_req *hr, uid_t uid, gid_t gid, pid_t pid,
-		    const char *who)
+static int req_open(struct llmd *d, struct http_req *hr, const struct http_who *who)
 {
 	struct ring *prod = NULL;
 	char err[256];
@@ -569,12 +601,12 @@ static int req_open(struct llmd *d, struct http_req *hr, uid_t uid, gid_t gid, p
 		return 500;
 	}
 	c->fd = -1;
-	c->uid = uid;
-	c->gid = gid;
-	c->pid = pid;
+	c->uid = who->uid;
+	c->gid = who->gid;
+	c->pid = who->pid;
 	c->http = 1;
-	snprintf(c->comm, sizeof c->comm, "%s", who);
-	c->is_admin = admin_allowed(d, uid, gid);
+	snprintf(c->comm, sizeof c->comm, "%s", who->name);
+	c->is_admin = who->admin_ok && admin_allowed(d, who->uid, who->gid);
 	c->t_connect = c->t_frame = clock_s();
 	if ((code = server_conn_add(d, c, err, sizeof err))) {
 		free(c);
@@ -608,9 +640,8 @@ static int req_open(struct llmd *d, struct http_req *hr, uid_t uid, gid_t gid, p
 	return 0;
 }
 
-/* Who is asking: the peer's credentials on the Unix socket. */
-static void peer_of(struct evhttp_request *req, uid_t *uid, gid_t *gid, pid_t *pid, char *who,
-		    size_t len)
+/* Who is asking on the Unix socket: the peer's credentials. */
+static void peer_of(struct evhttp_request *req, struct http_who *w)
 {
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
@@ -618,21 +649,61 @@ static void peer_of(struct evhttp_request *req, uid_t *uid, gid_t *gid, pid_t *p
 	char comm[20] = "?", path[64];
 	FILE *f;
 
-	*uid = (uid_t)-1;
-	*gid = (gid_t)-1;
-	*pid = 0;
-	if (fd >= 0 && usock_peercred(fd, pid, uid, gid) == 0) {
-		snprintf(path, sizeof path, "/proc/%d/comm", (int)*pid);
+	w->uid = (uid_t)-1;
+	w->gid = (gid_t)-1;
+	w->pid = 0;
+	w->admin_ok = 0;
+	if (fd >= 0 && usock_peercred(fd, &w->pid, &w->uid, &w->gid) == 0) {
+		w->admin_ok = 1;
+		snprintf(path, sizeof path, "/proc/%d/comm", (int)w->pid);
 		if ((f = fopen(path, "r"))) {
 			if (fgets(comm, sizeof comm, f))
 				comm[strcspn(comm, "\n")] = 0;
 			fclose(f);
 		}
 	}
-	snprintf(who, len, "http:%s", comm);
+	snprintf(w->name, sizeof w->name, "http:%s", comm);
 }
 
-static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat)
+/* Over TCP, the request's key ("Authorization: Bearer KEY"): 0 with W,
+ * or -1 after a 401.  Every key is compared in full, so that the time
+ * taken says nothing of how much of one matched. */
+static int key_of(struct llmd *d, struct evhttp_request *req, struct http_who *w)
+{
+	struct http_front *h = d->http;
+	const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+	int found = -1;
+
+	if (a && !strncasecmp(a, "Bearer ", 7)) {
+		const char *k = a + 7;
+		size_t kl = strlen(k);
+		for (int i = 0; i < h->n_keys; i++) {
+			const char *key = h->keys[i].key;
+			size_t n = strlen(key);
+			unsigned diff = (unsigned)(n ^ kl);
+			for (size_t j = 0; j < n; j++)
+				diff |= (unsigned char)key[j] ^ (unsigned char)(j < kl ? k[j] : 0);
+			if (!diff && found < 0)
+				found = i;
+		}
+	}
+	if (found < 0) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+		reply_error(d, req, 401, NULL, "invalid_api_key", "%s",
+			    a ? "the API key is not one of http.keys_file's"
+			      : "requests over TCP need an API key (Authorization: Bearer KEY)");
+		return -1;
+	}
+	w->uid = (uid_t)(HTTP_KEY_UID_BASE + (unsigned)found);
+	w->gid = (gid_t)-1;
+	w->pid = 0;
+	w->admin_ok = 0;
+	snprintf(w->name, sizeof w->name, "key:%s", h->keys[found].name);
+	return 0;
+}
+
+static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat,
+			    const struct http_who *who)
 {
 	struct http_front *h = d->http;
 	struct proto_message msgs[PROTO_MAX_MESSAGES];
@@ -640,10 +711,7 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	struct proto_submit s = { 0 };
 	struct params_err pe = { 0 };
 	struct worker_req *wr = NULL;
-	char who[32], msg[PROTO_MAX_ERRMSG + 1];
-	uid_t uid;
-	gid_t gid;
-	pid_t pid;
+	char msg[PROTO_MAX_ERRMSG + 1];
 	uint32_t code;
 	json_object *body, *keep, *v;
 	struct http_req *hr;
@@ -689,8 +757,7 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	if (h->reqs)
 		h->reqs->prev = hr;
 	h->reqs = hr;
-	peer_of(req, &uid, &gid, &pid, who, sizeof who);
-	if (req_open(d, hr, uid, gid, pid, who)) {
+	if (req_open(d, hr, who)) {
 		hr->req = NULL;
 		req_end(hr);
 		hr = NULL;
@@ -1227,7 +1294,9 @@ static void handle_detokenize(struct llmd *d, struct evhttp_request *req)
 
 static void on_request(struct evhttp_request *req, void *arg)
 {
-	struct llmd *d = arg;
+	struct http_listener *l = arg;
+	struct llmd *d = l->d;
+	struct http_who who;
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
 	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
@@ -1264,6 +1333,8 @@ static void on_request(struct evhttp_request *req, void *arg)
 			    routes[i].cmd == EVHTTP_REQ_GET ? "GET" : "POST");
 		return;
 	}
+	if (l->tcp ? key_of(d, req, &who) < 0 : (peer_of(req, &who), 0))
+		return;
 	if (d->draining && !routes[i].draining_ok) {
 		reply_error(d, req, 503, NULL, "draining", "%s",
 			    d->stopping ? "llmd is shutting down" : "llmd is draining: not taking new requests");
@@ -1271,10 +1342,10 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 	switch (i) {
 	case 0:
-		handle_generate(d, req, 1);
+		handle_generate(d, req, 1, &who);
 		break;
 	case 1:
-		handle_generate(d, req, 0);
+		handle_generate(d, req, 0, &who);
 		break;
 	case 2:
 		handle_models(d, req);
@@ -1310,14 +1381,121 @@ void http_socket_path(const struct llmd_conf *cfg, char *out, size_t len)
 		snprintf(out, len, "%s-http", cfg->socket_path);
 }
 
+/* Reads [http] keys_file: "NAME KEY" a line ('#' comments), a file only
+ * its owner (root or llmd's user) may read. */
+static int read_keys(struct http_front *h, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	char line[512];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), lineno = 0;
+	FILE *f;
+
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "http.keys_file %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	if (!S_ISREG(st.st_mode) || (st.st_mode & 077) || (st.st_uid != 0 && st.st_uid != geteuid())) {
+		snprintf(err, errlen, "http.keys_file %s must be a file only its owner (root or llmd's "
+			 "user) can read or write: chmod 600 it (mode now %04o)", path,
+			 (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
+	}
+	if (!(f = fdopen(fd, "r"))) {
+		close(fd);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	while (fgets(line, sizeof line, f)) {
+		char *name, *key, *extra, *save = NULL;
+		lineno++;
+		line[strcspn(line, "#\r\n")] = 0;
+		if (!(name = strtok_r(line, " \t", &save)))
+			continue;
+		key = strtok_r(NULL, " \t", &save);
+		extra = key ? strtok_r(NULL, " \t", &save) : NULL;
+		if (!key || extra || strlen(name) >= sizeof h->keys[0].name ||
+		    strlen(key) >= sizeof h->keys[0].key || strlen(key) < 16) {
+			snprintf(err, errlen, "%s:%d: expected NAME KEY (a name of at most 27 bytes, a key "
+				 "of 16 to 255 bytes)", path, lineno);
+			fclose(f);
+			return -EINVAL;
+		}
+		if (h->n_keys == HTTP_MAX_KEYS) {
+			snprintf(err, errlen, "%s: more than %d keys", path, HTTP_MAX_KEYS);
+			fclose(f);
+			return -EINVAL;
+		}
+		struct http_key *k = realloc(h->keys, (size_t)(h->n_keys + 1) * sizeof *k);
+		if (!k) {
+			fclose(f);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		h->keys = k;
+		snprintf(k[h->n_keys].name, sizeof k->name, "%s", name);
+		snprintf(k[h->n_keys].key, sizeof k->key, "%s", key);
+		h->n_keys++;
+	}
+	fclose(f);
+	if (!h->n_keys) {
+		snprintf(err, errlen, "http.keys_file %s has no keys", path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int listener_init(struct llmd *d, struct http_listener *l, int tcp)
+{
+	l->d = d;
+	l->tcp = tcp;
+	if (!(l->eh = evhttp_new(d->base)))
+		return -ENOMEM;
+	evhttp_set_max_body_size(l->eh, (ev_ssize_t)d->cfg.http_max_body_kib * 1024);
+	evhttp_set_max_headers_size(l->eh, HTTP_MAX_HEADERS);
+	evhttp_set_timeout(l->eh, d->cfg.http_timeout_s);
+	evhttp_set_allowed_methods(l->eh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+					  EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
+	evhttp_set_default_content_type(l->eh, "application/json");
+	evhttp_set_gencb(l->eh, on_request, l);
+	return 0;
+}
+
+/* HOST:PORT, [V6]:PORT or PORT (loopback). */
+static int parse_listen(const char *s, char *host, size_t hlen, uint16_t *port)
+{
+	const char *colon = strrchr(s, ':');
+	const char *p = colon ? colon + 1 : s;
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(p, &end, 10);
+	if (errno || end == p || *end || v < 1 || v > 65535)
+		return -EINVAL;
+	*port = (uint16_t)v;
+	if (!colon) {
+		snprintf(host, hlen, "127.0.0.1");
+		return 0;
+	}
+	if (s[0] == '[' && colon > s + 1 && colon[-1] == ']')
+		snprintf(host, hlen, "%.*s", (int)(colon - s - 2), s + 1);
+	else
+		snprintf(host, hlen, "%.*s", (int)(colon - s), s);
+	return host[0] ? 0 : -EINVAL;
+}
+
 int http_start(struct llmd *d, int fd, char *err, size_t errlen)
 {
 	struct http_front *h = calloc(1, sizeof *h);
 	const char *base;
 	size_t n;
 
-	if (!h || !(h->eh = evhttp_new(d->base))) {
-		free(h);
+	if (!h) {
+		if (fd >= 0)
+			close(fd);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -1329,17 +1507,39 @@ int http_start(struct llmd *d, int fd, char *err, size_t errlen)
 	n = strlen(h->model_id);
 	if (n > 5 && !strcmp(h->model_id + n - 5, ".gguf"))
 		h->model_id[n - 5] = 0;
-	evhttp_set_max_body_size(h->eh, (ev_ssize_t)d->cfg.http_max_body_kib * 1024);
-	evhttp_set_max_headers_size(h->eh, HTTP_MAX_HEADERS);
-	evhttp_set_timeout(h->eh, d->cfg.http_timeout_s);
-	evhttp_set_allowed_methods(h->eh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-					  EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
-	evhttp_set_default_content_type(h->eh, "application/json");
-	evhttp_set_gencb(h->eh, on_request, d);
-	h->bound = evhttp_accept_socket_with_handle(h->eh, fd);
-	if (!h->bound) {
-		snprintf(err, errlen, "evhttp cannot accept on the socket");
-		return -EINVAL;
+	if (fd >= 0) {
+		if (listener_init(d, &h->unix_l, 0) < 0 ||
+		    !(h->unix_l.bound = evhttp_accept_socket_with_handle(h->unix_l.eh, fd))) {
+			close(fd);
+			snprintf(err, errlen, "evhttp cannot accept on the socket");
+			return -ENOMEM;
+		}
+	}
+	if (d->cfg.http_listen[0]) {
+		char host[256];
+		uint16_t port;
+		int r;
+		if (parse_listen(d->cfg.http_listen, host, sizeof host, &port) < 0) {
+			snprintf(err, errlen, "http.listen: '%s' is not PORT, HOST:PORT or [IPV6]:PORT",
+				 d->cfg.http_listen);
+			return -EINVAL;
+		}
+		if (!d->cfg.http_keys_file[0]) {
+			snprintf(err, errlen, "http.listen needs http.keys_file: every request over TCP "
+				 "must carry a key");
+			return -EINVAL;
+		}
+		if ((r = read_keys(h, d->cfg.http_keys_file, err, errlen)) < 0)
+			return r;
+		if (listener_init(d, &h->tcp_l, 1) < 0) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		if (!(h->tcp_l.bound = evhttp_bind_socket_with_handle(h->tcp_l.eh, host, port))) {
+			snprintf(err, errlen, "http.listen: cannot listen on %s port %u: %s", host,
+				 (unsigned)port, strerror(errno));
+			return -EADDRINUSE;
+		}
 	}
 	return 0;
 }
@@ -1348,10 +1548,14 @@ void http_stop_listening(struct llmd *d)
 {
 	struct http_front *h = d->http;
 
-	if (!h || !h->bound)
+	if (!h)
 		return;
-	evhttp_del_accept_socket(h->eh, h->bound); /* closes the fd */
-	h->bound = NULL;
+	for (int i = 0; i < 2; i++) {
+		struct http_listener *l = i ? &h->tcp_l : &h->unix_l;
+		if (l->bound)
+			evhttp_del_accept_socket(l->eh, l->bound); /* closes the fd */
+		l->bound = NULL;
+	}
 	if (d->http_socket_path[0]) {
 		unlink(d->http_socket_path);
 		d->http_socket_path[0] = 0;
@@ -1377,7 +1581,12 @@ void http_stop(struct llmd *d)
 		}
 		req_end(hr);
 	}
-	evhttp_free(h->eh);
+	if (h->unix_l.eh)
+		evhttp_free(h->unix_l.eh);
+	if (h->tcp_l.eh)
+		evhttp_free(h->tcp_l.eh);
+	explicit_bzero(h->keys, (size_t)h->n_keys * sizeof *h->keys);
+	free(h->keys);
 	free(h);
 	d->http = NULL;
 }

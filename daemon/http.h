@@ -15,9 +15,11 @@
 
 #include "llmd.h"
 
-/* Starts serving on the Unix socket FD (listening, non-blocking; llmd
- * keeps the path in d->http_socket_path to unlink).  0 or a negative errno
- * with a message. */
+/* Starts serving on the Unix socket FD (listening, non-blocking; -1 for
+ * none; llmd keeps its path in d->http_socket_path to unlink), which it
+ * owns from now on, even on failure, and on TCP where [http] listen asks
+ * (with the keys of [http] keys_file).  0 or a negative errno with a
+ * message; http_stop cleans up either way. */
 int http_start(struct llmd *d, int fd, char *err, size_t errlen);
 
 /* Stops taking connections (the socket file is removed); requests in

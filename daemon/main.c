@@ -530,8 +530,7 @@ int main(int argc, char **argv)
 		log_msg(LOG_ERR, "cannot start serving: out of memory");
 		goto out;
 	}
-	if (http_fd >= 0 && http_start(d, http_fd, err, sizeof err) < 0) {
-		close(http_fd);
+	if ((http_fd >= 0 || d->cfg.http_listen[0]) && http_start(d, http_fd, err, sizeof err) < 0) {
 		log_msg(LOG_ERR, "cannot start the HTTP front: %s", err);
 		goto out;
 	}

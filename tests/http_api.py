@@ -60,7 +60,7 @@ def check(ok, what):
 class Llmd:
     """llmd on a temporary socket, with its HTTP front beside it."""
 
-    def __init__(self, tmp, name, *sets):
+    def __init__(self, tmp, name, *sets, tcp_port=None, key=None):
         self.sock = os.path.join(tmp, name + ".sock")
         self.http = os.path.join(tmp, name + "-http.sock")
         self.log = open(os.path.join(tmp, name + ".log"), "w+")
@@ -80,6 +80,9 @@ class Llmd:
         self.client = openai.OpenAI(
             base_url="http://llmd/v1", api_key="unused", max_retries=0, timeout=120,
             http_client=httpx.Client(transport=httpx.HTTPTransport(uds=self.http), timeout=120))
+        if tcp_port:
+            self.tcp = openai.OpenAI(base_url=f"http://127.0.0.1:{tcp_port}/v1", api_key=key, max_retries=0,
+                                     timeout=120)
 
     def raw(self, method, path, body=None, headers=None, timeout=60):
         """One request on a fresh connection: (status, headers, body bytes)."""
@@ -371,14 +374,14 @@ def test_hostile(d, timeout_s):
                                     "ignore_eos": True}) as r:
                     if r.status_code != 200:
                         return r.status_code
-                    n = 0
+                    fin = None
                     for line in r.iter_lines():
                         if line.startswith("data: {"):
-                            n += 1
                             if i % 2:
                                 return "gone"
+                            fin = json.loads(line[6:])["choices"][0]["finish_reason"] or fin
                         if line == "data: [DONE]":
-                            return 200 if n == 13 else f"{n} events"
+                            return 200 if fin == "length" else f"finish {fin}"
                     return "cut"
         except httpx.HTTPError as e:
             return type(e).__name__
@@ -390,6 +393,71 @@ def test_hostile(d, timeout_s):
     check(d.idle(30), "after 200 streams: no request and no KV block left")
     conns = json.loads(d.llmctl("stats", "--json"))["llmd_connections"]
     check(conns <= 1, f"no connection left behind ({conns})")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_tcp(tmp):
+    """Loopback TCP: every request needs a key of http.keys_file, and each
+    key is its own user for the limits."""
+    keys = os.path.join(tmp, "keys")
+    with open(keys, "w") as f:
+        f.write("# name key\nalice k-alice-0123456789abcdef\nbob k-bob-0123456789abcdef0000\n")
+    os.chmod(keys, 0o644)
+    port = free_port()
+    r = subprocess.run([os.path.join(BUILD, "llmd"), "--socket", os.path.join(tmp, "bad.sock"), "--model", SMOL,
+                        "--threads", "2", "--set", f"http.listen={port}", "--set", f"http.keys_file={keys}"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "chmod 600" in r.stderr, "a keys file others can read stops llmd, saying why")
+    os.chmod(keys, 0o600)
+    d = Llmd(tmp, "tcp", f"http.listen=127.0.0.1:{port}", f"http.keys_file={keys}", "limits.requests_per_uid=1",
+             "limits.requests_per_connection=1", tcp_port=port, key="k-alice-0123456789abcdef")
+    try:
+        r = d.tcp.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Once upon a time", max_tokens=8,
+                                     temperature=0)
+        check(r.choices[0].text == native_greedy(d, "Once upon a time", 8), "TCP with alice's key")
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/models")
+        check(r.status_code == 401 and r.headers.get("www-authenticate") == "Bearer" and
+              r.json()["error"]["type"] == "authentication_error", "no key: 401 with WWW-Authenticate")
+        for key, what in (("k-alice-0123456789abcdeX", "a wrong key"), ("k-alice-0123456789abcde", "a key's prefix"),
+                          ("k-alice-0123456789abcdef0", "a key and more")):
+            c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
+            try:
+                c.models.list()
+                check(False, f"{what} refused")
+            except openai.AuthenticationError as e:
+                check(e.status_code == 401, f"{what}: 401")
+        # one live request per key (limits.requests_per_uid=1): alice's
+        # second waits out a 429, bob's goes ahead
+        bob = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k-bob-0123456789abcdef0000",
+                            max_retries=0)
+        out = {}
+
+        def long_alice():
+            out["a1"] = d.tcp.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Story:",
+                                                 max_tokens=200, extra_body={"ignore_eos": True})
+        t = threading.Thread(target=long_alice)
+        t.start()
+        time.sleep(0.5)
+        ps = d.llmctl("ps")
+        try:
+            d.tcp.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="x", max_tokens=2)
+            out["a2"] = 200
+        except openai.RateLimitError:
+            out["a2"] = 429
+        out["b"] = bob.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="x", max_tokens=2)
+        t.join()
+        check(out["a2"] == 429 and out["b"].usage.completion_tokens == 2 and
+              out["a1"].usage.completion_tokens == 200, "limits per key: alice's second 429, bob served")
+        check("key:alice" in ps, "llmctl ps names the key")
+    finally:
+        d.stop()
 
 
 def main():
@@ -405,6 +473,7 @@ def main():
             rc = d.stop()
             check(rc == 0, f"llmd stopped cleanly ({rc})")
         test_limits(tmp)
+        test_tcp(tmp)
     print(f"http_api: {failures} failed")
     return 1 if failures else 0
 
