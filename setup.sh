@@ -13,7 +13,8 @@ cd "$(dirname "$0")"
 mode=${1:-run}
 
 PKGS="build-essential autoconf automake libtool pkg-config
-libevent-dev libinih-dev libsystemd-dev libpcre2-dev libjson-c-dev systemd curl"
+libevent-dev libinih-dev libsystemd-dev libpcre2-dev libjson-c-dev libcurl4-openssl-dev
+systemd curl"
 
 missing=
 for p in $PKGS; do

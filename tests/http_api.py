@@ -321,6 +321,23 @@ def raw_socket(d):
     return s
 
 
+def test_bench_url(d):
+    """llm-bench --url: the load tool the speed comparisons use."""
+    r = subprocess.run([os.path.join(BUILD, "llm-bench"), "--url", "http://llmd/v1", "--unix-socket", d.http,
+                        "-p", "Tell me a story.", "-n", "16", "--ignore-eos", "--parallel", "4", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    try:
+        j = json.loads(r.stdout)
+    except ValueError:
+        j = {}
+    check(r.returncode == 0 and j.get("aggregate_tok_s", 0) > 0 and len(j.get("results", [])) == 4 and
+          j.get("url") == "http://llmd/v1", f"llm-bench --url, 4 streams: {j.get('aggregate_tok_s')} tok/s "
+          f"{r.stderr.strip()}")
+    r = subprocess.run([os.path.join(BUILD, "llm-bench"), "--url", "http://llmd/v1", "--unix-socket", d.http,
+                        "--model", "gpt-none", "-p", "x", "-n", "4"], capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "404" in r.stderr, f"llm-bench --url reports the server's error: {r.stderr.strip()}")
+
+
 def test_hostile(d, timeout_s):
     # a slow body: the connection is closed after http.timeout_s, llmd serves on
     s = raw_socket(d)
@@ -465,7 +482,7 @@ def main():
         timeout_s = 3
         d = Llmd(tmp, "main", f"http.timeout_s={timeout_s}", "http.max_body_kib=1024")
         try:
-            for t in (test_basics, test_errors, test_native_equal):
+            for t in (test_basics, test_errors, test_native_equal, test_bench_url):
                 t(d)
             test_hostile(d, timeout_s)
             check(d.proc.poll() is None, "llmd is still running")

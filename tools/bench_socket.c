@@ -12,34 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_start.h"
 #include "clock.h"
 #include "llm.h"
-
-/* The starting gun: every client waits for it, then submits. */
-struct start {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int state;                    /* 0 wait, 1 go, -1 give up */
-};
-
-static int start_wait(struct start *s)
-{
-	int st;
-	pthread_mutex_lock(&s->lock);
-	while (s->state == 0)
-		pthread_cond_wait(&s->cond, &s->lock);
-	st = s->state;
-	pthread_mutex_unlock(&s->lock);
-	return st;
-}
-
-static void start_fire(struct start *s, int state)
-{
-	pthread_mutex_lock(&s->lock);
-	s->state = state;
-	pthread_cond_broadcast(&s->cond);
-	pthread_mutex_unlock(&s->lock);
-}
 
 struct client {
 	const struct bench_socket_params *p;
@@ -132,7 +107,7 @@ int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_re
 {
 	struct client *cs = calloc((size_t)p->n, sizeof *cs);
 	pthread_t *th = calloc((size_t)p->n, sizeof *th);
-	struct start go = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+	struct start go = START_INIT;
 	int started = 0, rc = 0;
 	double t0, t_end = 0;
 

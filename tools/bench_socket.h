@@ -1,6 +1,7 @@
 /* bench_socket.h - llm-bench's --socket mode: the same parallel workload as
  * in-process, but through a running llmd, its socket and its rings, one
- * connection (and one thread) per simulated client.
+ * connection (and one thread) per simulated client; and its --url mode, the
+ * same through an OpenAI-compatible HTTP server.
  */
 #ifndef LLMD_BENCH_SOCKET_H
 #define LLMD_BENCH_SOCKET_H
@@ -20,6 +21,11 @@ struct bench_socket_params {
 	float top_p, min_p;
 	uint64_t seed;
 	int ignore_eos;
+	/* bench_http_run only: */
+	const char *url;             /* the API's base, e.g. http://127.0.0.1:8080/v1 */
+	const char *unix_socket;     /* connect there instead of the URL's host (llmd's http.socket) */
+	const char *api_key;         /* sent as Authorization: Bearer, or NULL */
+	const char *model;           /* the request's "model", or NULL */
 };
 
 struct bench_socket_seq {
@@ -45,5 +51,11 @@ int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_re
 		     char *err, size_t errlen);
 
 void bench_socket_result_free(struct bench_socket_result *r);
+
+/* The same through an OpenAI-compatible HTTP server (bench_http.c): N
+ * streaming requests at once, one thread each.  Token ids are not known
+ * there (gen stays NULL; n_gen counts them); queue_ms and prefill_ms are 0. */
+int bench_http_run(const struct bench_socket_params *p, struct bench_socket_result *ret, char *err,
+		   size_t errlen);
 
 #endif

@@ -54,6 +54,9 @@ struct bench_opts {
 	int profile;                /* time each op of the forward pass */
 	int bandwidth;              /* measure memory read bandwidth instead */
 	const char *socket;         /* through this llmd instead of in-process */
+	const char *url;            /* or through this OpenAI-compatible API (bench_http.c) */
+	const char *unix_socket;    /* --url's connection goes to this Unix socket */
+	const char *api_key;
 	uint32_t kv_type;
 	const char *backend;        /* "auto" (default), "cpu" or "cuda" */
 	int32_t device;             /* CUDA device index */
@@ -109,6 +112,11 @@ static void usage(FILE *f)
 		"                          and the decode speed they bound; generates nothing\n"
 		"      --socket PATH       run the --parallel workload through a running llmd at PATH,\n"
 		"                          one connection and thread per sequence (no --model needed)\n"
+		"      --url URL           the same through an OpenAI-compatible API at URL (its base,\n"
+		"                          e.g. http://127.0.0.1:8080/v1), streaming; --model NAME is\n"
+		"                          then the request's model (default: none sent)\n"
+		"      --unix-socket PATH  with --url: connect to this Unix socket (llmd's http.socket)\n"
+		"      --api-key KEY       with --url: Authorization: Bearer KEY (default $LLM_API_KEY)\n"
 		"      --json              one JSON object on stdout\n");
 }
 
@@ -199,7 +207,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
-	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS };
+	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS, O_URL, O_USOCK, O_KEY };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -220,7 +228,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "device", required_argument, 0, O_DEVICE }, { "no-graphs", no_argument, 0, O_NOGRAPH },
 		{ "gemm-rows", required_argument, 0, O_GEMM }, { "profile", no_argument, 0, O_PROF },
 		{ "bandwidth", no_argument, 0, O_BW }, { "no-mmap", no_argument, 0, O_NOMMAP },
-		{ "step-ms", required_argument, 0, O_STEPMS },
+		{ "step-ms", required_argument, 0, O_STEPMS }, { "url", required_argument, 0, O_URL },
+		{ "unix-socket", required_argument, 0, O_USOCK }, { "api-key", required_argument, 0, O_KEY },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -282,6 +291,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_KVM: o->kv_mib = atoll(optarg); break;
 		case O_SEQ: o->sequential = 1; break;
 		case O_SOCK: o->socket = optarg; break;
+		case O_URL: o->url = optarg; break;
+		case O_USOCK: o->unix_socket = optarg; break;
+		case O_KEY: o->api_key = optarg; break;
 		case O_NOMMAP: o->no_mmap = 1; break;
 		case O_BACKEND:
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
@@ -307,16 +319,26 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		default: usage(stderr); return -1;
 		}
 	}
-	if (o->bandwidth && o->socket) {
-		fprintf(stderr, "llm-bench: --bandwidth measures this machine, not through --socket\n");
+	if (o->socket && o->url) {
+		fprintf(stderr, "llm-bench: --socket or --url, not both\n");
 		return -1;
 	}
-	if (!o->bandwidth && ((!o->model && !o->socket) || !o->prompt)) {
+	if ((o->unix_socket || o->api_key) && !o->url) {
+		fprintf(stderr, "llm-bench: --unix-socket and --api-key go with --url\n");
+		return -1;
+	}
+	if (o->url && !o->api_key)
+		o->api_key = getenv("LLM_API_KEY");
+	if (o->bandwidth && (o->socket || o->url)) {
+		fprintf(stderr, "llm-bench: --bandwidth measures this machine, not through --socket or --url\n");
+		return -1;
+	}
+	if (!o->bandwidth && ((!o->model && !o->socket && !o->url) || !o->prompt)) {
 		usage(stderr);
 		return -1;
 	}
-	if (o->socket && (o->sequential || o->logits || o->n_stops || o->profile || o->step_ms)) {
-		fprintf(stderr, "llm-bench: --socket does not go with --sequential, --logits, --stop, "
+	if ((o->socket || o->url) && (o->sequential || o->logits || o->n_stops || o->profile || o->step_ms)) {
+		fprintf(stderr, "llm-bench: --socket and --url do not go with --sequential, --logits, --stop, "
 			"--profile or --step-ms (the daemon's sched.step_ms)\n");
 		return -1;
 	}
@@ -643,7 +665,10 @@ static int run_socket(const struct bench_opts *o)
 		.chat = o->chat || o->system, .max_tokens = o->n_predict,
 		.temperature = o->sp.temperature, .top_k = o->sp.top_k, .top_p = o->sp.top_p,
 		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
+		.url = o->url, .unix_socket = o->unix_socket, .api_key = o->api_key,
+		.model = o->url ? o->model : NULL,
 	};
+	const char *where = o->url ? o->url : o->socket;
 	char **prompts = calloc((size_t)o->parallel, sizeof *prompts);
 	double *agg = calloc((size_t)o->repeat, sizeof *agg), *dc = calloc((size_t)o->repeat, sizeof *dc);
 	double *ttft = calloc((size_t)o->parallel, sizeof *ttft);
@@ -662,7 +687,8 @@ static int run_socket(const struct bench_opts *o)
 		double dtime = 0;
 		int64_t dsteps = 0;
 		bench_socket_result_free(&res);
-		if (bench_socket_run(&p, &res, err, sizeof err) < 0) {
+		if ((o->url ? bench_http_run(&p, &res, err, sizeof err)
+			    : bench_socket_run(&p, &res, err, sizeof err)) < 0) {
 			fprintf(stderr, "llm-bench: %s\n", err);
 			goto out;
 		}
@@ -681,17 +707,22 @@ static int run_socket(const struct bench_opts *o)
 	double agg_med = median(agg, o->repeat), dc_med = median(dc, o->repeat);
 	if (o->json) {
 		json_object *root = json_object_new_object(), *arr = json_object_new_array();
-		json_object_object_add(root, "socket", json_object_new_string(o->socket));
+		json_object_object_add(root, o->url ? "url" : "socket", json_object_new_string(where));
 		json_object_object_add(root, "parallel", json_object_new_int(o->parallel));
 		json_object_object_add(root, "repeat", json_object_new_int(o->repeat));
 		json_object_object_add(root, "aggregate_tok_s", json_object_new_double(agg_med));
 		json_object_object_add(root, "decode_tok_s", json_object_new_double(dc_med));
 		json_object_object_add(root, "ttft_ms_p50", json_object_new_double(p50));
 		json_object_object_add(root, "ttft_ms_p95", json_object_new_double(p95));
-		json_object_object_add(root, "generated_ids", ids_json(res.seqs[0].gen, res.seqs[0].n_gen));
+		/* over HTTP the ids are not known, only how many */
+		if (res.seqs[0].gen)
+			json_object_object_add(root, "generated_ids", ids_json(res.seqs[0].gen, res.seqs[0].n_gen));
 		for (int k = 0; k < res.n; k++) {
 			json_object *one = json_object_new_object();
-			json_object_object_add(one, "generated_ids", ids_json(res.seqs[k].gen, res.seqs[k].n_gen));
+			if (res.seqs[k].gen)
+				json_object_object_add(one, "generated_ids",
+						       ids_json(res.seqs[k].gen, res.seqs[k].n_gen));
+			json_object_object_add(one, "generated_tokens", json_object_new_int(res.seqs[k].n_gen));
 			json_object_object_add(one, "prompt_tokens", json_object_new_int((int)res.seqs[k].prompt_tokens));
 			json_object_object_add(one, "cached_tokens", json_object_new_int((int)res.seqs[k].cached_tokens));
 			json_object_object_add(one, "queue_ms", json_object_new_double(res.seqs[k].queue_ms));
@@ -705,7 +736,7 @@ static int run_socket(const struct bench_opts *o)
 	} else {
 		fprintf(stderr, "llm-bench: through %s, %d clients: %.1f generated tok/s in aggregate, "
 			"%.1f tok/s per sequence while decoding, time to first token p50 %.0f ms, "
-			"p95 %.0f ms (median of %d)\n", o->socket, o->parallel, agg_med, dc_med, p50, p95,
+			"p95 %.0f ms (median of %d)\n", where, o->parallel, agg_med, dc_med, p50, p95,
 			o->repeat);
 	}
 	rc = 0;
@@ -870,7 +901,7 @@ int main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &o) < 0)
 		return 2;
-	if (o.socket) {
+	if (o.socket || o.url) {
 		rc = run_socket(&o);
 		free(o.prompt);
 		return rc;
