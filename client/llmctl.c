@@ -225,33 +225,31 @@ static void show_ps(json_object *j)
 	print_ps(stdout, j);
 }
 
-static void print_stats(json_object *j, int prometheus)
+/* The counters as text; the histograms as their count and mean.  (The
+ * Prometheus text is the daemon's: stats prometheus.) */
+static void print_stats(json_object *j)
 {
 	json_object_object_foreach(j, key, val)
 	{
-		if (json_object_get_type(val) == json_type_object) { /* errors_by_code */
-			if (prometheus)
-				printf("# TYPE llmd_errors_by_code_total counter\n");
-			json_object_object_foreach(val, k2, v2)
+		if (!strcmp(key, "histograms")) {
+			json_object_object_foreach(val, name, hv)
 			{
-				if (prometheus)
-					printf("llmd_errors_by_code_total{code=\"%s\"} %lld\n", k2,
-					       (long long)json_object_get_int64(v2));
-				else
-					printf("%-36s %lld\n", k2, (long long)json_object_get_int64(v2));
+				json_object *n, *sum;
+				int64_t cnt = json_object_object_get_ex(hv, "count", &n) ? json_object_get_int64(n) : 0;
+				double s = json_object_object_get_ex(hv, "sum", &sum) ? json_object_get_double(sum) : 0;
+				printf("%-36s %lld, mean %.4f s\n", name, (long long)cnt, cnt ? s / (double)cnt : 0);
 			}
 			continue;
 		}
-		if (prometheus) {
-			size_t l = strlen(key);
-			int counter = l > 6 && !strcmp(key + l - 6, "_total");
-			printf("# TYPE %s %s\n", key, counter ? "counter" : "gauge");
+		if (json_object_get_type(val) == json_type_object) { /* errors_by_code */
+			json_object_object_foreach(val, k2, v2)
+			printf("%-36s %lld\n", k2, (long long)json_object_get_int64(v2));
+			continue;
 		}
 		if (json_object_get_type(val) == json_type_double)
-			printf(prometheus ? "%s %.6g\n" : "%-36s %.3f\n", key, json_object_get_double(val));
+			printf("%-36s %.3f\n", key, json_object_get_double(val));
 		else
-			printf(prometheus ? "%s %lld\n" : "%-36s %lld\n", key,
-			       (long long)json_object_get_int64(val));
+			printf("%-36s %lld\n", key, (long long)json_object_get_int64(val));
 	}
 }
 
@@ -541,10 +539,12 @@ int main(int argc, char **argv)
 	else if (!strcmp(cmd, "top"))
 		r = cmd_top(argc, argv);
 	else { /* stats */
-		json_object *j;
-		if (!(r = admin("stats", NULL, &j))) {
-			if (!json_out)
-				print_stats(j, prometheus);
+		json_object *j, *text;
+		if (!(r = admin("stats", prometheus ? "prometheus" : NULL, &j))) {
+			if (prometheus && json_object_object_get_ex(j, "prometheus", &text))
+				fputs(json_object_get_string(text), stdout);
+			else if (!json_out)
+				print_stats(j);
 			json_object_put(j);
 		}
 	}

@@ -160,6 +160,68 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	return 0;
 }
 
+/* The latency histograms' names, by enum worker_hist_kind. */
+static const char *const hist_names[WORKER_HIST__N] = {
+	"llmd_time_to_first_token_seconds",
+	"llmd_time_per_output_token_seconds",
+	"llmd_queue_wait_seconds",
+};
+
+/* stats' JSON in Prometheus text format: a gauge or counter (_total) a
+ * number, errors_by_code as labels, the histograms with cumulative
+ * buckets.  Malloc'd, NULL when out of memory. */
+static char *prometheus_text(json_object *stats)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return NULL;
+	json_object_object_foreach(stats, key, val) {
+		size_t n = strlen(key);
+		if (!strcmp(key, "errors_by_code")) {
+			fprintf(f, "# TYPE llmd_errors_by_code_total counter\n");
+			json_object_object_foreach(val, k2, v2)
+				fprintf(f, "llmd_errors_by_code_total{code=\"%s\"} %lld\n", k2,
+					(long long)json_object_get_int64(v2));
+			continue;
+		}
+		if (!strcmp(key, "histograms")) {
+			json_object_object_foreach(val, name, h) {
+				json_object *le, *counts, *sum, *count;
+				uint64_t cum = 0;
+				if (!json_object_object_get_ex(h, "le", &le) ||
+				    !json_object_object_get_ex(h, "counts", &counts) ||
+				    !json_object_object_get_ex(h, "sum", &sum) ||
+				    !json_object_object_get_ex(h, "count", &count))
+					continue;
+				fprintf(f, "# TYPE %s histogram\n", name);
+				for (size_t i = 0; i < json_object_array_length(le); i++) {
+					cum += (uint64_t)json_object_get_int64(json_object_array_get_idx(counts, i));
+					fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name,
+						json_object_get_double(json_object_array_get_idx(le, i)),
+						(unsigned long long)cum);
+				}
+				fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.9g\n%s_count %lld\n", name,
+					(long long)json_object_get_int64(count), name, json_object_get_double(sum),
+					name, (long long)json_object_get_int64(count));
+			}
+			continue;
+		}
+		fprintf(f, "# TYPE %s %s\n", key, n > 6 && !strcmp(key + n - 6, "_total") ? "counter" : "gauge");
+		if (json_object_is_type(val, json_type_double))
+			fprintf(f, "%s %.9g\n", key, json_object_get_double(val));
+		else
+			fprintf(f, "%s %lld\n", key, (long long)json_object_get_int64(val));
+	}
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
 static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 		     const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
 {
@@ -214,6 +276,39 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	add_dbl(out, "llmd_step_cost_position_seconds", k->cost_pos_s);
 	add_dbl(out, "llmd_step_cost_context_seconds", k->cost_ctx_s);
 	json_object_object_add(out, "errors_by_code", by);
+	json_object *hs = json_object_new_object();
+	for (int i = 0; i < WORKER_HIST__N; i++) {
+		json_object *h = json_object_new_object(), *le = json_object_new_array(),
+			    *counts = json_object_new_array();
+		for (int b = 0; b < WORKER_HIST_BUCKETS; b++) {
+			json_object_array_add(le, json_object_new_double(worker_hist_le[b]));
+			json_object_array_add(counts, json_object_new_int64((int64_t)sn->hist[i].counts[b]));
+		}
+		json_object_object_add(h, "le", le);
+		json_object_object_add(h, "counts", counts);
+		json_object_object_add(h, "sum", json_object_new_double(sn->hist[i].sum));
+		json_object_object_add(h, "count", json_object_new_int64((int64_t)sn->hist[i].count));
+		json_object_object_add(hs, hist_names[i], h);
+	}
+	json_object_object_add(out, "histograms", hs);
+	/* stats prometheus: the same as one text, for llmctl and GET /metrics */
+	if (!strcmp(arg, "prometheus")) {
+		char *text = prometheus_text(out);
+		if (!text) {
+			snprintf(err, errlen, "out of memory");
+			return PROTO_E_INTERNAL;
+		}
+		json_object *wrap = json_object_new_string(text);
+		free(text);
+		json_object_object_foreach(out, key, val) {
+			(void)val;
+			json_object_object_del(out, key);
+		}
+		json_object_object_add(out, "prometheus", wrap);
+	} else if (arg[0]) {
+		snprintf(err, errlen, "stats takes no argument but prometheus, not '%s'", arg);
+		return PROTO_E_INVAL;
+	}
 	return 0;
 }
 

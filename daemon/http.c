@@ -1128,45 +1128,28 @@ static void handle_health(struct llmd *d, struct evhttp_request *req)
 	}
 }
 
-/* Prometheus text from llmctl stats' JSON (admin.c's counters), with the
- * HTTP front's own. */
+/* Prometheus text: llmctl stats --prometheus's (admin.c renders it), with
+ * the HTTP front's own counters. */
 static void handle_metrics(struct llmd *d, struct evhttp_request *req)
 {
 	struct conn me = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
-	struct proto_admin a = { { "stats", 5 }, { "", 0 } };
+	struct proto_admin a = { { "stats", 5 }, { "prometheus", 10 } };
 	char *body = NULL;
 	uint32_t code = admin_run(d, &me, &a, &body);
-	json_object *j = code == 0 && body ? json_tokener_parse(body) : NULL;
+	json_object *j = code == 0 && body ? json_tokener_parse(body) : NULL, *text = NULL;
 	struct evbuffer *b = evbuffer_new();
 	struct http_front *h = d->http;
 	int live = 0;
 
 	free(body);
-	if (!j || !b) {
+	if (!j || !b || !json_object_object_get_ex(j, "prometheus", &text)) {
 		json_object_put(j);
 		if (b)
 			evbuffer_free(b);
 		reply_error(d, req, 500, NULL, NULL, "cannot collect the counters");
 		return;
 	}
-	json_object_object_foreach(j, key, val) {
-		size_t n = strlen(key);
-		int counter = n > 6 && !strcmp(key + n - 6, "_total");
-		if (json_object_is_type(val, json_type_object)) {
-			if (!strcmp(key, "errors_by_code")) {
-				evbuffer_add_printf(b, "# TYPE llmd_errors_by_code_total counter\n");
-				json_object_object_foreach(val, k2, v2)
-					evbuffer_add_printf(b, "llmd_errors_by_code_total{code=\"%s\"} %lld\n", k2,
-							    (long long)json_object_get_int64(v2));
-			}
-			continue;
-		}
-		evbuffer_add_printf(b, "# TYPE %s %s\n", key, counter ? "counter" : "gauge");
-		if (json_object_is_type(val, json_type_double))
-			evbuffer_add_printf(b, "%s %.9g\n", key, json_object_get_double(val));
-		else
-			evbuffer_add_printf(b, "%s %lld\n", key, (long long)json_object_get_int64(val));
-	}
+	evbuffer_add(b, json_object_get_string(text), (size_t)json_object_get_string_len(text));
 	json_object_put(j);
 	count_status(d, 200);
 	evbuffer_add_printf(b, "# TYPE llmd_http_requests_total counter\nllmd_http_requests_total %llu\n",

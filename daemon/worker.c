@@ -78,7 +78,12 @@ struct wconn {
 	struct wconn *next;          /* all connections */
 };
 
+const double worker_hist_le[WORKER_HIST_BUCKETS] = {
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+};
+
 struct worker {
+	struct worker_hist hist[WORKER_HIST__N]; /* engine thread's; copied into snapshots */
 	const struct model *m;       /* borrowed */
 	struct engine *e;            /* owned */
 	struct sched *s;             /* owned */
@@ -398,6 +403,18 @@ static void conn_write(struct worker *w, struct wconn *c, uint16_t type, const u
 		conn_bad(w, c);
 }
 
+static void hist_add(struct worker_hist *h, double s)
+{
+	int i = 0;
+
+	while (i < WORKER_HIST_BUCKETS && s > worker_hist_le[i])
+		i++;
+	if (i < WORKER_HIST_BUCKETS)
+		h->counts[i]++;
+	h->count++;
+	h->sum += s;
+}
+
 static void write_final(struct worker *w, struct wconn *c, uint64_t client_id, uint32_t finish,
 			uint32_t code, const char *msg, const struct sched_usage *u)
 {
@@ -405,6 +422,12 @@ static void write_final(struct worker *w, struct wconn *c, uint64_t client_id, u
 	ssize_t n;
 
 	if (u) {
+		hist_add(&w->hist[WORKER_HIST_QUEUE], u->queue_s);
+		if (u->generated_tokens > 0)
+			hist_add(&w->hist[WORKER_HIST_TTFT], u->queue_s + u->prefill_s);
+		if (u->generated_tokens > 1)
+			hist_add(&w->hist[WORKER_HIST_TPOT], u->decode_s / (double)(u->generated_tokens - 1));
+		w->snap_dirty = 1;
 		f.prompt_tokens = (uint32_t)u->prompt_tokens;
 		f.cached_tokens = (uint32_t)u->cached_tokens;
 		f.generated_tokens = (uint32_t)u->generated_tokens;
@@ -614,6 +637,7 @@ static void publish(struct worker *w)
 	sn->kv_capacity_tokens = engine_kv_capacity(w->e);
 	engine_device_info(w->e, &sn->device);
 	engine_graph_stats(w->e, &sn->graphs_recorded, &sn->graphs_replayed);
+	memcpy(sn->hist, w->hist, sizeof sn->hist);
 	sn->n_conns = w->n_conns;
 	if (w->rate_n >= 2) {
 		int a = w->rate_n >= RATE_SAMPLES ? w->rate_n % RATE_SAMPLES : 0;

@@ -53,6 +53,25 @@ enum worker_note_kind {
 	                             STICKY: the engine thread serves nothing more */
 };
 
+/* A latency histogram of finished requests, Prometheus-style: COUNTS[i]
+ * those of at most worker_hist_le[i] seconds (not cumulative), COUNT all
+ * of them (the last bucket is +Inf), SUM their seconds. */
+#define WORKER_HIST_BUCKETS 15
+extern const double worker_hist_le[WORKER_HIST_BUCKETS];
+
+struct worker_hist {
+	uint64_t counts[WORKER_HIST_BUCKETS];
+	uint64_t count;
+	double sum;
+};
+
+enum worker_hist_kind {
+	WORKER_HIST_TTFT,            /* submit to first token (queue + prefill) */
+	WORKER_HIST_TPOT,            /* decode time over generated tokens - 1 */
+	WORKER_HIST_QUEUE,           /* submit to admission */
+	WORKER_HIST__N,
+};
+
 struct worker_snap_req {
 	uint64_t gid;
 	uint32_t conn_id;
@@ -73,6 +92,7 @@ struct worker_snapshot {
 	struct bk_device_info device; /* what the engine runs on */
 	uint64_t graphs_recorded;    /* decode steps recorded as CUDA graphs */
 	uint64_t graphs_replayed;    /* and replayed from them */
+	struct worker_hist hist[WORKER_HIST__N]; /* every request that finished with usage */
 	int32_t n_conns;             /* connections with a ring attached */
 	int32_t n_reqs, cap_reqs;    /* live requests; entries allocated */
 	struct worker_snap_req reqs[]; /* (n_reqs) */

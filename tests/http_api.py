@@ -218,8 +218,11 @@ def test_basics(d):
     check(st == 200 and json.loads(body)["status"] == "ok", "/health 200 while serving")
     st, hd, body = d.raw("GET", "/metrics")
     text = body.decode()
+    count = [ln for ln in text.splitlines() if ln.startswith("llmd_time_to_first_token_seconds_count ")]
     check(st == 200 and "llmd_requests_total" in text and "# TYPE llmd_generated_tokens_total counter" in text
-          and "llmd_http_requests_total" in text, "/metrics in Prometheus text")
+          and "llmd_http_requests_total" in text and "# TYPE llmd_time_per_output_token_seconds histogram" in text
+          and 'llmd_queue_wait_seconds_bucket{le="+Inf"}' in text and count and int(count[0].split()[1]) >= 10,
+          f"/metrics in Prometheus text, with the latency histograms ({count})")
 
 
 def test_errors(d):
