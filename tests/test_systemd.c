@@ -4,7 +4,8 @@
  *    SIGHUP, STOPPING=1 on SIGTERM, in that order, and WATCHDOG=1 beats
  *    while serving when WATCHDOG_USEC asks for them;
  *  - under systemd-socket-activate it serves on the socket it is passed
- *    (sd_listen_fds) instead of binding one;
+ *    (sd_listen_fds) instead of binding one, and the HTTP API on a second
+ *    one named "http" (FileDescriptorName=http, as llmd-http.socket has);
  *  - the unit files pass `systemd-analyze verify` where it is available.
  */
 #include "daemonutil.h"
@@ -162,6 +163,75 @@ static void test_socket_activation(const char *model)
 	printf("socket activation: llmd served on the socket systemd-socket-activate passed\n");
 }
 
+/* GET /health on the HTTP socket PATH: whether it answers 200. */
+static int http_health_ok(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	const char *req = "GET /health HTTP/1.0\r\nHost: llmd\r\n\r\n";
+	char buf[512];
+	ssize_t n, got = 0;
+	int fd;
+
+	if (strlen(path) >= sizeof a.sun_path)
+		return 0;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	while (got < (ssize_t)sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - (size_t)got)) > 0)
+		got += n;
+	close(fd);
+	buf[got] = 0;
+	return !strncmp(buf, "HTTP/1.0 200", 12) || !strncmp(buf, "HTTP/1.1 200", 12);
+}
+
+/* Two sockets passed, the second named "http": llmd serves the native
+ * protocol on the first and the HTTP API on the second, binding neither. */
+static void test_socket_activation_http(const char *model)
+{
+	struct tdaemon d;
+	char listen1[160], listen2[160];
+	const char *prefix[] = { "systemd-socket-activate", listen1, listen2, "--fdname=llmd:http", NULL };
+
+	if (!have("systemd-socket-activate")) {
+		printf("socket activation with http: systemd-socket-activate is absent, skipped\n");
+		return;
+	}
+	memset(&d, 0, sizeof d);
+	snprintf(d.dir, sizeof d.dir, "/tmp/llmd-act.XXXXXX");
+	if (!mkdtemp(d.dir)) {
+		test_failures++;
+		return;
+	}
+	char sock[128], hsock[128];
+	snprintf(sock, sizeof sock, "%s/act.sock", d.dir);
+	snprintf(hsock, sizeof hsock, "%s/act-http.sock", d.dir);
+	snprintf(listen1, sizeof listen1, "--listen=%s", sock);
+	snprintf(listen2, sizeof listen2, "--listen=%s", hsock);
+	rmdir(d.dir);
+	if (tdaemon_start_with(&d, prefix, model, NULL, NULL, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	for (double t0 = clock_s(); clock_s() - t0 < 20 && !tconnect_ok(sock); tsleep_ms(20))
+		;
+	CHECK(generate_ok(sock));
+	CHECK(http_health_ok(hsock));
+	/* its own sockets (the --socket path and the auto one beside it) unbound */
+	char own_http[160];
+	snprintf(own_http, sizeof own_http, "%.*s-http.sock", (int)strlen(d.sock) - 5, d.sock);
+	CHECK(access(d.sock, F_OK) != 0);
+	CHECK(access(own_http, F_OK) != 0);
+	CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	unlink(sock);
+	unlink(hsock);
+	printf("socket activation: llmd served the HTTP API on the socket named http\n");
+}
+
 static void test_units(void)
 {
 	char cmd[4096], out[8192];
@@ -173,18 +243,18 @@ static void test_units(void)
 	}
 	/* Verify copies whose ExecStart points at the built binary. */
 	snprintf(cmd, sizeof cmd,
-		 "set -e; d=$(mktemp -d); cp '%s/etc/llmd.socket' \"$d/\"; "
+		 "set -e; d=$(mktemp -d); cp '%s/etc/llmd.socket' '%s/etc/llmd-http.socket' \"$d/\"; "
 		 "sed 's|^ExecStart=[^ ]*|ExecStart=%s/llmd|' '%s/etc/llmd.service' > \"$d/llmd.service\"; "
-		 "cd \"$d\"; systemd-analyze verify --man=no ./llmd.socket ./llmd.service 2>&1 | "
+		 "cd \"$d\"; systemd-analyze verify --man=no ./llmd.socket ./llmd-http.socket ./llmd.service 2>&1 | "
 		 "grep -v -e 'Failed to create /init.scope' -e 'not supported in this environment' "
 		 "-e 'Failed to setup working directory' -e 'DBus' -e 'bus' || true; rm -rf \"$d\"",
-		 b, b, b);
+		 b, b, b, b);
 	const char *argv[] = { "/bin/sh", "-c", cmd, NULL };
 	CHECK_INT_EQ(trun(argv, NULL, out, sizeof out), 0);
 	if (out[0])
 		fprintf(stderr, "systemd-analyze verify:\n%s", out);
 	CHECK(out[0] == 0);
-	printf("units: systemd-analyze verify passes for llmd.socket and llmd.service\n");
+	printf("units: systemd-analyze verify passes for llmd.socket, llmd-http.socket and llmd.service\n");
 }
 
 int main(void)
@@ -201,5 +271,6 @@ int main(void)
 	}
 	test_notify(model);
 	test_socket_activation(model);
+	test_socket_activation_http(model);
 	return test_result();
 }
