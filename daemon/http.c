@@ -35,6 +35,7 @@
 #include "server.h"
 #include "tokenizer.h"
 #include "usock.h"
+#include "utf8.h"
 #include "worker.h"
 
 #define HTTP_RING_BYTES (64u << 10)    /* a request's ring: the event loop drains it at once */
@@ -98,6 +99,7 @@ struct http_req {
 	struct event *ev_closed;       /* the client's socket closed (evhttp does not read it
 	                                  while a request waits for its answer) */
 	int chat, stream, include_usage, logprobs;
+	int n_top;                     /* alternatives asked for with each token */
 	int started;                   /* stream: the 200 and the first chunk are out */
 	char id[48];                   /* "chatcmpl-..." / "cmpl-..." */
 	int64_t created;
@@ -495,13 +497,16 @@ static int parse_common(struct llmd *d, struct http_req *hr, json_object *body, 
 				return -1;
 			hr->logprobs = 1;
 		}
-		if (top_lp > 0)
-			return bad(pe, hr->chat ? "top_logprobs" : "logprobs",
-				   "alternatives to the chosen token (%s > 0) are not supported yet; "
-				   "the chosen token's logprob is", hr->chat ? "top_logprobs" : "logprobs");
 	}
-	if (hr->logprobs)
+	if (!hr->logprobs && top_lp > 0)
+		return bad(pe, "top_logprobs", "top_logprobs needs logprobs: true");
+	if (!hr->logprobs && field(body, "top_logprobs") && !field(body, "logprobs"))
+		return bad(pe, "top_logprobs", "top_logprobs needs logprobs: true");
+	if (hr->logprobs) {
 		s->flags |= PROTO_SUBMIT_LOGPROBS;
+		s->top_logprobs = (uint32_t)top_lp;
+		hr->n_top = (int)top_lp;
+	}
 	if ((v = field(body, "stop"))) {
 		if (json_object_is_type(v, json_type_string)) {
 			stops[0] = pstr(v);
@@ -852,37 +857,94 @@ static json_object *answer_obj(struct http_req *hr, const char *object)
 	return o;
 }
 
-/* Adds a token to the logprobs being collected. */
+/* TEXT as a JSON string, and its bytes as OpenAI's "bytes" list: a
+ * token's piece may be part of a character, and then the string has
+ * U+FFFD where the bytes do not make one. */
+static json_object *piece_str(const char *text, size_t len, json_object **bytes)
+{
+	char buf[3 * 256];
+	size_t o = 0;
+
+	if (bytes) {
+		*bytes = json_object_new_array();
+		for (size_t i = 0; i < len; i++)
+			json_object_array_add(*bytes, json_object_new_int((unsigned char)text[i]));
+	}
+	if (utf8_valid(text, len))
+		return jstr_n(text, len);
+	for (size_t i = 0; i < len && o + 3 <= sizeof buf;) {
+		size_t k = utf8_char_len((const uint8_t *)text + i, len - i);
+		if (k) {
+			memcpy(buf + o, text + i, k);
+			o += k;
+			i += k;
+		} else {
+			memcpy(buf + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	return jstr_n(buf, o);
+}
+
+/* Token ID's piece, as piece_str gives it. */
+static json_object *token_str(struct http_req *hr, int32_t id, json_object **bytes)
+{
+	char piece[256];
+	int n = tokenizer_piece(hr->d->model->tok, id, 1, piece, sizeof piece);
+
+	return piece_str(piece, n > 0 ? (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece) : 0, bytes);
+}
+
+/* Adds a token to the logprobs being collected: chat's content entry
+ * {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}, or the
+ * completions' parallel lists (top_logprobs a {text: logprob} a token). */
 static void add_logprob(struct http_req *hr, const struct proto_token *t)
 {
 	if (!hr->logprobs || t->token < 0)
 		return;
 	if (hr->chat) {
-		json_object *e = json_object_new_object(), *bytes = json_object_new_array();
+		json_object *e = json_object_new_object(), *bytes, *tops = json_object_new_array();
 		if (!hr->lp)
 			hr->lp = json_object_new_array();
-		json_object_object_add(e, "token", jstr_n(t->text.p, t->text.len));
+		json_object_object_add(e, "token", piece_str(t->text.p, t->text.len, &bytes));
 		json_object_object_add(e, "logprob", json_object_new_double(t->logprob));
-		for (uint32_t i = 0; i < t->text.len; i++)
-			json_object_array_add(bytes, json_object_new_int((unsigned char)t->text.p[i]));
 		json_object_object_add(e, "bytes", bytes);
-		json_object_object_add(e, "top_logprobs", json_object_new_array());
+		for (uint32_t i = 0; i < t->n_top; i++) {
+			json_object *a = json_object_new_object(), *ab;
+			json_object_object_add(a, "token", token_str(hr, t->top_ids[i], &ab));
+			json_object_object_add(a, "logprob", json_object_new_double(t->top_logprobs[i]));
+			json_object_object_add(a, "bytes", ab);
+			json_object_array_add(tops, a);
+		}
+		json_object_object_add(e, "top_logprobs", tops);
 		json_object_array_add(hr->lp, e);
 	} else {
-		json_object *toks, *lps, *offs;
+		json_object *toks, *lps, *offs, *tops;
 		if (!hr->lp) {
 			hr->lp = json_object_new_object();
 			json_object_object_add(hr->lp, "tokens", json_object_new_array());
 			json_object_object_add(hr->lp, "token_logprobs", json_object_new_array());
-			json_object_object_add(hr->lp, "top_logprobs", NULL);
+			json_object_object_add(hr->lp, "top_logprobs",
+					       hr->n_top ? json_object_new_array() : NULL);
 			json_object_object_add(hr->lp, "text_offset", json_object_new_array());
 		}
 		json_object_object_get_ex(hr->lp, "tokens", &toks);
 		json_object_object_get_ex(hr->lp, "token_logprobs", &lps);
 		json_object_object_get_ex(hr->lp, "text_offset", &offs);
-		json_object_array_add(toks, jstr_n(t->text.p, t->text.len));
+		json_object_array_add(toks, piece_str(t->text.p, t->text.len, NULL));
 		json_object_array_add(lps, json_object_new_double(t->logprob));
 		json_object_array_add(offs, json_object_new_int64((int64_t)hr->text_off));
+		if (hr->n_top && json_object_object_get_ex(hr->lp, "top_logprobs", &tops) && tops) {
+			json_object *m = json_object_new_object();
+			for (uint32_t i = 0; i < t->n_top; i++) {
+				json_object *k = token_str(hr, t->top_ids[i], NULL);
+				json_object_object_add(m, json_object_get_string(k),
+						       json_object_new_double(t->top_logprobs[i]));
+				json_object_put(k);
+			}
+			json_object_array_add(tops, m);
+		}
 	}
 	hr->text_off += t->text.len;
 }
@@ -904,7 +966,7 @@ static json_object *take_logprobs(struct http_req *hr)
 		lp = json_object_new_object();
 		json_object_object_add(lp, "tokens", json_object_new_array());
 		json_object_object_add(lp, "token_logprobs", json_object_new_array());
-		json_object_object_add(lp, "top_logprobs", NULL);
+		json_object_object_add(lp, "top_logprobs", hr->n_top ? json_object_new_array() : NULL);
 		json_object_object_add(lp, "text_offset", json_object_new_array());
 	}
 	return lp;

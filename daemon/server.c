@@ -38,6 +38,8 @@
 /* Every stop string a SUBMIT can carry, the engine takes. */
 _Static_assert(STOPSTR_MAX == PROTO_MAX_STOPS && STOPSTR_MAX_LEN == PROTO_MAX_STOP_LEN,
 	       "stopstr.h and proto.h must agree on stop strings");
+_Static_assert(SAMPLER_MAX_TOP == PROTO_MAX_TOP_LOGPROBS,
+	       "sampler.h and proto.h must agree on the alternatives a token carries");
 
 #define FRAMES_PER_EVENT 64          /* work cap per read event */
 #define READ_AHEAD (64u << 10)       /* input buffered beyond the frame being read */
@@ -466,6 +468,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	r->max_tokens = s->max_tokens;
 	r->ignore_eos = !!(s->flags & PROTO_SUBMIT_IGNORE_EOS);
 	r->logprobs = !!(s->flags & PROTO_SUBMIT_LOGPROBS);
+	r->top_logprobs = (int32_t)s->top_logprobs;
 	r->sampling = sp;
 	if (!(s->flags & PROTO_SUBMIT_SEED) &&
 	    getrandom(&r->sampling.seed, sizeof r->sampling.seed, GRND_NONBLOCK) != sizeof r->sampling.seed)

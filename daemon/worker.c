@@ -504,6 +504,11 @@ static void on_event(void *ctx, const struct sched_event *ev)
 		struct proto_token t = { .id = q->r->client_id, .token = ev->token,
 					 .logprob = ev->logprob,
 					 .text = { ev->text, (uint32_t)ev->text_len } };
+		for (int32_t i = 0; i < ev->n_top && i < PROTO_MAX_TOP_LOGPROBS; i++) {
+			t.top_ids[i] = ev->top_ids[i];
+			t.top_logprobs[i] = ev->top_logprobs[i];
+			t.n_top++;
+		}
 		ssize_t n = proto_token_encode(w->rec, sizeof w->rec, &t);
 		if (n > 0)
 			conn_write(w, q->conn, PROTO_REC_TOKEN, w->rec, (size_t)n);
@@ -558,7 +563,8 @@ static void do_submit(struct worker *w, struct worker_req *r)
 					    .prompt = r->prompt, .n_prompt = r->n_prompt,
 					    .max_tokens = r->max_tokens, .sampling = r->sampling,
 					    .stops = stops, .n_stops = r->n_stops,
-					    .ignore_eos = r->ignore_eos, .logprobs = r->logprobs };
+					    .ignore_eos = r->ignore_eos, .logprobs = r->logprobs,
+					    .top_logprobs = r->top_logprobs };
 		q->sid = sr.id = slot | (uint64_t)++w->slot_gen[slot] << 32;
 		rc = sched_submit(w->s, &sr);
 	}

@@ -40,6 +40,7 @@ struct worker_req {
 	char **stops;                /* (n_stops) NUL-terminated; owned */
 	int n_stops;
 	int ignore_eos, logprobs;
+	int32_t top_logprobs;        /* alternatives with each token (<= PROTO_MAX_TOP_LOGPROBS) */
 	char notice[96];             /* for the client in the FINAL record (a clamped
 	                                priority); "" when none */
 };

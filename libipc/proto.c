@@ -381,7 +381,8 @@ static int sampling_ok(const struct proto_submit *m)
 static int submit_ok(const struct proto_submit *m)
 {
 	if (m->id == 0 || (m->flags & ~(uint32_t)PROTO_SUBMIT__ALL) || m->max_tokens < 1 ||
-	    !sampling_ok(m))
+	    !sampling_ok(m) || m->top_logprobs > PROTO_MAX_TOP_LOGPROBS ||
+	    (m->top_logprobs && !(m->flags & PROTO_SUBMIT_LOGPROBS)))
 		return 0;
 	if (m->n_stops > PROTO_MAX_STOPS || (m->n_stops && !m->stops))
 		return 0;
@@ -435,7 +436,7 @@ ssize_t proto_encode_submit(uint8_t *buf, size_t cap, const struct proto_submit 
 	wr_u32(&w, m->n_stops);
 	wr_u64(&w, m->seed);
 	wr_u32(&w, m->n_messages);
-	wr_u32(&w, 0);
+	wr_u32(&w, m->top_logprobs);
 	if (m->flags & PROTO_SUBMIT_CHAT) {
 		for (uint32_t i = 0; i < m->n_messages; i++) {
 			wr_u32(&w, m->messages[i].role);
@@ -472,8 +473,9 @@ int proto_decode_submit(const struct proto_frame *f, struct proto_submit_buf *bu
 	m.n_stops = rd_u32(&r);
 	m.seed = rd_u64(&r);
 	m.n_messages = rd_u32(&r);
+	m.top_logprobs = rd_u32(&r);
 	/* Counts bound the loops below and the arrays in BUF: check them first. */
-	if (rd_u32(&r) != 0 || r.bad || m.n_stops > PROTO_MAX_STOPS ||
+	if (r.bad || m.n_stops > PROTO_MAX_STOPS ||
 	    m.n_messages > PROTO_MAX_MESSAGES)
 		return -EBADMSG;
 	m.prompt = (struct proto_str){ NULL, 0 };
@@ -665,6 +667,11 @@ int proto_decode_admin_reply(const struct proto_frame *f, struct proto_admin_rep
 
 static int token_ok(const struct proto_token *m)
 {
+	if (m->n_top > PROTO_MAX_TOP_LOGPROBS)
+		return 0;
+	for (uint32_t i = 0; i < m->n_top; i++)
+		if (m->top_ids[i] < 0 || !(m->top_logprobs[i] <= 0))
+			return 0;
 	return m->id != 0 && m->token >= -1 && isfinite(m->logprob) &&
 	       str_ok(m->text, 0, PROTO_MAX_TOKEN_TEXT);
 }
@@ -676,17 +683,21 @@ ssize_t proto_token_encode(uint8_t *buf, size_t cap, const struct proto_token *m
 
 	if (!token_ok(m))
 		return -EINVAL;
-	r = rec_begin(&w, buf, cap, PROTO_TOKEN_FIXED + (uint64_t)m->text.len);
+	r = rec_begin(&w, buf, cap, PROTO_TOKEN_FIXED + (uint64_t)m->text.len + 8 * (uint64_t)m->n_top);
 	if (r < 0)
 		return r;
 	wr_u64(&w, m->id);
 	wr_i32(&w, m->token);
 	wr_f32(&w, m->logprob);
 	wr_u32(&w, m->text.len);
-	wr_u32(&w, 0);
+	wr_u32(&w, m->n_top);
 	if (m->text.len)
 		memcpy(w.p + w.off, m->text.p, m->text.len);
 	w.off += m->text.len;
+	for (uint32_t i = 0; i < m->n_top; i++) {
+		wr_i32(&w, m->top_ids[i]);
+		wr_f32(&w, m->top_logprobs[i]);
+	}
 	return (ssize_t)w.off;
 }
 
@@ -700,10 +711,15 @@ int proto_token_decode(const uint8_t *p, size_t n, struct proto_token *ret)
 	m.token = rd_i32(&r);
 	m.logprob = rd_f32(&r);
 	m.text.len = rd_u32(&r);
-	if (rd_u32(&r) != 0)
+	m.n_top = rd_u32(&r);
+	if (r.bad || m.n_top > PROTO_MAX_TOP_LOGPROBS)
 		return -EBADMSG;
 	text = rd_take(&r, m.text.len);
 	m.text.p = (const char *)text;
+	for (uint32_t i = 0; i < m.n_top; i++) {
+		m.top_ids[i] = rd_i32(&r);
+		m.top_logprobs[i] = rd_f32(&r);
+	}
 	if (rd_end(&r) < 0 || !token_ok(&m))
 		return -EBADMSG;
 	*ret = m;

@@ -153,7 +153,7 @@ struct proto_message {
  *   u64 id, u32 flags, i32 priority, i32 max_tokens, i32 top_k,
  *   f32 temperature, f32 top_p, f32 min_p, f32 repeat_penalty,
  *   i32 repeat_last_n, f32 presence_penalty, f32 frequency_penalty,
- *   u32 n_stops, u64 seed, u32 n_messages, u32 reserved
+ *   u32 n_stops, u64 seed, u32 n_messages, u32 top_logprobs
  * then, with PROTO_SUBMIT_CHAT, N_MESSAGES x (u32 role, str content), else
  * one str prompt (and n_messages 0); then N_STOPS x str. */
 struct proto_submit {
@@ -175,6 +175,8 @@ struct proto_submit {
 	const struct proto_message *messages; /* (n_messages) with PROTO_SUBMIT_CHAT */
 	uint32_t n_stops;          /* <= PROTO_MAX_STOPS */
 	const struct proto_str *stops; /* (n_stops) each 1..PROTO_MAX_STOP_LEN bytes */
+	uint32_t top_logprobs;     /* with PROTO_SUBMIT_LOGPROBS: this many most likely tokens
+	                              with each TOKEN (<= PROTO_MAX_TOP_LOGPROBS) */
 };
 
 /* Storage for a decoded SUBMIT's arrays (the strings still point into the frame). */
@@ -242,12 +244,18 @@ enum proto_rec_type {
 };
 
 /* TOKEN record payload: u64 id, i32 token, f32 logprob, u32 text_len,
- * u32 reserved, then TEXT_LEN bytes (complete UTF-8 sequences only). */
+ * u32 n_top, then TEXT_LEN bytes (complete UTF-8 sequences only), then
+ * N_TOP x (i32 token, f32 logprob): the most likely tokens, best first, when
+ * the request asked for top_logprobs. */
+#define PROTO_MAX_TOP_LOGPROBS 20
 struct proto_token {
 	uint64_t id;               /* the request */
 	int32_t token;             /* token id; -1 for text released at the end (held-back bytes) */
 	float logprob;             /* 0 unless the request asked for logprobs */
 	struct proto_str text;     /* <= PROTO_MAX_TOKEN_TEXT bytes */
+	uint32_t n_top;            /* <= PROTO_MAX_TOP_LOGPROBS */
+	int32_t top_ids[PROTO_MAX_TOP_LOGPROBS];
+	float top_logprobs[PROTO_MAX_TOP_LOGPROBS]; /* <= 0, or -inf */
 };
 #define PROTO_MAX_TOKEN_TEXT 2048
 #define PROTO_TOKEN_FIXED 24

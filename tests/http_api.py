@@ -203,6 +203,28 @@ def test_basics(d):
     check(len(lp) == r.usage.completion_tokens and all(x.logprob <= 0 for x in lp) and
           "".join(x.token for x in lp) == r.choices[0].message.content,
           f"chat logprobs: {[(x.token, round(x.logprob, 3)) for x in lp]}")
+    # top_logprobs: the alternatives, best first; greedy picks the first
+    r = c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}], max_tokens=8,
+                                  temperature=0, logprobs=True, top_logprobs=3)
+    lp = r.choices[0].logprobs.content
+    ok = len(lp) == r.usage.completion_tokens
+    for x in lp:
+        alts = x.top_logprobs
+        ok = ok and len(alts) == 3 and all(alts[i].logprob >= alts[i + 1].logprob for i in range(2))
+        ok = ok and abs(alts[0].logprob - x.logprob) < 1e-4 and alts[0].token == x.token
+        ok = ok and all(bytes(a.bytes).decode("utf-8", "replace") == a.token for a in alts)
+    check(ok, f"chat top_logprobs=3: {[[(a.token, round(a.logprob, 2)) for a in x.top_logprobs] for x in lp[:2]]}")
+    r = c.completions.create(model=mid, prompt=prompt, max_tokens=6, temperature=0, logprobs=2)
+    lpc = r.choices[0].logprobs
+    check(len(lpc.top_logprobs) == 6 and all(1 <= len(t) <= 2 for t in lpc.top_logprobs) and
+          all(abs(max(t.values()) - v) < 1e-4 for t, v in zip(lpc.top_logprobs, lpc.token_logprobs)),
+          f"completion logprobs=2: {lpc.top_logprobs[:2]}")
+    try:
+        c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                  top_logprobs=21, logprobs=True)
+        check(False, "top_logprobs 21 refused")
+    except openai.BadRequestError as e:
+        check(e.body.get("param") == "top_logprobs", "top_logprobs 21: 400")
     r = c.completions.create(model=mid, prompt=prompt, max_tokens=8, temperature=0, logprobs=0)
     lpc = r.choices[0].logprobs
     check(len(lpc.tokens) == 8 and len(lpc.token_logprobs) == 8 and "".join(lpc.tokens) == r.choices[0].text

@@ -194,7 +194,7 @@ static void fake_push(struct fake *f, uint16_t type, const uint8_t *p, size_t n)
 
 static void fake_token(struct fake *f, uint64_t id, int32_t token, const char *text)
 {
-	struct proto_token t = { id, token, 0.0f, { text, (uint32_t)strlen(text) } };
+	struct proto_token t = { .id = id, .token = token, .text = { text, (uint32_t)strlen(text) } };
 	uint8_t buf[PROTO_TOKEN_FIXED + PROTO_MAX_TOKEN_TEXT];
 	ssize_t n;
 

@@ -363,7 +363,7 @@ static void test_layout_submit(void)
 	CHECK_INT_EQ(get_le32(p + 56), 0xa5a6a7a8u);
 	CHECK_INT_EQ(get_le32(p + 60), 0xa1a2a3a4u);
 	CHECK_INT_EQ(get_le32(p + 64), 0);          /* n_messages */
-	CHECK_INT_EQ(get_le32(p + 68), 0);          /* reserved */
+	CHECK_INT_EQ(get_le32(p + 68), 0);          /* top_logprobs */
 	CHECK_INT_EQ(get_le32(p + 72), 2);
 	CHECK(memcmp(p + 76, "hi", 2) == 0);
 }
@@ -376,7 +376,7 @@ static void test_layout_records(void)
 		0xff, 0xff, 0xff, 0xff,                            /* token -1 */
 		0x00, 0x00, 0x00, 0xbf,                            /* logprob -0.5 */
 		0x03, 0x00, 0x00, 0x00,                            /* text_len 3 */
-		0x00, 0x00, 0x00, 0x00,                            /* reserved */
+		0x00, 0x00, 0x00, 0x00,                            /* n_top */
 		'a', 'b', 'c',
 	};
 	struct proto_token t = { .id = 2, .token = -1, .logprob = -0.5f, .text = S("abc") };
@@ -840,6 +840,28 @@ static void b_submit_fixed(struct bld *b, uint32_t flags, uint32_t n_stops, uint
 }
 
 /* Each rule of SUBMIT, broken one at a time, on the way in. */
+/* top_logprobs: up to PROTO_MAX_TOP_LOGPROBS, and only with LOGPROBS. */
+static void test_submit_top_logprobs(void)
+{
+	struct proto_submit m = submit_example(0);
+	ssize_t n;
+
+	m.top_logprobs = PROTO_MAX_TOP_LOGPROBS;
+	n = proto_encode_submit(buf, sizeof buf, &m);
+	CHECK(n > 0);
+	CHECK_INT_EQ(get_le32(buf + PROTO_HDR_SIZE + 68), PROTO_MAX_TOP_LOGPROBS);
+	struct proto_frame f;
+	struct proto_submit d;
+	CHECK(proto_frame_parse(buf, (size_t)n, &f) == n);
+	CHECK_INT_EQ(proto_decode_submit(&f, &sbuf, &d), 0);
+	CHECK_INT_EQ(d.top_logprobs, PROTO_MAX_TOP_LOGPROBS);
+	m.top_logprobs = PROTO_MAX_TOP_LOGPROBS + 1;
+	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL);
+	m.top_logprobs = 1;
+	m.flags &= ~(uint32_t)PROTO_SUBMIT_LOGPROBS;
+	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL);
+}
+
 static void test_submit_decode_rejects(void)
 {
 	struct proto_submit m = submit_example(0);
@@ -890,7 +912,7 @@ static void test_submit_decode_rejects(void)
 	BAD32(52, 3);                   /* claims a stop that is not there */
 	BAD32(64, 1);                   /* a prompt with n_messages != 0 */
 	BAD32(64, PROTO_MAX_MESSAGES + 1);
-	BAD32(68, 1);                   /* reserved */
+	BAD32(68, PROTO_MAX_TOP_LOGPROBS + 1); /* top_logprobs */
 	BAD32(68, 0x80000000u);
 	/* The prompt's length running past the end, by one and by a lot. */
 	BAD32(72, 17);
@@ -1201,6 +1223,41 @@ static void test_token(void)
 	CHECK_INT_EQ(decode_with_u32(0, p, (size_t)n, 20, 1, dec_token), -EBADMSG);
 	CHECK_INT_EQ(proto_token_decode(NULL, 0, &d), -EBADMSG);
 
+	/* Alternatives: round trip, at most PROTO_MAX_TOP_LOGPROBS, each <= 0
+	 * (or -inf) with an id >= 0, and exactly as many as n_top says. */
+	m.n_top = PROTO_MAX_TOP_LOGPROBS;
+	for (uint32_t i = 0; i < m.n_top; i++) {
+		m.top_ids[i] = (int32_t)(i * 7);
+		m.top_logprobs[i] = i == 3 ? -INFINITY : -0.25f * (float)i;
+	}
+	n = proto_token_encode(buf, sizeof buf, &m);
+	CHECK_INT_EQ(n, PROTO_TOKEN_FIXED + 5 + 8 * PROTO_MAX_TOP_LOGPROBS);
+	memset(&d, 0xff, sizeof d);
+	CHECK_INT_EQ(proto_token_decode(buf, (size_t)n, &d), 0);
+	CHECK_INT_EQ(d.n_top, PROTO_MAX_TOP_LOGPROBS);
+	for (uint32_t i = 0; i < d.n_top; i++) {
+		CHECK_INT_EQ(d.top_ids[i], (int32_t)(i * 7));
+		CHECK_INT_EQ(f2u(d.top_logprobs[i]), f2u(m.top_logprobs[i]));
+	}
+	CHECK(str_eq(d.text, m.text));
+	CHECK_INT_EQ(proto_token_decode(buf, (size_t)n - 8, &d), -EBADMSG); /* one short */
+	m.n_top = PROTO_MAX_TOP_LOGPROBS + 1;
+	CHECK_INT_EQ(proto_token_encode(buf, sizeof buf, &m), -EINVAL);
+	m.n_top = 2;
+	m.top_logprobs[1] = 0.5f;
+	CHECK_INT_EQ(proto_token_encode(buf, sizeof buf, &m), -EINVAL);
+	m.top_logprobs[1] = NAN;
+	CHECK_INT_EQ(proto_token_encode(buf, sizeof buf, &m), -EINVAL);
+	m.top_logprobs[1] = -1.0f;
+	m.top_ids[1] = -1;
+	CHECK_INT_EQ(proto_token_encode(buf, sizeof buf, &m), -EINVAL);
+	m.top_ids[1] = 1;
+	n = proto_token_encode(buf, sizeof buf, &m);
+	CHECK_INT_EQ(n, PROTO_TOKEN_FIXED + 5 + 16);
+	buf[PROTO_TOKEN_FIXED + 5 + 15] = 0x3f; /* the second logprob's top byte: -1 -> +1 */
+	CHECK_INT_EQ(proto_token_decode(buf, (size_t)n, &d), -EBADMSG);
+	m.n_top = 0;
+
 	/* Text at its maximum and over it; an empty text at the end. */
 	memset(text, 't', sizeof text);
 	for (int over = 0; over < 2; over++) {
@@ -1361,6 +1418,7 @@ int main(void)
 	test_admin();
 	test_admin_reply();
 	test_token();
+	test_submit_top_logprobs();
 	test_final();
 	if (!test_failures)
 		printf("test_proto: all checks passed\n");

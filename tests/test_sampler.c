@@ -536,6 +536,59 @@ static void test_logprob_is_log_softmax(void)
 	}
 }
 
+/* sampler_sample_top: the K best tokens, best first (a tie: the lower id
+ * first), each with its log-softmax, whatever the sampling settings; the
+ * chosen token and its logprob as sampler_sample gives them. */
+static void test_top_logprobs(void)
+{
+	enum { N = 5000 };
+	static float l[N];
+	int32_t ids[SAMPLER_MAX_TOP];
+	float lps[SAMPLER_MAX_TOP];
+	int32_t n_top = -1;
+
+	for (int path = 0; path < 3; path++) {
+		struct sampler_params p;
+		sampler_params_default(&p);
+		p.temperature = path == 0 ? 0.0f : 0.8f;
+		p.top_k = path == 1 ? 40 : 0;
+		struct sampler *s = new_sampler(&p, N), *s2 = new_sampler(&p, N);
+		for (int rep = 0; rep < 10; rep++) {
+			random_logits(l, N, 6.0f);
+			l[17] = l[4000] = 30.0f; /* a tie at the top */
+			float lp = 1.0f, lp2 = 1.0f;
+			int32_t k = rep % 2 ? SAMPLER_MAX_TOP : 3;
+			int32_t tok = sampler_sample_top(s, l, &lp, k, ids, lps, &n_top);
+			int32_t tok2 = sampler_sample(s2, l, &lp2);
+			CHECK_INT_EQ(tok, tok2);
+			CHECK(lp == lp2);
+			CHECK_INT_EQ(n_top, k);
+			CHECK_INT_EQ(ids[0], 17);
+			CHECK_INT_EQ(ids[1], 4000);
+			for (int32_t i = 0; i < n_top; i++) {
+				CHECK(fabs(lps[i] - log_softmax(l, N, ids[i])) < 1e-4);
+				if (i > 0)
+					CHECK(l[ids[i]] <= l[ids[i - 1]]);
+			}
+			/* nothing outside the list beats its last */
+			int beats = 0;
+			for (int i = 0; i < N; i++)
+				beats += l[i] > l[ids[n_top - 1]];
+			CHECK(beats <= n_top - 1);
+			if (p.temperature == 0)
+				CHECK(tok == ids[0] && fabs(lp - lps[0]) < 1e-6);
+		}
+		sampler_free(s);
+		sampler_free(s2);
+	}
+	struct sampler_params p;
+	sampler_params_default(&p);
+	struct sampler *s = new_sampler(&p, N);
+	CHECK_INT_EQ(sampler_sample_top(s, l, NULL, SAMPLER_MAX_TOP + 1, ids, lps, &n_top), -EINVAL);
+	CHECK_INT_EQ(sampler_sample_top(s, l, NULL, 2, NULL, lps, &n_top), -EINVAL);
+	sampler_free(s);
+}
+
 /* Not a pass/fail check (sanitizer builds are slow): prints the cost, the
  * best batch and the mean over all, since shared machines are noisy.  Every
  * line asks for the log-probability (a full softmax) unless it says not. */
@@ -581,6 +634,7 @@ int main(void)
 	test_top_p_large_vocab_matches_sort();
 	test_penalties();
 	test_logprob_is_log_softmax();
+	test_top_logprobs();
 
 	struct sampler_params p;
 	sampler_params_default(&p);

@@ -655,9 +655,12 @@ void sampler_accept(struct sampler *s, int32_t token)
 		s->n_recent++;
 }
 
-int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logprob)
+int32_t sampler_sample_top(struct sampler *s, const float *logits, float *ret_logprob, int32_t k,
+			   int32_t *top_ids, float *top_logprobs, int32_t *ret_n_top)
 {
-	if (!s || !logits)
+	if (ret_n_top)
+		*ret_n_top = 0;
+	if (!s || !logits || k < 0 || k > SAMPLER_MAX_TOP || (k && (!top_ids || !top_logprobs || !ret_n_top)))
 		return -EINVAL;
 	const struct sampler_params *p = &s->p;
 	int32_t n = s->n_vocab;
@@ -682,6 +685,11 @@ int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logpro
 			tok = 0;
 		if (ret_logprob)
 			*ret_logprob = top > 0 ? 0.0f : -INFINITY;
+		if (k) { /* the chosen token alone is what there is to say */
+			top_ids[0] = tok;
+			top_logprobs[0] = top > 0 ? 0.0f : -INFINITY;
+			*ret_n_top = 1;
+		}
 		return tok;
 	}
 
@@ -692,10 +700,25 @@ int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logpro
 	else
 		tok = sample_full(s, l, top, &z);
 
-	if (ret_logprob) {
+	if (ret_logprob || k) {
 		if (z < 0)
 			z = sum_exp(l, n, top, 1.0f, NULL);
-		*ret_logprob = (float)((double)(l[tok] - top) - log(z));
+		if (ret_logprob)
+			*ret_logprob = (float)((double)(l[tok] - top) - log(z));
+	}
+	if (k) {
+		/* the sampling is done with s->cand: reuse it */
+		int32_t m2 = select_top_k(l, n, k, s->cand);
+		for (int32_t i = 0; i < m2; i++) {
+			top_ids[i] = s->cand[i].id;
+			top_logprobs[i] = (float)((double)(s->cand[i].logit - top) - log(z));
+		}
+		*ret_n_top = m2;
 	}
 	return tok;
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logprob)
+{
+	return sampler_sample_top(s, logits, ret_logprob, 0, NULL, NULL, NULL);
 }

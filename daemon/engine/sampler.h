@@ -52,4 +52,13 @@ void sampler_accept(struct sampler *s, int32_t token);
  * (may be NULL).  Returns the token id. */
 int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logprob);
 
+/* sampler_sample, and the K (<= SAMPLER_MAX_TOP) most likely tokens with
+ * their log-probabilities, best first (ties: lower id first), from the same
+ * distribution *RET_LOGPROB is of: the logits after the penalties, before
+ * temperature and truncation.  *RET_N_TOP is how many (K unless fewer
+ * logits are numbers). */
+#define SAMPLER_MAX_TOP 20
+int32_t sampler_sample_top(struct sampler *s, const float *logits, float *ret_logprob, int32_t k,
+			   int32_t *top_ids, float *top_logprobs, int32_t *ret_n_top);
+
 #endif

@@ -42,6 +42,9 @@ struct seq {
 	int cancelled;          /* finish at the next step */
 	int held;               /* sched_hold: no rows until released */
 	int ignore_eos, logprobs;
+	int32_t n_top_want;     /* alternatives to report a token */
+	int32_t top_ids[SAMPLER_MAX_TOP], n_top; /* the last token's */
+	float top_lps[SAMPLER_MAX_TOP];
 	int32_t *tokens;        /* (cap) prompt then generated ids; owned */
 	int32_t n_tokens;
 	int32_t n_prompt;
@@ -203,7 +206,8 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	int32_t waiting = 0, cap;
 	int rc;
 
-	if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || r->n_stops < 0)
+	if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || r->n_stops < 0 ||
+	    r->top_logprobs < 0 || r->top_logprobs > SAMPLER_MAX_TOP)
 		return -EINVAL;
 	for (int32_t i = 0; i < r->n_prompt; i++)
 		if (r->prompt[i] < 0 || r->prompt[i] >= s->m->hp.n_vocab)
@@ -244,6 +248,7 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	q->priority = r->priority;
 	q->ignore_eos = r->ignore_eos;
 	q->logprobs = r->logprobs;
+	q->n_top_want = r->top_logprobs;
 	q->order = s->next_order++;
 	q->state = SEQ_WAITING;
 	q->t_submit = clock_s();
@@ -646,7 +651,8 @@ static void emit_token(struct sched *s, struct seq *q, int32_t tok, float logpro
 	n = detok_push(s->m->tok, &q->dt, tok, 0, piece, sizeof piece);
 	*ret_stop = stopstr_feed(q->stop, piece, n > 0 ? (size_t)n : 0, safe, sizeof safe, &n_safe) == 1;
 	struct sched_event ev = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = tok,
-				  .logprob = logprob, .text = safe, .text_len = n_safe };
+				  .logprob = logprob, .text = safe, .text_len = n_safe, .n_top = q->n_top,
+				  .top_ids = q->top_ids, .top_logprobs = q->top_lps };
 	s->fn(s->ctx, &ev);
 }
 
@@ -730,7 +736,8 @@ int sched_step(struct sched *s)
 		if (!s->row_logits[t])
 			continue;
 		const float *lg = s->logits + (size_t)li++ * n_vocab;
-		tok = sampler_sample(q->smp, lg, q->logprobs ? &lp : NULL);
+		tok = sampler_sample_top(q->smp, lg, q->logprobs ? &lp : NULL, q->n_top_want, q->top_ids,
+					 q->top_lps, &q->n_top);
 		sampler_accept(q->smp, tok);
 		q->tokens[q->n_tokens++] = tok;
 		q->n_gen++;
@@ -741,7 +748,8 @@ int sched_step(struct sched *s)
 		}
 		if (!q->ignore_eos && tokenizer_is_eog(s->m->tok, tok)) {
 			struct sched_event ev = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = tok,
-						  .logprob = lp, .text = "", .text_len = 0 };
+						  .logprob = lp, .text = "", .text_len = 0, .n_top = q->n_top,
+						  .top_ids = q->top_ids, .top_logprobs = q->top_lps };
 			s->fn(s->ctx, &ev);
 			seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
 			continue;

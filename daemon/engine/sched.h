@@ -54,6 +54,7 @@ struct sched_request {
 	int n_stops;
 	int ignore_eos;              /* 1: generate past end-of-generation tokens */
 	int logprobs;                /* 1: report each token's log-probability */
+	int32_t top_logprobs;        /* and this many alternatives (<= SAMPLER_MAX_TOP) */
 };
 
 enum sched_event_kind {
@@ -84,6 +85,9 @@ struct sched_event {
 	/* SCHED_EV_TOKEN */
 	int32_t token;
 	float logprob;              /* 0 unless the request asked for logprobs */
+	int32_t n_top;              /* the most likely tokens, best first, when asked */
+	const int32_t *top_ids;     /* (n_top); valid during the callback */
+	const float *top_logprobs;  /* (n_top) */
 	const char *text;           /* complete UTF-8 text released by this token
 	                               (may be empty); valid during the callback */
 	size_t text_len;
