@@ -100,6 +100,8 @@ struct http_req {
 	                                  while a request waits for its answer) */
 	int chat, stream, include_usage, logprobs;
 	int n_top;                     /* alternatives asked for with each token */
+	int want_ids;                  /* return_token_ids (vLLM's extension) */
+	json_object *ids;              /* the generated ids since the last choice sent */
 	int started;                   /* stream: the 200 and the first chunk are out */
 	char id[48];                   /* "chatcmpl-..." / "cmpl-..." */
 	int64_t created;
@@ -473,7 +475,7 @@ static int parse_common(struct llmd *d, struct http_req *hr, json_object *body, 
 		s->seed = (uint64_t)seed;
 		s->flags |= PROTO_SUBMIT_SEED;
 	}
-	if (get_bool(body, "ignore_eos", &b, pe) < 0)
+	if (get_bool(body, "ignore_eos", &b, pe) < 0 || get_bool(body, "return_token_ids", &hr->want_ids, pe) < 0)
 		return -1;
 	if (b)
 		s->flags |= PROTO_SUBMIT_IGNORE_EOS;
@@ -582,6 +584,7 @@ static void req_end(struct http_req *hr)
 	if (hr->text)
 		evbuffer_free(hr->text);
 	json_object_put(hr->lp);
+	json_object_put(hr->ids);
 	if (hr->prev)
 		hr->prev->next = hr->next;
 	else
@@ -990,6 +993,10 @@ static json_object *choice_obj(struct http_req *hr, const char *text, size_t len
 		json_object_object_add(ch, "text", jstr_n(text, len));
 	}
 	json_object_object_add(ch, "logprobs", take_logprobs(hr));
+	if (hr->want_ids) {
+		json_object_object_add(ch, "token_ids", hr->ids ? hr->ids : json_object_new_array());
+		hr->ids = NULL;
+	}
 	json_object_object_add(ch, "finish_reason", finish ? json_object_new_string(finish) : NULL);
 	return ch;
 }
@@ -1108,6 +1115,11 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 			struct proto_token t;
 			if (proto_token_decode(rec.payload, rec.len, &t) == 0 && hr->req) {
 				add_logprob(hr, &t);
+				if (hr->want_ids && t.token >= 0) {
+					if (!hr->ids)
+						hr->ids = json_object_new_array();
+					json_object_array_add(hr->ids, json_object_new_int(t.token));
+				}
 				if (hr->stream) {
 					if (!chunk)
 						chunk = evbuffer_new();
@@ -1137,7 +1149,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 	if (chunk) {
 		if (evbuffer_get_length(chunk) && hr->req)
 			send_stream_text(hr, (const char *)evbuffer_pullup(chunk, -1), evbuffer_get_length(chunk));
-		else if (hr->logprobs && hr->lp && hr->req)
+		else if (((hr->logprobs && hr->lp) || hr->ids) && hr->req)
 			send_stream_text(hr, "", 0);
 		evbuffer_free(chunk);
 	}

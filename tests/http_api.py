@@ -27,6 +27,7 @@ import threading
 import time
 
 BUILD = os.environ.get("LLMD_BUILDDIR", os.getcwd())
+MODELS = os.environ.get("LLMD_MODELS_DIR", os.path.join(os.environ.get("LLMD_SRCDIR", BUILD), "../shared/models"))
 SMOL = os.environ.get("LLMD_SMOLLM2", os.path.join(BUILD, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 # setup.sh check installs the client into the build tree's .pydeps
@@ -60,11 +61,11 @@ def check(ok, what):
 class Llmd:
     """llmd on a temporary socket, with its HTTP front beside it."""
 
-    def __init__(self, tmp, name, *sets, tcp_port=None, key=None):
+    def __init__(self, tmp, name, *sets, tcp_port=None, key=None, model=SMOL):
         self.sock = os.path.join(tmp, name + ".sock")
         self.http = os.path.join(tmp, name + "-http.sock")
         self.log = open(os.path.join(tmp, name + ".log"), "w+")
-        args = [os.path.join(BUILD, "llmd"), "--socket", self.sock, "--model", SMOL, "--threads", "2"]
+        args = [os.path.join(BUILD, "llmd"), "--socket", self.sock, "--model", model, "--threads", "2"]
         for s in sets:
             args += ["--set", s]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
@@ -437,6 +438,57 @@ def test_hostile(d, timeout_s):
     check(conns <= 1, f"no connection left behind ({conns})")
 
 
+def test_golden_ids(tmp):
+    """Greedy ids through HTTP (return_token_ids) equal the native path's and
+    llama.cpp's (up to each case's safe horizon) on the golden prompts of
+    the F32 model, where arithmetic is exact: one at a time and 16 at once."""
+    golden = os.path.join(MODELS, "golden/greedy-llamacpp.json")
+    model = os.path.join(MODELS, "derived/TinyStories-656K-f32.gguf")
+    if not (os.path.exists(golden) and os.path.exists(model)):
+        print(f"skipped: {golden} or {model} is absent")
+        return
+    cases = [c for c in json.load(open(golden)) if c["model"] == "derived/TinyStories-656K-f32.gguf"]
+    d = Llmd(tmp, "golden", model=model)
+    try:
+        def http_ids(c):
+            r = d.raw("POST", "/v1/completions", json.dumps({
+                "prompt": c["prompt"], "max_tokens": c["n_predict"], "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}))
+            return json.loads(r[2])["choices"][0]["token_ids"] if r[0] == 200 else r
+        ok = True
+        for c in cases:
+            n = subprocess.run([os.path.join(BUILD, "llm-client"), "--socket", d.sock, "--ids", "--temp", "0",
+                                "-n", str(c["n_predict"]), "--ignore-eos", c["prompt"]], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=60).stdout.split()
+            native = [int(x) for x in n]
+            h = http_ids(c)
+            hz = c["safe_horizon"]
+            same = h == native and h[:hz] == c["generated_ids"][:hz]
+            ok = ok and same
+            if not same:
+                print(f"  {c['prompt']!r}: http {h[:12]}, native {native[:12]}, golden {c['generated_ids'][:12]}",
+                      file=sys.stderr)
+        check(ok, f"greedy ids through HTTP = native = llama.cpp's on {len(cases)} golden prompts (F32)")
+        batch = (cases * 4)[:16]
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            together = list(ex.map(http_ids, batch))
+        alone = {c["prompt"]: http_ids(c) for c in cases}
+        check(all(together[i] == alone[batch[i]["prompt"]] for i in range(16)),
+              "the same ids 16 at once (batch invariance through HTTP)")
+        # streamed: the token_ids of the chunks make the same list
+        r = d.raw("POST", "/v1/completions", json.dumps({"prompt": cases[0]["prompt"], "max_tokens":
+                                                          cases[0]["n_predict"], "temperature": 0,
+                                                          "ignore_eos": True, "stream": True,
+                                                          "return_token_ids": True}))
+        ids = []
+        for line in r[2].decode().splitlines():
+            if line.startswith("data: {"):
+                ids += json.loads(line[6:])["choices"][0].get("token_ids", [])
+        check(ids == alone[cases[0]["prompt"]], "streamed token_ids add up to the same ids")
+    finally:
+        d.stop()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -516,6 +568,7 @@ def main():
             check(rc == 0, f"llmd stopped cleanly ({rc})")
         test_limits(tmp)
         test_tcp(tmp)
+        test_golden_ids(tmp)
     print(f"http_api: {failures} failed")
     return 1 if failures else 0
 
