@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "libllm_http.h"
 #include "llm.h"
 #include "proto.h"
 #include "ring.h"
@@ -42,6 +43,10 @@ struct pending_done {
 
 struct llm {
 	pthread_mutex_t lock;              /* guards every field below */
+	struct llm_http *http;             /* an OpenAI-compatible URL (libllm_http.c) instead
+	                                      of the socket; then only info, last_id and the
+	                                      messages below are used */
+	bool http_reading;                 /* a thread is in llm_next_event (one at a time) */
 	pthread_mutex_t admin_lock;        /* one llm_admin at a time; taken before lock */
 	int sock;                          /* the connection; non-blocking after the handshake */
 	int efd;                           /* the daemon's wake channel (usock_wake_pair's
@@ -558,6 +563,7 @@ static void llm_free(struct llm *h)
 	if (h->sock >= 0)
 		close(h->sock);
 	ring_free(h->ring);
+	llm_http_close(h->http);
 	free(h->in);
 	free(h->live);
 	free(h->pend);
@@ -802,6 +808,41 @@ fail:
 	return r;
 }
 
+int llm_connect_url(const char *url, const char *api_key, struct llm **ret, char *err, size_t errlen)
+{
+	char msg[PROTO_MAX_ERRMSG + 1200];
+	struct llm *h;
+	int r;
+
+	if (!ret) {
+		set_msg(err, errlen, "llm_connect_url: no place for the handle");
+		return -EINVAL;
+	}
+	if (!url || !*url)
+		url = getenv("LLM_URL");
+	if (!url || !*url) {
+		set_msg(err, errlen, "llm_connect_url: no URL (and LLM_URL is not set)");
+		return -EINVAL;
+	}
+	if (!api_key)
+		api_key = getenv("LLM_API_KEY");
+	if (!(h = calloc(1, sizeof *h))) {
+		set_msg(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	h->sock = h->efd = h->wake_fd = h->epfd = -1;
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_mutex_init(&h->admin_lock, NULL);
+	r = llm_http_open(url, api_key, &h->http, &h->info, msg, sizeof msg);
+	if (r < 0) {
+		set_msg(err, errlen, "%s", msg);
+		llm_free(h);
+		return r;
+	}
+	*ret = h;
+	return 0;
+}
+
 void llm_close(struct llm *h)
 {
 	llm_free(h);
@@ -931,6 +972,24 @@ static int check_request(struct llm *h, const struct llm_request *r, uint64_t *r
 	return 0;
 }
 
+/* llm_submit over HTTP: checked as for the daemon, then one transfer. */
+static int submit_http(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
+{
+	char msg[PROTO_MAX_ERRMSG + 1];
+	uint64_t bytes;
+	int rc;
+
+	pthread_mutex_lock(&h->lock);
+	if ((rc = check_request(h, r, &bytes)) == 0) {
+		if ((rc = llm_http_submit(h->http, r, h->last_id + 1, msg, sizeof msg)) < 0)
+			set_err(h, "%s", msg);
+		else
+			*ret_id = ++h->last_id;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
 int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
 {
 	struct proto_str stops[PROTO_MAX_STOPS];
@@ -943,6 +1002,8 @@ int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
 
 	if (!h || !r)
 		return -EINVAL;
+	if (h->http)
+		return submit_http(h, r, ret_id);
 	pthread_mutex_lock(&h->lock);
 	rc = check_request(h, r, &prompt_bytes);
 	if (rc < 0)
@@ -1052,6 +1113,13 @@ int llm_cancel(struct llm *h, uint64_t id)
 	if (!h)
 		return -EINVAL;
 	pthread_mutex_lock(&h->lock);
+	if (h->http) {
+		rc = llm_http_cancel(h->http, id);
+		if (rc < 0)
+			set_err(h, "request %llu is not live", (unsigned long long)id);
+		pthread_mutex_unlock(&h->lock);
+		return rc;
+	}
 	if (live_find(h, id) < 0) {
 		set_err(h, "request %llu is not live", (unsigned long long)id);
 		rc = -ENOENT;
@@ -1076,6 +1144,21 @@ int llm_next_event(struct llm *h, struct llm_event *ev, int timeout_ms)
 	if (!h || !ev)
 		return -EINVAL;
 	pthread_mutex_lock(&h->lock);
+	if (h->http) {
+		char msg[PROTO_MAX_ERRMSG + 1];
+		if (h->http_reading) {
+			set_err(h, "another thread is reading this handle's events (over HTTP one at a time)");
+			rc = -EBUSY;
+		} else {
+			h->http_reading = true;
+			rc = llm_http_next_event(h->http, ev, timeout_ms, &h->lock, msg, sizeof msg);
+			h->http_reading = false;
+			if (rc < 0)
+				set_err(h, "%s", msg);
+		}
+		pthread_mutex_unlock(&h->lock);
+		return rc;
+	}
 	for (;;) {
 		struct pollfd p[3];
 		int np = 0, wait, pr;
@@ -1120,7 +1203,7 @@ int llm_next_event(struct llm *h, struct llm_event *ev, int timeout_ms)
 
 int llm_fd(struct llm *h)
 {
-	return h ? h->epfd : -EINVAL;
+	return !h ? -EINVAL : h->http ? llm_http_fd(h->http) : h->epfd;
 }
 
 /* ---- admin ---- */
@@ -1144,6 +1227,12 @@ int llm_admin(struct llm *h, const char *cmd, const char *arg, char **ret_body)
 
 	if (!h || !cmd || !ret_body)
 		return -EINVAL;
+	if (h->http) {
+		pthread_mutex_lock(&h->lock);
+		set_err(h, "admin commands go to llmd's socket, not to an HTTP API");
+		pthread_mutex_unlock(&h->lock);
+		return -EOPNOTSUPP;
+	}
 	if (!arg)
 		arg = "";
 	pthread_mutex_lock(&h->admin_lock);

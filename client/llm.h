@@ -30,6 +30,17 @@ struct llm;
  * or a negative errno; then, when ERR is not NULL, a message goes there. */
 int llm_connect(const char *path, uint32_t ring_bytes, struct llm **ret, char *err, size_t errlen);
 
+/* Or an OpenAI-compatible HTTP API instead of llmd's socket: URL is its
+ * base ("http://HOST:PORT/v1", https too; "unix:PATH" for llmd's HTTP
+ * socket; NULL: $LLM_URL), API_KEY its key (NULL: $LLM_API_KEY; sent as
+ * Authorization: Bearer).  The same calls then go over HTTP (libcurl), one
+ * streaming request each, with these differences: token ids come only from
+ * servers that honour return_token_ids (llmd, vLLM), else each event's
+ * token is -2; queue, prefill and decode times are 0; llm_admin returns
+ * -EOPNOTSUPP; one thread at a time reads events.  GET
+ * /models is asked at once, so a wrong URL or key fails here. */
+int llm_connect_url(const char *url, const char *api_key, struct llm **ret, char *err, size_t errlen);
+
 /* Cancels nothing, closes the connection (the daemon cancels what is still
  * running) and frees the handle.  NULL-safe. */
 void llm_close(struct llm *h);

@@ -39,6 +39,8 @@ enum {
 
 struct opts {
 	const char *socket;         /* NULL: libllm's default ($LLMD_SOCKET, then /run/llmd) */
+	const char *url;            /* an OpenAI-compatible API instead (--url, $LLM_URL) */
+	const char *api_key;        /* its key (--api-key, $LLM_API_KEY) */
 	const char *system;         /* system message; implies chat */
 	bool chat;                  /* the prompt is a chat's user message */
 	bool json;                  /* one JSON object per event */
@@ -67,6 +69,7 @@ struct job {
 	enum job_state state;
 	struct buf held;            /* output held back until the jobs before it are printed */
 	size_t n_ids;               /* ids written so far (--ids: the separator) */
+	bool warned_ids;            /* --ids from a server that gives none: said once */
 	char last;                  /* last byte of text written, 0 if none */
 	size_t held_newlines;       /* --each-line: newlines not yet written (trailing ones never are) */
 };
@@ -169,6 +172,9 @@ static void usage(FILE *f)
 		"to llmd and streams the generated text to standard output.\n"
 		"\n"
 		"      --socket PATH       daemon socket (default $LLMD_SOCKET, then " LLM_DEFAULT_SOCKET ")\n"
+		"      --url URL           an OpenAI-compatible API instead (http://HOST:PORT/v1, or\n"
+		"                          unix:PATH for llmd's HTTP socket; default $LLM_URL)\n"
+		"      --api-key KEY       its key (default $LLM_API_KEY)\n"
 		"  -s, --system TEXT       system message (implies --chat)\n"
 		"      --chat              send the prompt as the user message of a chat\n"
 		"  -n, --max-tokens N      tokens to generate at most (default 256)\n"
@@ -271,9 +277,10 @@ static void bad_arg(const char *opt, const char *val, const char *what)
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_SOCKET = 256, O_CHAT, O_TEMP, O_TOPP, O_TOPK, O_MINP, O_RP, O_SEED, O_STOP,
-	       O_PRIO, O_JSON, O_LOGPROBS, O_IDS, O_EACH, O_RAW, O_NOCHAT, O_VERSION, O_IGNEOS };
+	       O_PRIO, O_JSON, O_LOGPROBS, O_IDS, O_EACH, O_RAW, O_NOCHAT, O_VERSION, O_IGNEOS, O_URL, O_KEY };
 	static const struct option lo[] = {
-		{ "socket", required_argument, 0, O_SOCKET },
+		{ "socket", required_argument, 0, O_SOCKET }, { "url", required_argument, 0, O_URL },
+		{ "api-key", required_argument, 0, O_KEY },
 		{ "system", required_argument, 0, 's' },
 		{ "chat", no_argument, 0, O_CHAT },
 		{ "max-tokens", required_argument, 0, 'n' },
@@ -307,6 +314,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	while ((c = getopt_long(argc, argv, "+s:n:Nh", lo, NULL)) != -1) {
 		switch (c) {
 		case O_SOCKET: o->socket = optarg; break;
+		case O_URL: o->url = optarg; break;
+		case O_KEY: o->api_key = optarg; break;
 		case 's': o->system = optarg; o->chat = true; break;
 		case O_CHAT: o->chat = true; break;
 		case 'n':
@@ -369,6 +378,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (o->json && o->ids) {
 		fputs("llm-client: --ids and --json (or --logprobs) do not go together\n", stderr);
+		exit(EXIT_USAGE);
+	}
+	if (o->url && o->socket) {
+		fputs("llm-client: --url or --socket, not both\n", stderr);
+		exit(EXIT_USAGE);
+	}
+	if (o->api_key && !o->url && !getenv("LLM_URL")) {
+		fputs("llm-client: --api-key goes with --url\n", stderr);
 		exit(EXIT_USAGE);
 	}
 	if ((o->raw || o->no_chat) && !o->each_line) {
@@ -556,6 +573,10 @@ static void on_token(struct run *rn, struct job *j, const struct llm_event *ev)
 		char num[24];
 		int n;
 
+		if (ev->token == -2 && !j->warned_ids) {
+			fputs("llm-client: the server sends no token ids (return_token_ids)\n", stderr);
+			j->warned_ids = true;
+		}
 		if (ev->token < 0)
 			return;         /* text released at the end, no token */
 		n = snprintf(num, sizeof num, "%s%d", j->n_ids ? " " : "", ev->token);
@@ -806,7 +827,11 @@ int main(int argc, char **argv)
 	if (rn.n_jobs == 0)
 		return EXIT_OK;         /* --each-line with no input */
 
-	rc = llm_connect(o.socket, 0, &rn.h, err, sizeof err);
+	/* --url, else $LLM_URL unless --socket names the daemon */
+	if (!o.url && !o.socket && getenv("LLM_URL") && *getenv("LLM_URL"))
+		o.url = getenv("LLM_URL");
+	rc = o.url ? llm_connect_url(o.url, o.api_key, &rn.h, err, sizeof err)
+		   : llm_connect(o.socket, 0, &rn.h, err, sizeof err);
 	if (rc == -EINTR)
 		return EXIT_INTERRUPTED;
 	if (rc < 0) {
