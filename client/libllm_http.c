@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "proto.h"
 
 #define MAX_LINE (4u << 20)            /* one server-sent event */
@@ -120,18 +121,7 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *arg, void *socket
 static int curl_ready;
 static pthread_mutex_t curl_ready_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void set_msg(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_msg(char *buf, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!buf || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
+#define set_msg errbuf_set
 
 /* ---- events ---- */
 

@@ -1169,10 +1169,21 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+static void handle_chat(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
+{
+	handle_generate(d, req, 1, who);
+}
+
+static void handle_completions(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
+{
+	handle_generate(d, req, 0, who);
+}
+
 /* ---- the other endpoints ---- */
 
-static void handle_models(struct llmd *d, struct evhttp_request *req)
+static void handle_models(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
 {
+	(void)who;
 	json_object *o = json_object_new_object(), *list = json_object_new_array(),
 		    *m = json_object_new_object();
 
@@ -1188,8 +1199,9 @@ static void handle_models(struct llmd *d, struct evhttp_request *req)
 	reply_json(d, req, 200, o);
 }
 
-static void handle_health(struct llmd *d, struct evhttp_request *req)
+static void handle_health(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
 {
+	(void)who;
 	json_object *o = json_object_new_object();
 	const char *state = d->fatal ? "failed" : d->stopping ? "stopping" : d->draining ? "draining" : "ok";
 
@@ -1204,8 +1216,9 @@ static void handle_health(struct llmd *d, struct evhttp_request *req)
 
 /* Prometheus text: llmctl stats --prometheus's (admin.c renders it), with
  * the HTTP front's own counters. */
-static void handle_metrics(struct llmd *d, struct evhttp_request *req)
+static void handle_metrics(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
 {
+	(void)who;
 	struct conn me = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
 	struct proto_admin a = { { "stats", 5 }, { "prometheus", 10 } };
 	char *body = NULL;
@@ -1242,8 +1255,9 @@ static void handle_metrics(struct llmd *d, struct evhttp_request *req)
 }
 
 /* llama-server's shapes: {"content", "add_special"} -> {"tokens"}. */
-static void handle_tokenize(struct llmd *d, struct evhttp_request *req)
+static void handle_tokenize(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
 {
+	(void)who;
 	json_object *body = read_body(d, req), *c, *o, *list;
 	struct params_err pe = { 0 };
 	int add_special = 0, n;
@@ -1292,8 +1306,9 @@ static void handle_tokenize(struct llmd *d, struct evhttp_request *req)
 }
 
 /* {"tokens": [ids]} -> {"content"}. */
-static void handle_detokenize(struct llmd *d, struct evhttp_request *req)
+static void handle_detokenize(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
 {
+	(void)who;
 	json_object *body = read_body(d, req), *t;
 	const struct tokenizer *tok = d->model->tok;
 	int32_t n_vocab = engine_n_vocab(worker_engine(d->worker));
@@ -1361,14 +1376,15 @@ static void on_request(struct evhttp_request *req, void *arg)
 		const char *path;
 		enum evhttp_cmd_type cmd;
 		int draining_ok;          /* answered while draining */
+		void (*fn)(struct llmd *d, struct evhttp_request *req, const struct http_who *who);
 	} routes[] = {
-		{ "/v1/chat/completions", EVHTTP_REQ_POST, 0 },
-		{ "/v1/completions", EVHTTP_REQ_POST, 0 },
-		{ "/v1/models", EVHTTP_REQ_GET, 1 },
-		{ "/health", EVHTTP_REQ_GET, 1 },
-		{ "/metrics", EVHTTP_REQ_GET, 1 },
-		{ "/tokenize", EVHTTP_REQ_POST, 1 },
-		{ "/detokenize", EVHTTP_REQ_POST, 1 },
+		{ "/v1/chat/completions", EVHTTP_REQ_POST, 0, handle_chat },
+		{ "/v1/completions", EVHTTP_REQ_POST, 0, handle_completions },
+		{ "/v1/models", EVHTTP_REQ_GET, 1, handle_models },
+		{ "/health", EVHTTP_REQ_GET, 1, handle_health },
+		{ "/metrics", EVHTTP_REQ_GET, 1, handle_metrics },
+		{ "/tokenize", EVHTTP_REQ_POST, 1, handle_tokenize },
+		{ "/detokenize", EVHTTP_REQ_POST, 1, handle_detokenize },
 	};
 	size_t i;
 
@@ -1397,29 +1413,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 			    d->stopping ? "llmd is shutting down" : "llmd is draining: not taking new requests");
 		return;
 	}
-	switch (i) {
-	case 0:
-		handle_generate(d, req, 1, &who);
-		break;
-	case 1:
-		handle_generate(d, req, 0, &who);
-		break;
-	case 2:
-		handle_models(d, req);
-		break;
-	case 3:
-		handle_health(d, req);
-		break;
-	case 4:
-		handle_metrics(d, req);
-		break;
-	case 5:
-		handle_tokenize(d, req);
-		break;
-	case 6:
-		handle_detokenize(d, req);
-		break;
-	}
+	routes[i].fn(d, req, &who);
 }
 
 /* ---- lifecycle ---- */
