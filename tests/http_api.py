@@ -396,8 +396,17 @@ def test_bench_url(d):
           j.get("url") == "http://llmd/v1", f"llm-bench --url, 4 streams: {j.get('aggregate_tok_s')} tok/s "
           f"{r.stderr.strip()}")
     r = subprocess.run([os.path.join(BUILD, "llm-bench"), "--url", "http://llmd/v1", "--unix-socket", d.http,
-                        "--model", "gpt-none", "-p", "x", "-n", "4"], capture_output=True, text=True, timeout=60)
-    check(r.returncode != 0 and "404" in r.stderr, f"llm-bench --url reports the server's error: {r.stderr.strip()}")
+                        "-p", "x", "-n", "100000"], capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "400" in r.stderr, f"llm-bench --url reports the server's error: {r.stderr.strip()}")
+    # the ids over HTTP are the native path's
+    args = ["-p", "Tell me a story.", "-n", "12", "--parallel", "2", "--json"]
+    rh = subprocess.run([os.path.join(BUILD, "llm-bench"), "--url", "http://llmd/v1", "--unix-socket", d.http, *args],
+                        capture_output=True, text=True, timeout=120)
+    rn = subprocess.run([os.path.join(BUILD, "llm-bench"), "--socket", d.sock, *args], capture_output=True,
+                        text=True, timeout=120)
+    ih = [x.get("generated_ids") for x in json.loads(rh.stdout)["results"]] if rh.returncode == 0 else None
+    inn = [x.get("generated_ids") for x in json.loads(rn.stdout)["results"]] if rn.returncode == 0 else None
+    check(ih is not None and ih == inn and all(ih), "llm-bench --url and --socket: the same ids")
 
 
 def slow_body(d, timeout_s):

@@ -1,6 +1,7 @@
-/* bench_socket.c - llm-bench --socket: N clients, each on its own connection
- * and thread, submit at the same instant through libllm and read their
- * tokens from their rings; times are taken where the client sees them.
+/* bench_socket.c - llm-bench --socket and --url: N clients, each on its
+ * own connection and thread, submit at the same instant through libllm and
+ * read their tokens (from their rings, or over an OpenAI-compatible HTTP
+ * API with llm_connect_url); times are taken where the client sees them.
  * Measuring only: it checks nothing about the tokens.
  */
 #include "bench_socket.h"
@@ -12,9 +13,37 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench_start.h"
 #include "clock.h"
 #include "llm.h"
+
+/* The starting gun: every client waits for it, then submits. */
+struct start {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int state;                    /* 0 wait, 1 go, -1 give up */
+};
+
+#define START_INIT { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 }
+
+/* Waits for the gun: 1 go, -1 give up. */
+static int start_wait(struct start *s)
+{
+	int st;
+	pthread_mutex_lock(&s->lock);
+	while (s->state == 0)
+		pthread_cond_wait(&s->cond, &s->lock);
+	st = s->state;
+	pthread_mutex_unlock(&s->lock);
+	return st;
+}
+
+static void start_fire(struct start *s, int state)
+{
+	pthread_mutex_lock(&s->lock);
+	s->state = state;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
 
 struct client {
 	const struct bench_socket_params *p;
@@ -75,15 +104,19 @@ static void *client_main(void *arg)
 			return NULL;
 		}
 		if (ev.kind == LLM_EV_TOKEN) {
-			if (ev.token < 0)
-				continue;
+			if (ev.token == -1)
+				continue; /* text released at the end, no token */
 			t_last = clock_s();
 			if (!t_first)
 				t_first = t_last;
-			if (c->seq->n_gen < cap)
-				c->seq->gen[c->seq->n_gen++] = ev.token;
+			/* -2: a server of the HTTP API that gives no ids */
+			if (ev.token >= 0 && c->seq->n_ids < cap)
+				c->seq->gen[c->seq->n_ids++] = ev.token;
+			c->seq->n_gen++;
 			continue;
 		}
+		if ((int)ev.generated_tokens > c->seq->n_gen)
+			c->seq->n_gen = (int)ev.generated_tokens; /* a server that sent several a chunk */
 		c->seq->finish = ev.finish;
 		c->seq->prompt_tokens = ev.prompt_tokens;
 		c->seq->cached_tokens = ev.cached_tokens;
@@ -122,7 +155,9 @@ int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_re
 	/* Connect everyone first: the handshake is not part of the workload. */
 	for (int i = 0; i < p->n; i++) {
 		cs[i] = (struct client){ .p = p, .i = i, .go = &go, .seq = &ret->seqs[i] };
-		if ((rc = llm_connect(p->socket, 0, &cs[i].h, err, errlen)) < 0)
+		rc = p->url ? llm_connect_url(p->url, p->api_key, &cs[i].h, err, errlen)
+			    : llm_connect(p->socket, 0, &cs[i].h, err, errlen);
+		if (rc < 0)
 			goto out;
 	}
 	for (; started < p->n; started++)

@@ -1,7 +1,7 @@
 /* bench_socket.h - llm-bench's --socket mode: the same parallel workload as
  * in-process, but through a running llmd, its socket and its rings, one
  * connection (and one thread) per simulated client; and its --url mode, the
- * same through an OpenAI-compatible HTTP server.
+ * same through an OpenAI-compatible HTTP server (libllm's llm_connect_url).
  */
 #ifndef LLMD_BENCH_SOCKET_H
 #define LLMD_BENCH_SOCKET_H
@@ -21,16 +21,16 @@ struct bench_socket_params {
 	float top_p, min_p;
 	uint64_t seed;
 	int ignore_eos;
-	/* bench_http_run only: */
-	const char *url;             /* the API's base, e.g. http://127.0.0.1:8080/v1 */
-	const char *unix_socket;     /* connect there instead of the URL's host (llmd's http.socket) */
-	const char *api_key;         /* sent as Authorization: Bearer, or NULL */
-	const char *model;           /* the request's "model", or NULL */
+	const char *url;             /* instead of SOCKET: an OpenAI-compatible API
+	                                (llm_connect_url: http[s]://HOST:PORT/v1, unix:PATH) */
+	const char *api_key;         /* its key, or NULL */
 };
 
 struct bench_socket_seq {
-	int32_t *gen;                /* (n_gen) generated ids; malloc'd */
-	int n_gen;
+	int32_t *gen;                /* (n_ids) generated ids; malloc'd */
+	int n_ids;                   /* n_gen, or fewer from a server of the HTTP API that
+	                                gives no ids */
+	int n_gen;                   /* generated tokens */
 	double ttft_s;               /* submit to first token */
 	double decode_s;             /* first to last token */
 	int finish;                  /* enum llm_finish */
@@ -51,11 +51,5 @@ int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_re
 		     char *err, size_t errlen);
 
 void bench_socket_result_free(struct bench_socket_result *r);
-
-/* The same through an OpenAI-compatible HTTP server (bench_http.c): N
- * streaming requests at once, one thread each.  Token ids are not known
- * there (gen stays NULL; n_gen counts them); queue_ms and prefill_ms are 0. */
-int bench_http_run(const struct bench_socket_params *p, struct bench_socket_result *ret, char *err,
-		   size_t errlen);
 
 #endif

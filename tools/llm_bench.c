@@ -54,7 +54,7 @@ struct bench_opts {
 	int profile;                /* time each op of the forward pass */
 	int bandwidth;              /* measure memory read bandwidth instead */
 	const char *socket;         /* through this llmd instead of in-process */
-	const char *url;            /* or through this OpenAI-compatible API (bench_http.c) */
+	const char *url;            /* or through this OpenAI-compatible API (llm_connect_url) */
 	const char *unix_socket;    /* --url's connection goes to this Unix socket */
 	const char *api_key;
 	uint32_t kv_type;
@@ -113,8 +113,7 @@ static void usage(FILE *f)
 		"      --socket PATH       run the --parallel workload through a running llmd at PATH,\n"
 		"                          one connection and thread per sequence (no --model needed)\n"
 		"      --url URL           the same through an OpenAI-compatible API at URL (its base,\n"
-		"                          e.g. http://127.0.0.1:8080/v1), streaming; --model NAME is\n"
-		"                          then the request's model (default: none sent)\n"
+		"                          e.g. http://127.0.0.1:8080/v1), streaming, through libllm\n"
 		"      --unix-socket PATH  with --url: connect to this Unix socket (llmd's http.socket)\n"
 		"      --api-key KEY       with --url: Authorization: Bearer KEY (default $LLM_API_KEY)\n"
 		"      --json              one JSON object on stdout\n");
@@ -660,13 +659,18 @@ static char *socket_prompt(const struct bench_opts *o, int i)
 
 static int run_socket(const struct bench_opts *o)
 {
+	char url[1024] = "";
+
+	/* libllm names llmd's HTTP socket unix:PATH */
+	if (o->url)
+		snprintf(url, sizeof url, o->unix_socket ? "unix:%s" : "%s",
+			 o->unix_socket ? o->unix_socket : o->url);
 	struct bench_socket_params p = {
 		.socket = o->socket, .n = o->parallel, .system = o->system,
 		.chat = o->chat || o->system, .max_tokens = o->n_predict,
 		.temperature = o->sp.temperature, .top_k = o->sp.top_k, .top_p = o->sp.top_p,
 		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
-		.url = o->url, .unix_socket = o->unix_socket, .api_key = o->api_key,
-		.model = o->url ? o->model : NULL,
+		.url = o->url ? url : NULL, .api_key = o->api_key,
 	};
 	const char *where = o->url ? o->url : o->socket;
 	char **prompts = calloc((size_t)o->parallel, sizeof *prompts);
@@ -687,8 +691,7 @@ static int run_socket(const struct bench_opts *o)
 		double dtime = 0;
 		int64_t dsteps = 0;
 		bench_socket_result_free(&res);
-		if ((o->url ? bench_http_run(&p, &res, err, sizeof err)
-			    : bench_socket_run(&p, &res, err, sizeof err)) < 0) {
+		if (bench_socket_run(&p, &res, err, sizeof err) < 0) {
 			fprintf(stderr, "llm-bench: %s\n", err);
 			goto out;
 		}
@@ -714,14 +717,14 @@ static int run_socket(const struct bench_opts *o)
 		json_object_object_add(root, "decode_tok_s", json_object_new_double(dc_med));
 		json_object_object_add(root, "ttft_ms_p50", json_object_new_double(p50));
 		json_object_object_add(root, "ttft_ms_p95", json_object_new_double(p95));
-		/* over HTTP the ids are not known, only how many */
-		if (res.seqs[0].gen)
-			json_object_object_add(root, "generated_ids", ids_json(res.seqs[0].gen, res.seqs[0].n_gen));
+		/* the ids where the server gave them all (not every HTTP one does) */
+		if (res.seqs[0].n_ids == res.seqs[0].n_gen)
+			json_object_object_add(root, "generated_ids", ids_json(res.seqs[0].gen, res.seqs[0].n_ids));
 		for (int k = 0; k < res.n; k++) {
 			json_object *one = json_object_new_object();
-			if (res.seqs[k].gen)
+			if (res.seqs[k].n_ids == res.seqs[k].n_gen)
 				json_object_object_add(one, "generated_ids",
-						       ids_json(res.seqs[k].gen, res.seqs[k].n_gen));
+						       ids_json(res.seqs[k].gen, res.seqs[k].n_ids));
 			json_object_object_add(one, "generated_tokens", json_object_new_int(res.seqs[k].n_gen));
 			json_object_object_add(one, "prompt_tokens", json_object_new_int((int)res.seqs[k].prompt_tokens));
 			json_object_object_add(one, "cached_tokens", json_object_new_int((int)res.seqs[k].cached_tokens));
