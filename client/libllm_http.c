@@ -37,12 +37,12 @@ struct qev {                           /* an event waiting for llm_next_event */
 };
 
 struct xfer {                          /* one request */
-	struct xfer *next;
-	struct llm_http *hh;
-	uint64_t id;
-	CURL *e;
-	struct curl_slist *hd;
-	char *body;
+	struct xfer *next;                 /* hh->xfers' list */
+	struct llm_http *hh;               /* the handle's state it belongs to */
+	uint64_t id;                       /* the libllm request id its events carry */
+	CURL *e;                           /* owned; its private pointer is this xfer */
+	struct curl_slist *hd;             /* owned request headers */
+	char *body;                        /* owned JSON body (curl does not copy it) */
 	int added;                         /* in the multi handle */
 	int cancel;                        /* llm_cancel asked */
 	char *line;                        /* the event being read */

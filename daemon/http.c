@@ -53,23 +53,23 @@ struct http_front;
 
 struct http_key {
 	char name[28];                 /* "key:" and it fit a connection's comm */
-	char key[256];
+	char key[256];                 /* NUL-terminated, 16..255 bytes */
 };
 
 /* One evhttp and what its clients are: the Unix socket's (SO_PEERCRED) or
  * TCP's (a Bearer key each request). */
 struct http_listener {
-	struct llmd *d;
-	int tcp;
-	struct evhttp *eh;
-	struct evhttp_bound_socket *bound;
+	struct llmd *d;                /* the daemon it serves */
+	int tcp;                       /* 1: requests need a key; 0: peers have SO_PEERCRED */
+	struct evhttp *eh;             /* owned; NULL when this listener is not used */
+	struct evhttp_bound_socket *bound; /* the listening socket (evhttp's); NULL once stopped */
 };
 
 /* Who asks. */
 struct http_who {
-	uid_t uid;
-	gid_t gid;
-	pid_t pid;
+	uid_t uid;                     /* the peer's, or a key's pseudo-uid */
+	gid_t gid;                     /* the peer's, or -1 */
+	pid_t pid;                     /* the peer's, or 0 */
 	int admin_ok;                  /* may be an admin (a Unix peer in the admin group) */
 	char name[32];                 /* "http:COMM", or "key:NAME" */
 };
@@ -265,8 +265,10 @@ static json_object *field(json_object *o, const char *key)
 	return json_object_object_get_ex(o, key, &v) && v && !json_object_is_type(v, json_type_null) ? v : NULL;
 }
 
+/* Why a request's JSON is refused: the field (OpenAI's "param") and what
+ * is wrong with it. */
 struct params_err {
-	const char *param;
+	char param[64];                /* "temperature", "messages[2].content"; "" for none */
 	char msg[PROTO_MAX_ERRMSG + 1];
 };
 
@@ -277,7 +279,7 @@ static int bad(struct params_err *pe, const char *param, const char *fmt, ...)
 {
 	va_list ap;
 
-	pe->param = param;
+	snprintf(pe->param, sizeof pe->param, "%s", param);
 	va_start(ap, fmt);
 	vsnprintf(pe->msg, sizeof pe->msg, fmt, ap);
 	va_end(ap);
@@ -343,7 +345,7 @@ static int message_content(json_object *m, int i, json_object *keep, struct prot
 			   struct params_err *pe)
 {
 	json_object *c = field(m, "content");
-	static char param[64];
+	char param[64];
 
 	snprintf(param, sizeof param, "messages[%d].content", i);
 	if (!c) {
@@ -750,7 +752,7 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	hr->created = (int64_t)time(NULL);
 	if (parse_common(d, hr, body, &s, stops, &pe) < 0 ||
 	    (chat ? parse_messages(body, keep, &s, msgs, &pe) : parse_prompt(body, &s, &pe)) < 0) {
-		reply_error(d, req, 400, pe.param, NULL, "%s", pe.msg);
+		reply_error(d, req, 400, pe.param[0] ? pe.param : NULL, NULL, "%s", pe.msg);
 		goto out;
 	}
 	s.id = ++h->next_id;
@@ -1271,7 +1273,7 @@ static void handle_tokenize(struct llmd *d, struct evhttp_request *req, const st
 		return;
 	}
 	if (get_bool(body, "add_special", &add_special, &pe) < 0) {
-		reply_error(d, req, 400, pe.param, NULL, "%s", pe.msg);
+		reply_error(d, req, 400, pe.param[0] ? pe.param : NULL, NULL, "%s", pe.msg);
 		json_object_put(body);
 		return;
 	}
