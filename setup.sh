@@ -21,6 +21,8 @@ for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
 python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
+# jinja2: tests/jinja_compare.py checks our chat templates' rendering against it
+python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$missing python3-jinja2"
 if [ -n "$missing" ]; then
 	echo "setup: installing$missing"
 	sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -79,6 +81,8 @@ run)
 check)
 	# The HTTP front's tests speak through the official openai client: into
 	# the build tree's .pydeps, not the system's Python (tests skip without it).
+	# The architecture tests' real Gemma 3 (tests/test_arch skips without it).
+	make fetch-models || echo "setup: cannot fetch Gemma 3 270M: its tests will skip" >&2
 	python3 -c 'import openai' 2>/dev/null || [ -d .pydeps/openai ] ||
 		python3 -m pip install --quiet --disable-pip-version-check --target .pydeps openai ||
 		echo "setup: cannot install the openai package: tests/http_api.sh will skip" >&2

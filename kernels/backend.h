@@ -80,7 +80,21 @@ struct bk_attn {
 	int32_t n_head;
 	int32_t n_head_kv;
 	int32_t head_dim;
-	float scale;         /* 1/sqrt(head_dim) */
+	float scale;         /* the q.k scale: 1/sqrt(head_dim) for most models */
+	int32_t window;      /* sliding window: a row at position p attends to
+	                        positions p - window + 1 .. p; 0: to all (causal) */
+};
+
+/* Where a row at POS starts attending: its window's first position, or 0. */
+static inline int32_t bk_attn_first(const struct bk_attn *a, int32_t pos)
+{
+	return a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
+}
+
+/* The gated activations of a feed-forward layer: act(g) * u. */
+enum bk_act {
+	BK_ACT_SILU = 0,  /* SwiGLU: g / (1 + exp(-g)) * u (Llama, Qwen, Phi-3) */
+	BK_ACT_GELU = 1,  /* GeGLU, tanh approximation (Gemma) */
 };
 
 struct backend;
@@ -129,8 +143,18 @@ struct backend_ops {
 	 * prepare out for it in the same pass, as for add_rmsnorm. */
 	int (*swiglu)(struct backend *be, const float *g, const float *u, int64_t n, float *out,
 		      const struct bk_weight *next);
+	/* out (n) = gelu(g) * u, GELU's tanh form written with exp:
+	 * 0.5 g (2 - 2 / (exp(2 y) + 1)), y = sqrt(2/pi) (g + 0.044715 g^3);
+	 * otherwise as swiglu. */
+	int (*geglu)(struct backend *be, const float *g, const float *u, int64_t n, float *out,
+		     const struct bk_weight *next);
 	/* x (n) += y */
 	int (*add)(struct backend *be, float *x, const float *y, int64_t n);
+	/* x (n) *= s */
+	int (*scale)(struct backend *be, float *x, int64_t n, float s);
+	/* x (T, n) += b (n) on every row: a projection's bias.  B is a host
+	 * vector the caller keeps, like a norm's (load_weight sees it first). */
+	int (*add_bias)(struct backend *be, float *x, const float *b, int32_t T, int64_t n);
 
 	/* ---- memory and step hooks: all optional; backend_*() below supply
 	 * the CPU defaults, so a backend whose activations are host memory

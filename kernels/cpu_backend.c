@@ -116,6 +116,19 @@ static inline void vec_scale(float *y, float a, int n)
 		y[i] *= a;
 }
 
+/* GELU, tanh form, written with expf: x (1 + tanh y) / 2 = x - x / (e^2y + 1),
+ * y = sqrt(2/pi) (x + 0.044715 x^3).  Every step rounded in this order
+ * (no FMA: this file's portable code is built for baseline x86-64, and
+ * the CUDA kernel spells each rounding out), so the AVX2 loop and the CUDA
+ * backend give its bits. */
+#define GELU_2C0 1.5957691216057308f /* 2 sqrt(2/pi) */
+#define GELU_C1 0.044715f
+static inline float gelu_of(float x)
+{
+	float y = GELU_2C0 * (x * (1.0f + GELU_C1 * (x * x)));
+	return x - x / (expf(y) + 1.0f);
+}
+
 /* ---- embed ---- */
 
 static int cpu_embed(struct backend *be, const struct bk_weight *w, const int32_t *ids,
@@ -704,6 +717,16 @@ static inline int32_t attn_chunk_len(int32_t p, int32_t n_pos, int32_t bt)
 	return n < ATTN_CHUNK ? n : ATTN_CHUNK;
 }
 
+/* The start of the chunk that holds position LO, on the grid attn_chunk_len
+ * cuts from position 0 (whole chunks from each block's start): a row whose
+ * window starts at LO begins there, masking the positions before LO, so
+ * that alone or beside other rows of its sequence it reads the same chunks. */
+static inline int32_t attn_chunk_start(int32_t lo, int32_t bt)
+{
+	int32_t off = lo % bt;
+	return lo - off + off / ATTN_CHUNK * ATTN_CHUNK;
+}
+
 /* Elements [c0, c0 + n) of a Q8_0 row as floats: each int8 times its
  * block's scale.  They are whole blocks (head_dim a multiple of 32) or lie
  * inside one block (head_dim dividing 32): a head never straddles an edge. */
@@ -767,15 +790,17 @@ static void attn_task(void *ctx, int task, int worker)
 		memset(acc[g], 0, (size_t)hd * sizeof(float));
 		qh[g] = j->q + ((size_t)t * a->n_head + hk * group + g) * hd;
 	}
-	for (int32_t p = 0; p < n_pos;) {
-		int32_t n = attn_chunk_len(p, n_pos, bt);
+	const int32_t lo = bk_attn_first(a, n_pos - 1);
+	for (int32_t p = attn_chunk_start(lo, bt); p < n_pos;) {
+		int32_t n = attn_chunk_len(p, n_pos, bt), skip = lo > p ? lo - p : 0;
 		const float *kr = kv->type == QT_F32 ? NULL : kv_rows(kv, table, j->layer, 0, p, n, hk, hd, kbuf);
 		const float *vr = kv->type == QT_F32 ? NULL : kv_rows(kv, table, j->layer, 1, p, n, hk, hd, vbuf);
 		for (int g = 0; g < group; g++) {
 			float mx = m[g];
 			for (int32_t i = 0; i < n; i++) {
 				const float *k = kr ? kr + (size_t)i * hd : kv_rows(kv, table, j->layer, 0, p + i, 1, hk, hd, NULL);
-				sc[i] = vec_dot_f32(qh[g], k, hd) * a->scale;
+				/* before the window: masked, and skipped below */
+				sc[i] = i < skip ? -INFINITY : vec_dot_f32(qh[g], k, hd) * a->scale;
 				if (sc[i] > mx)
 					mx = sc[i];
 			}
@@ -785,7 +810,7 @@ static void attn_task(void *ctx, int task, int worker)
 				vec_scale(acc[g], corr, hd);
 				m[g] = mx;
 			}
-			for (int32_t i = 0; i < n; i++) {
+			for (int32_t i = skip; i < n; i++) {
 				const float *v = vr ? vr + (size_t)i * hd : kv_rows(kv, table, j->layer, 1, p + i, 1, hk, hd, NULL);
 				float e = expf(sc[i] - mx);
 				l[g] += e;
@@ -1041,7 +1066,7 @@ ATTN_INLINE void attn_vblock(const int nh, float *const acc[], const float *cons
  * the same NR positions of a chunk (rows K, V, VS bytes apart): queries
  * Q[h], running max M[h] and sum L[h], accumulators ACC[h]. */
 ATTN_INLINE void attn_chunk(const int nh, const float *const q[], const char *k, const char *v, size_t vs, int nr,
-			    int hd, float scale, float *m, float *l, float *const acc[], int f16)
+			    int skip, int hd, float scale, float *m, float *l, float *const acc[], int f16)
 {
 	float sc[ATTN_HEADS][ATTN_CHUNK] __attribute__((aligned(32)));
 	float e[ATTN_HEADS][ATTN_CHUNK] __attribute__((aligned(32)));
@@ -1061,6 +1086,9 @@ ATTN_INLINE void attn_chunk(const int nh, const float *const q[], const char *k,
 #pragma GCC unroll 3
 		for (int h = 0; h < nh; h++) {
 			s[h] = _mm256_mul_ps(s[h], _mm256_set1_ps(scale));
+			if (i < skip) /* before the row's window: -inf, and skipped below */
+				s[h] = _mm256_blendv_ps(s[h], _mm256_set1_ps(-INFINITY),
+							_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(skip - i), lane)));
 			if (nv < 8) /* past the end: copies of the first score, which change nothing */
 				s[h] = _mm256_blendv_ps(s[h], _mm256_permutevar8x32_ps(s[h], _mm256_setzero_si256()),
 							_mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(nv - 1))));
@@ -1086,16 +1114,17 @@ ATTN_INLINE void attn_chunk(const int nh, const float *const q[], const char *k,
 		}
 		for (int i = 0; i < nr; i += 8)
 			_mm256_store_ps(e[h] + i, attn_exp8(_mm256_sub_ps(_mm256_load_ps(sc[h] + i), _mm256_set1_ps(mx))));
-		for (int i = 0; i < nr; i++)
+		for (int i = skip; i < nr; i++)
 			ll += e[h][i];
 		l[h] = ll;
-		ep[h] = e[h];
+		ep[h] = e[h] + skip;
 	}
 	int c = 0;
+	v += (size_t)skip * vs;
 	for (; c + 32 <= hd; c += 32)
-		attn_vblock(nh, acc, ep, nr, v, vs, c, 4, f16, upd, corr);
+		attn_vblock(nh, acc, ep, nr - skip, v, vs, c, 4, f16, upd, corr);
 	if (c < hd)
-		attn_vblock(nh, acc, ep, nr, v, vs, c, 2, f16, upd, corr);
+		attn_vblock(nh, acc, ep, nr - skip, v, vs, c, 2, f16, upd, corr);
 }
 
 /* N rows of HD elements (F16 or Q8_0 at element C0 of each pool row, ROW
@@ -1151,7 +1180,9 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 		l[i] = 0;
 	}
 	memset(acc, 0, (size_t)nq * hd * sizeof(float));
-	for (int32_t p = 0; p < n_pos;) {
+	/* from the chunk of the first row's window (rows' windows start in
+	 * position order) */
+	for (int32_t p = attn_chunk_start(bk_attn_first(a, pos0), bt); p < n_pos;) {
 		int32_t n = attn_chunk_len(p, n_pos, bt);
 		const char *k = kv_slot(kv, table, j->layer, 0, p), *v = kv_slot(kv, table, j->layer, 1, p);
 		size_t vs = kv->row_bytes;
@@ -1181,7 +1212,10 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 		}
 		/* rows before p - pos0 do not reach this chunk */
 		for (int32_t r = p > pos0 ? p - pos0 : 0; r < gr->n; r++) {
-			int32_t nr = pos0 + r + 1 - p < n ? pos0 + r + 1 - p : n;
+			int32_t nr = pos0 + r + 1 - p < n ? pos0 + r + 1 - p : n, lo = bk_attn_first(a, pos0 + r);
+			if (lo >= p + n) /* its window starts past this chunk: so do the later rows' */
+				break;
+			const int32_t skip = lo > p ? lo - p : 0;
 			const int f16 = !buffered && kv->type == QT_F16;
 			for (int32_t g = 0; g < ng;) {
 				int32_t qi = r * ng + g, nh = ng - g < ATTN_HEADS ? ng - g : ATTN_HEADS;
@@ -1193,8 +1227,8 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 					as[h] = acc + (size_t)(qi + h) * hd;
 				}
 				/* the head count and f16 constants in each copy */
-#define ATTN_CHUNK_CALL(NH) (f16 ? attn_chunk(NH, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 1) \
-			     : attn_chunk(NH, qs, k, v, vs, nr, hd, a->scale, &m[qi], &l[qi], as, 0))
+#define ATTN_CHUNK_CALL(NH) (f16 ? attn_chunk(NH, qs, k, v, vs, nr, skip, hd, a->scale, &m[qi], &l[qi], as, 1) \
+			     : attn_chunk(NH, qs, k, v, vs, nr, skip, hd, a->scale, &m[qi], &l[qi], as, 0))
 				switch (nh) {
 				case 3: ATTN_CHUNK_CALL(3); break;
 				case 2: ATTN_CHUNK_CALL(2); break;
@@ -1215,6 +1249,22 @@ static void attn_avx2_task(void *ctx, int task, int worker)
 			for (int32_t c = 0; c < hd; c += 8)
 				_mm256_storeu_ps(o + c, _mm256_mul_ps(_mm256_loadu_ps(ac + c), inv));
 		}
+}
+
+/* GeGLU's gelu(a) * b eight at a time: gelu_of's steps, each rounded. */
+static void geglu_avx2(const float *a, const float *b, float *out, int64_t n)
+{
+	const __m256 c0 = _mm256_set1_ps(GELU_2C0), c1 = _mm256_set1_ps(GELU_C1), one = _mm256_set1_ps(1.0f);
+	int64_t k = 0;
+
+	for (; k + 8 <= n; k += 8) {
+		__m256 x = _mm256_loadu_ps(a + k);
+		__m256 y = _mm256_mul_ps(c0, _mm256_mul_ps(x, _mm256_add_ps(one, _mm256_mul_ps(c1, _mm256_mul_ps(x, x)))));
+		__m256 g = _mm256_sub_ps(x, _mm256_div_ps(x, _mm256_add_ps(attn_exp8(y), one)));
+		_mm256_storeu_ps(out + k, _mm256_mul_ps(g, _mm256_loadu_ps(b + k)));
+	}
+	for (; k < n; k++)
+		out[k] = gelu_of(a[k]) * b[k];
 }
 
 /* SwiGLU's a / (1 + expf(-a)) * b eight at a time: the scalar loop's bits
@@ -1362,6 +1412,20 @@ static void swiglu_task(void *ctx, int i, int worker)
 		j->out[k] = j->a[k] / (1.0f + expf(-j->a[k])) * j->b[k];
 }
 
+static void geglu_task(void *ctx, int i, int worker)
+{
+	const struct ew_job *j = ctx;
+	int64_t lo = (int64_t)i * EW_CHUNK, hi = lo + EW_CHUNK < j->n ? lo + EW_CHUNK : j->n;
+#ifdef ATTN_AVX2
+	if (avx2_exp_ok() && quant_get_isa() >= QUANT_ISA_AVX2) {
+		geglu_avx2(j->a + lo, j->b + lo, j->out + lo, hi - lo);
+		return;
+	}
+#endif
+	for (int64_t k = lo; k < hi; k++)
+		j->out[k] = gelu_of(j->a[k]) * j->b[k];
+}
+
 VEC_CLONES
 static void add_task(void *ctx, int i, int worker)
 {
@@ -1386,6 +1450,30 @@ static int cpu_swiglu(struct backend *be, const float *g, const float *u, int64_
 {
 	struct ew_job j = { g, u, out, n };
 	ew_run(be, swiglu_task, &j);
+	return 0;
+}
+
+static int cpu_geglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
+		     const struct bk_weight *next)
+{
+	struct ew_job j = { g, u, out, n };
+	ew_run(be, geglu_task, &j);
+	return 0;
+}
+
+static int cpu_scale(struct backend *be, float *x, int64_t n, float s)
+{
+	(void)be;
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= s;
+	return 0;
+}
+
+static int cpu_add_bias(struct backend *be, float *x, const float *b, int32_t T, int64_t n)
+{
+	(void)be;
+	for (int32_t t = 0; t < T; t++)
+		vec_add(x + (size_t)t * n, b, n);
 	return 0;
 }
 
@@ -1434,7 +1522,10 @@ static const struct backend_ops cpu_ops = {
 	.kv_store = cpu_kv_store,
 	.attention = cpu_attention,
 	.swiglu = cpu_swiglu,
+	.geglu = cpu_geglu,
 	.add = cpu_add,
+	.scale = cpu_scale,
+	.add_bias = cpu_add_bias,
 	.load_weight = cpu_load_weight,
 };
 

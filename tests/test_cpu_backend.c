@@ -133,8 +133,13 @@ static void oracle_task(void *ctx, int task, int worker)
 		memset(acc[g], 0, (size_t)hd * sizeof(float));
 		qh[g] = j->q + ((size_t)t * a->n_head + hk * group + g) * hd;
 	}
-	for (int32_t p = 0; p < n_pos;) {
-		int32_t n = n_pos - p, to_edge = bt - p % bt;
+	/* a sliding window: positions before LO are left out, from the chunk
+	 * that holds LO on the grid of chunks cut from position 0 */
+	int32_t lo = a->window > 0 && n_pos > a->window ? n_pos - a->window : 0, p0 = 0;
+	for (int32_t p = 0, n; p + (n = bt - p % bt < ATTN_CHUNK ? bt - p % bt : ATTN_CHUNK) <= lo; p += n)
+		p0 = p + n;
+	for (int32_t p = p0; p < n_pos;) {
+		int32_t n = n_pos - p, to_edge = bt - p % bt, skip = lo > p ? lo - p : 0;
 		if (n > to_edge)
 			n = to_edge;
 		if (n > ATTN_CHUNK)
@@ -145,7 +150,7 @@ static void oracle_task(void *ctx, int task, int worker)
 			float mx = m[g];
 			for (int32_t i = 0; i < n; i++) {
 				const float *k = kr ? kr + (size_t)i * hd : kv_rows(kv, table, j->layer, 0, p + i, 1, hk, hd, NULL);
-				sc[i] = vec_dot_f32(qh[g], k, hd) * a->scale;
+				sc[i] = i < skip ? -INFINITY : vec_dot_f32(qh[g], k, hd) * a->scale;
 				if (sc[i] > mx)
 					mx = sc[i];
 			}
@@ -155,7 +160,7 @@ static void oracle_task(void *ctx, int task, int worker)
 				vec_scale(acc[g], corr, hd);
 				m[g] = mx;
 			}
-			for (int32_t i = 0; i < n; i++) {
+			for (int32_t i = skip; i < n; i++) {
 				const float *v = vr ? vr + (size_t)i * hd : kv_rows(kv, table, j->layer, 1, p + i, 1, hk, hd, NULL);
 				float e = expf(sc[i] - mx);
 				l[g] += e;
@@ -377,7 +382,7 @@ static void test_attention_matches_oracle(void)
 			for (int bi = 0; bi < 3; bi++) {
 				int32_t hd = geos[gi].head_dim, kv_dim = geos[gi].n_head_kv * hd, bt = bts[bi];
 				uint32_t type = types[ti];
-				struct bk_attn a = { geos[gi].n_head, geos[gi].n_head_kv, hd, 1.0f / sqrtf((float)hd) };
+				struct bk_attn a = { geos[gi].n_head, geos[gi].n_head_kv, hd, 1.0f / sqrtf((float)hd), 0 };
 				struct pool p;
 				struct step st;
 
@@ -423,6 +428,21 @@ static void test_attention_matches_oracle(void)
 				step_add(&st, &p, 2, 7, 1);
 				check_step(&p, &st, &a, 2.0f, "ragged step");
 				check_step(&p, &st, &a, 30.0f, "ragged step, large logits");
+
+				/* sliding windows (Gemma 3): inside a chunk, on a block
+				 * edge, one position, and wider than any row */
+				static const int32_t windows[] = { 37, 48, 1, 1000 };
+				for (size_t w = 0; w < sizeof windows / sizeof windows[0] && bi == 0; w++) {
+					a.window = windows[w];
+					st.n = 0;
+					step_add(&st, &p, 3, 100, 20);
+					step_add(&st, &p, 1, 300, 1);
+					step_add(&st, &p, 0, 0, 13);
+					step_add(&st, &p, 5, 31, 50);
+					step_add(&st, &p, 2, 70, 1);
+					check_step(&p, &st, &a, 2.0f, "sliding window");
+				}
+				a.window = 0;
 				free(p.kv.base);
 			}
 	printf("attention: %d steps compared with the oracle, %d differ\n", n_compared, n_bad);
@@ -432,7 +452,7 @@ static void test_attention_matches_oracle(void)
  * is than the portable one at SmolLM2-135M's shape, f16 KV, one thread. */
 static void report_speed(void)
 {
-	struct bk_attn a = { 9, 3, 64, 0.125f };
+	struct bk_attn a = { 9, 3, 64, 0.125f, 0 };
 	struct backend *be = NULL;
 	struct pool p;
 	struct step st = { .n = 0 };

@@ -103,6 +103,7 @@ struct step {
 
 static struct backend *cpu;
 static double worst_err, worst_rope;
+static int32_t test_window; /* the attention's sliding window in run_cfg; 0: none */
 
 /* cuda_rope_kv_store equals the CPU's rope of q, rope of k and kv_store:
  * rotated q and k bit for bit on the emulator (on a GPU within
@@ -114,7 +115,7 @@ static void rope_kv_store_vs_cpu(const cfg &c, const struct bk_kv &shape, const 
 {
 	const int32_t kv_dim = shape.kv_dim, q_dim = c.n_head * c.head_dim;
 	const size_t pool_bytes = (size_t)shape.n_blocks * shape.block_bytes;
-	const struct bk_attn a = { c.n_head, c.n_head_kv, c.head_dim, 1.0f };
+	const struct bk_attn a = { c.n_head, c.n_head_kv, c.head_dim, 1.0f, 0 };
 
 	for (int style = 0; style < 2; style++) {
 		const enum bk_rope_style st = style ? BK_ROPE_NEOX : BK_ROPE_NORMAL;
@@ -264,7 +265,7 @@ static void run_cfg(const cfg &c, bool with_rope)
 	dpool.put(cpu_pool); /* attention below reads the CPU's bytes either way */
 	{ /* padding rows (negative positions, tables of holes) store nothing,
 	   * and rope_kv_store rotates nothing of theirs either */
-		const struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f };
+		const struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f, 0 };
 		std::vector<int32_t> ppos = { -1, -1, -7 }, ptab(3 * TABLE_STRIDE, -1);
 		std::vector<float> x3((size_t)3 * c.n_head * hd, 0.5f); /* q-sized: k, v fit too */
 		dbuf<int32_t> dpos(3), dtab(ptab.size());
@@ -294,7 +295,7 @@ static void run_cfg(const cfg &c, bool with_rope)
 		steps[1].add(2, 15, 2);  /* KV block edge: 16, 17 positions */
 	}
 	attn_shape unused;
-	struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f / sqrtf((float)hd) };
+	struct bk_attn a = { c.n_head, c.n_head_kv, hd, 1.0f / sqrtf((float)hd), test_window };
 	CHECK_INT_EQ(attn_plan(&dkv, &a, TABLE_STRIDE, ATTN_SPLIT_TOKENS, &unused), 0);
 	/* the tiled runs below share blocks (fewer rows fit beside big heads) */
 	CHECK(cuda_attention_qrows(&dkv, &a) >= (hd <= 64 ? 8 : 2));
@@ -425,7 +426,7 @@ static void test_args()
 	dbuf<float> x(64), out(64);
 	dbuf<uint8_t> scratch(1 << 16);
 	struct bk_kv kv = { pool.d, QT_F32, 4, 4, 2, 16, 64, 2 * 2 * 4 * 64 };
-	struct bk_attn a = { 4, 2, 8, 0.35f };
+	struct bk_attn a = { 4, 2, 8, 0.35f, 0 };
 	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4, &tun) > 0);
 	CHECK(cuda_attention_scratch_bytes(&kv, &a, 1, 4, &tun) <= (1 << 16));
 	/* the split size: one KV block a split, four splits of partials */
@@ -441,10 +442,10 @@ static void test_args()
 	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, NULL, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 0, &a, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
 	CHECK_INT_EQ(cuda_attention(&kv, 0, -1, pos.d, tab.d, 4, &a, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
-	struct bk_attn bad = { 5, 2, 8, 0.35f }; /* n_head % n_head_kv */
+	struct bk_attn bad = { 5, 2, 8, 0.35f, 0 }; /* n_head % n_head_kv */
 	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
 	CHECK(cuda_attention_scratch_bytes(&kv, &bad, 1, 4, &tun) == 0);
-	bad = { 4, 2, 16, 0.25f }; /* head_dim * n_head_kv != kv_dim */
+	bad = { 4, 2, 16, 0.25f, 0 }; /* head_dim * n_head_kv != kv_dim */
 	CHECK_INT_EQ(cuda_attention(&kv, 0, 1, pos.d, tab.d, 4, &bad, x.d, out.d, NULL, scratch.d, &tlc), -EINVAL);
 	struct bk_kv k2 = kv;
 	k2.type = QT_BF16;
@@ -503,6 +504,14 @@ int main()
 	tun.attn_split = 16;
 	run_cfg(cfgs[0], false);
 	tun.attn_split = 0;
+	/* sliding windows (Gemma 3): splits and tiles wholly before a row's
+	 * window, one cut inside a tile, a window of one position */
+	static const int32_t windows[] = { 37, 100, 1 };
+	for (int32_t w : windows) {
+		test_window = w;
+		run_cfg(cfgs[w == 37 ? 3 : 0], false);
+	}
+	test_window = 0;
 	fprintf(stderr, "attn_split_lanes_kernel: worst |gpu - cpu| = %.3g\n", worst_err);
 	backend_free(cpu);
 	fprintf(stderr, "RoPE'd q and k: worst |gpu - cpu| = %.3g\n", worst_rope);

@@ -465,9 +465,14 @@ static void test_elementwise()
 
 	for (int64_t n : ns) {
 		const std::vector<float> g = rand_vec(n, -12, 12), u = rand_vec(n, -3, 3);
-		std::vector<float> want_sw(n), want_add = g;
+		std::vector<float> want_sw(n), want_ge(n), want_add = g, want_sc = g, want_bias = g;
 		CHECK_INT_EQ(cpu->ops->swiglu(cpu, g.data(), u.data(), n, want_sw.data(), NULL), 0);
+		CHECK_INT_EQ(cpu->ops->geglu(cpu, g.data(), u.data(), n, want_ge.data(), NULL), 0);
 		CHECK_INT_EQ(cpu->ops->add(cpu, want_add.data(), u.data(), n), 0);
+		CHECK_INT_EQ(cpu->ops->scale(cpu, want_sc.data(), n, 25.298f), 0);
+		/* as rows of 4 (n a multiple) or one row, a bias of u's first elements */
+		const int64_t bn = n % 4 ? n : 4;
+		CHECK_INT_EQ(cpu->ops->add_bias(cpu, want_bias.data(), u.data(), (int32_t)(n / bn), bn), 0);
 		dbuf<float> dg(n), du(n), dout(n);
 		du.put(u);
 		char what[64];
@@ -479,8 +484,17 @@ static void test_elementwise()
 			CHECK_INT_EQ(cuda_swiglu(dg.d, du.d, n, dg.d, NULL), 0); /* in place */
 			expect_close("swiglu in place", what, dg.get(), want_sw, LIBM_ULPS, &worst_swiglu);
 			dg.put(g);
+			CHECK_INT_EQ(cuda_glu(BK_ACT_GELU, dg.d, du.d, n, dout.d, NULL), 0);
+			expect_close("geglu", what, dout.get(), want_ge, LIBM_ULPS, &worst_swiglu);
+			dg.put(g);
 			CHECK_INT_EQ(cuda_add(dg.d, du.d, n, NULL), 0);
 			expect_close("add", what, dg.get(), want_add, 0, &worst_add);
+			dg.put(g);
+			CHECK_INT_EQ(cuda_scale(dg.d, n, 25.298f, NULL), 0);
+			expect_close("scale", what, dg.get(), want_sc, 0, &worst_add);
+			dg.put(g);
+			CHECK_INT_EQ(cuda_add_bias(dg.d, du.d, (int32_t)(n / bn), bn, NULL), 0);
+			expect_close("add_bias", what, dg.get(), want_bias, 0, &worst_add);
 		});
 	}
 	dbuf<float> d(4);
@@ -488,6 +502,9 @@ static void test_elementwise()
 	CHECK_INT_EQ(cuda_swiglu(d.d, d.d, -1, d.d, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_add(d.d, d.d, 0, NULL), 0);
 	CHECK_INT_EQ(cuda_add(d.d, NULL, 4, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_glu(7, d.d, d.d, 4, d.d, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_scale(NULL, 4, 2.0f, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_add_bias(d.d, NULL, 1, 4, NULL), -EINVAL);
 }
 
 /* ---- half-precision copies (the cuBLAS path's inputs) ---- */
@@ -587,6 +604,12 @@ static void test_swiglu_q8()
 					CHECK_INT_EQ(cuda_swiglu_q8(dg.d, du.d, T, n, dg.d, vec, dq.d, stride, NULL), 0);
 					expect_close("swiglu_q8 in place", what, dg.get(), want, 0, &d0);
 					expect_q8_rows("swiglu_q8", what, dq.get(), want, T, n, stride, vec);
+					dg.put(g);
+					CHECK_INT_EQ(cuda_glu(BK_ACT_GELU, dg.d, du.d, (int64_t)tn, dout.d, NULL), 0);
+					want = dout.get();
+					CHECK_INT_EQ(cuda_glu_q8(BK_ACT_GELU, dg.d, du.d, T, n, dg.d, vec, dq.d, stride, NULL), 0);
+					expect_close("geglu_q8 in place", what, dg.get(), want, 0, &d0);
+					expect_q8_rows("geglu_q8", what, dq.get(), want, T, n, stride, vec);
 				});
 			}
 		}

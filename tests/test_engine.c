@@ -266,7 +266,7 @@ static void test_q8_0_attention_exact(void)
 			tabs[t] = table;
 		}
 		struct bk_rows rows = { N, pos, tabs };
-		struct bk_attn at = { n_head, n_kv, hd, 1.0f / sqrtf((float)hd) };
+		struct bk_attn at = { n_head, n_kv, hd, 1.0f / sqrtf((float)hd), 0 };
 		CHECK(be->ops->kv_store(be, &p8->view, 0, &rows, k, v) == 0);
 		/* the f32 pool gets the q8_0 pool's rows, dequantized */
 		for (int t = 0; t < N; t++)

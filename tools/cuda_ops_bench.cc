@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 			ht[i] = i;
 		int32_t *tables = dev<int32_t>(table_stride), *pos = dev<int32_t>(1);
 		CK(cudaMemcpy(tables, ht.data(), ht.size() * 4, cudaMemcpyHostToDevice));
-		const struct bk_attn a = { m.n_head, m.n_head_kv, m.head_dim, 1.0f / sqrtf((float)m.head_dim) };
+		const struct bk_attn a = { m.n_head, m.n_head_kv, m.head_dim, 1.0f / sqrtf((float)m.head_dim), 0 };
 		float *q = dev_random(qn, -1, 1), *k = dev_random(kv_dim, -1, 1), *v = dev_random(kv_dim, -1, 1);
 		float *att = dev<float>(qn);
 		const size_t sb = cuda_attention_scratch_bytes(&kv, &a, 1, table_stride, &tun);

@@ -182,12 +182,13 @@ static struct bk_weight norm_weight(const float *g, int32_t n)
 	return w;
 }
 
-/* Every tensor the ops read from M, norm vectors as one-row F32 weights,
- * into *RET (malloc'd, (3 + 9 * n_layer)); returns the count or -ENOMEM. */
+/* Every tensor the ops read from M, norm and bias vectors as one-row F32
+ * weights, into *RET (malloc'd, (3 + 16 * n_layer)); returns the count or
+ * -ENOMEM. */
 static int model_tensors(const struct model *m, struct bk_weight **ret)
 {
 	const struct model_hparams *hp = &m->hp;
-	struct bk_weight *w = malloc((3 + 9 * (size_t)hp->n_layer) * sizeof *w);
+	struct bk_weight *w = malloc((3 + 16 * (size_t)hp->n_layer) * sizeof *w);
 	int n = 0;
 
 	if (!w)
@@ -197,12 +198,20 @@ static int model_tensors(const struct model *m, struct bk_weight **ret)
 	w[n++] = norm_weight(m->output_norm, hp->n_embd);
 	for (int32_t l = 0; l < hp->n_layer; l++) {
 		const struct model_layer *L = &m->layers[l];
-		w[n++] = norm_weight(L->attn_norm, hp->n_embd);
+		const int32_t dq = hp->n_head * hp->head_dim, dkv = hp->n_head_kv * hp->head_dim;
+		const struct { const float *v; int32_t n; } vecs[] = {
+			{ L->attn_norm, hp->n_embd }, { L->ffn_norm, hp->n_embd },
+			{ L->bq, dq }, { L->bk, dkv }, { L->bv, dkv },
+			{ L->q_norm, hp->head_dim }, { L->k_norm, hp->head_dim },
+			{ L->attn_post_norm, hp->n_embd }, { L->ffn_post_norm, hp->n_embd },
+		};
+		for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+			if (vecs[i].v)
+				w[n++] = norm_weight(vecs[i].v, vecs[i].n);
 		w[n++] = L->wq;
 		w[n++] = L->wk;
 		w[n++] = L->wv;
 		w[n++] = L->wo;
-		w[n++] = norm_weight(L->ffn_norm, hp->n_embd);
 		w[n++] = L->w_gate;
 		w[n++] = L->w_up;
 		w[n++] = L->w_down;
@@ -554,7 +563,7 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 	struct backend *be = e->be;
 	int32_t T = TK, d = hp->n_embd;
 	struct bk_rows rows = { TK, b->pos, b->table };
-	struct bk_attn attn = { hp->n_head, hp->n_head_kv, hp->head_dim, 1.0f / sqrtf((float)hp->head_dim) };
+	struct bk_attn attn = { hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, 0 };
 	int32_t n_out = 0;
 	int r;
 	/* the profile's slot for this step, or NULL when it is off */
@@ -577,6 +586,8 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 	} while (0)
 
 	OP(ENGINE_OP_EMBED, ops->embed(be, &m->tok_embd, b->token, T, e->x));
+	if (hp->embd_scale != 1.0f)
+		OP(ENGINE_OP_EMBED, ops->scale(be, e->x, (int64_t)T * d, hp->embd_scale));
 	OP(ENGINE_OP_EMBED, ops->rmsnorm(be, e->x, m->layers[0].attn_norm, T, d, hp->rms_eps, e->xn,
 						&m->layers[0].wq));
 	/* Each residual add is fused with the norm after it: xn holds the
@@ -588,17 +599,37 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 		const struct bk_weight *wo = &L->wo, *gu[2] = { &L->w_gate, &L->w_up };
 		const struct bk_weight *wd = &L->w_down;
 		float *gu_out[2] = { e->g, e->u };
+		const int32_t dq = hp->n_head * hp->head_dim, dkv = hp->n_head_kv * hp->head_dim;
 
+		attn.window = L->window;
 		OP(ENGINE_OP_QKV, matmul_group(be, qkv, 3, e->xn, T, qkv_out));
+		if (L->bq) {
+			OP(ENGINE_OP_QKV, ops->add_bias(be, e->q, L->bq, T, dq));
+			OP(ENGINE_OP_QKV, ops->add_bias(be, e->k, L->bk, T, dkv));
+			OP(ENGINE_OP_QKV, ops->add_bias(be, e->v, L->bv, T, dkv));
+		}
+		if (L->q_norm) { /* per head: rows of head_dim */
+			OP(ENGINE_OP_QKV, ops->rmsnorm(be, e->q, L->q_norm, T * hp->n_head, hp->head_dim, hp->rms_eps,
+						       e->q, NULL));
+			OP(ENGINE_OP_QKV, ops->rmsnorm(be, e->k, L->k_norm, T * hp->n_head_kv, hp->head_dim,
+						       hp->rms_eps, e->k, NULL));
+		}
 		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, hp->n_rot,
-							    hp->rope_base, hp->rope_style, e->q, e->k, e->v));
+							    L->rope_base, hp->rope_style, e->q, e->k, e->v));
 		OP(ENGINE_OP_ATTENTION, ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att, wo));
 		OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
+		if (L->attn_post_norm)
+			OP(ENGINE_OP_ADD_NORM, ops->rmsnorm(be, e->xn, L->attn_post_norm, T, d, hp->rms_eps, e->xn, NULL));
 		OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, L->ffn_norm, T, d, hp->rms_eps, e->xn,
 							   gu[0]));
 		OP(ENGINE_OP_GATE_UP, matmul_group(be, gu, 2, e->xn, T, gu_out));
-		OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
+		if (hp->act == BK_ACT_GELU)
+			OP(ENGINE_OP_SWIGLU, ops->geglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
+		else
+			OP(ENGINE_OP_SWIGLU, ops->swiglu(be, e->g, e->u, (int64_t)T * hp->n_ff, e->g, wd));
 		OP(ENGINE_OP_DOWN, ops->matmul(be, &wd, 1, e->g, T, &e->xn));
+		if (L->ffn_post_norm)
+			OP(ENGINE_OP_ADD_NORM, ops->rmsnorm(be, e->xn, L->ffn_post_norm, T, d, hp->rms_eps, e->xn, NULL));
 		if (l + 1 < hp->n_layer)
 			OP(ENGINE_OP_ADD_NORM, backend_add_rmsnorm(be, e->x, e->xn, m->layers[l + 1].attn_norm, T, d,
 								   hp->rms_eps, e->xn, &m->layers[l + 1].wq));

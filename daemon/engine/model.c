@@ -7,6 +7,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,12 +108,85 @@ static int bind_norm(struct model *m, const char *name, int64_t n, float *dst,
 	return 0;
 }
 
+/* ---- architectures ---- */
+
+struct arch_info {
+	const char *name;             /* general.architecture */
+	enum model_arch id;
+	enum bk_rope_style rope_style;
+};
+
+static const struct arch_info arches[] = {
+	{ "llama", MODEL_ARCH_LLAMA, BK_ROPE_NORMAL },
+	/* Mistral-style files use the llama graph under their own prefix. */
+	{ "mistral", MODEL_ARCH_LLAMA, BK_ROPE_NORMAL },
+	{ "qwen2", MODEL_ARCH_QWEN2, BK_ROPE_NEOX },
+	{ "qwen3", MODEL_ARCH_QWEN3, BK_ROPE_NEOX },
+	{ "phi3", MODEL_ARCH_PHI3, BK_ROPE_NEOX },
+	{ "gemma3", MODEL_ARCH_GEMMA3, BK_ROPE_NEOX },
+};
+#define ARCH_NAMES "llama, mistral, qwen2, qwen3, phi3, gemma3"
+
+static const struct arch_info *arch_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++)
+		if (strcmp(arches[i].name, name) == 0)
+			return &arches[i];
+	return NULL;
+}
+
+/* The sliding window (Gemma 3): attention.sliding_window positions on the
+ * layers attention.sliding_window_pattern marks (an array of booleans, or
+ * N: all but every Nth layer, default 6), with the local RoPE base
+ * rope.freq_base_swa (default 10000).  Other architectures: none (llama.cpp
+ * runs Phi-3's window as global attention too). */
+static int load_swa(struct model *m, char *err, size_t errlen)
+{
+	struct model_hparams *hp = &m->hp;
+	char key[128];
+	int r;
+
+	hp->n_swa = 0;
+	if (hp->arch_id != MODEL_ARCH_GEMMA3)
+		return 0;
+	snprintf(key, sizeof key, "%s.attention.sliding_window", hp->arch);
+	if (gguf_find_key(m->gguf, key) < 0)
+		return 0;
+	if ((r = arch_u32(m, "attention.sliding_window", &hp->n_swa, 1, err, errlen)) < 0)
+		return r;
+	hp->rope_base_swa = 10000.0f;
+	return arch_f32(m, "rope.freq_base_swa", &hp->rope_base_swa, err, errlen);
+}
+
+/* Whether layer IL of M is a sliding-window layer. */
+static int layer_is_swa(const struct model *m, int32_t il, char *err, size_t errlen)
+{
+	char key[128];
+	uint32_t n = 6;
+	int r;
+
+	if (!m->hp.n_swa)
+		return 0;
+	snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->hp.arch);
+	if (gguf_find_key(m->gguf, key) < 0)
+		return il % 6 < 5;
+	r = gguf_get_u32(m->gguf, key, &n);
+	if (r == 0)
+		return n == 0 || (uint32_t)il % n < n - 1;
+	const struct gguf_kv *kv;
+	if (gguf_get_arr(m->gguf, key, GGUF_T_BOOL, &kv) < 0 || kv->arr_n != (uint64_t)m->hp.n_layer)
+		return errbuf_fail(err, errlen, -EINVAL, "key %s: not a count or an array of %d booleans", key,
+				m->hp.n_layer);
+	return ((const uint8_t *)kv->data)[il] != 0;
+}
+
 static int load_hparams(struct model *m, char *err, size_t errlen)
 {
 	struct model_hparams *hp = &m->hp;
 	struct gguf_str s;
 	const struct gguf_tensor *emb;
 	int32_t key_len = 0;
+	float softcap = 0;
 	int r;
 
 	if (gguf_get_str(m->gguf, "general.architecture", &s) < 0)
@@ -121,10 +195,11 @@ static int load_hparams(struct model *m, char *err, size_t errlen)
 		s.len = sizeof hp->arch - 1;
 	memcpy(hp->arch, s.ptr, s.len);
 	hp->arch[s.len] = 0;
-	/* Mistral-style files use the llama graph under their own prefix. */
-	if (strcmp(hp->arch, "llama") != 0 && strcmp(hp->arch, "mistral") != 0)
+	const struct arch_info *ai = arch_find(hp->arch);
+	if (!ai)
 		return errbuf_fail(err, errlen, -ENOTSUP,
-				"architecture \"%s\" is not supported (supported: llama, mistral)", hp->arch);
+				"architecture \"%s\" is not supported (supported: %s)", hp->arch, ARCH_NAMES);
+	hp->arch_id = ai->id;
 
 	if ((r = arch_u32(m, "embedding_length", &hp->n_embd, 1, err, errlen)) < 0 ||
 	    (r = arch_u32(m, "block_count", &hp->n_layer, 1, err, errlen)) < 0 ||
@@ -163,7 +238,41 @@ static int load_hparams(struct model *m, char *err, size_t errlen)
 	if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
 		return errbuf_fail(err, errlen, -EINVAL, "rope.dimension_count %d does not fit head_dim %d",
 				hp->n_rot, hp->head_dim);
-	hp->rope_style = BK_ROPE_NORMAL;
+	/* RoPE scaling changes the rotation angles; until the rope ops take
+	 * it, such a file is refused rather than run wrong past its trained
+	 * context (or, with Llama 3.1's frequency factors, everywhere). */
+	{
+		char key[128];
+		struct gguf_str st;
+		snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+		if (gguf_get_str(m->gguf, key, &st) == 0 && !(st.len == 4 && memcmp(st.ptr, "none", 4) == 0))
+			return errbuf_fail(err, errlen, -ENOTSUP, "key %s: RoPE scaling \"%.*s\" is not supported yet",
+					key, (int)(st.len < 32 ? st.len : 32), st.ptr);
+		if (gguf_find_tensor(m->gguf, "rope_freqs.weight"))
+			return errbuf_fail(err, errlen, -ENOTSUP,
+					"tensor rope_freqs.weight: RoPE frequency factors (Llama 3.1 scaling) "
+					"are not supported yet");
+	}
+	hp->rope_style = ai->rope_style;
+	hp->rope_base_swa = hp->rope_base;
+	hp->act = BK_ACT_SILU;
+	hp->embd_scale = 1.0f;
+	hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+	if ((r = load_swa(m, err, errlen)) < 0)
+		return r;
+	if (hp->arch_id == MODEL_ARCH_GEMMA3) {
+		hp->act = BK_ACT_GELU;
+		hp->embd_scale = sqrtf((float)hp->n_embd);
+		/* as llama.cpp (after gemma_pytorch): the 27B model (62 layers)
+		 * scales by its d / n_head, the others by head_dim */
+		if (hp->n_layer == 62)
+			hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+		if ((r = arch_f32(m, "final_logit_softcapping", &softcap, err, errlen)) < 0)
+			return r;
+		if (softcap != 0)
+			return errbuf_fail(err, errlen, -ENOTSUP, "key %s.final_logit_softcapping: not supported",
+					hp->arch);
+	}
 
 	emb = gguf_find_tensor(m->gguf, "token_embd.weight");
 	if (!emb)
@@ -174,24 +283,68 @@ static int load_hparams(struct model *m, char *err, size_t errlen)
 	return 0;
 }
 
+/* Room for N floats of M's norm and bias vectors. */
+static float *vec_alloc(struct model *m, int64_t n, size_t cap)
+{
+	float *p = m->norms + m->norms_used;
+
+	if (m->norms_used + (size_t)n > cap)
+		return NULL; /* cannot happen: load_weights counted them */
+	m->norms_used += (size_t)n;
+	return p;
+}
+
+/* Binds the 1-D vector NAME of N elements (a norm or a bias) into M's own
+ * f32 copy at *RET; an OPTIONAL one may be absent (*RET NULL, returns 0). */
+static int bind_vec(struct model *m, const char *name, int64_t n, int optional, const float **ret,
+		    size_t cap, char *err, size_t errlen)
+{
+	float *dst;
+	int r;
+
+	*ret = NULL;
+	if (optional && !gguf_find_tensor(m->gguf, name))
+		return 0;
+	if (!(dst = vec_alloc(m, n, cap)))
+		return errbuf_fail(err, errlen, -EINVAL, "tensor %s: too many vectors", name);
+	if ((r = bind_norm(m, name, n, dst, err, errlen)) < 0)
+		return r;
+	*ret = dst;
+	return 0;
+}
+
+/* Rows [ROW0, ROW0 + N_OUT) of FUSED as a weight of their own: a view into
+ * its data (Phi-3's fused qkv and gate-up; rows are whole in the file). */
+static struct bk_weight weight_rows(const struct bk_weight *fused, int64_t row0, int64_t n_out)
+{
+	struct bk_weight w = *fused;
+
+	w.data = (const char *)fused->data + (size_t)row0 * fused->row_bytes;
+	w.n_out = n_out;
+	return w;
+}
+
 static int load_weights(struct model *m, char *err, size_t errlen)
 {
 	const struct model_hparams *hp = &m->hp;
 	int64_t d = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim;
 	int64_t dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+	const int gemma = hp->arch_id == MODEL_ARCH_GEMMA3, phi3 = hp->arch_id == MODEL_ARCH_PHI3;
+	const int qk_norm = gemma || hp->arch_id == MODEL_ARCH_QWEN3;
+	/* every vector a layer may have: 4 norms of d, 2 of head_dim, 3 biases */
+	const size_t cap = (size_t)d + (size_t)hp->n_layer * (size_t)(4 * d + 2 * hp->head_dim + dq + 2 * dkv);
 	char name[96];
 	int r;
 
-	m->norms = calloc((size_t)(2 * hp->n_layer + 1) * (size_t)d, sizeof(float));
+	m->norms = calloc(cap, sizeof(float));
 	m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
 	if (!m->norms || !m->layers)
 		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 
 	if ((r = bind_weight(m, "token_embd.weight", d, hp->n_vocab, &m->tok_embd, 0, err, errlen)) < 0)
 		return r;
-	if ((r = bind_norm(m, "output_norm.weight", d, m->norms, err, errlen)) < 0)
+	if ((r = bind_vec(m, "output_norm.weight", d, 0, &m->output_norm, cap, err, errlen)) < 0)
 		return r;
-	m->output_norm = m->norms;
 	r = bind_weight(m, "output.weight", d, hp->n_vocab, &m->output, 1, err, errlen);
 	if (r < 0)
 		return r;
@@ -200,27 +353,59 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 
 	for (int32_t i = 0; i < hp->n_layer; i++) {
 		struct model_layer *L = &m->layers[i];
-		float *an = m->norms + (size_t)(1 + 2 * i) * d, *fn = an + d;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
 #define W(field, suffix, n_in, n_out) \
-	snprintf(name, sizeof name, "blk.%d." suffix ".weight", i); \
-	if ((r = bind_weight(m, name, n_in, n_out, &L->field, 0, err, errlen)) < 0) \
+	if ((r = bind_weight(m, NAME(suffix ".weight"), n_in, n_out, &L->field, 0, err, errlen)) < 0) \
 		return r;
-		snprintf(name, sizeof name, "blk.%d.attn_norm.weight", i);
-		if ((r = bind_norm(m, name, d, an, err, errlen)) < 0)
-			return r;
-		snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", i);
-		if ((r = bind_norm(m, name, d, fn, err, errlen)) < 0)
-			return r;
-		L->attn_norm = an;
-		L->ffn_norm = fn;
-		W(wq, "attn_q", d, dq)
-		W(wk, "attn_k", d, dkv)
-		W(wv, "attn_v", d, dkv)
+#define V(field, suffix, n, optional) \
+	if ((r = bind_vec(m, NAME(suffix), n, optional, &L->field, cap, err, errlen)) < 0) \
+		return r;
+		V(attn_norm, "attn_norm.weight", d, 0)
+		V(ffn_norm, "ffn_norm.weight", d, 0)
+		if (phi3 && !gguf_find_tensor(m->gguf, NAME("attn_q.weight"))) {
+			struct bk_weight qkv;
+			W(wq, "attn_qkv", d, dq + 2 * dkv)
+			qkv = L->wq;
+			L->wq = weight_rows(&qkv, 0, dq);
+			L->wk = weight_rows(&qkv, dq, dkv);
+			L->wv = weight_rows(&qkv, dq + dkv, dkv);
+		} else {
+			W(wq, "attn_q", d, dq)
+			W(wk, "attn_k", d, dkv)
+			W(wv, "attn_v", d, dkv)
+		}
 		W(wo, "attn_output", dq, d)
-		W(w_gate, "ffn_gate", d, hp->n_ff)
-		W(w_up, "ffn_up", d, hp->n_ff)
+		if (hp->arch_id == MODEL_ARCH_QWEN2) {
+			V(bq, "attn_q.bias", dq, 0)
+			V(bk, "attn_k.bias", dkv, 0)
+			V(bv, "attn_v.bias", dkv, 0)
+		}
+		if (qk_norm) {
+			V(q_norm, "attn_q_norm.weight", hp->head_dim, 0)
+			V(k_norm, "attn_k_norm.weight", hp->head_dim, 0)
+		}
+		if (gemma) {
+			V(attn_post_norm, "post_attention_norm.weight", d, 0)
+			V(ffn_post_norm, "post_ffw_norm.weight", d, 0)
+		}
+		if (phi3) { /* gate rows first, then up: llama.cpp's swiglu halves */
+			struct bk_weight gu;
+			W(w_up, "ffn_up", d, 2 * (int64_t)hp->n_ff)
+			gu = L->w_up;
+			L->w_gate = weight_rows(&gu, 0, hp->n_ff);
+			L->w_up = weight_rows(&gu, hp->n_ff, hp->n_ff);
+		} else {
+			W(w_gate, "ffn_gate", d, hp->n_ff)
+			W(w_up, "ffn_up", d, hp->n_ff)
+		}
 		W(w_down, "ffn_down", hp->n_ff, d)
+#undef V
 #undef W
+#undef NAME
+		if ((r = layer_is_swa(m, i, err, errlen)) < 0)
+			return r;
+		L->window = r ? hp->n_swa : 0;
+		L->rope_base = r ? hp->rope_base_swa : hp->rope_base;
 	}
 	return 0;
 }

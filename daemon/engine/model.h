@@ -15,21 +15,37 @@
 struct gguf_file;
 struct tokenizer;
 
+/* The graphs llmd runs (GGUF general.architecture). */
+enum model_arch {
+	MODEL_ARCH_LLAMA = 0,  /* "llama", "mistral": the Llama graph */
+	MODEL_ARCH_QWEN2 = 1,  /* the Llama graph with q, k and v biases */
+	MODEL_ARCH_QWEN3 = 2,  /* the Llama graph with per-head q and k RMSNorm */
+	MODEL_ARCH_PHI3 = 3,   /* fused qkv and gate-up projections */
+	MODEL_ARCH_GEMMA3 = 4, /* scaled embeddings, q/k norms, pre- and post-norms,
+	                          GeGLU, interleaved sliding-window layers */
+};
+
 struct model_hparams {
 	char arch[32];          /* general.architecture: "llama" */
+	enum model_arch arch_id;
 	int32_t n_vocab;        /* rows of token_embd */
 	int32_t n_embd;         /* d: residual width */
 	int32_t n_layer;
 	int32_t n_head;
 	int32_t n_head_kv;
-	int32_t head_dim;       /* n_embd / n_head */
+	int32_t head_dim;       /* key_length, else n_embd / n_head */
 	int32_t n_ff;           /* FFN hidden width */
 	int32_t n_ctx_train;    /* context length the model was trained for;
 	                           at least MODEL_MIN_CTX */
 	int32_t n_rot;          /* rotated dims per head */
 	float rope_base;        /* rope.freq_base, default 10000 */
+	float rope_base_swa;    /* the sliding-window layers' base (Gemma 3: 10000) */
 	float rms_eps;
 	enum bk_rope_style rope_style;
+	enum bk_act act;        /* the FFN's gated activation */
+	float embd_scale;       /* token embeddings times this (Gemma: sqrt(n_embd)); 1 */
+	float attn_scale;       /* the q.k scale: 1/sqrt(head_dim) but for Gemma 3 27B */
+	int32_t n_swa;          /* sliding window in positions; 0: none */
 };
 
 struct model_layer {
@@ -38,10 +54,18 @@ struct model_layer {
 	struct bk_weight wk;       /* (n_embd -> n_head_kv*head_dim) */
 	struct bk_weight wv;       /* (n_embd -> n_head_kv*head_dim) */
 	struct bk_weight wo;       /* (n_head*head_dim -> n_embd) */
+	const float *bq, *bk, *bv; /* (n_head*head_dim), (kv dim) x 2: biases, or NULL */
+	const float *q_norm;       /* (head_dim) per-head RMSNorm of q, or NULL */
+	const float *k_norm;       /* (head_dim) the same for k, or NULL */
+	const float *attn_post_norm; /* (n_embd) RMSNorm of the attention's output
+	                              before the residual add, or NULL */
 	const float *ffn_norm;     /* (n_embd) */
 	struct bk_weight w_gate;   /* (n_embd -> n_ff) */
 	struct bk_weight w_up;     /* (n_embd -> n_ff) */
 	struct bk_weight w_down;   /* (n_ff -> n_embd) */
+	const float *ffn_post_norm; /* (n_embd) the same after the FFN, or NULL */
+	int32_t window;            /* sliding window of this layer; 0: global */
+	float rope_base;           /* this layer's RoPE base */
 };
 
 struct model {
@@ -59,7 +83,9 @@ struct model {
 	const float *output_norm;     /* (n_embd) */
 	struct bk_weight output;      /* (n_embd -> n_vocab); token_embd when tied */
 	struct model_layer *layers;   /* (n_layer) */
-	float *norms;                 /* owned f32 copies of all norm vectors */
+	float *norms;                 /* owned f32 copies of all norm and bias
+	                                 vectors, (norms_used) floats */
+	size_t norms_used;
 };
 
 /* The fewest positions a sequence can run in: one prompt token and one

@@ -211,6 +211,7 @@ struct attn_shape {
 	int32_t head_dim;
 	int32_t group;      /* n_head / n_head_kv */
 	float scale;
+	int32_t window;     /* sliding window (bk_attn's); 0: none */
 	int32_t split_pos;  /* positions per split at the shortest: whole KV blocks */
 	int32_t max_splits; /* splits of a row at the most (ATTN_MAX_SPLITS) */
 	int32_t n_splits;   /* splits per row in the grid (and the scratch) */
@@ -731,7 +732,12 @@ attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32
 			if (nr <= 0)
 				continue; /* the row ended before this tile */
 			float *sg = sm.sc + rg * tile;
-			const float s_r = lane < nr ? sg[lane] : -INFINITY;
+			/* positions before the row's sliding window weigh 0, like
+			 * the CPU's masked ones; a split or tile wholly before it
+			 * keeps the empty state (max -inf, sum 0, acc 0) */
+			const int32_t lo = sh.window ? sm.rp[rg / G] - sh.window + 1 : 0;
+			const bool live = lane < nr && p + lane >= lo;
+			const float s_r = live ? sg[lane] : -INFINITY;
 			/* lane 0 alone reads (and later writes) the row's state:
 			 * the others' reads would race its writes, shuffles
 			 * order no memory; the max is the same either way */
@@ -740,7 +746,7 @@ attn_split_lanes_kernel(kv_view kv, const int32_t *__restrict__ pos, const int32
 UNROLL
 			for (int off = 16; off > 0; off /= 2)
 				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-			const float w = lane < nr ? expf(s_r - mx) : 0.0f;
+			const float w = live ? expf(s_r - mx) : 0.0f;
 			float sum = w;
 UNROLL
 			for (int off = 16; off > 0; off /= 2)
@@ -964,6 +970,7 @@ static int attn_plan(const struct bk_kv *kv, const struct bk_attn *a, int32_t ta
 	sh->head_dim = a->head_dim;
 	sh->group = a->n_head / a->n_head_kv;
 	sh->scale = a->scale;
+	sh->window = a->window > 0 ? a->window : 0;
 	const int32_t bt = kv->block_tokens;
 	const int64_t blocks_per_split = (split_tokens + bt - 1) / bt;
 	sh->split_pos = (int32_t)(blocks_per_split * bt);

@@ -457,8 +457,9 @@ static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t laye
 						       cb->att_scratch, &cb->launch)));
 }
 
-static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
-		     const struct bk_weight *next)
+/* The gated activation ACT, quantizing out for NEXT when it may. */
+static int cb_glu(struct backend *be, int act, const float *g, const float *u, int64_t n, float *out,
+		  const struct bk_weight *next)
 {
 	struct cuda_backend *cb = cbk(be);
 	struct bk_weight dw;
@@ -471,12 +472,41 @@ static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t
 	if (T && (r = cb_fuse_begin(cb, next, T, next->n_in, &dw, &stride)) < 0)
 		return r;
 	if (r)
-		return cb_fuse_end(cb, "cuda_swiglu_q8",
-				   CB_TIMED(cb, cuda_swiglu_q8(g, u, T, next->n_in, out,
-							       qtype_get(dw.type)->vec_type, cb->mm_scratch,
-							       stride, &cb->launch)),
+		return cb_fuse_end(cb, act == BK_ACT_GELU ? "cuda_geglu_q8" : "cuda_swiglu_q8",
+				   CB_TIMED(cb, cuda_glu_q8(act, g, u, T, next->n_in, out,
+							    qtype_get(dw.type)->vec_type, cb->mm_scratch,
+							    stride, &cb->launch)),
 				   out, T, &dw);
-	return cb_launched(cb, "cuda_swiglu", CB_TIMED(cb, cuda_swiglu(g, u, n, out, &cb->launch)));
+	return cb_launched(cb, act == BK_ACT_GELU ? "cuda_geglu" : "cuda_swiglu",
+			   CB_TIMED(cb, cuda_glu(act, g, u, n, out, &cb->launch)));
+}
+
+static int cb_swiglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
+		     const struct bk_weight *next)
+{
+	return cb_glu(be, BK_ACT_SILU, g, u, n, out, next);
+}
+
+static int cb_geglu(struct backend *be, const float *g, const float *u, int64_t n, float *out,
+		    const struct bk_weight *next)
+{
+	return cb_glu(be, BK_ACT_GELU, g, u, n, out, next);
+}
+
+static int cb_scale(struct backend *be, float *x, int64_t n, float s)
+{
+	return cb_launched(cbk(be), "cuda_scale", CB_TIMED(cbk(be), cuda_scale(x, n, s, &cbk(be)->launch)));
+}
+
+static int cb_add_bias(struct backend *be, float *x, const float *b, int32_t T, int64_t n)
+{
+	struct cuda_backend *cb = cbk(be);
+	void *db;
+	int r;
+
+	if ((r = cb_device_copy(cb, b, (size_t)n * sizeof(float), &db)) < 0)
+		return r;
+	return cb_launched(cb, "cuda_add_bias", CB_TIMED(cb, cuda_add_bias(x, db, T, n, &cb->launch)));
 }
 
 static int cb_add(struct backend *be, float *x, const float *y, int64_t n)
@@ -629,7 +659,10 @@ static const struct backend_ops cuda_ops = {
 	.kv_store = cb_kv_store,
 	.attention = cb_attention,
 	.swiglu = cb_swiglu,
+	.geglu = cb_geglu,
 	.add = cb_add,
+	.scale = cb_scale,
+	.add_bias = cb_add_bias,
 	.alloc = cb_alloc,
 	.release = cb_release,
 	.begin_step = cb_begin_step,

@@ -92,8 +92,18 @@ int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, const str
  * there), with cuda_swiglu's bits in out. */
 int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out, uint32_t vec,
 		   void *xq, size_t stride, const struct cuda_launch *lc);
+/* out (n) = act(g) * u for ACT an enum bk_act (cuda_swiglu is SiLU's;
+ * GELU: the CPU backend's tanh form with its roundings). */
+int cuda_glu(int act, const float *g, const float *u, int64_t n, float *out, const struct cuda_launch *lc);
+/* cuda_swiglu_q8 for the activation ACT. */
+int cuda_glu_q8(int act, const float *g, const float *u, int32_t T, int64_t n_in, float *out, uint32_t vec,
+		void *xq, size_t stride, const struct cuda_launch *lc);
 /* x (n) += y. */
 int cuda_add(float *x, const float *y, int64_t n, const struct cuda_launch *lc);
+/* x (n) *= s. */
+int cuda_scale(float *x, int64_t n, float s, const struct cuda_launch *lc);
+/* x (T, n) += b (n) on every row. */
+int cuda_add_bias(float *x, const float *b, int32_t T, int64_t n, const struct cuda_launch *lc);
 /* x (T, n) += y, then out = x / rms(x) * g: cuda_add and cuda_rmsnorm in
  * one launch, with their bits.  out may equal x or y. */
 int cuda_add_rmsnorm(float *x, const float *y, const float *g, int32_t T, int64_t n, float eps,

@@ -558,20 +558,38 @@ static __device__ __forceinline__ float swiglu_of(float a, float u)
 	return a / (1.0f + expf(-a)) * u;
 }
 
+/* gelu(A) * U, as the CPU backend's gelu_of: x - x / (e^2y + 1), y =
+ * sqrt(2/pi) (x + 0.044715 x^3), every rounding spelt out (no FMA). */
+static __device__ __forceinline__ float geglu_of(float a, float u)
+{
+	const float y = __fmul_rn(1.5957691216057308f,
+				  __fmul_rn(a, __fadd_rn(1.0f, __fmul_rn(0.044715f, __fmul_rn(a, a)))));
+	return __fmul_rn(__fsub_rn(a, __fdiv_rn(a, __fadd_rn(expf(y), 1.0f))), u);
+}
+
+/* The gated activation ACT (enum bk_act) of A, times U. */
+template <int ACT>
+static __device__ __forceinline__ float glu_of(float a, float u)
+{
+	return ACT == BK_ACT_GELU ? geglu_of(a, u) : swiglu_of(a, u);
+}
+
 /* Grid-stride over N; OUT may equal G (each element read before written by one thread). */
+template <int ACT>
 static __global__ void swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n,
 	float *out)
 {
 	grid_dep_wait();
 	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
 	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < n; k += stride) {
-		out[k] = swiglu_of(g[k], u[k]);
+		out[k] = glu_of<ACT>(g[k], u[k]);
 	}
 }
 
 /* swiglu_kernel over T rows of N_IN (a multiple of 32) that also quantizes
  * out's rows as add_rmsnorm_q8_kernel does: one warp per 32-element block,
  * lane i taking element i (ROWS_WARPS blocks per block of the grid). */
+template <int ACT>
 static __global__ void swiglu_q8_kernel(const float *g, const float *__restrict__ u, int n_in,
 	int64_t n_blocks, float *out, int with_sum, uint8_t *__restrict__ xq, size_t stride)
 {
@@ -581,13 +599,14 @@ static __global__ void swiglu_q8_kernel(const float *g, const float *__restrict_
 	if (gw >= n_blocks) /* whole warps only */
 		return;
 	const int64_t k = gw * 32 + lane, t = gw / nb;
-	const float v = swiglu_of(g[k], u[k]);
+	const float v = glu_of<ACT>(g[k], u[k]);
 	out[k] = v;
 	q8_block_store(v, lane, (int)(gw % nb), nb, n_in, with_sum, xq + (size_t)t * stride);
 }
 
 /* The same into Q8_K (N_IN a multiple of 256): one block per super-block,
  * thread i taking its element i. */
+template <int ACT>
 static __global__ void swiglu_q8k_kernel(const float *g, const float *__restrict__ u, int n_in,
 	float *out, uint8_t *__restrict__ xq, size_t stride)
 {
@@ -596,7 +615,7 @@ static __global__ void swiglu_q8k_kernel(const float *g, const float *__restrict
 	const int nsb = n_in / 256;
 	const int64_t t = blockIdx.x / nsb, b = blockIdx.x % nsb;
 	const int64_t k = t * n_in + b * 256 + threadIdx.x;
-	const float v = swiglu_of(g[k], u[k]);
+	const float v = glu_of<ACT>(g[k], u[k]);
 	out[k] = v;
 	q8k_block_store(v, (int)b, nsb, n_in, xq + (size_t)t * stride, s_ax, s_v);
 }
@@ -609,29 +628,54 @@ static __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t
 		x[k] += y[k];
 }
 
+static __global__ void scale_kernel(float *x, int64_t n, float sc)
+{
+	grid_dep_wait();
+	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
+	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < n; k += stride)
+		x[k] = __fmul_rn(x[k], sc);
+}
+
+/* x (T, N) += b (N) on every row. */
+static __global__ void add_bias_kernel(float *x, const float *__restrict__ b, int64_t total, int64_t n)
+{
+	grid_dep_wait();
+	const int64_t stride = (int64_t)gridDim.x * ROWS_THREADS;
+	for (int64_t k = (int64_t)blockIdx.x * ROWS_THREADS + threadIdx.x; k < total; k += stride)
+		x[k] = __fadd_rn(x[k], b[k % n]);
+}
+
 static unsigned rows_ew_blocks(int64_t n)
 {
 	const int64_t b = (n + ROWS_THREADS - 1) / ROWS_THREADS;
 	return (unsigned)(b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS);
 }
 
-extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, const struct cuda_launch *lc)
+extern "C" int cuda_glu(int act, const float *g, const float *u, int64_t n, float *out,
+			const struct cuda_launch *lc)
 {
-	if (n < 0 || (n && (!g || !u || !out)))
+	if (n < 0 || (n && (!g || !u || !out)) || (act != BK_ACT_SILU && act != BK_ACT_GELU))
 		return -EINVAL;
 	if (!n)
 		return 0;
-	LAUNCH_ON(lc, swiglu_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, g, u, n,
-		out);
+	if (act == BK_ACT_GELU)
+		LAUNCH_ON(lc, swiglu_kernel<BK_ACT_GELU>, rows_ew_blocks(n), ROWS_THREADS, 0, g, u, n, out);
+	else
+		LAUNCH_ON(lc, swiglu_kernel<BK_ACT_SILU>, rows_ew_blocks(n), ROWS_THREADS, 0, g, u, n, out);
 	return rows_launched();
 }
 
-extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out,
-	uint32_t vec, void *xq, size_t stride, const struct cuda_launch *lc)
+extern "C" int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, const struct cuda_launch *lc)
+{
+	return cuda_glu(BK_ACT_SILU, g, u, n, out, lc);
+}
+
+extern "C" int cuda_glu_q8(int act, const float *g, const float *u, int32_t T, int64_t n_in, float *out,
+			   uint32_t vec, void *xq, size_t stride, const struct cuda_launch *lc)
 {
 	const size_t need = q8_row_bytes(vec, n_in);
 	if (T < 0 || n_in <= 0 || n_in > INT32_MAX || !need || (T && (!g || !u || !out || !xq)) ||
-	    stride < need || stride % 16 || (uintptr_t)xq % 16)
+	    stride < need || stride % 16 || (uintptr_t)xq % 16 || (act != BK_ACT_SILU && act != BK_ACT_GELU))
 		return -EINVAL;
 	const int64_t n_blocks = (int64_t)T * (n_in / (vec == QT_Q8_K ? 256 : 32));
 	const int64_t grid = vec == QT_Q8_K ? n_blocks : (n_blocks + ROWS_WARPS - 1) / ROWS_WARPS;
@@ -639,13 +683,27 @@ extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t
 		return -EINVAL;
 	if (!T)
 		return 0;
-	if (vec == QT_Q8_K)
-		LAUNCH_ON(lc, swiglu_q8k_kernel, (unsigned)grid, ROWS_THREADS, 0, g, u, (int)n_in,
-			out, (uint8_t *)xq, stride);
+#define GLU_Q8(ACT)                                                                                    \
+	do {                                                                                           \
+		if (vec == QT_Q8_K)                                                                    \
+			LAUNCH_ON(lc, swiglu_q8k_kernel<ACT>, (unsigned)grid, ROWS_THREADS, 0, g, u,   \
+				  (int)n_in, out, (uint8_t *)xq, stride);                              \
+		else                                                                                   \
+			LAUNCH_ON(lc, swiglu_q8_kernel<ACT>, (unsigned)grid, ROWS_THREADS, 0, g, u,    \
+				  (int)n_in, n_blocks, out, vec == QT_Q8_1 ? 1 : 0, (uint8_t *)xq, stride); \
+	} while (0)
+	if (act == BK_ACT_GELU)
+		GLU_Q8(BK_ACT_GELU);
 	else
-		LAUNCH_ON(lc, swiglu_q8_kernel, (unsigned)grid, ROWS_THREADS, 0, g, u, (int)n_in,
-			n_blocks, out, vec == QT_Q8_1 ? 1 : 0, (uint8_t *)xq, stride);
+		GLU_Q8(BK_ACT_SILU);
+#undef GLU_Q8
 	return rows_launched();
+}
+
+extern "C" int cuda_swiglu_q8(const float *g, const float *u, int32_t T, int64_t n_in, float *out,
+	uint32_t vec, void *xq, size_t stride, const struct cuda_launch *lc)
+{
+	return cuda_glu_q8(BK_ACT_SILU, g, u, T, n_in, out, vec, xq, stride, lc);
 }
 
 extern "C" int cuda_add(float *x, const float *y, int64_t n, const struct cuda_launch *lc)
@@ -655,5 +713,25 @@ extern "C" int cuda_add(float *x, const float *y, int64_t n, const struct cuda_l
 	if (!n)
 		return 0;
 	LAUNCH_ON(lc, add_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, x, y, n);
+	return rows_launched();
+}
+
+extern "C" int cuda_scale(float *x, int64_t n, float sc, const struct cuda_launch *lc)
+{
+	if (n < 0 || (n && !x))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	LAUNCH_ON(lc, scale_kernel, rows_ew_blocks(n), ROWS_THREADS, 0, x, n, sc);
+	return rows_launched();
+}
+
+extern "C" int cuda_add_bias(float *x, const float *b, int32_t T, int64_t n, const struct cuda_launch *lc)
+{
+	if (T < 0 || n < 0 || (T && n && (!x || !b)))
+		return -EINVAL;
+	if (!T || !n)
+		return 0;
+	LAUNCH_ON(lc, add_bias_kernel, rows_ew_blocks((int64_t)T * n), ROWS_THREADS, 0, x, b, (int64_t)T * n, n);
 	return rows_launched();
 }
