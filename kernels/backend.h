@@ -36,6 +36,41 @@ enum bk_rope_style {
 	BK_ROPE_NEOX = 1,   /* rotates halves (x[i], x[i + n_rot/2]) */
 };
 
+/* How RoPE turns a position into angles, as ggml's rope_ext: pair i of a
+ * row at position p turns by
+ *   te = p * freq_base^(-2i/n_rot) / freq_factors[i]  (the power a running
+ *        product in float, as ggml's; no factors: / 1),
+ *   t  = freq_scale * te, mixed with te by YaRN's ramp when ext_factor != 0:
+ *        r = (1 - clamp((i - corr_dims[0]) / max(0.001, corr_dims[1] -
+ *        corr_dims[0]), 0, 1)) * ext_factor, t = t (1 - r) + te r,
+ * and cos t, sin t are multiplied by mscale.  Without scaling (freq_scale
+ * 1, ext_factor 0, mscale 1, no factors) the angles are p * theta^i. */
+struct bk_rope {
+	int32_t n_rot;             /* rotated dims per head (even) */
+	enum bk_rope_style style;
+	float freq_base;
+	float freq_scale;          /* 1 / the factor of linear or YaRN scaling; 1: none */
+	const float *freq_factors; /* (n_rot / 2) divisors of each pair's angle (Llama 3.1's
+	                              rope_freqs), or NULL; a host vector the caller keeps,
+	                              like a norm's (load_weight sees it first) */
+	float ext_factor;          /* YaRN's extrapolation mix; 0: none */
+	float mscale;              /* cos and sin times this: YaRN's magnitude; 1 */
+	float corr_dims[2];        /* YaRN's ramp runs between these pairs */
+};
+
+/* Plain RoPE: N_ROT dims, STYLE, FREQ_BASE, no scaling. */
+static inline struct bk_rope bk_rope_plain(int32_t n_rot, enum bk_rope_style style, float freq_base)
+{
+	struct bk_rope r = { n_rot, style, freq_base, 1.0f, NULL, 0.0f, 1.0f, { 0.0f, 0.0f } };
+	return r;
+}
+
+/* Whether R scales anything (a backend may keep a faster path for none). */
+static inline int bk_rope_scaled(const struct bk_rope *r)
+{
+	return r->freq_scale != 1.0f || r->freq_factors || r->ext_factor != 0.0f || r->mscale != 1.0f;
+}
+
 /* The paged KV pool as attention sees it.  Block b holds, for every layer l,
  * K then V of BLOCK_TOKENS tokens, one row of KV_DIM elements per token: row
  * (b, l, kv, t) starts at
@@ -123,9 +158,10 @@ struct backend_ops {
 	 * vec_type: Q4_K and Q6_K both take Q8_K), so x is quantized once. */
 	int (*matmul)(struct backend *be, const struct bk_weight *const *w, int nw,
 		      const float *x, int32_t T, float *const *out);
-	/* Rotates the first n_rot dims of every head of x (T, n_head*head_dim) in place. */
+	/* Rotates the first rp->n_rot dims of every head of x (T, n_head*head_dim) in
+	 * place, at the rows' positions POS, by the angles RP describes. */
 	int (*rope)(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
-		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style);
+		    const int32_t *pos, const struct bk_rope *rp);
 	/* Writes k, v (T, kv_dim) of LAYER into the pool at each row's position,
 	 * converted (rounded, quantized) to the pool's type row by row. */
 	int (*kv_store)(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -222,9 +258,8 @@ struct backend_ops {
 	 * ROWS' positions, then kv_store of k and v: the three ops in one pass,
 	 * with their bits.  Default: rope, rope, kv_store. */
 	int (*rope_kv_store)(struct backend *be, const struct bk_kv *kv, int32_t layer,
-			     const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
-			     float freq_base, enum bk_rope_style style, float *q, float *k,
-			     const float *v);                                       /* optional */
+			     const struct bk_rows *rows, const struct bk_attn *a,
+			     const struct bk_rope *rp, float *q, float *k, const float *v); /* optional */
 	/* The backend's last failure, naming the call ("cudaMalloc: out of
 	 * memory ..."); "" when none.  Default: "". */
 	const char *(*last_error)(const struct backend *be);                    /* optional */
@@ -296,16 +331,15 @@ static inline int backend_add_rmsnorm(struct backend *be, float *x, const float 
 }
 
 static inline int backend_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
-					const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
-					float freq_base, enum bk_rope_style style, float *q, float *k,
-					const float *v)
+					const struct bk_rows *rows, const struct bk_attn *a,
+					const struct bk_rope *rp, float *q, float *k, const float *v)
 {
 	int r;
 
 	if (be->ops->rope_kv_store)
-		return be->ops->rope_kv_store(be, kv, layer, rows, a, n_rot, freq_base, style, q, k, v);
-	if ((r = be->ops->rope(be, q, rows->n, a->n_head, a->head_dim, n_rot, rows->pos, freq_base, style)) < 0 ||
-	    (r = be->ops->rope(be, k, rows->n, a->n_head_kv, a->head_dim, n_rot, rows->pos, freq_base, style)) < 0)
+		return be->ops->rope_kv_store(be, kv, layer, rows, a, rp, q, k, v);
+	if ((r = be->ops->rope(be, q, rows->n, a->n_head, a->head_dim, rows->pos, rp)) < 0 ||
+	    (r = be->ops->rope(be, k, rows->n, a->n_head_kv, a->head_dim, rows->pos, rp)) < 0)
 		return r;
 	return be->ops->kv_store(be, kv, layer, rows, k, v);
 }

@@ -45,12 +45,11 @@ struct cpu_backend {
 	/* RoPE's cos and sin of the last rows it rotated, for the next call
 	 * with the same positions and parameters: every layer's q and k in a
 	 * step. */
-	float *rope_cs;          /* (rope_T, rope_n_rot / 2, 2); owned */
+	float *rope_cs;          /* (rope_T, rope_p.n_rot / 2, 2); owned */
 	int32_t *rope_pos;       /* (rope_T) their positions; owned */
 	size_t rope_cap;         /* pairs of room in rope_cs, positions in rope_pos */
 	int32_t rope_T;          /* rows in rope_cs, 0 before the first call */
-	int32_t rope_n_rot;      /* rotated elements per head they were made for */
-	float rope_base;         /* and the frequency base */
+	struct bk_rope rope_p;   /* the parameters they were made with (rope_T > 0) */
 };
 
 static struct cpu_backend *cpu(struct backend *be)
@@ -504,15 +503,42 @@ static int cpu_matmul(struct backend *be, const struct bk_weight *const *w, int 
 
 /* ---- rope ---- */
 
+/* Whether A and B give the same angles (their every field). */
+static int rope_same(const struct bk_rope *a, const struct bk_rope *b)
+{
+	return a->n_rot == b->n_rot && a->style == b->style && a->freq_factors == b->freq_factors &&
+	       memcmp(&a->freq_base, &b->freq_base, sizeof(float)) == 0 &&
+	       memcmp(&a->freq_scale, &b->freq_scale, sizeof(float)) == 0 &&
+	       memcmp(&a->ext_factor, &b->ext_factor, sizeof(float)) == 0 &&
+	       memcmp(&a->mscale, &b->mscale, sizeof(float)) == 0 &&
+	       memcmp(a->corr_dims, b->corr_dims, sizeof a->corr_dims) == 0;
+}
+
+/* Pair I's angle from its unscaled one TE (backend.h's struct bk_rope):
+ * ggml's rope_yarn, each rounding in its order (no FMA: this file's
+ * portable code is built for baseline x86-64; the CUDA kernel spells its
+ * roundings out). */
+static inline float rope_angle(const struct bk_rope *rp, float te, int32_t i)
+{
+	float t = rp->freq_scale * te;
+
+	if (rp->ext_factor != 0.0f) {
+		float w = rp->corr_dims[1] - rp->corr_dims[0];
+		float y = ((float)i - rp->corr_dims[0]) / (w > 0.001f ? w : 0.001f);
+		float mix = (1.0f - (y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y)) * rp->ext_factor;
+		t = t * (1.0f - mix) + te * mix;
+	}
+	return t;
+}
+
 /* The cos and sin pairs of T rows at POS, from C's cache or computed into
  * it; NULL when out of memory. */
-static const float *rope_table(struct cpu_backend *c, int32_t T, const int32_t *pos, int32_t n_rot,
-			       float freq_base)
+static const float *rope_table(struct cpu_backend *c, int32_t T, const int32_t *pos, const struct bk_rope *rp)
 {
-	const size_t pairs = (size_t)n_rot / 2;
+	const size_t pairs = (size_t)rp->n_rot / 2;
+	const int scaled = bk_rope_scaled(rp);
 
-	if (T == c->rope_T && n_rot == c->rope_n_rot && memcmp(&freq_base, &c->rope_base, sizeof freq_base) == 0 &&
-	    memcmp(pos, c->rope_pos, (size_t)T * sizeof *pos) == 0)
+	if (T == c->rope_T && rope_same(rp, &c->rope_p) && memcmp(pos, c->rope_pos, (size_t)T * sizeof *pos) == 0)
 		return c->rope_cs;
 	if ((size_t)T * pairs > c->rope_cap) { /* T rows of PAIRS, positions as many */
 		float *cs = malloc((size_t)T * pairs * 2 * sizeof *cs);
@@ -529,20 +555,25 @@ static const float *rope_table(struct cpu_backend *c, int32_t T, const int32_t *
 		c->rope_cap = (size_t)T * pairs;
 	}
 	/* As ggml: theta_i = pos * base^(-2i/n_rot), advanced by repeated
-	 * multiplication in float. */
-	const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+	 * multiplication in float, divided by its factor, then scaled. */
+	const float theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
 	for (int32_t t = 0; t < T; t++) {
 		float theta = (float)pos[t], *cs = c->rope_cs + (size_t)t * pairs * 2;
 		for (size_t i = 0; i < pairs; i++) {
-			cs[2 * i] = cosf(theta);
-			cs[2 * i + 1] = sinf(theta);
+			if (!scaled) {
+				cs[2 * i] = cosf(theta);
+				cs[2 * i + 1] = sinf(theta);
+			} else {
+				float a = rope_angle(rp, rp->freq_factors ? theta / rp->freq_factors[i] : theta, (int32_t)i);
+				cs[2 * i] = cosf(a) * rp->mscale;
+				cs[2 * i + 1] = sinf(a) * rp->mscale;
+			}
 			theta *= theta_scale;
 		}
 	}
 	memcpy(c->rope_pos, pos, (size_t)T * sizeof *pos);
 	c->rope_T = T;
-	c->rope_n_rot = n_rot;
-	c->rope_base = freq_base;
+	c->rope_p = *rp;
 	return c->rope_cs;
 }
 
@@ -593,16 +624,18 @@ static int32_t rope_avx2(float *x, int32_t T, int32_t n_head, int32_t head_dim, 
 #endif
 
 static int cpu_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
-		    int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
+		    const int32_t *pos, const struct bk_rope *rp)
 {
+	const int32_t n_rot = rp->n_rot;
+	const enum bk_rope_style style = rp->style;
 	const float *tab;
 	int32_t i0 = 0; /* pairs the AVX2 loop did */
 
-	if (n_rot > head_dim || n_rot % 2 || n_rot > 1024)
+	if (n_rot > head_dim || n_rot % 2 || n_rot > 1024 || n_rot < 0)
 		return -EINVAL;
 	if (n_rot == 0 || T < 1)
 		return 0;
-	if (!(tab = rope_table(cpu(be), T, pos, n_rot, freq_base)))
+	if (!(tab = rope_table(cpu(be), T, pos, rp)))
 		return -ENOMEM;
 #ifdef ROPE_AVX2
 	if (quant_get_isa() >= QUANT_ISA_AVX2 && (i0 = rope_avx2(x, T, n_head, head_dim, n_rot, tab, style)) == n_rot / 2)

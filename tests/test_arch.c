@@ -91,7 +91,7 @@ static void check_window_invariance(struct model *m, int32_t window)
 	CHECK(m->hp.n_layer <= 256);
 	for (int32_t l = 0; l < m->hp.n_layer; l++) {
 		saved[l] = m->layers[l].window;
-		if (saved[l])
+		if (saved[l] && window)
 			m->layers[l].window = window;
 	}
 	for (int32_t i = 0; i < n; i++)
@@ -129,8 +129,8 @@ static void check_window_invariance(struct model *m, int32_t window)
 		tseq_free(e, &s2);
 		tseq_free(e, &s3);
 		CHECK_INT_EQ(kv_pool_n_available(engine_kv_pool(e)), engine_kv_capacity(e) / engine_kv_pool(e)->view.block_tokens);
-		printf("sliding window %d, %s: chunked, one-by-one and batched agree\n", window,
-		       quant_isa_name(quant_get_isa()));
+		printf("%s, sliding window %d, %s: chunked, one-by-one and batched agree\n", m->hp.arch,
+		       window ? window : m->hp.n_swa, quant_isa_name(quant_get_isa()));
 		free(two);
 		engine_free(e);
 	}
@@ -140,7 +140,7 @@ static void check_window_invariance(struct model *m, int32_t window)
 	free(b);
 }
 
-static void check_gemma3(void)
+static int check_gemma3(void)
 {
 	const char *path = getenv("LLMD_GEMMA3");
 	const char *golden = test_model_path("golden/gemma-3-270m-q4_k_m.greedy-llamacpp.json");
@@ -149,13 +149,13 @@ static void check_gemma3(void)
 	char err[512];
 
 	if (!path || access(path, R_OK) != 0 || !golden) {
-		printf("gemma 3: SKIP (no model file or golden; make fetch-models)\n");
-		return;
+		printf("gemma 3: left out (no model file or golden; make fetch-models)\n");
+		return 0;
 	}
 	if (model_load(path, &m, err, sizeof err) < 0) {
 		fprintf(stderr, "%s: %s\n", path, err);
 		test_failures++;
-		return;
+		return 1;
 	}
 	CHECK_INT_EQ(m->hp.arch_id, MODEL_ARCH_GEMMA3);
 	CHECK_INT_EQ(m->hp.n_swa, 512);
@@ -176,10 +176,77 @@ static void check_gemma3(void)
 	json_object_put(root);
 	check_window_invariance(m, 37);
 	model_free(m);
+	return 1;
+}
+
+/* ---- the synthetic models of tests/data/arch-goldens.json ---- */
+
+/* Every case whose model tests/test_arch.sh made in LLMD_SYNTH_DIR: prompt
+ * ids exactly, greedy ids (f32 KV) up to the case's safe horizon (its first
+ * llama.cpp margin below 0.01; an F16 file's, below F16_MARGIN: llama.cpp
+ * rounds the activations of F16 matmuls to f16, llmd keeps them f32), on
+ * the portable kernels (first prompt) and the best SIMD path (all), then
+ * chunked, one-by-one and batched logits agree bit for bit.  Returns the
+ * models checked. */
+#define F16_MARGIN 0.15
+static int check_synth(void)
+{
+	const char *dir = getenv("LLMD_SYNTH_DIR"), *src = getenv("LLMD_SRCDIR");
+	char path[4096], err[512];
+	json_object *root;
+	int n_models = 0;
+
+	if (!dir)
+		return 0;
+	snprintf(path, sizeof path, "%s/tests/data/arch-goldens.json", src ? src : ".");
+	root = json_object_from_file(path);
+	CHECK(root != NULL);
+	json_object *cases = root ? json_object_object_get(root, "cases") : NULL;
+	for (size_t i = 0; cases && i < json_object_array_length(cases); i++) {
+		json_object *c = json_object_array_get_idx(cases, i), *results = json_object_object_get(c, "results");
+		const char *name = json_object_get_string(json_object_object_get(c, "name"));
+		const char *file = json_object_get_string(
+			json_object_array_get_idx(json_object_object_get(c, "gguf_synth"), 2));
+		const int f16 = strcmp(json_object_get_string(json_object_object_get(c, "recipe")), "f16") == 0;
+		struct model *m = NULL;
+
+		snprintf(path, sizeof path, "%s/%s", dir, file);
+		if (access(path, R_OK) != 0) {
+			printf("%s: no model file, left out\n", name);
+			continue;
+		}
+		if (model_load(path, &m, err, sizeof err) < 0) {
+			fprintf(stderr, "%s: %s\n", path, err);
+			test_failures++;
+			continue;
+		}
+		n_models++;
+		printf("%s (%s):\n", name, m->hp.arch);
+		for (int isa = 0; isa < 2; isa++) {
+			quant_set_isa(isa == 0 ? QUANT_ISA_SCALAR : quant_isa_best());
+			struct engine *e = new_engine(m, QT_F32, MAX_TOKENS);
+			CHECK(e != NULL);
+			for (size_t k = 0; e && k < (isa ? json_object_array_length(results) : 1); k++) {
+				json_object *r = json_object_array_get_idx(results, k);
+				check_golden_case(e, m, r, f16 ? F16_MARGIN : 0.01);
+			}
+			engine_free(e);
+		}
+		check_window_invariance(m, m->hp.n_swa ? 5 : 0);
+		model_free(m);
+	}
+	json_object_put(root);
+	return n_models;
 }
 
 int main(void)
 {
-	check_gemma3();
+	int gemma = check_gemma3();
+	int synth = check_synth();
+
+	if (!gemma && !synth) {
+		printf("SKIP: neither Gemma 3 nor a synthetic model is here (make fetch-models; tests/test_arch.sh)\n");
+		return TEST_SKIP;
+	}
 	return test_result();
 }

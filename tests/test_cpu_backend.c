@@ -565,11 +565,11 @@ static void test_rope_reuse(void)
 				break;
 			memcpy(want, x, sizeof x);
 			memcpy(got, x, sizeof x);
+			struct bk_rope rp = bk_rope_plain(calls[k].n_rot, st, calls[k].base);
 			quant_set_isa(QUANT_ISA_SCALAR);
-			CHECK(fresh->ops->rope(fresh, want, calls[k].T, H, HD, calls[k].n_rot, calls[k].pos, calls[k].base,
-					       st) == 0);
+			CHECK(fresh->ops->rope(fresh, want, calls[k].T, H, HD, calls[k].pos, &rp) == 0);
 			quant_set_isa(quant_isa_best());
-			CHECK(be->ops->rope(be, got, calls[k].T, H, HD, calls[k].n_rot, calls[k].pos, calls[k].base, st) == 0);
+			CHECK(be->ops->rope(be, got, calls[k].T, H, HD, calls[k].pos, &rp) == 0);
 			if (memcmp(want, got, sizeof x) != 0) {
 				fprintf(stderr, "rope call %zu (style %d, %s): differs from a fresh backend's portable loop\n",
 					k, style, quant_isa_name(quant_get_isa()));
@@ -577,6 +577,95 @@ static void test_rope_reuse(void)
 			}
 			backend_free(fresh);
 		}
+	backend_free(be);
+}
+
+/* Scaled RoPE (struct bk_rope): frequency factors of 1 change no bit and
+ * factors of 2 give linear scaling by 1/2 bit for bit (both exact powers of
+ * two); linear scaling by 1/4 at position 4p is the unscaled angle at p
+ * within float rounding; YaRN's ramp leaves the pairs below corr_dims[0]
+ * at their extrapolated (unscaled) angle and the ones past corr_dims[1]
+ * at their interpolated one, cos and sin times mscale; and a backend that
+ * rotated with one set of parameters does not reuse its table for another. */
+static void test_rope_scaled(void)
+{
+	enum { T = 4, H = 2, HD = 64, PAIRS = HD / 2 };
+	const int32_t pos[T] = { 0, 3, 40, 1000 }, pos4[T] = { 0, 12, 160, 4000 };
+	float ones[PAIRS], twos[PAIRS], x[T * H * HD], a[T * H * HD], b[T * H * HD];
+	struct backend *be = NULL;
+
+	for (int i = 0; i < PAIRS; i++) {
+		ones[i] = 1.0f;
+		twos[i] = 2.0f;
+	}
+	for (int i = 0; i < T * H * HD; i++)
+		x[i] = frand(2.0f);
+	CHECK(cpu_backend_new(1, &be) == 0);
+	if (!be)
+		return;
+	for (int style = 0; style < 2; style++) {
+		const enum bk_rope_style st = style ? BK_ROPE_NEOX : BK_ROPE_NORMAL;
+		struct bk_rope plain = bk_rope_plain(HD, st, 500000.0f), r = plain;
+
+		memcpy(a, x, sizeof x);
+		CHECK(be->ops->rope(be, a, T, H, HD, pos, &plain) == 0);
+		r.freq_factors = ones;
+		memcpy(b, x, sizeof x);
+		CHECK(be->ops->rope(be, b, T, H, HD, pos, &r) == 0);
+		CHECK(memcmp(a, b, sizeof a) == 0);
+
+		r = plain;
+		r.freq_factors = twos;
+		memcpy(a, x, sizeof x);
+		CHECK(be->ops->rope(be, a, T, H, HD, pos, &r) == 0);
+		r = plain;
+		r.freq_scale = 0.5f;
+		memcpy(b, x, sizeof x);
+		CHECK(be->ops->rope(be, b, T, H, HD, pos, &r) == 0);
+		CHECK(memcmp(a, b, sizeof a) == 0);
+
+		r = plain;
+		r.freq_scale = 0.25f;
+		memcpy(a, x, sizeof x);
+		CHECK(be->ops->rope(be, a, T, H, HD, pos4, &r) == 0);
+		memcpy(b, x, sizeof x);
+		CHECK(be->ops->rope(be, b, T, H, HD, pos, &plain) == 0);
+		double worst = 0;
+		for (int i = 0; i < T * H * HD; i++)
+			worst = fmax(worst, fabs((double)a[i] - b[i]));
+		CHECK(worst < 2e-3); /* angles near 1000 rad in float */
+
+		/* YaRN: pairs 0..7 extrapolate, 20.. interpolate at 1/4 */
+		r = plain;
+		r.freq_scale = 0.25f;
+		r.ext_factor = 1.0f;
+		r.mscale = 1.5f;
+		r.corr_dims[0] = 8;
+		r.corr_dims[1] = 20;
+		struct bk_rope ex = plain, in = plain;
+		ex.mscale = 1.5f;
+		in.mscale = 1.5f;
+		in.freq_scale = 0.25f;
+		float e[T * H * HD], n[T * H * HD];
+		memcpy(a, x, sizeof x);
+		memcpy(e, x, sizeof x);
+		memcpy(n, x, sizeof x);
+		CHECK(be->ops->rope(be, a, T, H, HD, pos, &r) == 0);
+		CHECK(be->ops->rope(be, e, T, H, HD, pos, &ex) == 0);
+		CHECK(be->ops->rope(be, n, T, H, HD, pos, &in) == 0);
+		for (int t = 0; t < T; t++)
+			for (int h = 0; h < H; h++)
+				for (int i = 0; i < PAIRS; i++) {
+					const size_t row = ((size_t)t * H + h) * HD;
+					const int k0 = st == BK_ROPE_NORMAL ? 2 * i : i;
+					const int k1 = st == BK_ROPE_NORMAL ? 2 * i + 1 : i + PAIRS;
+					const float *want = i < 8 ? e : i >= 20 ? n : NULL;
+					if (want && (a[row + k0] != want[row + k0] || a[row + k1] != want[row + k1])) {
+						fprintf(stderr, "yarn: row %d head %d pair %d differs\n", t, h, i);
+						CHECK(0);
+					}
+				}
+	}
 	backend_free(be);
 }
 
@@ -676,6 +765,7 @@ int main(void)
 	test_attention_matches_oracle();
 	test_swiglu_matches_scalar();
 	test_rope_reuse();
+	test_rope_scaled();
 	test_rmsnorm();
 	report_speed();
 	return test_result();

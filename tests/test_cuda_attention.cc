@@ -145,12 +145,11 @@ static void rope_kv_store_vs_cpu(const cfg &c, const struct bk_kv &shape, const 
 				dq.put(q);
 				dk.put(k);
 				dv.put(v);
-				CHECK_INT_EQ(cuda_rope_kv_store(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, n_rot,
-								10000.0f, st, dq.d, dk.d, dv.d, 0), 0);
-				CHECK_INT_EQ(cpu->ops->rope(cpu, q.data(), T, c.n_head, c.head_dim, n_rot, rows.pos,
-							    10000.0f, st), 0);
-				CHECK_INT_EQ(cpu->ops->rope(cpu, k.data(), T, c.n_head_kv, c.head_dim, n_rot, rows.pos,
-							    10000.0f, st), 0);
+				const struct bk_rope rp = bk_rope_plain(n_rot, st, 10000.0f);
+				CHECK_INT_EQ(cuda_rope_kv_store(&dkv, layer, T, dpos.d, dtab.d, TABLE_STRIDE, &a, &rp,
+								dq.d, dk.d, dv.d, 0), 0);
+				CHECK_INT_EQ(cpu->ops->rope(cpu, q.data(), T, c.n_head, c.head_dim, rows.pos, &rp), 0);
+				CHECK_INT_EQ(cpu->ops->rope(cpu, k.data(), T, c.n_head_kv, c.head_dim, rows.pos, &rp), 0);
 				double eq, ek;
 				CHECK(rope_matches(dq.get(), q, 2.0f, &eq));
 				CHECK(rope_matches(dk.get(), k, 2.0f, &ek));
@@ -167,9 +166,10 @@ static void rope_kv_store_vs_cpu(const cfg &c, const struct bk_kv &shape, const 
 		bad.n_head_kv = c.n_head_kv + 1;
 		dbuf<int32_t> dpos(1), dtab(TABLE_STRIDE);
 		dbuf<float> dx(q_dim);
-		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 1, dpos.d, dtab.d, TABLE_STRIDE, &bad, n_rot, 10000.0f, st,
+		const struct bk_rope rp = bk_rope_plain(n_rot, st, 10000.0f), r3 = bk_rope_plain(3, st, 10000.0f);
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 1, dpos.d, dtab.d, TABLE_STRIDE, &bad, &rp,
 						dx.d, dx.d, dx.d, 0), -EINVAL);
-		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 1, dpos.d, dtab.d, TABLE_STRIDE, &a, 3, 10000.0f, st,
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 1, dpos.d, dtab.d, TABLE_STRIDE, &a, &r3,
 						dx.d, dx.d, dx.d, 0), -EINVAL);
 	}
 }
@@ -275,8 +275,9 @@ static void run_cfg(const cfg &c, bool with_rope)
 		dx.put(x3);
 		CHECK_INT_EQ(cuda_kv_store(&dkv, 0, 3, dpos.d, dtab.d, TABLE_STRIDE, dx.d, dx.d, 0), 0);
 		CHECK(dpool.get() == cpu_pool);
-		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 3, dpos.d, dtab.d, TABLE_STRIDE, &a, hd, 10000.0f,
-						BK_ROPE_NORMAL, dx.d, dx.d, dx.d, 0), 0);
+		const struct bk_rope rp = bk_rope_plain(hd, BK_ROPE_NORMAL, 10000.0f);
+		CHECK_INT_EQ(cuda_rope_kv_store(&dkv, 0, 3, dpos.d, dtab.d, TABLE_STRIDE, &a, &rp,
+						dx.d, dx.d, dx.d, 0), 0);
 		CHECK(dpool.get() == cpu_pool);
 		CHECK(dx.get() == x3);
 	}

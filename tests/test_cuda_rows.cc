@@ -415,8 +415,26 @@ static void test_rope()
 
 	for (const auto &s : shapes) {
 		for (int32_t T : Ts) {
-			for (int style = 0; style < 2; style++) {
-				const float base = style ? 100000.0f : 10000.0f;
+			/* style 2, 3: normal and neox with every kind of scaling */
+			for (int style = 0; style < 4; style++) {
+				const float base = style % 2 ? 100000.0f : 10000.0f;
+				struct bk_rope rp = bk_rope_plain(s.n_rot, (enum bk_rope_style)(style % 2), base), drp;
+				std::vector<float> ff((size_t)s.n_rot / 2);
+				for (float &f : ff)
+					f = 1.0f + (float)(next_u32() % 700) / 100.0f;
+				dbuf<float> dff(ff.size());
+				dff.put(ff);
+				if (style >= 2) {
+					rp.freq_factors = ff.data();
+					rp.freq_scale = 0.25f;
+					rp.ext_factor = 1.0f;
+					rp.mscale = 1.3f;
+					rp.corr_dims[0] = 3;
+					rp.corr_dims[1] = 12;
+				}
+				drp = rp;
+				if (style >= 2)
+					drp.freq_factors = dff.d;
 				const size_t n = (size_t)T * s.n_head * s.head_dim;
 				const std::vector<float> x = rand_vec(n, -2, 2);
 				std::vector<int32_t> pos(T);
@@ -426,18 +444,17 @@ static void test_rope()
 				if (T > 1)
 					pos[1] = 1;
 				std::vector<float> want = x;
-				CHECK_INT_EQ(cpu->ops->rope(cpu, want.data(), T, s.n_head, s.head_dim, s.n_rot,
-					pos.data(), base, (enum bk_rope_style)style), 0);
+				CHECK_INT_EQ(cpu->ops->rope(cpu, want.data(), T, s.n_head, s.head_dim, pos.data(), &rp), 0);
 				dbuf<float> dx(n);
 				dbuf<int32_t> dpos(T);
 				dpos.put(pos);
 				char what[96];
-				snprintf(what, sizeof what, "%s heads=%d hd=%d rot=%d T=%d",
-					style ? "neox" : "normal", s.n_head, s.head_dim, s.n_rot, T);
+				snprintf(what, sizeof what, "%s%s heads=%d hd=%d rot=%d T=%d",
+					style % 2 ? "neox" : "normal", style >= 2 ? " scaled" : "", s.n_head, s.head_dim,
+					s.n_rot, T);
 				for_each_order([&](const char *) {
 					dx.put(x);
-					CHECK_INT_EQ(cuda_rope(dx.d, T, s.n_head, s.head_dim, s.n_rot, dpos.d, base,
-						(enum bk_rope_style)style, NULL), 0);
+					CHECK_INT_EQ(cuda_rope(dx.d, T, s.n_head, s.head_dim, dpos.d, &drp, NULL), 0);
 					const std::vector<float> got = dx.get();
 					double err;
 					if (!rope_matches(got, want, 2.0f, &err)) {
@@ -451,10 +468,13 @@ static void test_rope()
 	}
 	dbuf<float> d(64);
 	dbuf<int32_t> p(1);
-	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, 65, p.d, 1e4f, BK_ROPE_NORMAL, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, 63, p.d, 1e4f, BK_ROPE_NORMAL, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, 64, p.d, 1e4f, (enum bk_rope_style)2, NULL), -EINVAL);
-	CHECK_INT_EQ(cuda_rope(d.d, 0, 1, 64, 64, p.d, 1e4f, BK_ROPE_NORMAL, NULL), 0);
+	struct bk_rope r65 = bk_rope_plain(65, BK_ROPE_NORMAL, 1e4f), r63 = bk_rope_plain(63, BK_ROPE_NORMAL, 1e4f);
+	struct bk_rope r64 = bk_rope_plain(64, BK_ROPE_NORMAL, 1e4f), rbad = bk_rope_plain(64, (enum bk_rope_style)2, 1e4f);
+	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, p.d, &r65, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, p.d, &r63, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, p.d, &rbad, NULL), -EINVAL);
+	CHECK_INT_EQ(cuda_rope(d.d, 0, 1, 64, p.d, &r64, NULL), 0);
+	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, p.d, NULL, NULL), -EINVAL);
 }
 
 /* ---- swiglu, add ---- */

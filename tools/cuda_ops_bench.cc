@@ -179,8 +179,8 @@ int main(int argc, char **argv)
 			char what[64];
 			snprintf(what, sizeof what, "rope_kv_store pos %d", p);
 			printf("%-6s %-28s %9.2f\n", m.name, what, time_graph(st, reps, [&] {
-				return cuda_rope_kv_store(&kv, 0, 1, pos, tables, table_stride, &a, m.head_dim,
-							  m.rope_base, BK_ROPE_NORMAL, q, k, v, &lc);
+				const struct bk_rope rp = bk_rope_plain(m.head_dim, BK_ROPE_NORMAL, m.rope_base);
+				return cuda_rope_kv_store(&kv, 0, 1, pos, tables, table_stride, &a, &rp, q, k, v, &lc);
 			}));
 			/* attention, then each of its two kernels alone, as attn_run
 			 * launches them */

@@ -183,12 +183,12 @@ static struct bk_weight norm_weight(const float *g, int32_t n)
 }
 
 /* Every tensor the ops read from M, norm and bias vectors as one-row F32
- * weights, into *RET (malloc'd, (3 + 16 * n_layer)); returns the count or
+ * weights, into *RET (malloc'd, (4 + 16 * n_layer)); returns the count or
  * -ENOMEM. */
 static int model_tensors(const struct model *m, struct bk_weight **ret)
 {
 	const struct model_hparams *hp = &m->hp;
-	struct bk_weight *w = malloc((3 + 16 * (size_t)hp->n_layer) * sizeof *w);
+	struct bk_weight *w = malloc((4 + 16 * (size_t)hp->n_layer) * sizeof *w);
 	int n = 0;
 
 	if (!w)
@@ -196,6 +196,8 @@ static int model_tensors(const struct model *m, struct bk_weight **ret)
 	w[n++] = m->tok_embd;
 	w[n++] = m->output;
 	w[n++] = norm_weight(m->output_norm, hp->n_embd);
+	if (hp->rope.freq_factors)
+		w[n++] = norm_weight(hp->rope.freq_factors, hp->n_rot / 2);
 	for (int32_t l = 0; l < hp->n_layer; l++) {
 		const struct model_layer *L = &m->layers[l];
 		const int32_t dq = hp->n_head * hp->head_dim, dkv = hp->n_head_kv * hp->head_dim;
@@ -614,8 +616,8 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 			OP(ENGINE_OP_QKV, ops->rmsnorm(be, e->k, L->k_norm, T * hp->n_head_kv, hp->head_dim,
 						       hp->rms_eps, e->k, NULL));
 		}
-		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, hp->n_rot,
-							    L->rope_base, hp->rope_style, e->q, e->k, e->v));
+		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, &L->rope, e->q, e->k,
+							    e->v));
 		OP(ENGINE_OP_ATTENTION, ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att, wo));
 		OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
 		if (L->attn_post_norm)

@@ -158,6 +158,67 @@ static int load_swa(struct model *m, char *err, size_t errlen)
 	return arch_f32(m, "rope.freq_base_swa", &hp->rope_base_swa, err, errlen);
 }
 
+/* RoPE scaling, as llama.cpp reads it: rope.scaling.type (absent: linear)
+ * with rope.scaling.factor (or the old rope.scale_linear; absent or 0:
+ * none), YaRN's extrapolation ramp between the pairs that turn
+ * original_context_length / (2 pi) times at beta_fast 32 and beta_slow 1,
+ * its magnitude 1 + 0.1 ln(factor) (with yarn_log_multiplier, the ratio
+ * of two such), times rope.scaling.attn_factor; the frequency factors are
+ * bound with the weights.  Fills hp->rope but for them. */
+static int load_rope_scaling(struct model *m, char *err, size_t errlen)
+{
+	struct model_hparams *hp = &m->hp;
+	struct bk_rope *rp = &hp->rope;
+	char key[128];
+	struct gguf_str st = { "linear", 6 };
+	float factor = 0, attn = 1.0f, log_mul = 0;
+	int32_t n_orig = hp->n_ctx_train;
+	int r;
+
+	*rp = bk_rope_plain(hp->n_rot, hp->rope_style, hp->rope_base);
+	snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+	if (gguf_find_key(m->gguf, key) >= 0 && gguf_get_str(m->gguf, key, &st) < 0)
+		return errbuf_fail(err, errlen, -EINVAL, "key %s: not a string", key);
+	snprintf(key, sizeof key, "%s.rope.scaling.factor", hp->arch);
+	if ((r = arch_f32(m, "rope.scaling.factor", &factor, err, errlen)) < 0 ||
+	    (gguf_find_key(m->gguf, key) < 0 && (r = arch_f32(m, "rope.scale_linear", &factor, err, errlen)) < 0) ||
+	    (r = arch_f32(m, "rope.scaling.attn_factor", &attn, err, errlen)) < 0 ||
+	    (r = arch_u32(m, "rope.scaling.original_context_length", &n_orig, 0, err, errlen)) < 0)
+		return r;
+	snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", hp->arch);
+	if (gguf_find_key(m->gguf, key) >= 0 && gguf_get_f32(m->gguf, key, &log_mul) < 0)
+		return errbuf_fail(err, errlen, -EINVAL, "key %s: not a number", key);
+	rp->mscale = attn;
+#define IS(lit) (st.len == sizeof lit - 1 && memcmp(st.ptr, lit, st.len) == 0)
+	if (IS("none"))
+		return 0;
+	if (!IS("linear") && !IS("yarn"))
+		return errbuf_fail(err, errlen, -ENOTSUP, "key %s.rope.scaling.type: \"%.*s\" is not supported "
+				"(supported: none, linear, yarn)", hp->arch, (int)(st.len < 32 ? st.len : 32), st.ptr);
+	if (factor > 0)
+		rp->freq_scale = 1.0f / factor;
+	if (IS("yarn") && factor > 1.0f) {
+		/* llama.cpp's context: get_mscale(f, 1) (over get_mscale(f,
+		 * log_mul)), with ggml's own 1 + 0.1 ln f cancelled, times
+		 * attn_factor; then ggml's rope_yarn multiplies that back */
+		float ms = 0.1f * logf(factor) + 1.0f;
+		if (log_mul != 0)
+			ms = ms / (0.1f * log_mul * logf(factor) + 1.0f);
+		ms *= 1.0f / (1.0f + 0.1f * logf(factor));
+		ms *= attn;
+		rp->ext_factor = 1.0f;
+		rp->mscale = ms * (1.0f + 0.1f * logf(1.0f / rp->freq_scale));
+		/* ggml_rope_yarn_corr_dims with beta_fast 32, beta_slow 1 */
+		const float nd = (float)hp->n_rot, lb = 2 * logf(hp->rope_base);
+		float lo = floorf(nd * logf((float)n_orig / (32.0f * 2 * (float)M_PI)) / lb);
+		float hi = ceilf(nd * logf((float)n_orig / (1.0f * 2 * (float)M_PI)) / lb);
+		rp->corr_dims[0] = lo > 0 ? lo : 0;
+		rp->corr_dims[1] = hi < nd - 1 ? hi : nd - 1;
+	}
+#undef IS
+	return 0;
+}
+
 /* Whether layer IL of M is a sliding-window layer. */
 static int layer_is_swa(const struct model *m, int32_t il, char *err, size_t errlen)
 {
@@ -238,22 +299,9 @@ static int load_hparams(struct model *m, char *err, size_t errlen)
 	if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
 		return errbuf_fail(err, errlen, -EINVAL, "rope.dimension_count %d does not fit head_dim %d",
 				hp->n_rot, hp->head_dim);
-	/* RoPE scaling changes the rotation angles; until the rope ops take
-	 * it, such a file is refused rather than run wrong past its trained
-	 * context (or, with Llama 3.1's frequency factors, everywhere). */
-	{
-		char key[128];
-		struct gguf_str st;
-		snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
-		if (gguf_get_str(m->gguf, key, &st) == 0 && !(st.len == 4 && memcmp(st.ptr, "none", 4) == 0))
-			return errbuf_fail(err, errlen, -ENOTSUP, "key %s: RoPE scaling \"%.*s\" is not supported yet",
-					key, (int)(st.len < 32 ? st.len : 32), st.ptr);
-		if (gguf_find_tensor(m->gguf, "rope_freqs.weight"))
-			return errbuf_fail(err, errlen, -ENOTSUP,
-					"tensor rope_freqs.weight: RoPE frequency factors (Llama 3.1 scaling) "
-					"are not supported yet");
-	}
 	hp->rope_style = ai->rope_style;
+	if ((r = load_rope_scaling(m, err, errlen)) < 0)
+		return r;
 	hp->rope_base_swa = hp->rope_base;
 	hp->act = BK_ACT_SILU;
 	hp->embd_scale = 1.0f;
@@ -326,13 +374,14 @@ static struct bk_weight weight_rows(const struct bk_weight *fused, int64_t row0,
 
 static int load_weights(struct model *m, char *err, size_t errlen)
 {
-	const struct model_hparams *hp = &m->hp;
+	struct model_hparams *hp = &m->hp;
 	int64_t d = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim;
 	int64_t dkv = (int64_t)hp->n_head_kv * hp->head_dim;
 	const int gemma = hp->arch_id == MODEL_ARCH_GEMMA3, phi3 = hp->arch_id == MODEL_ARCH_PHI3;
 	const int qk_norm = gemma || hp->arch_id == MODEL_ARCH_QWEN3;
 	/* every vector a layer may have: 4 norms of d, 2 of head_dim, 3 biases */
-	const size_t cap = (size_t)d + (size_t)hp->n_layer * (size_t)(4 * d + 2 * hp->head_dim + dq + 2 * dkv);
+	const size_t cap = (size_t)d + (size_t)hp->n_rot / 2 +
+			   (size_t)hp->n_layer * (size_t)(4 * d + 2 * hp->head_dim + dq + 2 * dkv);
 	char name[96];
 	int r;
 
@@ -345,6 +394,12 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 		return r;
 	if ((r = bind_vec(m, "output_norm.weight", d, 0, &m->output_norm, cap, err, errlen)) < 0)
 		return r;
+	if ((r = bind_vec(m, "rope_freqs.weight", hp->n_rot / 2, 1, &hp->rope.freq_factors, cap, err,
+			  errlen)) < 0)
+		return r;
+	if (phi3 && gguf_find_tensor(m->gguf, "rope_factors_long.weight"))
+		return errbuf_fail(err, errlen, -ENOTSUP,
+				"tensor rope_factors_long.weight: Phi-3's long-context RoPE is not supported yet");
 	r = bind_weight(m, "output.weight", d, hp->n_vocab, &m->output, 1, err, errlen);
 	if (r < 0)
 		return r;
@@ -405,7 +460,9 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 		if ((r = layer_is_swa(m, i, err, errlen)) < 0)
 			return r;
 		L->window = r ? hp->n_swa : 0;
-		L->rope_base = r ? hp->rope_base_swa : hp->rope_base;
+		/* a sliding-window layer: its own base, never scaled (llama.cpp's
+		 * rope_freq_scale_train_swa is 1) */
+		L->rope = r ? bk_rope_plain(hp->n_rot, hp->rope_style, hp->rope_base_swa) : hp->rope;
 	}
 	return 0;
 }

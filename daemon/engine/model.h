@@ -40,6 +40,8 @@ struct model_hparams {
 	int32_t n_rot;          /* rotated dims per head */
 	float rope_base;        /* rope.freq_base, default 10000 */
 	float rope_base_swa;    /* the sliding-window layers' base (Gemma 3: 10000) */
+	struct bk_rope rope;    /* the global layers' RoPE angles: n_rot, style, base,
+	                           scaling (linear, YaRN) and frequency factors */
 	float rms_eps;
 	enum bk_rope_style rope_style;
 	enum bk_act act;        /* the FFN's gated activation */
@@ -65,7 +67,8 @@ struct model_layer {
 	struct bk_weight w_down;   /* (n_ff -> n_embd) */
 	const float *ffn_post_norm; /* (n_embd) the same after the FFN, or NULL */
 	int32_t window;            /* sliding window of this layer; 0: global */
-	float rope_base;           /* this layer's RoPE base */
+	struct bk_rope rope;       /* this layer's RoPE angles: hp.rope, or on a
+	                              sliding-window layer its own base unscaled */
 };
 
 struct model {

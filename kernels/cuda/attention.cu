@@ -177,7 +177,7 @@ static __global__ void kv_store_kernel(kv_view kv, const int32_t *__restrict__ p
 static __global__ void rope_kv_store_kernel(kv_view kv, const int32_t *__restrict__ pos,
 	const int32_t *__restrict__ tables, int32_t table_stride, float *q, float *k,
 	const float *__restrict__ v, int32_t n_head, int32_t head_dim, int32_t n_rot,
-	float theta_scale, int neox, int32_t hq)
+	rope_angles ra, int neox, int32_t hq)
 {
 	grid_dep_wait();
 	DYN_SHARED(float2, cs);
@@ -187,7 +187,7 @@ static __global__ void rope_kv_store_kernel(kv_view kv, const int32_t *__restric
 	if (p < 0)
 		return;
 	if (y <= qb) {
-		rope_table(cs, p, n_rot / 2, theta_scale);
+		rope_table(cs, p, n_rot / 2, ra);
 		__syncthreads();
 		if (y < qb) {
 			const int32_t h0 = y * hq;
@@ -925,23 +925,24 @@ extern "C" int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, c
 }
 
 extern "C" int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
-	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, int32_t n_rot,
-	float freq_base, enum bk_rope_style style, float *q, float *k, const float *v, const struct cuda_launch *lc)
+	const int32_t *tables, int32_t table_stride, const struct bk_attn *a, const struct bk_rope *rp,
+	float *q, float *k, const float *v, const struct cuda_launch *lc)
 {
 	int err = kv_check(kv, layer);
 	if (err)
 		return err;
+	if (!rp)
+		return -EINVAL;
+	const int32_t n_rot = rp->n_rot;
 	if (T < 0 || table_stride < 1 || !a || a->n_head < 1 || a->n_head_kv < 1 || a->head_dim < 1 ||
 	    (int64_t)a->n_head_kv * a->head_dim != kv->kv_dim || n_rot < 0 || n_rot > a->head_dim ||
-	    n_rot % 2 || n_rot > ROPE_MAX_ROT || (style != BK_ROPE_NORMAL && style != BK_ROPE_NEOX) ||
+	    n_rot % 2 || n_rot > ROPE_MAX_ROT || (rp->style != BK_ROPE_NORMAL && rp->style != BK_ROPE_NEOX) ||
 	    (int64_t)a->n_head * (n_rot / 2) > INT32_MAX)
 		return -EINVAL;
 	if (T == 0)
 		return 0;
 	if (!pos || !tables || !q || !k || !v)
 		return -EINVAL;
-	/* the CPU's theta_scale, from the host's powf (n_rot 0 rotates nothing) */
-	const float theta_scale = n_rot ? powf(freq_base, -2.0f / (float)n_rot) : 1.0f;
 	/* q heads per block: about ROPE_BATCH pairs a thread, at least a head */
 	const int32_t n_pair = n_rot / 2;
 	const int32_t hq = n_pair ? (int32_t)std::max<int64_t>(1, (int64_t)ROPE_BATCH * KV_STORE_THREADS / n_pair)
@@ -949,8 +950,8 @@ extern "C" int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t
 	const int32_t qb = (a->n_head + hq - 1) / hq;
 	LAUNCH_ON(lc, rope_kv_store_kernel, dim3((unsigned)T, (unsigned)qb + 2), KV_STORE_THREADS,
 		(size_t)n_pair * sizeof(float2), kv_view_of(kv, layer), pos,
-		tables, table_stride, q, k, v, a->n_head, a->head_dim, n_rot, theta_scale,
-		style == BK_ROPE_NEOX, hq);
+		tables, table_stride, q, k, v, a->n_head, a->head_dim, n_rot, rope_angles_of(rp, rp->freq_factors),
+		rp->style == BK_ROPE_NEOX, hq);
 	return launched();
 }
 

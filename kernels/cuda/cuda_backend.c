@@ -373,13 +373,32 @@ static int cb_fuse_end(struct cuda_backend *cb, const char *call, int r, const f
 	return 0;
 }
 
+/* RP with its frequency factors' device copy (uploaded at first use, like
+ * a norm's) in *RET. */
+static int cb_rope_dev(struct cuda_backend *cb, const struct bk_rope *rp, struct bk_rope *ret)
+{
+	void *dff;
+	int r;
+
+	*ret = *rp;
+	if (!rp->freq_factors)
+		return 0;
+	if ((r = cb_device_copy(cb, rp->freq_factors, (size_t)(rp->n_rot / 2) * sizeof(float), &dff)) < 0)
+		return r;
+	ret->freq_factors = dff;
+	return 0;
+}
+
 static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int32_t head_dim,
-		   int32_t n_rot, const int32_t *pos, float freq_base, enum bk_rope_style style)
+		   const int32_t *pos, const struct bk_rope *rp)
 {
 	struct cuda_backend *cb = cbk(be);
 	const int32_t *dpos = cb->d_pos;
+	struct bk_rope drp;
 	int r;
 
+	if ((r = cb_rope_dev(cb, rp, &drp)) < 0)
+		return r;
 	if (pos != cb->step_pos || T > cb->step_n) {
 		if ((r = cb_grow(cb, (void **)&cb->d_pos2, &cb->d_pos2_cap, (size_t)T * sizeof(int32_t))) < 0)
 			return r;
@@ -387,8 +406,8 @@ static int cb_rope(struct backend *be, float *x, int32_t T, int32_t n_head, int3
 					    cudaMemcpyHostToDevice, cb->stream));
 		dpos = cb->d_pos2;
 	}
-	return cb_launched(cb, "cuda_rope", CB_TIMED(cb, cuda_rope(x, T, n_head, head_dim, n_rot, dpos,
-								  freq_base, style, &cb->launch)));
+	return cb_launched(cb, "cuda_rope", CB_TIMED(cb, cuda_rope(x, T, n_head, head_dim, dpos, &drp,
+								  &cb->launch)));
 }
 
 static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
@@ -406,19 +425,20 @@ static int cb_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer
 }
 
 static int cb_rope_kv_store(struct backend *be, const struct bk_kv *kv, int32_t layer,
-			    const struct bk_rows *rows, const struct bk_attn *a, int32_t n_rot,
-			    float freq_base, enum bk_rope_style style, float *q, float *k, const float *v)
+			    const struct bk_rows *rows, const struct bk_attn *a, const struct bk_rope *rp,
+			    float *q, float *k, const float *v)
 {
 	struct cuda_backend *cb = cbk(be);
 	struct bk_kv dkv;
+	struct bk_rope drp;
 	int r;
 
-	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0)
+	if ((r = cb_kv(cb, kv, &dkv)) < 0 || (r = cb_rows(cb, rows, kv->block_tokens)) < 0 ||
+	    (r = cb_rope_dev(cb, rp, &drp)) < 0)
 		return r;
 	return cb_launched(cb, "cuda_rope_kv_store",
 			   CB_TIMED(cb, cuda_rope_kv_store(&dkv, layer, rows->n, cb->d_pos, cb->d_tables,
-							   cb->table_stride, a, n_rot, freq_base, style, q, k, v,
-							   &cb->launch)));
+							   cb->table_stride, a, &drp, q, k, v, &cb->launch)));
 }
 
 static int cb_attention(struct backend *be, const struct bk_kv *kv, int32_t layer,

@@ -82,9 +82,10 @@ int cuda_embed(const struct bk_weight *w, const int32_t *ids, int32_t T, float *
 /* out (T, n) = x / rms(x) * g; out may equal x. */
 int cuda_rmsnorm(const float *x, const float *g, int32_t T, int64_t n, float eps, float *out,
 		 const struct cuda_launch *lc);
-/* Rotates the first n_rot dims of every head of x (T, n_head * head_dim) in place. */
-int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_rot,
-	      const int32_t *pos, float freq_base, enum bk_rope_style style, const struct cuda_launch *lc);
+/* Rotates the first rp->n_rot dims of every head of x (T, n_head * head_dim)
+ * in place by RP's angles (backend.h; its freq_factors a device pointer). */
+int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, const int32_t *pos,
+	      const struct bk_rope *rp, const struct cuda_launch *lc);
 /* out (n) = silu(g) * u; out may equal g. */
 int cuda_swiglu(const float *g, const float *u, int64_t n, float *out, const struct cuda_launch *lc);
 /* cuda_swiglu of T rows of N_IN that also quantizes out as
@@ -139,8 +140,8 @@ int cuda_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_
  * a->n_head_kv * a->head_dim. */
 int cuda_rope_kv_store(const struct bk_kv *kv, int32_t layer, int32_t T, const int32_t *pos,
 		       const int32_t *tables, int32_t table_stride, const struct bk_attn *a,
-		       int32_t n_rot, float freq_base, enum bk_rope_style style, float *q, float *k,
-		       const float *v, const struct cuda_launch *lc);
+		       const struct bk_rope *rp, float *q, float *k, const float *v,
+		       const struct cuda_launch *lc);
 /* out (T, n_head * head_dim) = softmax(q K^T * scale) V over positions
  * 0..pos[t] of row t's sequence, read through its block table (causal).
  * Query heads h of a group share kv head h / (n_head / n_head_kv) (GQA).

@@ -521,31 +521,33 @@ extern "C" int cuda_rmsnorm_q8(const float *x, const float *g, int32_t T, int64_
 /* One block per row: the cos/sin table of its position into dynamic
  * shared memory first (rope.cuh), then every head's pairs. */
 static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot,
-	const int32_t *__restrict__ pos, float theta_scale, int neox)
+	const int32_t *__restrict__ pos, rope_angles ra, int neox)
 {
 	grid_dep_wait();
 	DYN_SHARED(float2, cs);
 	const int64_t t = blockIdx.x;
-	rope_table(cs, pos[t], n_rot / 2, theta_scale);
+	rope_table(cs, pos[t], n_rot / 2, ra);
 	__syncthreads();
 	rope_rotate(x + t * n_head * head_dim, cs, n_head, head_dim, n_rot / 2, neox);
 }
 
-extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, int32_t n_rot,
-	const int32_t *pos, float freq_base, enum bk_rope_style style, const struct cuda_launch *lc)
+extern "C" int cuda_rope(float *x, int32_t T, int32_t n_head, int32_t head_dim, const int32_t *pos,
+	const struct bk_rope *rp, const struct cuda_launch *lc)
 {
+	if (!rp)
+		return -EINVAL;
+	const int32_t n_rot = rp->n_rot;
 	if (T < 0 || n_head < 0 || head_dim < 0 || n_rot < 0 || n_rot > head_dim || n_rot % 2 ||
-	    n_rot > ROPE_MAX_ROT || (style != BK_ROPE_NORMAL && style != BK_ROPE_NEOX) ||
+	    n_rot > ROPE_MAX_ROT || (rp->style != BK_ROPE_NORMAL && rp->style != BK_ROPE_NEOX) ||
 	    (int64_t)n_head * (n_rot / 2) > INT32_MAX)
 		return -EINVAL;
 	if (!T || !n_head || !n_rot)
 		return 0;
 	if (!x || !pos)
 		return -EINVAL;
-	const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* the CPU's, on the host */
 	LAUNCH_ON(lc, rope_kernel, (unsigned)T, ROWS_THREADS, (size_t)(n_rot / 2) * sizeof(float2),
-		x, n_head, head_dim, n_rot, pos, theta_scale,
-		style == BK_ROPE_NEOX);
+		x, n_head, head_dim, n_rot, pos, rope_angles_of(rp, rp->freq_factors),
+		rp->style == BK_ROPE_NEOX);
 	return rows_launched();
 }
 
