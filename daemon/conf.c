@@ -29,6 +29,7 @@ static const char *const kv_types[] = { "f16", "f32", "q8_0", NULL };
 static const struct opt opts[] = {
 	{ "model", "path", OPT_STR, F(model_path), 0, 0, NULL },
 	{ "model", "mmap", OPT_BOOL, F(model_mmap), 0, 1, NULL },
+	{ "model", "chat_template", OPT_STR, F(chat_template), 0, 0, NULL },
 	{ "server", "socket", OPT_STR, F(socket_path), 0, 0, NULL },
 	{ "server", "socket_mode", OPT_MODE, F(socket_mode), 0, 07777, NULL },
 	{ "server", "socket_group", OPT_STR, F(socket_group), 0, 0, NULL },

@@ -23,6 +23,8 @@ struct llmd_conf {
 	/* [model] */
 	char model_path[1024];         /* the GGUF file */
 	int32_t model_mmap;            /* 1 = map the file; 0 = read it into private memory */
+	char chat_template[1024];      /* a Jinja file that replaces the model's own
+	                                  template; "" = the model's */
 	/* [server] */
 	char socket_path[108];         /* Unix socket, when not socket-activated */
 	mode_t socket_mode;            /* file mode of the socket we bind (0660) */

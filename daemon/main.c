@@ -333,6 +333,46 @@ static int open_sockets(struct llmd *d, int *http_fd, char *err, size_t errlen)
 	return fd;
 }
 
+/* Templates are text a person wrote: a megabyte is far past any real one. */
+#define CHAT_TEMPLATE_MAX_BYTES (1 << 20)
+
+/* model.chat_template: the operator's Jinja file in place of the model's
+ * own template (which must compile); without it, says what the model's
+ * own template came to when that is not its Jinja source.  Returns 0 or a
+ * negative errno with the reason in ERR. */
+static int load_chat_template(struct llmd *d, char *err, size_t errlen)
+{
+	const char *path = d->cfg.chat_template;
+	char *src = NULL;
+	size_t len = 0;
+	FILE *f;
+	int r;
+
+	if (!path[0]) {
+		if (d->model->chat_note[0])
+			log_msg(d->model->chat.kind ? LOG_WARNING : LOG_NOTICE, "%s: chat: %s", d->cfg.model_path,
+				d->model->chat_note);
+		return 0;
+	}
+	if (!(f = fopen(path, "re"))) {
+		snprintf(err, errlen, "%s", strerror(errno));
+		return -errno;
+	}
+	src = malloc(CHAT_TEMPLATE_MAX_BYTES + 1);
+	if (src)
+		len = fread(src, 1, CHAT_TEMPLATE_MAX_BYTES + 1, f);
+	r = !src ? -ENOMEM : ferror(f) ? -EIO : len > CHAT_TEMPLATE_MAX_BYTES ? -EFBIG : 0;
+	fclose(f);
+	if (r < 0)
+		snprintf(err, errlen, "%s", r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
+	else
+		r = model_set_chat_template(d->model, src, len, err, errlen);
+	free(src);
+	if (r == 0)
+		log_msg(LOG_INFO, "chat template from %s", path);
+	return r;
+}
+
 static int engine_settings(const struct llmd *d, struct engine_params *ep, struct sched_params *sp,
 			   char *err, size_t errlen)
 {
@@ -493,6 +533,11 @@ int main(int argc, char **argv)
 			     &d->model, err, sizeof err) < 0) {
 		log_msg(LOG_ERR, "cannot load model %s: %s", d->cfg.model_path, err);
 		sd_notifyf(0, "STATUS=cannot load the model: %s", err);
+		goto out;
+	}
+	if (load_chat_template(d, err, sizeof err) < 0) {
+		log_msg(LOG_ERR, "model.chat_template %s: %s", d->cfg.chat_template, err);
+		sd_notifyf(0, "STATUS=cannot use the chat template: %s", err);
 		goto out;
 	}
 	sigbus_watch(d->model);

@@ -333,7 +333,8 @@ static ssize_t prompt_text(struct llmd *d, const struct proto_submit *s, char **
 		if (!msgs[i].content)
 			total = SIZE_MAX;
 	}
-	r = total == SIZE_MAX ? -ENOMEM : chat_render(&m->chat, msgs, (int)s->n_messages, 1, ret);
+	char why[256] = "";
+	r = total == SIZE_MAX ? -ENOMEM : chat_render_err(&m->chat, msgs, (int)s->n_messages, 1, ret, why, sizeof why);
 	for (uint32_t i = 0; i < s->n_messages; i++)
 		free((char *)msgs[i].content);
 	free(msgs);
@@ -341,8 +342,8 @@ static ssize_t prompt_text(struct llmd *d, const struct proto_submit *s, char **
 		return -1;
 	if (r < 0) {
 		*code = PROTO_E_INVAL;
-		snprintf(msg, msglen, "the %s template cannot render this conversation",
-			 chat_template_name(m->chat.kind));
+		snprintf(msg, msglen, "the %s template cannot render this conversation%s%s",
+			 chat_template_name(m->chat.kind), why[0] ? ": " : "", why);
 		return -1;
 	}
 	return r;

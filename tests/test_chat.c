@@ -1,11 +1,16 @@
 /* test_chat.c - pins chat templates: which family each real template source
  * is detected as (and which look-alikes are refused), the exact prompt each
  * family renders (llama.cpp's llama_chat_apply_template output), SmolLM2's
- * default system message, and the errors.
+ * default system message, and the errors; then the templates' own Jinja
+ * through chat_render: the same prompt as the family for the real sources
+ * of SmolLM2 (its GGUF's), Qwen, Llama 3, Gemma and Zephyr, BOS removed
+ * where the tokenizer adds it, raise_exception's message, and the fallback
+ * to the family when a source does not compile.
  */
 #include <errno.h>
 
 #include "chat.h"
+#include "gguf.h"
 #include "testutil.h"
 
 /* ---- template sources, as found in GGUF tokenizer.chat_template ---- */
@@ -350,6 +355,204 @@ static void test_render_errors(void)
 	CHECK_INT_EQ(chat_render(&t, conv, 4, 1, &out), -ENOTSUP);
 }
 
+/* ---- the template's own Jinja ---- */
+
+/* Renders MSGS through SRC's family and through SRC itself (compiled):
+ * both must give the same prompt. */
+static void check_same(const char *src, const char *bos, const char *eos, int add_bos,
+		       const struct chat_msg *msgs, int n, int add_assistant)
+{
+	struct chat_template fam = { 0 }, jin = { 0 };
+	char err[256], *a = NULL, *b = NULL;
+	CHECK_INT_EQ(chat_template_detect(src, &fam), 0);
+	CHECK_INT_EQ(chat_template_from_source(src, bos, eos, add_bos, &jin, err, sizeof err), 0);
+	CHECK_STR_EQ(err, "");
+	CHECK_INT_EQ(jin.kind, CHAT_TMPL_JINJA);
+	CHECK_INT_EQ(jin.family, fam.kind);
+	CHECK(jin.default_system == NULL);
+	int ra = chat_render(&fam, msgs, n, add_assistant, &a);
+	int rb = chat_render_err(&jin, msgs, n, add_assistant, &b, err, sizeof err);
+	CHECK(ra > 0);
+	CHECK_INT_EQ(rb, ra);
+	CHECK_STR_EQ(b, a);
+	if (rb < 0)
+		fprintf(stderr, "  (%s: %s)\n", chat_template_name(fam.kind), err);
+	free(a);
+	free(b);
+	chat_template_clear(&fam);
+	chat_template_clear(&jin);
+	CHECK(jin.jinja == NULL && jin.bos == NULL && jin.kind == 0);
+}
+
+static const struct chat_msg odd_conv[] = {
+	{ "user", " Hello\n" },
+	{ "assistant", "   I am an assistant   " },
+	{ "user", "Again {{ not jinja }} 'q' \"dq\" \u00e9" },
+};
+
+static void test_jinja_matches_families(void)
+{
+	const struct chat_msg one[] = { { "user", "What is 2+2?" } };
+	const char *chatml[] = { smollm2_src, chatml_src, qwen_src };
+	for (int i = 0; i < 3; i++)
+		for (int add = 0; add < 2; add++) {
+			/* (the shortened Qwen source above writes a system message
+			 * twice, as its family would not: the real one is in
+			 * tests/templates/) */
+			if (chatml[i] != qwen_src)
+				check_same(chatml[i], "<|im_start|>", "<|im_end|>", 0, conv, 4, add);
+			check_same(chatml[i], "<|im_start|>", "<|im_end|>", 0, conv + 1, 3, add);
+			check_same(chatml[i], "<|im_start|>", "<|im_end|>", 0, one, 1, add);
+			check_same(chatml[i], "<|im_start|>", "<|im_end|>", 0, odd_conv, 3, add);
+		}
+	/* Llama 3 and Gemma write bos_token first: the tokenizer adds it */
+	for (int add = 0; add < 2; add++) {
+		check_same(llama3_src, "<|begin_of_text|>", "<|eot_id|>", 1, conv, 4, add);
+		check_same(llama3_src, "<|begin_of_text|>", "<|eot_id|>", 1, odd_conv, 3, add);
+		check_same(gemma_src, "<bos>", "<eos>", 1, conv + 1, 3, add);
+		check_same(gemma_src, "<bos>", "<eos>", 1, odd_conv, 3, add);
+		check_same(zephyr_src, "<s>", "</s>", 1, conv, 4, add);
+	}
+}
+
+/* The SmolLM2 GGUF's own template (its string literals hold real newlines,
+ * unlike the source above) renders as the chatml family did. */
+static void test_smollm2_gguf_template(void)
+{
+	const char *path = test_smollm2_path();
+	if (!path) {
+		fprintf(stderr, "skipping the SmolLM2 GGUF's template: no model (make fetch-model)\n");
+		return;
+	}
+	struct gguf_file *f;
+	struct gguf_str s;
+	char err[256];
+	CHECK_INT_EQ(gguf_open(path, &f, err, sizeof err), 0);
+	CHECK_INT_EQ(gguf_get_str(f, "tokenizer.chat_template", &s), 0);
+	char *src = strndup(s.ptr, s.len);
+	gguf_close(f);
+	const struct chat_msg one[] = { { "user", "What is 2+2?" } };
+	for (int add = 0; add < 2; add++) {
+		check_same(src, "<|im_start|>", "<|im_end|>", 0, conv, 4, add);
+		check_same(src, "<|im_start|>", "<|im_end|>", 0, conv + 1, 3, add);
+		check_same(src, "<|im_start|>", "<|im_end|>", 0, one, 1, add);
+	}
+	struct chat_template t = { 0 };
+	CHECK_INT_EQ(chat_template_from_source(src, "<|im_start|>", "<|im_end|>", 0, &t, err, sizeof err), 0);
+	check_render(&t, one, 1, 1,
+		     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+		     "Hugging Face<|im_end|>\n"
+		     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+		     "<|im_start|>assistant\n");
+	CHECK_STR_EQ(chat_template_name(t.kind), "jinja");
+	chat_template_clear(&t);
+	free(src);
+}
+
+/* Gemma 2's template from tests/templates/ (Gemma 3's GGUF here carries
+ * none): the gemma family's prompt, and its refusal of a system message. */
+static void test_gemma2_file(void)
+{
+	char path[4096], err[256], *out = NULL;
+	const char *srcdir = getenv("LLMD_SRCDIR");
+	snprintf(path, sizeof path, "%s/tests/templates/google-gemma-2-2b-it.jinja", srcdir ? srcdir : ".");
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "skipping %s: absent\n", path);
+		return;
+	}
+	char src[8192];
+	size_t n = fread(src, 1, sizeof src - 1, f);
+	fclose(f);
+	src[n] = '\0';
+	for (int add = 0; add < 2; add++) {
+		check_same(src, "<bos>", "<eos>", 1, conv + 1, 3, add);
+		check_same(src, "<bos>", "<eos>", 1, odd_conv, 3, add);
+	}
+	struct chat_template t = { 0 };
+	CHECK_INT_EQ(chat_template_from_source(src, "<bos>", "<eos>", 1, &t, err, sizeof err), 0);
+	CHECK_INT_EQ(chat_render_err(&t, conv, 4, 1, &out, err, sizeof err), -EINVAL);
+	CHECK(out == NULL);
+	CHECK(strstr(err, "raise_exception: System role not supported") != NULL);
+	CHECK(strncmp(err, "line ", 5) == 0);
+	/* chat_render is chat_render_err without the message */
+	CHECK_INT_EQ(chat_render(&t, conv, 4, 1, &out), -EINVAL);
+	chat_template_clear(&t);
+}
+
+static void test_jinja_bos_and_roles(void)
+{
+	struct chat_template t = { 0 };
+	char err[256];
+	const struct chat_msg tool[] = { { "user", "hi" }, { "tool", "42" } };
+	static const char bos2[] = "{{ bos_token }}{{ bos_token }}x{{ eos_token }}";
+	static const char roles[] =
+		"{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+		"{% if add_generation_prompt %}>{% endif %}";
+
+	CHECK_INT_EQ(chat_template_from_source(bos2, "<s>", "</s>", 1, &t, err, sizeof err), 0);
+	check_render(&t, NULL, 0, 0, "<s>x</s>"); /* one BOS removed, only one */
+	chat_template_clear(&t);
+	CHECK_INT_EQ(chat_template_from_source(bos2, "<s>", "</s>", 0, &t, err, sizeof err), 0);
+	check_render(&t, NULL, 0, 0, "<s><s>x</s>"); /* no BOS added: none removed */
+	chat_template_clear(&t);
+	CHECK_INT_EQ(chat_template_from_source(bos2, NULL, NULL, 1, &t, err, sizeof err), 0);
+	check_render(&t, NULL, 0, 0, "x"); /* no BOS text: undefined, prints nothing */
+	chat_template_clear(&t);
+
+	/* a Jinja template decides which roles it takes */
+	CHECK_INT_EQ(chat_template_from_source(roles, NULL, NULL, 0, &t, err, sizeof err), 0);
+	CHECK_INT_EQ(t.family, 0);
+	check_render(&t, tool, 2, 1, "[user:hi][tool:42]>");
+	check_render(&t, tool, 1, 0, "[user:hi]");
+	char *out = (char *)&t;
+	const struct chat_msg null_content[] = { { "user", NULL } };
+	CHECK_INT_EQ(chat_render(&t, null_content, 1, 1, &out), -EINVAL);
+	CHECK(out == (char *)&t);
+	chat_template_clear(&t);
+}
+
+static void test_jinja_fallback(void)
+{
+	struct chat_template t = { .kind = CHAT_TMPL_GEMMA };
+	char err[256];
+	/* does not compile, but is ChatML by its markers: the family renders it */
+	static const char broken_chatml[] =
+		"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+		"message['content'] + '<|im_end|>' + '\n'}}{% endfor %{% if add_generation_prompt %}"
+		"{{ '<|im_start|>assistant\n' }}{% endif";
+	CHECK_INT_EQ(chat_template_from_source(broken_chatml, "<s>", "</s>", 0, &t, err, sizeof err), 0);
+	CHECK_INT_EQ(t.kind, CHAT_TMPL_CHATML);
+	CHECK_INT_EQ(t.family, CHAT_TMPL_CHATML);
+	CHECK(t.jinja == NULL);
+	if (strncmp(err, "line ", 5) != 0) {
+		fprintf(stderr, "the compile error is \"%s\"\n", err);
+		test_failures++;
+	}
+	CHECK_STR_EQ(chat_template_name(t.kind), "chatml");
+	check_render(&t, conv + 1, 1, 1, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+	chat_template_clear(&t);
+
+	/* neither compiles nor is known: refused, with the compile error */
+	t.kind = CHAT_TMPL_GEMMA;
+	CHECK_INT_EQ(chat_template_from_source("{% for x in %}", NULL, NULL, 0, &t, err, sizeof err), -ENOTSUP);
+	CHECK(strstr(err, "line 1:") != NULL);
+	CHECK_INT_EQ(t.kind, CHAT_TMPL_GEMMA); /* untouched on failure */
+	CHECK_INT_EQ(chat_template_from_source(NULL, NULL, NULL, 0, &t, err, sizeof err), -ENOTSUP);
+	CHECK_INT_EQ(chat_template_from_source(chatml_src, NULL, NULL, 0, NULL, err, sizeof err), -EINVAL);
+	CHECK_STR_EQ(chat_template_name(CHAT_TMPL_JINJA), "jinja");
+
+	/* a template that compiles but errors when run is still Jinja: its
+	 * error reaches the caller */
+	CHECK_INT_EQ(chat_template_from_source("<|im_start|>{{ x.y }}", NULL, NULL, 0, &t, err, sizeof err), 0);
+	CHECK_INT_EQ(t.kind, CHAT_TMPL_JINJA);
+	CHECK_INT_EQ(t.family, CHAT_TMPL_CHATML);
+	char *out = NULL;
+	CHECK_INT_EQ(chat_render_err(&t, conv, 4, 1, &out, err, sizeof err), -EINVAL);
+	CHECK_STR_EQ(err, "line 1: 'x' is undefined");
+	chat_template_clear(&t);
+}
+
 int main(void)
 {
 	test_detect();
@@ -358,5 +561,10 @@ int main(void)
 	test_render_trimming();
 	test_smollm2_default_system();
 	test_render_errors();
+	test_jinja_matches_families();
+	test_smollm2_gguf_template();
+	test_gemma2_file();
+	test_jinja_bos_and_roles();
+	test_jinja_fallback();
 	return test_result();
 }

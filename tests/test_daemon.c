@@ -437,6 +437,96 @@ static void test_each_line(const char *sock, int has_template)
 	       "alone; --raw and --no-chat too\n", has_template ? "chat template" : "no template");
 }
 
+/* ---- model.chat_template ---- */
+
+/* Writes TEXT to DIR/NAME; returns the path in a static buffer of its own
+ * per call site's BUF. */
+static const char *write_file(const char *dir, const char *name, const char *text, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/%s", dir, name);
+	FILE *f = fopen(buf, "w");
+	CHECK(f != NULL);
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+	return buf;
+}
+
+/* An operator's template replaces the model's: a chat renders through it
+ * (its answer is the completion of the text it renders, special tokens
+ * parsed), raise_exception's message reaches the client, and a template
+ * that does not compile stops llmd at start with the line. */
+static void test_chat_template_file(const char *model)
+{
+	static char out[4096], want[4096], log[16384];
+	char dir[] = "/tmp/llmd-tmpl.XXXXXX", good[256], raising[256], broken[256], bin[1024], opt[300];
+	struct tdaemon d;
+
+	CHECK(mkdtemp(dir) != NULL);
+	write_file(dir, "good.jinja",
+		   "{% for m in messages %}<|im_start|>{{ m.role | upper }}\n{{ m.content }}<|im_end|>\n"
+		   "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+		   good, sizeof good);
+	write_file(dir, "raising.jinja",
+		   "{% if messages | length > 1 %}{{ raise_exception('one message at a time') }}{% endif %}"
+		   "{{ messages[0].content }}", raising, sizeof raising);
+	write_file(dir, "broken.jinja", "{{ messages }}\n{% for m in messages %}{{ m.content }\n", broken,
+		   sizeof broken);
+	snprintf(bin, sizeof bin, "%s/llm-client", tbuilddir());
+
+	snprintf(opt, sizeof opt, "model.chat_template=%s", good);
+	const char *with_good[] = { "--set", "kv.pool_tokens=4096", "--set", opt, NULL };
+	if (tdaemon_start(&d, model, with_good) == 0) {
+		const char *chat[] = { bin, "--socket", d.sock, "-N", "-n", "10", "--temp", "0", "--chat",
+				       "Name a color.", NULL };
+		const char *text[] = { bin, "--socket", d.sock, "-N", "-n", "10", "--temp", "0",
+				       "<|im_start|>USER\nName a color.<|im_end|>\n<|im_start|>assistant\n", NULL };
+		CHECK_INT_EQ(trun(chat, NULL, out, sizeof out), 0);
+		CHECK_INT_EQ(trun(text, NULL, want, sizeof want), 0);
+		CHECK(out[0] != 0);
+		CHECK_STR_EQ(out, want);
+		CHECK(strstr(tdaemon_read_log(&d, log, sizeof log), "chat template from") != NULL);
+		CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	} else {
+		test_failures++;
+	}
+
+	snprintf(opt, sizeof opt, "model.chat_template=%s", raising);
+	const char *with_raising[] = { "--set", "kv.pool_tokens=4096", "--set", opt, NULL };
+	if (tdaemon_start(&d, model, with_raising) == 0) {
+		char cmd[2048];
+		snprintf(cmd, sizeof cmd, "%s --socket %s -n 4 --temp 0 -s 'Be brief.' 'Hi' 2>&1", bin, d.sock);
+		const char *sh[] = { "/bin/sh", "-c", cmd, NULL };
+		CHECK(trun(sh, NULL, out, sizeof out) != 0);
+		CHECK(strstr(out, "raise_exception: one message at a time") != NULL);
+		const char *one[] = { bin, "--socket", d.sock, "-n", "4", "--temp", "0", "--chat", "Hi", NULL };
+		CHECK_INT_EQ(trun(one, NULL, out, sizeof out), 0); /* one message renders */
+		CHECK_INT_EQ(tdaemon_stop(&d), 0);
+	} else {
+		test_failures++;
+	}
+
+	snprintf(opt, sizeof opt, "model.chat_template=%s", broken);
+	const char *with_broken[] = { "--set", opt, NULL };
+	if (tdaemon_start_with(&d, NULL, model, with_broken, NULL, 0) == 0) {
+		int st = 0;
+		CHECK(waitpid(d.pid, &st, 0) == d.pid && WIFEXITED(st) && WEXITSTATUS(st) != 0);
+		d.pid = 0;
+		tdaemon_read_log(&d, log, sizeof log);
+		CHECK(strstr(log, "model.chat_template") != NULL && strstr(log, "line 2") != NULL);
+		tdaemon_stop(&d);
+	} else {
+		test_failures++;
+	}
+	unlink(good);
+	unlink(raising);
+	unlink(broken);
+	rmdir(dir);
+	printf("model.chat_template: renders the chat, raise_exception reaches the client, a broken "
+	       "template stops llmd naming its line\n");
+}
+
 /* ---- llmctl top on a terminal ---- */
 
 /* Reads what the pty's master FD gives for up to MS milliseconds, or until
@@ -1194,6 +1284,7 @@ int main(void)
 		} else {
 			test_failures++;
 		}
+		test_chat_template_file(test_smollm2_path());
 	} else {
 		printf("llm-client --each-line with a chat template: no SmolLM2, skipped\n");
 	}

@@ -1,15 +1,24 @@
 /* chat.h - chat templates: a list of messages -> the prompt text a model expects.
  *
- * The template is recognised from the GGUF's tokenizer.chat_template (a Jinja
- * source we do not execute) by its distinctive markers; each known family is
- * rendered by C code that reproduces its output.  Unknown templates give
- * -ENOTSUP, so callers can refuse chat mode and still allow raw completion.
- * Pure functions; any thread.
+ * The GGUF's tokenizer.chat_template is a Jinja source: chat_template_from_source
+ * compiles it (jinja.h) and chat_render runs it, so each model gets its own
+ * template's prompt.  Where the source does not compile, it is recognised by
+ * its markers as one of six known families, each rendered by C code that
+ * reproduces llama.cpp's output; chat_template_by_name picks a family by
+ * name.  Unknown templates give -ENOTSUP, so callers can refuse chat mode
+ * and still allow raw completion.  Pure functions; any thread (one template
+ * may be rendered by several threads at once).
  */
 #ifndef LLMD_CHAT_H
 #define LLMD_CHAT_H
 
 #include <stddef.h>
+
+struct jinja_template;
+
+/* Evaluation steps a Jinja template may take for one prompt (jinja.h's
+ * max_steps): ~0.1 s; real templates take ~500 a message. */
+#define CHAT_JINJA_MAX_STEPS 4000000u
 
 enum chat_tmpl {
 	CHAT_TMPL_CHATML = 1,   /* <|im_start|>role\n...<|im_end|>\n (SmolLM2, Qwen) */
@@ -18,36 +27,67 @@ enum chat_tmpl {
 	CHAT_TMPL_MISTRAL = 4,  /* [INST] ... [/INST] without <<SYS>> */
 	CHAT_TMPL_GEMMA = 5,    /* <start_of_turn>user\n...<end_of_turn>\n */
 	CHAT_TMPL_ZEPHYR = 6,   /* <|user|>\n...</s>\n<|assistant|>\n */
+	CHAT_TMPL_JINJA = 7,    /* the model's own Jinja source, run by jinja.c */
 };
 
 struct chat_msg {
-	const char *role;    /* "system", "user", "assistant" */
+	const char *role;    /* "system", "user", "assistant" (a Jinja template
+	                        may take others, "tool"...) */
 	const char *content; /* NUL-terminated UTF-8 */
 };
 
 struct chat_template {
-	enum chat_tmpl kind;
+	enum chat_tmpl kind;  /* what chat_render runs: CHAT_TMPL_JINJA when
+	                         jinja is set, else a family; 0 = none */
 	char *default_system; /* system message the template inserts when the
 	                         conversation has none (SmolLM2 does), or NULL;
-	                         owned */
+	                         owned; families only */
+	struct jinja_template *jinja; /* the compiled source, or NULL; owned */
+	enum chat_tmpl family;        /* the family the source looks like, 0 if
+	                                 none (what a failed compile fell back to) */
+	char *bos, *eos;      /* bos_token and eos_token as the template sees
+	                         them, or NULL (undefined there); owned */
+	int strip_bos;        /* the tokenizer prepends BOS: chat_render removes
+	                         one leading bos text from the Jinja output */
 };
 
-/* Recognises SRC (NUL-terminated Jinja source; NULL = the file has none).
+/* Builds a template from SRC (NUL-terminated Jinja source; NULL = the file
+ * has none), BOS and EOS the texts of the model's BOS and EOS tokens (NULL
+ * when it has none), ADD_BOS 1 when the tokenizer prepends BOS to a prompt.
+ * The source is compiled and run by jinja.c (kind CHAT_TMPL_JINJA); a source
+ * that does not compile falls back to the family its markers name (kind
+ * that family; ERR still says why the compile failed).  Returns 0 and fills
+ * *RET (free with chat_template_clear), -ENOTSUP for an absent template or
+ * one that neither compiles nor is recognised (ERR: the compile error),
+ * -ENOMEM.  *RET is untouched on failure. */
+int chat_template_from_source(const char *src, const char *bos, const char *eos, int add_bos,
+			      struct chat_template *ret, char *err, size_t errlen);
+/* Recognises SRC (NUL-terminated Jinja source; NULL = the file has none) as
+ * one of the families, without compiling it.
  * Returns 0 and fills *ret, -ENOTSUP for an unknown or absent template,
  * -ENOMEM. */
 int chat_template_detect(const char *src, struct chat_template *ret);
 /* Picks a template by name ("chatml", "llama2", "llama3", "mistral",
  * "gemma", "zephyr"); -ENOTSUP for any other. */
 int chat_template_by_name(const char *name, struct chat_template *ret);
-void chat_template_clear(struct chat_template *t); /* frees default_system */
+/* Frees what T owns and zeroes it; NULL-safe. */
+void chat_template_clear(struct chat_template *t);
+/* "chatml", ... "zephyr", "jinja" for CHAT_TMPL_JINJA, else "unknown". */
 const char *chat_template_name(enum chat_tmpl kind);
 
 /* Renders N messages, ending with the assistant's turn opener when
- * ADD_ASSISTANT.  BOS is not written (the tokenizer adds it).  Returns the
- * length and a malloc'd NUL-terminated string in *ret, -EINVAL for an unknown
- * role or a malformed conversation (e.g. llama2 with two system messages),
- * -ENOMEM. */
+ * ADD_ASSISTANT (Jinja's add_generation_prompt).  BOS is not written where
+ * the tokenizer adds it: a Jinja template's output loses one leading
+ * bos_token text when strip_bos is set.  Returns the length and a malloc'd
+ * NUL-terminated string in *ret, -EINVAL for an unknown role or a malformed
+ * conversation (e.g. llama2 with two system messages, or a Jinja template
+ * that fails or calls raise_exception), -E2BIG when a Jinja template exceeds
+ * jinja.h's default limits or CHAT_JINJA_MAX_STEPS, -ENOMEM. */
 int chat_render(const struct chat_template *t, const struct chat_msg *msgs, int n,
 		int add_assistant, char **ret);
+/* chat_render, with why it failed in ERR ("line 3: raise_exception:
+ * Conversation roles must alternate user/assistant/user/assistant/..."). */
+int chat_render_err(const struct chat_template *t, const struct chat_msg *msgs, int n,
+		    int add_assistant, char **ret, char *err, size_t errlen);
 
 #endif

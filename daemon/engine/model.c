@@ -467,6 +467,56 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 	return 0;
 }
 
+/* The text of token ID (BOS, EOS) into BUF (CAP bytes), or NULL when the
+ * vocabulary has none. */
+static const char *token_text(const struct model *m, int32_t id, char *buf, size_t cap)
+{
+	int n;
+
+	if (id < 0)
+		return NULL;
+	n = tokenizer_piece(m->tok, id, 1, buf, cap - 1);
+	if (n < 0)
+		return NULL;
+	buf[(size_t)n < cap - 1 ? (size_t)n : cap - 1] = 0;
+	return buf;
+}
+
+/* Builds M's chat template from SRC (NUL-terminated; NULL: none), with its
+ * BOS and EOS texts.  Where SRC is absent, a Gemma 3 file (the 270M one
+ * carries none) gets the gemma family.  A source that does not compile, or
+ * none that any family fits, leaves a note in m->chat_note. */
+static int set_chat(struct model *m, const char *src)
+{
+	char bos[64], eos[64], err[256] = "";
+	struct chat_template t;
+	int r;
+
+	if (!src && m->hp.arch_id == MODEL_ARCH_GEMMA3) {
+		if ((r = chat_template_by_name("gemma", &t)) < 0)
+			return r;
+		snprintf(m->chat_note, sizeof m->chat_note, "no chat template in the file: the gemma family");
+	} else {
+		r = chat_template_from_source(src, token_text(m, tokenizer_bos(m->tok), bos, sizeof bos),
+					      token_text(m, tokenizer_eos(m->tok), eos, sizeof eos),
+					      tokenizer_add_bos(m->tok), &t, err, sizeof err);
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0) {
+			snprintf(m->chat_note, sizeof m->chat_note, "%s", src ? err : "no chat template in the file");
+			memset(&t, 0, sizeof t);
+		} else if (err[0]) {
+			snprintf(m->chat_note, sizeof m->chat_note, "the template does not compile (%s): "
+				 "the %s family instead", err, chat_template_name(t.family));
+		} else {
+			m->chat_note[0] = 0;
+		}
+	}
+	chat_template_clear(&m->chat);
+	m->chat = t;
+	return 0;
+}
+
 static int load_chat(struct model *m)
 {
 	struct gguf_str s;
@@ -474,17 +524,44 @@ static int load_chat(struct model *m)
 	int r;
 
 	if (gguf_get_str(m->gguf, "tokenizer.chat_template", &s) < 0)
-		return 0; /* no template: chat mode will be refused */
+		return set_chat(m, NULL);
 	src = strndup(s.ptr, s.len);
 	if (!src)
 		return -ENOMEM;
-	r = chat_template_detect(src, &m->chat);
+	r = set_chat(m, src);
 	free(src);
-	if (r == -ENOTSUP) {
-		memset(&m->chat, 0, sizeof m->chat);
-		return 0;
-	}
 	return r;
+}
+
+int model_set_chat_template(struct model *m, const char *src, size_t len, char *err, size_t errlen)
+{
+	char bos[64], eos[64];
+	struct chat_template t;
+	char *s = strndup(src, len);
+	int r;
+
+	if (!s)
+		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
+	if (strlen(s) != len) {
+		free(s);
+		return errbuf_fail(err, errlen, -EINVAL, "the template holds a NUL byte");
+	}
+	/* the file's template must compile: no family fallback for a file
+	 * the operator chose */
+	r = chat_template_from_source(s, token_text(m, tokenizer_bos(m->tok), bos, sizeof bos),
+				      token_text(m, tokenizer_eos(m->tok), eos, sizeof eos), tokenizer_add_bos(m->tok),
+				      &t, err, errlen);
+	free(s);
+	if (r < 0)
+		return r == -ENOTSUP ? -EINVAL : r;
+	if (t.kind != CHAT_TMPL_JINJA) {
+		chat_template_clear(&t);
+		return -EINVAL; /* ERR holds the compile error */
+	}
+	chat_template_clear(&m->chat);
+	m->chat = t;
+	m->chat_note[0] = 0;
+	return 0;
 }
 
 int model_load(const char *path, struct model **ret, char *err, size_t errlen)

@@ -81,7 +81,9 @@ struct model {
 	struct gguf_file *gguf;       /* the file's bytes the weights point into
 	                                 (mapped, or a private copy); owned */
 	struct tokenizer *tok;        /* owned */
-	struct chat_template chat;    /* kind 0 when the template is unknown */
+	struct chat_template chat;    /* kind 0 when the model has none llmd runs */
+	char chat_note[320];          /* why the file's template is not what
+	                                 chat runs (absent, does not compile), or "" */
 	struct bk_weight tok_embd;    /* (n_embd, n_vocab) */
 	const float *output_norm;     /* (n_embd) */
 	struct bk_weight output;      /* (n_embd -> n_vocab); token_embd when tied */
@@ -110,6 +112,12 @@ int model_load(const char *path, struct model **ret, char *err, size_t errlen);
 int model_load_flags(const char *path, unsigned flags, struct model **ret, char *err,
 		     size_t errlen);
 void model_free(struct model *m); /* NULL-safe */
+
+/* Replaces M's chat template with the Jinja source SRC (LEN bytes: the
+ * operator's [model] chat_template file), which must compile.  Returns 0,
+ * or -EINVAL with "line N: what" in ERR, -ENOMEM.  Before any other thread
+ * reads M. */
+int model_set_chat_template(struct model *m, const char *src, size_t len, char *err, size_t errlen);
 
 /* The part of M's memory that a mapping of the model file backs, where a
  * read after the file was truncated under it raises SIGBUS: sets *RET_ADDR
