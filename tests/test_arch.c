@@ -12,6 +12,8 @@
 #include <json-c/json.h>
 #include <math.h>
 
+#include <config.h>
+
 #include "engine.h"
 #include "model.h"
 #include "quant.h"
@@ -22,6 +24,10 @@
 #define MAX_TOKENS 1024
 #define GEMMA_MARGIN 0.5
 
+/* The backend new_engine makes engines on: the CPU, or (check_synth's
+ * second pass, in a build with the emulated CUDA backend) CUDA. */
+static int32_t engine_backend = ENGINE_BACKEND_CPU;
+
 static struct engine *new_engine(const struct model *m, uint32_t kv_type, int32_t n_tokens)
 {
 	struct engine_params ep;
@@ -29,6 +35,7 @@ static struct engine *new_engine(const struct model *m, uint32_t kv_type, int32_
 	char err[256];
 
 	engine_params_default(&ep);
+	ep.backend = engine_backend;
 	ep.kv_type = kv_type;
 	ep.kv_tokens = n_tokens;
 	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
@@ -233,6 +240,18 @@ static int check_synth(void)
 			engine_free(e);
 		}
 		check_window_invariance(m, m->hp.n_swa ? 5 : 0);
+#ifdef HAVE_CUDA_EMU
+		/* the CUDA kernels' source on the emulator: the first prompt */
+		engine_backend = ENGINE_BACKEND_CUDA;
+		struct engine *ce = new_engine(m, QT_F32, MAX_TOKENS);
+		CHECK(ce != NULL);
+		if (ce) {
+			printf("  on %s: ", engine_backend_name(ce));
+			check_golden_case(ce, m, json_object_array_get_idx(results, 0), f16 ? F16_MARGIN : 0.01);
+		}
+		engine_free(ce);
+		engine_backend = ENGINE_BACKEND_CPU;
+#endif
 		model_free(m);
 	}
 	json_object_put(root);
@@ -241,6 +260,9 @@ static int check_synth(void)
 
 int main(void)
 {
+#ifdef HAVE_CUDA_EMU
+	setenv("CUDA_EMU_MEM_MB", "2048", 0); /* Gemma's 262144-wide logits: 512 MiB of step buffers */
+#endif
 	int gemma = check_gemma3();
 	int synth = check_synth();
 
