@@ -79,10 +79,15 @@ run)
 		"Write a haiku about a computer that shares its GPU with friends."
 	;;
 check)
-	# The HTTP front's tests speak through the official openai client: into
-	# the build tree's .pydeps, not the system's Python (tests skip without it).
 	# The architecture tests' real Gemma 3 (tests/test_arch skips without it).
 	make fetch-models || echo "setup: cannot fetch Gemma 3 270M: its tests will skip" >&2
+	# Python packages go into the build tree's .pydeps, not the system's
+	# Python (tests skip without them): tests/accuracy.sh's float64
+	# reference (tools/ref_f64.py) needs numpy and llama.cpp's gguf reader,
+	# the HTTP front's tests the official openai client.
+	python3 -c 'import numpy, gguf' 2>/dev/null || [ -d .pydeps/gguf ] ||
+		python3 -m pip install --quiet --disable-pip-version-check --target .pydeps numpy gguf ||
+		echo "setup: cannot install numpy and gguf: tests/accuracy.sh will skip" >&2
 	python3 -c 'import openai' 2>/dev/null || [ -d .pydeps/openai ] ||
 		python3 -m pip install --quiet --disable-pip-version-check --target .pydeps openai ||
 		echo "setup: cannot install the openai package: tests/http_api.sh will skip" >&2
