@@ -47,7 +47,7 @@ enum bk_rope_style {
  * 1, ext_factor 0, mscale 1, no factors) the angles are p * theta^i. */
 struct bk_rope {
 	int32_t n_rot;             /* rotated dims per head (even) */
-	enum bk_rope_style style;
+	int32_t style;             /* enum bk_rope_style (an int: C++ readers may see any value) */
 	float freq_base;
 	float freq_scale;          /* 1 / the factor of linear or YaRN scaling; 1: none */
 	const float *freq_factors; /* (n_rot / 2) divisors of each pair's angle (Llama 3.1's

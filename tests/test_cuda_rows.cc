@@ -418,7 +418,7 @@ static void test_rope()
 			/* style 2, 3: normal and neox with every kind of scaling */
 			for (int style = 0; style < 4; style++) {
 				const float base = style % 2 ? 100000.0f : 10000.0f;
-				struct bk_rope rp = bk_rope_plain(s.n_rot, (enum bk_rope_style)(style % 2), base), drp;
+				struct bk_rope rp = bk_rope_plain(s.n_rot, style % 2 ? BK_ROPE_NEOX : BK_ROPE_NORMAL, base), drp;
 				std::vector<float> ff((size_t)s.n_rot / 2);
 				for (float &f : ff)
 					f = 1.0f + (float)(next_u32() % 700) / 100.0f;
@@ -469,7 +469,8 @@ static void test_rope()
 	dbuf<float> d(64);
 	dbuf<int32_t> p(1);
 	struct bk_rope r65 = bk_rope_plain(65, BK_ROPE_NORMAL, 1e4f), r63 = bk_rope_plain(63, BK_ROPE_NORMAL, 1e4f);
-	struct bk_rope r64 = bk_rope_plain(64, BK_ROPE_NORMAL, 1e4f), rbad = bk_rope_plain(64, (enum bk_rope_style)2, 1e4f);
+	struct bk_rope r64 = bk_rope_plain(64, BK_ROPE_NORMAL, 1e4f), rbad = r64;
+	rbad.style = 2;
 	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, p.d, &r65, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, p.d, &r63, NULL), -EINVAL);
 	CHECK_INT_EQ(cuda_rope(d.d, 1, 1, 64, p.d, &rbad, NULL), -EINVAL);
