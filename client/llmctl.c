@@ -149,10 +149,14 @@ static void print_status(FILE *out, json_object *j)
 {
 	char up[32];
 	fmt_age(getd(j, "uptime_s"), up, sizeof up);
-	fprintf(out, "model        %s (%s)\n", gets_(j, "model"), gets_(j, "model_path"));
-	fprintf(out, "backend      %s, %lld threads, context %lld tokens, chat template %s\n",
+	fprintf(out, "model        %s (%s, %s)\n", gets_(j, "model"), *gets_(j, "architecture") ?
+		gets_(j, "architecture") : "?", gets_(j, "model_path"));
+	fprintf(out, "backend      %s, %lld threads, context %lld tokens, chat template %s%s%s%s\n",
 	       gets_(j, "backend"), (long long)geti(j, "threads"), (long long)geti(j, "n_ctx"),
-	       *gets_(j, "chat_template") ? gets_(j, "chat_template") : "none");
+	       *gets_(j, "chat_template") ? gets_(j, "chat_template") : "none",
+	       *gets_(j, "chat_family") ? " (" : "", gets_(j, "chat_family"), *gets_(j, "chat_family") ? ")" : "");
+	if (*gets_(j, "chat_note"))
+		fprintf(out, "chat         %s\n", gets_(j, "chat_note"));
 	if (geti(j, "device.memory_total_bytes") > 0)
 		fprintf(out, "device       %s (#%lld), %.1f of %.1f GiB free, graphs: %lld decode steps "
 		       "recorded, %lld replayed\n", gets_(j, "device.name"),

@@ -115,9 +115,14 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	add_dbl(out, "engine_state_age_s", clock_s() - sn->t);
 	add_str(out, "model", d->model->name);
 	add_str(out, "model_path", d->model->path);
+	add_str(out, "architecture", d->model->hp.arch);
 	add_str(out, "backend", d->backend);
 	add_int(out, "threads", d->n_threads);
 	add_str(out, "chat_template", d->model->chat.kind ? chat_template_name(d->model->chat.kind) : "");
+	/* what the Jinja template looks like, or what replaced a broken one */
+	add_str(out, "chat_family", d->model->chat.kind == CHAT_TMPL_JINJA && d->model->chat.family ?
+		chat_template_name(d->model->chat.family) : "");
+	add_str(out, "chat_note", d->model->chat_note);
 	add_int(out, "n_ctx", engine_n_ctx(e));
 	add_int(out, "n_vocab", engine_n_vocab(e));
 	add_int(out, "connections", d->n_conns);
