@@ -18,7 +18,7 @@ output), q4_0 and q8_0 likewise, q4_k_m (Q4_K, with Q6_K attn_v and
 ffn_down in the layers llama.cpp's Q4_K_M gives them, Q4_K embedding, Q6_K
 output).  Standard library only.
 
-  gguf_synth.py SRC DST --recipe f32|f16 [--arch ARCH] [--layers N] [--embd N]
+  gguf_synth.py SRC DST --recipe f32|f16|like-src [--arch ARCH] [--layers N] [--embd N]
                 [--ff N] [--heads N] [--kv-heads N] [--head-dim N] [--seed N]
                 [--rope-scaling linear:FACTOR|yarn:FACTOR:ORIG_CTX] [--window N]
 
@@ -56,6 +56,11 @@ arch's small defaults (see ARCH_DEFAULTS), not SRC's.  Per architecture:
           is), key_length/value_length, attention.sliding_window (--window,
           default 8; every 6th layer, il % 6 == 5, global), rope.freq_base 1e6
           (global layers) and rope.freq_base_swa 10000, tied, no softcapping.
+--recipe like-src: as f16, but every 2-D weight whose name and shape SRC
+has (a --head copy of a real file keeps its tensor infos) gets SRC's type
+(Q4_K, Q5_0, Q6_K, Q8_0...) with random codes and small finite scales: a
+file of the real one's size and types, for speed runs where the real file
+cannot travel (Gemma 3 270M Q4_K_M from its 6.5 MB header).
 """
 
 import argparse
@@ -72,6 +77,7 @@ TYPES = {
     "F32": (0, 1, 4, ()),
     "Q4_0": (2, 32, 18, (0,)),
     "Q4_1": (3, 32, 20, (0, 2)),
+    "Q5_0": (6, 32, 22, (0,)),
     "Q8_0": (8, 32, 34, (0,)),
     "Q4_K": (12, 256, 144, (0, 2)),
     "Q6_K": (14, 256, 210, (208,)),
@@ -134,11 +140,20 @@ def read_metadata(path):
         vt = r.take("<I")
         kvs.append((key, vt, r.value(vt)))
     names = []
+    global SRC_TENSORS
+    SRC_TENSORS = {}
     for _ in range(n_tensors):
         names.append(r.string())
         nd = r.take("<I")
-        r.o += 8 * nd + 4 + 8
+        dims = tuple(r.take("<Q") for _ in range(nd))
+        SRC_TENSORS[names[-1]] = (dims, r.take("<I"))
+        r.o += 8
     return kvs, names, head[:r.o]
+
+
+SRC_TENSORS = {}  # name -> (dims, ggml type id) of the source file's tensors
+TYPE_NAMES = {v[0]: k for k, v in TYPES.items()}
+TYPE_NAMES[1] = "F16"
 
 
 def block_template(tname, n_blocks, rng):
@@ -236,8 +251,8 @@ def llama3_rope_factors(base, dim, factor, low, high, orig):
 
 def float_model(a, kvs):
     arch = a.arch or "llama"
-    if a.recipe not in ("f32", "f16"):
-        sys.exit(f"--arch {arch}: recipes f32 and f16 only")
+    if a.recipe not in ("f32", "f16", "like-src"):
+        sys.exit(f"--arch {arch}: recipes f32, f16 and like-src only")
     meta = {k: (vt, v) for k, vt, v in kvs}
     D = dict(ARCH_DEFAULTS[arch])
     for k in ("layers", "embd", "ff", "heads", "kv_heads", "head_dim"):
@@ -253,7 +268,7 @@ def float_model(a, kvs):
         print("gguf_synth: warning: gemma3 with a non-SentencePiece tokenizer", file=sys.stderr)
     n_vocab = len(meta[b"tokenizer.ggml.tokens"][1][1])
     tied = D["tied"]
-    mm = "F16" if a.recipe == "f16" else "F32"
+    mm = "F16" if a.recipe in ("f16", "like-src") else "F32"
     gname = "llama" if arch == "llama3" else arch
     P = gname + "."
 
@@ -381,17 +396,25 @@ def float_model(a, kvs):
     for key, vt, v in out_kv:
         out += struct.pack("<Q", len(key)) + key + struct.pack("<I", vt)
         put_value(out, vt, v)
+    if a.recipe == "like-src":  # the source's type for every 2-D weight of the same name and shape
+        for i, t in enumerate(tensors):
+            src = SRC_TENSORS.get(t[0].encode())
+            if len(t[1]) == 2 and src and tuple(src[0]) == tuple(t[1]) and TYPE_NAMES.get(src[1]) in TYPES:
+                tensors[i] = (t[0], t[1], TYPE_NAMES[src[1]]) + tuple(t[3:])
     offset, sizes = 0, []
     for t in tensors:
         name, dims, gt = t[0], t[1], t[2]
         n = 1
         for x in dims:
             n *= x
-        size = n * (2 if gt == "F16" else 4)
+        if gt in ("F16", "F32"):
+            size = n * (2 if gt == "F16" else 4)
+        else:
+            size = n // TYPES[gt][1] * TYPES[gt][2]
         nb = name.encode()
         out += struct.pack("<Q", len(nb)) + nb + struct.pack("<I", len(dims))
         out += b"".join(struct.pack("<Q", x) for x in dims)
-        out += struct.pack("<IQ", {"F32": 0, "F16": 1}[gt], offset)
+        out += struct.pack("<IQ", 1 if gt == "F16" else TYPES[gt][0], offset)
         sizes.append((n, size))
         offset += (size + align - 1) // align * align
     out += bytes(-len(out) % align)
@@ -404,6 +427,8 @@ def float_model(a, kvs):
         for t, (n, size) in zip(tensors, sizes):
             if len(t) == 4:  # explicit values
                 data = struct.pack("<%df" % n, *t[3])
+            elif t[2] not in ("F16", "F32"):  # random codes, small finite scales (speed runs)
+                data = block_template(t[2], n // TYPES[t[2]][1], random.Random(a.seed * 7919 + len(t[0])))
             else:
                 data = tensor_bytes(t[0], a.seed, n, t[3], t[4], t[2])
             assert len(data) == size, t[0]
@@ -421,7 +446,7 @@ def main():
     for k in ("layers", "embd", "ff", "heads", "kv-heads", "head-dim"):
         ap.add_argument("--" + k, type=int)
     ap.add_argument("--recipe", default=None,
-                    choices=("q4_1", "q4_0", "q8_0", "q4_k_m", "f32", "f16"))
+                    choices=("q4_1", "q4_0", "q8_0", "q4_k_m", "f32", "f16", "like-src"))
     ap.add_argument("--arch", choices=tuple(ARCH_DEFAULTS))
     ap.add_argument("--rope-scaling")
     ap.add_argument("--llama3-rope", default="8:1:4:64")
@@ -438,7 +463,7 @@ def main():
         return
     if a.recipe is None:
         a.recipe = "f32" if a.arch else "q4_1"
-    if a.recipe in ("f32", "f16") or a.arch not in (None, "llama"):
+    if a.recipe in ("f32", "f16", "like-src") or a.arch not in (None, "llama"):
         return float_model(a, kvs)
     if a.head_dim or a.rope_scaling:
         sys.exit("--head-dim and --rope-scaling: with --recipe f32 or f16 only")
