@@ -27,6 +27,8 @@
 /* The backend new_engine makes engines on: the CPU, or (check_synth's
  * second pass, in a build with the emulated CUDA backend) CUDA. */
 static int32_t engine_backend = ENGINE_BACKEND_CPU;
+/* The context new_engine gives its engines; 0: the model's. */
+static int32_t case_n_ctx;
 
 static struct engine *new_engine(const struct model *m, uint32_t kv_type, int32_t n_tokens)
 {
@@ -36,6 +38,7 @@ static struct engine *new_engine(const struct model *m, uint32_t kv_type, int32_
 
 	engine_params_default(&ep);
 	ep.backend = engine_backend;
+	ep.n_ctx = case_n_ctx;
 	ep.kv_type = kv_type;
 	ep.kv_tokens = n_tokens;
 	if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
@@ -215,6 +218,9 @@ static int check_synth(void)
 		const char *file = json_object_get_string(
 			json_object_array_get_idx(json_object_object_get(c, "gguf_synth"), 2));
 		const int f16 = strcmp(json_object_get_string(json_object_object_get(c, "recipe")), "f16") == 0;
+		/* llama.cpp's context where the case names one (Phi-3's factors hang on it) */
+		json_object *nctx = json_object_object_get(c, "n_ctx");
+		case_n_ctx = nctx ? json_object_get_int(nctx) : 0;
 		struct model *m = NULL;
 
 		snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -253,6 +259,7 @@ static int check_synth(void)
 		engine_backend = ENGINE_BACKEND_CPU;
 #endif
 		model_free(m);
+		case_n_ctx = 0;
 	}
 	json_object_put(root);
 	return n_models;

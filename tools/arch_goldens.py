@@ -52,7 +52,14 @@ CASES = [
                                 "--seed", "1"]),
     ("llama-yarn-f32", SMOL, ["--arch", "llama", "--recipe", "f32", "--rope-scaling", "yarn:4:256",
                               "--seed", "1"]),
+    # Phi-3 128k's long factors (its context 4096 past the original 64)
+    ("phi3-longrope-f32", SMOL, ["--arch", "phi3", "--recipe", "f32", "--phi3-longrope", "64", "--seed", "4"]),
 ]
+# llama.cpp's context for a case (peer-golden -c; default: the prompt and its
+# tokens): Phi-3's factors depend on it
+PEER_CTX = {"phi3-longrope-f32": 4096}
+# cases tools/ref_f64.py does not model (no float64 check)
+NO_REF = {"phi3-longrope-f32"}
 
 N_PREDICT = 32
 
@@ -118,6 +125,8 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "gguf_synth.py"), os.path.join(a.models, src), dst]
                        + args, check=True, stdout=subprocess.DEVNULL)
         cmd = [a.peer, "-m", dst, "-n", str(N_PREDICT), "--kv", "f32", "-t", "2", "--model-name", name + ".gguf"]
+        if name in PEER_CTX:
+            cmd += ["-c", str(PEER_CTX[name])]
         for p in PROMPTS[src]:
             cmd += ["-p", p]
         res = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE).stdout)
@@ -136,7 +145,9 @@ def main():
             "kv": "f32",
             "results": results,
         })
-        if not a.no_ref:
+        if name in PEER_CTX:
+            cases[-1]["n_ctx"] = PEER_CTX[name]
+        if not a.no_ref and name not in NO_REF:
             cases[-1]["ref_f64"] = against_ref(dst, results)
         print(f"{name}: {cases[-1]['sha256']}, safe horizons {[r['safe_horizon'] for r in results]}, "
               f"{cases[-1].get('ref_f64')}", file=sys.stderr)

@@ -21,6 +21,7 @@ output).  Standard library only.
   gguf_synth.py SRC DST --recipe f32|f16|like-src [--arch ARCH] [--layers N] [--embd N]
                 [--ff N] [--heads N] [--kv-heads N] [--head-dim N] [--seed N]
                 [--rope-scaling linear:FACTOR|yarn:FACTOR:ORIG_CTX] [--window N]
+                [--phi3-longrope ORIG_CTX]
 
 A small model of architecture ARCH (llama, llama3, qwen2, qwen3, phi3,
 gemma3) whose tensor names, shapes and metadata keys are the ones llama.cpp's
@@ -50,7 +51,10 @@ arch's small defaults (see ARCH_DEFAULTS), not SRC's.  Per architecture:
           v), ffn_up of 2 * ff rows (gate rows first, then up: llama.cpp's
           swiglu takes silu of the first half), untied output,
           rope.scaling.original_context_length, attention.sliding_window 2047
-          (llama.cpp ignores phi3's window), no rope factors.
+          (llama.cpp ignores phi3's window), no rope factors; with
+          --phi3-longrope ORIG_CTX, rope_factors_long/short (Phi-3 128k's
+          per-pair divisors: the long ones where the context exceeds
+          ORIG_CTX) and the converter's rope.scaling.attn_factor.
   gemma3  attn_q_norm/attn_k_norm, post_attention_norm, post_ffw_norm (norm
           weights stored as llama.cpp's converter stores them, 1 + w: used as
           is), key_length/value_length, attention.sliding_window (--window,
@@ -297,9 +301,14 @@ def float_model(a, kvs):
         else:
             sys.exit("--rope-scaling: linear:FACTOR or yarn:FACTOR:ORIG_CTX")
         ctx = int(ctx * rs[1]) if rs[0] == "linear" else int(rs[2] * rs[1])
+    orig = ctx
+    if a.phi3_longrope:
+        if arch != "phi3":
+            sys.exit("--phi3-longrope: --arch phi3 only")
+        orig = a.phi3_longrope
     if arch == "phi3":
         out_kv += [kv_entry(P + "context_length", VT_U32, ctx),
-                   kv_entry(P + "rope.scaling.original_context_length", VT_U32, ctx),
+                   kv_entry(P + "rope.scaling.original_context_length", VT_U32, orig),
                    kv_entry(P + "embedding_length", VT_U32, d),
                    kv_entry(P + "feed_forward_length", VT_U32, ff),
                    kv_entry(P + "block_count", VT_U32, L),
@@ -310,6 +319,9 @@ def float_model(a, kvs):
                    kv_entry(P + "rope.freq_base", VT_F32, theta),
                    kv_entry("general.file_type", VT_U32, 1 if mm == "F16" else 0),
                    kv_entry(P + "attention.sliding_window", VT_U32, 2047)]
+        if a.phi3_longrope:  # the converter's attn factor for su/longrope
+            out_kv.append(kv_entry(P + "rope.scaling.attn_factor", VT_F32,
+                                   f32_round(math.sqrt(1 + math.log(ctx / orig) / math.log(orig)))))
     else:
         out_kv += [kv_entry(P + "block_count", VT_U32, L),
                    kv_entry(P + "context_length", VT_U32, ctx),
@@ -357,6 +369,11 @@ def float_model(a, kvs):
         t3 = [float(x) for x in a.llama3_rope.split(":")]
         tensors.append(("rope_freqs.weight", (hd // 2,), "F32",
                         llama3_rope_factors(theta, hd, t3[0], t3[1], t3[2], int(t3[3]))))
+    if a.phi3_longrope:  # Phi-3 128k's per-pair divisors: long ones past the original context
+        tensors.append(("rope_factors_long.weight", (hd // 2,), "F32",
+                        [f32_round(1.0 + 15.0 * i / max(1, hd // 2 - 1)) for i in range(hd // 2)]))
+        tensors.append(("rope_factors_short.weight", (hd // 2,), "F32",
+                        [f32_round(1.0 + 0.5 * i / max(1, hd // 2 - 1)) for i in range(hd // 2)]))
     tensors.append(("token_embd.weight", (d, n_vocab), mm, 0.0, W(d)))
     q, kvd = nh * hd, nkv * hd
     for i in range(L):
@@ -451,6 +468,7 @@ def main():
     ap.add_argument("--rope-scaling")
     ap.add_argument("--llama3-rope", default="8:1:4:64")
     ap.add_argument("--window", type=int, default=8)
+    ap.add_argument("--phi3-longrope", type=int, metavar="ORIG_CTX")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--head", action="store_true")
     a = ap.parse_args()

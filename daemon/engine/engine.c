@@ -26,6 +26,9 @@ struct engine {
 	struct backend *be;          /* owned */
 	struct kv_pool *kv;          /* owned */
 	int32_t n_ctx;               /* positions per sequence */
+	struct bk_rope *rope;        /* (n_layer) each layer's RoPE angles: the model's,
+	                                with Phi-3's long factors where n_ctx is past the
+	                                original context (as llama.cpp decides); owned */
 	/* Step scratch, (max_batch, width) floats each, in the backend's memory
 	 * (backend_alloc): device memory on CUDA. */
 	float *x;                    /* residual stream (T, n_embd) */
@@ -143,6 +146,7 @@ void engine_free(struct engine *e)
 			backend_release(e->be, bufs[i]);
 	}
 	backend_free(e->be);
+	free(e->rope);
 	free(e);
 }
 
@@ -183,12 +187,12 @@ static struct bk_weight norm_weight(const float *g, int32_t n)
 }
 
 /* Every tensor the ops read from M, norm and bias vectors as one-row F32
- * weights, into *RET (malloc'd, (4 + 16 * n_layer)); returns the count or
+ * weights, into *RET (malloc'd, (5 + 16 * n_layer)); returns the count or
  * -ENOMEM. */
 static int model_tensors(const struct model *m, struct bk_weight **ret)
 {
 	const struct model_hparams *hp = &m->hp;
-	struct bk_weight *w = malloc((4 + 16 * (size_t)hp->n_layer) * sizeof *w);
+	struct bk_weight *w = malloc((5 + 16 * (size_t)hp->n_layer) * sizeof *w);
 	int n = 0;
 
 	if (!w)
@@ -198,6 +202,8 @@ static int model_tensors(const struct model *m, struct bk_weight **ret)
 	w[n++] = norm_weight(m->output_norm, hp->n_embd);
 	if (hp->rope.freq_factors)
 		w[n++] = norm_weight(hp->rope.freq_factors, hp->n_rot / 2);
+	if (hp->rope_factors_long)
+		w[n++] = norm_weight(hp->rope_factors_long, hp->n_rot / 2);
 	for (int32_t l = 0; l < hp->n_layer; l++) {
 		const struct model_layer *L = &m->layers[l];
 		const int32_t dq = hp->n_head * hp->head_dim, dkv = hp->n_head_kv * hp->head_dim;
@@ -416,6 +422,13 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 	e->m = m;
 	e->p = *p;
 	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+	if (!(e->rope = calloc((size_t)hp->n_layer, sizeof *e->rope)))
+		goto nomem; /* engine_free takes the half-built engine */
+	for (int32_t l = 0; l < hp->n_layer; l++) {
+		e->rope[l] = m->layers[l].rope;
+		if (hp->rope_factors_long && e->n_ctx > hp->n_ctx_orig && !m->layers[l].window)
+			e->rope[l].freq_factors = hp->rope_factors_long;
+	}
 	if (p->backend == ENGINE_BACKEND_CUDA) {
 #ifdef LLMD_CUDA_BACKEND
 		r = cuda_backend_new(p->device, &p->cuda, &e->be, err, errlen);
@@ -616,8 +629,8 @@ static int forward(struct engine *e, const struct engine_batch *b, int32_t TK, f
 			OP(ENGINE_OP_QKV, ops->rmsnorm(be, e->k, L->k_norm, T * hp->n_head_kv, hp->head_dim,
 						       hp->rms_eps, e->k, NULL));
 		}
-		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, &L->rope, e->q, e->k,
-							    e->v));
+		OP(ENGINE_OP_ROPE_KV, backend_rope_kv_store(be, &e->kv->view, l, &rows, &attn, &e->rope[l], e->q,
+							    e->k, e->v));
 		OP(ENGINE_OP_ATTENTION, ops->attention(be, &e->kv->view, l, &rows, &attn, e->q, e->att, wo));
 		OP(ENGINE_OP_O, ops->matmul(be, &wo, 1, e->att, T, &e->xn));
 		if (L->attn_post_norm)

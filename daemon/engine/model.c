@@ -189,6 +189,7 @@ static int load_rope_scaling(struct model *m, char *err, size_t errlen)
 	if (gguf_find_key(m->gguf, key) >= 0 && gguf_get_f32(m->gguf, key, &log_mul) < 0)
 		return errbuf_fail(err, errlen, -EINVAL, "key %s: not a number", key);
 	rp->mscale = attn;
+	hp->n_ctx_orig = n_orig;
 #define IS(lit) (st.len == sizeof lit - 1 && memcmp(st.ptr, lit, st.len) == 0)
 	if (IS("none"))
 		return 0;
@@ -380,7 +381,7 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 	const int gemma = hp->arch_id == MODEL_ARCH_GEMMA3, phi3 = hp->arch_id == MODEL_ARCH_PHI3;
 	const int qk_norm = gemma || hp->arch_id == MODEL_ARCH_QWEN3;
 	/* every vector a layer may have: 4 norms of d, 2 of head_dim, 3 biases */
-	const size_t cap = (size_t)d + (size_t)hp->n_rot / 2 +
+	const size_t cap = (size_t)d + (size_t)hp->n_rot +
 			   (size_t)hp->n_layer * (size_t)(4 * d + 2 * hp->head_dim + dq + 2 * dkv);
 	char name[96];
 	int r;
@@ -397,9 +398,18 @@ static int load_weights(struct model *m, char *err, size_t errlen)
 	if ((r = bind_vec(m, "rope_freqs.weight", hp->n_rot / 2, 1, &hp->rope.freq_factors, cap, err,
 			  errlen)) < 0)
 		return r;
-	if (phi3 && gguf_find_tensor(m->gguf, "rope_factors_long.weight"))
-		return errbuf_fail(err, errlen, -ENOTSUP,
-				"tensor rope_factors_long.weight: Phi-3's long-context RoPE is not supported yet");
+	/* Phi-3 128k: short factors (as rope.freq_factors) and long ones, the
+	 * engine choosing by its context (engine_new) */
+	if (phi3 && gguf_find_tensor(m->gguf, "rope_factors_long.weight")) {
+		if (hp->rope.freq_factors)
+			return errbuf_fail(err, errlen, -EINVAL, "tensors rope_freqs and rope_factors_long: "
+					"one kind of RoPE factors only");
+		if ((r = bind_vec(m, "rope_factors_short.weight", hp->n_rot / 2, 0, &hp->rope.freq_factors, cap,
+				  err, errlen)) < 0 ||
+		    (r = bind_vec(m, "rope_factors_long.weight", hp->n_rot / 2, 0, &hp->rope_factors_long, cap,
+				  err, errlen)) < 0)
+			return r;
+	}
 	r = bind_weight(m, "output.weight", d, hp->n_vocab, &m->output, 1, err, errlen);
 	if (r < 0)
 		return r;

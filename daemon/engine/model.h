@@ -42,6 +42,10 @@ struct model_hparams {
 	float rope_base_swa;    /* the sliding-window layers' base (Gemma 3: 10000) */
 	struct bk_rope rope;    /* the global layers' RoPE angles: n_rot, style, base,
 	                           scaling (linear, YaRN) and frequency factors */
+	const float *rope_factors_long; /* (n_rot / 2) Phi-3's factors for contexts past
+	                           n_ctx_orig (rope.freq_factors then holds the short
+	                           ones), or NULL */
+	int32_t n_ctx_orig;     /* rope.scaling.original_context_length, else n_ctx_train */
 	float rms_eps;
 	enum bk_rope_style rope_style;
 	enum bk_act act;        /* the FFN's gated activation */
