@@ -15,6 +15,8 @@
 
 int quant_avx2_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 		    const void *a, size_t lda, int na, float *c, size_t ldc);
+/* VNNI: nonzero to use vpdpbusd; the K-quants need it and more than four
+ * activation rows (-ENOTSUP otherwise). */
 int quant_avx512_gemm(uint32_t type, int64_t n, const void *w, size_t ldw, int nw,
 		      const void *a, size_t lda, int na, float *c, size_t ldc, int vnni);
 int quant_avx2_quantize_row(uint32_t vec_type, const float *src, void *dst, int64_t n);

@@ -682,6 +682,12 @@ static void test_gemm_type(uint32_t type, int64_t n, const int rows)
 					}
 		}
 	}
+	/* AVX-512 reads every type from the file's blocks: no packed copy */
+	if (quant_isa_best() >= QUANT_ISA_AVX512) {
+		struct quant_packed *pk = NULL;
+		quant_set_isa(quant_isa_best());
+		CHECK(quant_pack(type, n, w, ldw, rows, &pk) == -ENOTSUP && !pk);
+	}
 	/* packed weights (AVX2's layout): the same bits through every kernel
 	 * and every row range, and through the fallback once the ISA changes */
 	if (quant_isa_best() >= QUANT_ISA_AVX2) {
@@ -733,6 +739,55 @@ out:
 	free(c);
 }
 
+/* TYPE's N-wide ROWS rows cut as the CPU backend cuts a matmul among its
+ * threads (contiguous row ranges of any size, each its own quant_gemm) and
+ * against every activation row count the kernels treat apart (up to four
+ * rows straight from the blocks, more repacked, in tiles of four with a
+ * ragged last): every part gives the scalar bits on every ISA. */
+static void test_gemm_splits(uint32_t type, int64_t n, const int rows)
+{
+	enum { NA = 13 };
+	static const int counts[] = { 1, 2, 3, 4, 5, 8, 13 };
+	size_t ldw = qtype_row_bytes(type, n), lda = vec_row_bytes(type, n);
+	uint8_t *w = malloc(ldw * rows), *a = malloc(lda * NA);
+	float *want = malloc(sizeof(float) * rows * NA), *c = malloc(sizeof(float) * rows * NA);
+
+	fill_weights(type, w, ldw, rows, n);
+	fill_acts(type, a, lda, NA, n);
+	quant_set_isa(QUANT_ISA_SCALAR);
+	quant_gemm(type, n, w, ldw, rows, a, lda, NA, want, rows);
+	for (int isa = 1; isa < n_isas(); isa++) {
+		quant_set_isa((enum quant_isa)isa);
+		for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+			const int na = counts[k], j0 = NA - na;
+			for (int parts = 1; parts <= 7; parts++) {
+				for (int p = 0; p < parts; p++) {
+					int r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
+					if (r1 > r0)
+						quant_gemm(type, n, w + (size_t)r0 * ldw, ldw, r1 - r0, a + (size_t)j0 * lda,
+							   lda, na, c + r0, rows);
+				}
+				for (int j = 0; j < na; j++)
+					for (int i = 0; i < rows; i++)
+						if (c[j * rows + i] != want[(j0 + j) * rows + i]) {
+							fprintf(stderr, "%s n=%lld x %d on %s, %d rows in %d parts: c[%d][%d] = %.9g, "
+								"scalar %.9g\n", qtype_get(type)->name, (long long)n, rows,
+								quant_isa_name((enum quant_isa)isa), na, parts, j0 + j, i,
+								c[j * rows + i], want[(j0 + j) * rows + i]);
+							CHECK(0);
+							goto out;
+						}
+			}
+		}
+	}
+out:
+	quant_set_isa(quant_isa_best());
+	free(w);
+	free(a);
+	free(want);
+	free(c);
+}
+
 static void test_gemm(void)
 {
 	/* 576, 960 and 1536 are SmolLM2's (AVX2 has kernels compiled for
@@ -753,9 +808,18 @@ static void test_gemm(void)
 		/* AVX2 takes packed rows against many activation rows in strips
 		 * of up to 128 KiB: 300 rows are several strips and a ragged
 		 * last one, in the 1536-wide kernel and the general one */
-		if (type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q8_0) {
+		if (type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q5_0 || type == QT_Q5_1 || type == QT_Q8_0) {
 			test_gemm_type(type, 1536, 300);
 			test_gemm_type(type, 4096, 300);
+		}
+		/* Gemma 3 270M's shapes: 640 (a whole group of 16 and a quad),
+		 * 1024 and 2048 (whole groups, four and eight super-blocks) */
+		if (qtype_get(type)->blck == QK) {
+			test_gemm_splits(type, 640, 45);
+			test_gemm_splits(type, 2048, 23);
+		} else if (qtype_get(type)->blck == QK_K) {
+			test_gemm_splits(type, 1024, 45);
+			test_gemm_splits(type, 2048, 23);
 		}
 	}
 }
@@ -789,6 +853,70 @@ static void test_gemm_q8_0_extremes(void)
 		quant_set_isa((enum quant_isa)isa);
 		quant_gemm(QT_Q8_0, N, w, sizeof w[0], 2, a, sizeof(struct block_q8_0) * N / 32, 2, got, 2);
 		CHECK(memcmp(got, want, sizeof want) == 0);
+	}
+	quant_set_isa(quant_isa_best());
+}
+
+/* K-quant codes and scales at their largest (Q6_K's scales at both ends)
+ * against activation codes of +127, of -128 (which quantize_row never
+ * writes, other tools might) and alternating: the integer sums at their
+ * widest (a Q4_K group's 16 products at the edge of int16), every ISA
+ * and both AVX-512 paths (one row from the blocks, eight repacked) agree
+ * with the scalar code. */
+static void test_gemm_k_extremes(void)
+{
+	enum { N = 2 * QK_K, NW = 3, NA = 8 };
+	static const uint32_t types[] = { QT_Q4_K, QT_Q5_K, QT_Q6_K };
+	struct block_q8_k a[NA][N / QK_K];
+
+	memset(a, 0, sizeof a);
+	for (int j = 0; j < NA; j++)
+		for (int b = 0; b < N / QK_K; b++) {
+			a[j][b].d = 1.0f / (1 + j);
+			for (int e = 0; e < QK_K; e++)
+				a[j][b].qs[e] = (int8_t)(j % 3 == 0 ? 127 : j % 3 == 1 ? -128 : (e + b) % 2 ? 127 : -128);
+			for (int g = 0; g < QK_K / 16; g++) {
+				int sum = 0;
+				for (int l = 0; l < 16; l++)
+					sum += a[j][b].qs[16 * g + l];
+				a[j][b].bsums[g] = (int16_t)sum;
+			}
+		}
+	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+		uint32_t type = types[t];
+		size_t ldw = qtype_row_bytes(type, N);
+		uint8_t *w = malloc(ldw * NW);
+		float want[NA * NW], got[NA * NW];
+		memset(w, 0xff, ldw * NW);
+		for (int i = 0; i < NW; i++)
+			for (int b = 0; b < N / QK_K; b++) {
+				uint8_t *blk = w + (size_t)i * ldw + (size_t)b * qtype_get(type)->bytes;
+				uint16_t one = 0x3c00;
+				if (type == QT_Q6_K) {
+					memset(blk + 192, i == 0 ? 127 : i == 1 ? 0x80 : 0xff, 16);
+					memcpy(blk + 208, &one, 2);
+				} else {
+					memcpy(blk, &one, 2);
+					memcpy(blk + 2, &one, 2);
+				}
+			}
+		quant_set_isa(QUANT_ISA_SCALAR);
+		quant_gemm(type, N, w, ldw, NW, a, sizeof a[0], NA, want, NW);
+		for (int isa = 1; isa < n_isas(); isa++) {
+			quant_set_isa((enum quant_isa)isa);
+			for (int na = 1; na <= NA; na += NA - 1) {
+				quant_gemm(type, N, w, ldw, NW, a[NA - na], sizeof a[0], na, got, NW);
+				for (int k = 0; k < na * NW; k++)
+					if (memcmp(&got[k], &want[(NA - na) * NW + k], 4)) {
+						fprintf(stderr, "%s extremes on %s, %d rows: c[%d] = %.9g, scalar %.9g\n",
+							qtype_get(type)->name, quant_isa_name((enum quant_isa)isa), na, k, got[k],
+							want[(NA - na) * NW + k]);
+						CHECK(0);
+						break;
+					}
+			}
+		}
+		free(w);
 	}
 	quant_set_isa(quant_isa_best());
 }
@@ -1107,6 +1235,7 @@ int main(void)
 	test_isa();
 	test_gemm();
 	test_gemm_q8_0_extremes();
+	test_gemm_k_extremes();
 	test_gemm_bounds();
 	return test_result();
 }
