@@ -23,6 +23,7 @@ done
 python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 # jinja2: tests/jinja_compare.py checks our chat templates' rendering against it
 python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$missing python3-jinja2"
+python3 -c 'import jsonschema' >/dev/null 2>&1 || missing="$missing python3-jsonschema" # tests/jschema_check.py
 if [ -n "$missing" ]; then
 	echo "setup: installing$missing"
 	sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
