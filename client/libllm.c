@@ -972,16 +972,39 @@ static int check_request(struct llm *h, const struct llm_request *r, uint64_t *r
 	return 0;
 }
 
+/* G's kind and text, for either protocol: 0 or -EINVAL. */
+static int check_grammar(struct llm *h, const struct llm_grammar *g)
+{
+	if (!g)
+		return 0;
+	if (g->kind < LLM_GRAMMAR_GBNF || g->kind > LLM_GRAMMAR_JSON || (g->flags & ~LLM_GRAMMAR_STRICT)) {
+		set_err(h, "unknown grammar kind %d or flags 0x%x", (int)g->kind, g->flags);
+		return -EINVAL;
+	}
+	if ((g->kind == LLM_GRAMMAR_JSON) != !g->text || (g->text && !g->text[0])) {
+		set_err(h, "%s", g->kind == LLM_GRAMMAR_JSON ? "LLM_GRAMMAR_JSON takes no text" :
+							 "the grammar's text is empty");
+		return -EINVAL;
+	}
+	if (g->text && strlen(g->text) > PROTO_MAX_GRAMMAR) {
+		set_err(h, "the grammar is %zu bytes, over the limit of %u", strlen(g->text),
+			PROTO_MAX_GRAMMAR);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* llm_submit over HTTP: checked as for the daemon, then one transfer. */
-static int submit_http(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
+static int submit_http(struct llm *h, const struct llm_request *r, const struct llm_grammar *g,
+		       uint64_t *ret_id)
 {
 	char msg[PROTO_MAX_ERRMSG + 1];
 	uint64_t bytes;
 	int rc;
 
 	pthread_mutex_lock(&h->lock);
-	if ((rc = check_request(h, r, &bytes)) == 0) {
-		if ((rc = llm_http_submit(h->http, r, h->last_id + 1, msg, sizeof msg)) < 0)
+	if ((rc = check_request(h, r, &bytes)) == 0 && (rc = check_grammar(h, g)) == 0) {
+		if ((rc = llm_http_submit(h->http, r, g, h->last_id + 1, msg, sizeof msg)) < 0)
 			set_err(h, "%s", msg);
 		else
 			*ret_id = ++h->last_id;
@@ -991,6 +1014,12 @@ static int submit_http(struct llm *h, const struct llm_request *r, uint64_t *ret
 }
 
 int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
+{
+	return llm_submit_grammar(h, r, NULL, ret_id);
+}
+
+int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct llm_grammar *g,
+		       uint64_t *ret_id)
 {
 	struct proto_str stops[PROTO_MAX_STOPS];
 	struct proto_message *msgs = NULL;
@@ -1003,9 +1032,11 @@ int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
 	if (!h || !r)
 		return -EINVAL;
 	if (h->http)
-		return submit_http(h, r, ret_id);
+		return submit_http(h, r, g, ret_id);
 	pthread_mutex_lock(&h->lock);
 	rc = check_request(h, r, &prompt_bytes);
+	if (rc == 0)
+		rc = check_grammar(h, g);
 	if (rc < 0)
 		goto out;
 	if (h->fatal || h->sock_done || h->conn_code) {
@@ -1072,6 +1103,15 @@ int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
 	}
 	s.n_stops = (uint32_t)r->n_stops;
 	s.stops = stops;
+	if (g) {
+		s.flags |= PROTO_SUBMIT_GRAMMAR;
+		s.grammar_kind = g->kind == LLM_GRAMMAR_GBNF ? PROTO_GRAMMAR_GBNF :
+				 g->kind == LLM_GRAMMAR_JSON_SCHEMA ? PROTO_GRAMMAR_JSON_SCHEMA :
+								      PROTO_GRAMMAR_JSON_OBJECT;
+		s.grammar_flags = g->flags & LLM_GRAMMAR_STRICT ? PROTO_GRAMMAR_STRICT : 0;
+		s.grammar = (struct proto_str){ g->text, g->text ? (uint32_t)strlen(g->text) : 0 };
+		size += 12 + s.grammar.len;
+	}
 	if (size > PROTO_MAX_FRAME) {
 		set_err(h, "the request takes %llu bytes; a frame holds at most %u",
 			(unsigned long long)size, PROTO_MAX_FRAME);

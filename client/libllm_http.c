@@ -369,7 +369,38 @@ static void xfer_done(struct xfer *x, CURLcode cr)
 	xfer_free(x);
 }
 
-static char *request_body(struct llm_http *hh, const struct llm_request *r)
+/* G as the body's response_format (JSON, a schema) or "grammar" (GBNF):
+ * 0, or -EINVAL when a schema's text is not JSON. */
+static int add_grammar(json_object *o, const struct llm_grammar *g)
+{
+	json_object *rf, *js, *schema;
+
+	if (!g)
+		return 0;
+	if (g->kind == LLM_GRAMMAR_GBNF) {
+		json_object_object_add(o, "grammar", json_object_new_string(g->text));
+		return 0;
+	}
+	rf = json_object_new_object();
+	if (g->kind == LLM_GRAMMAR_JSON) {
+		json_object_object_add(rf, "type", json_object_new_string("json_object"));
+	} else {
+		if (!(schema = json_tokener_parse(g->text))) {
+			json_object_put(rf);
+			return -EINVAL;
+		}
+		js = json_object_new_object();
+		json_object_object_add(js, "name", json_object_new_string("output"));
+		json_object_object_add(js, "schema", schema);
+		json_object_object_add(js, "strict", json_object_new_boolean(!!(g->flags & LLM_GRAMMAR_STRICT)));
+		json_object_object_add(rf, "type", json_object_new_string("json_schema"));
+		json_object_object_add(rf, "json_schema", js);
+	}
+	json_object_object_add(o, "response_format", rf);
+	return 0;
+}
+
+static char *request_body(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g)
 {
 	json_object *o = json_object_new_object(), *so = json_object_new_object();
 	char *s;
@@ -420,6 +451,11 @@ static char *request_body(struct llm_http *hh, const struct llm_request *r)
 		json_object_object_add(o, "stop", st);
 	}
 	json_object_object_add(o, "stream", json_object_new_boolean(1));
+	if (add_grammar(o, g) < 0) {
+		json_object_put(o);
+		json_object_put(so);
+		return NULL;
+	}
 	json_object_object_add(so, "include_usage", json_object_new_boolean(1));
 	json_object_object_add(o, "stream_options", so);
 	json_object_object_add(o, "return_token_ids", json_object_new_boolean(1));
@@ -450,12 +486,21 @@ static CURL *easy_for(struct llm_http *hh, const char *path, struct curl_slist *
 	return e;
 }
 
-int llm_http_submit(struct llm_http *hh, const struct llm_request *r, uint64_t id, char *msg,
-		    size_t msglen)
+int llm_http_submit(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g,
+		    uint64_t id, char *msg, size_t msglen)
 {
-	struct xfer *x = calloc(1, sizeof *x);
+	struct xfer *x;
 
-	if (!x || !(x->body = request_body(hh, r)) ||
+	if (g && g->kind == LLM_GRAMMAR_JSON_SCHEMA) {
+		json_object *schema = json_tokener_parse(g->text);
+		if (!schema) {
+			set_msg(msg, msglen, "the JSON schema is not JSON");
+			return -EINVAL;
+		}
+		json_object_put(schema);
+	}
+	x = calloc(1, sizeof *x);
+	if (!x || !(x->body = request_body(hh, r, g)) ||
 	    !(x->e = easy_for(hh, r->messages ? "/chat/completions" : "/completions", &x->hd)) || !x->hd) {
 		free(x ? x->body : NULL);
 		if (x && x->e)

@@ -112,6 +112,32 @@ void llm_request_init(struct llm_request *r);
  * with LLM_FINISH_ERROR. */
 int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id);
 
+/* What may constrain a request's output (structured output). */
+enum llm_grammar_kind {
+	LLM_GRAMMAR_GBNF = 1,        /* TEXT is a GBNF grammar (llama.cpp's syntax),
+	                                start rule "root" */
+	LLM_GRAMMAR_JSON_SCHEMA = 2, /* TEXT is a JSON Schema document: the output is
+	                                JSON that it accepts */
+	LLM_GRAMMAR_JSON = 3,        /* any JSON object; TEXT is NULL */
+};
+#define LLM_GRAMMAR_STRICT 1u    /* JSON_SCHEMA: OpenAI's strict mode (an object
+                                    without additionalProperties allows none) */
+
+struct llm_grammar {
+	enum llm_grammar_kind kind;
+	unsigned flags;            /* LLM_GRAMMAR_STRICT or 0 */
+	const char *text;          /* NUL-terminated; NULL with LLM_GRAMMAR_JSON */
+};
+
+/* llm_submit with the output constrained by G (NULL: unconstrained): each
+ * token is drawn from those the grammar allows, and the request stops when
+ * the text is complete.  A grammar or schema that does not compile is
+ * refused by the daemon (an LLM_EV_DONE with LLM_FINISH_ERROR naming the
+ * place); a text left incomplete by max_tokens ends with LLM_FINISH_LENGTH
+ * and a message saying so.  Since LIBLLM_1.1. */
+int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct llm_grammar *g,
+		       uint64_t *ret_id);
+
 /* Asks the daemon to cancel request ID; its LLM_EV_DONE event (finish
  * LLM_FINISH_CANCELLED, unless it ended first) follows.  0, -ENOENT for an
  * id not live on this handle, or another negative errno. */

@@ -542,6 +542,86 @@ static int parse_common(struct llmd *d, struct http_req *hr, json_object *body, 
 	return 0;
 }
 
+/* What constrains the output: OpenAI's response_format (text, json_object,
+ * json_schema with its schema and strict), or llama-server's extensions, a
+ * GBNF "grammar" or a top-level "json_schema".  The schema goes on as text
+ * (json-c's, valid while BODY lives); its compile errors come back from
+ * server_make_request. */
+static int parse_format(json_object *body, struct proto_submit *s, struct params_err *pe)
+{
+	json_object *rf = field(body, "response_format"), *g = field(body, "grammar"),
+		    *js = field(body, "json_schema"), *schema = NULL, *v;
+	int given = (rf != NULL) + (g != NULL) + (js != NULL), strict = 0;
+	const char *type;
+
+	if (given > 1)
+		return bad(pe, rf ? "response_format" : "grammar",
+			   "give one of response_format, grammar and json_schema");
+	if (g) {
+		if (!json_object_is_type(g, json_type_string) || json_object_get_string_len(g) == 0)
+			return bad(pe, "grammar", "grammar must be GBNF text");
+		s->grammar_kind = PROTO_GRAMMAR_GBNF;
+		s->grammar = pstr(g);
+	} else if (js) {
+		schema = js;
+	} else if (rf) {
+		if (!json_object_is_type(rf, json_type_object) ||
+		    !(v = field(rf, "type")) || !json_object_is_type(v, json_type_string))
+			return bad(pe, "response_format", "response_format must be an object with a type");
+		type = json_object_get_string(v);
+		if (!strcmp(type, "text"))
+			return 0;
+		if (!strcmp(type, "json_object")) {
+			/* llama-server's form: a schema right in response_format */
+			if ((schema = field(rf, "schema")))
+				goto schema;
+			s->grammar_kind = PROTO_GRAMMAR_JSON_OBJECT;
+		} else if (!strcmp(type, "json_schema")) {
+			json_object *o = field(rf, "json_schema");
+			if (!o || !json_object_is_type(o, json_type_object))
+				return bad(pe, "response_format",
+					   "response_format.json_schema must be an object with a schema");
+			if (!(v = field(o, "name")) || !json_object_is_type(v, json_type_string))
+				return bad(pe, "response_format", "response_format.json_schema.name must be "
+					   "a string");
+			if ((v = field(o, "strict"))) {
+				if (!json_object_is_type(v, json_type_boolean))
+					return bad(pe, "response_format",
+						   "response_format.json_schema.strict must be a boolean");
+				strict = json_object_get_boolean(v);
+			}
+			if (!(schema = field(o, "schema"))) /* OpenAI: no schema, any JSON */
+				s->grammar_kind = PROTO_GRAMMAR_JSON_OBJECT;
+		} else {
+			return bad(pe, "response_format", "response_format.type '%s' is not text, "
+				   "json_object or json_schema", type);
+		}
+	} else {
+		return 0;
+	}
+schema:
+	if (schema) {
+		size_t len;
+		const char *txt;
+		if (!json_object_is_type(schema, json_type_object) &&
+		    !json_object_is_type(schema, json_type_boolean))
+			return bad(pe, js ? "json_schema" : "response_format",
+				   "the JSON schema must be an object (or a boolean)");
+		txt = json_object_to_json_string_length(schema, JSON_C_TO_STRING_PLAIN, &len);
+		if (!txt)
+			return bad(pe, js ? "json_schema" : "response_format", "out of memory");
+		s->grammar_kind = PROTO_GRAMMAR_JSON_SCHEMA;
+		s->grammar = (struct proto_str){ txt, (uint32_t)len };
+		s->grammar_flags = strict ? PROTO_GRAMMAR_STRICT : 0;
+	}
+	if (s->grammar.len > PROTO_MAX_GRAMMAR)
+		return bad(pe, g ? "grammar" : js ? "json_schema" : "response_format",
+			   "the %s is %u bytes, over the limit of %u", g ? "grammar" : "schema",
+			   s->grammar.len, PROTO_MAX_GRAMMAR);
+	s->flags |= PROTO_SUBMIT_GRAMMAR;
+	return 0;
+}
+
 /* ---- the model ---- */
 
 static int model_known(struct llmd *d, const char *name)
@@ -750,7 +830,7 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	hr->chat = chat;
 	hr->wake_fd = -1;
 	hr->created = (int64_t)time(NULL);
-	if (parse_common(d, hr, body, &s, stops, &pe) < 0 ||
+	if (parse_common(d, hr, body, &s, stops, &pe) < 0 || parse_format(body, &s, &pe) < 0 ||
 	    (chat ? parse_messages(body, keep, &s, msgs, &pe) : parse_prompt(body, &s, &pe)) < 0) {
 		reply_error(d, req, 400, pe.param[0] ? pe.param : NULL, NULL, "%s", pe.msg);
 		goto out;

@@ -33,6 +33,8 @@ struct llmd {
 	int n_overrides;
 	struct model *model;         /* immutable after load: every thread reads it */
 	struct worker *worker;       /* the engine thread */
+	struct constrain *constrain; /* compiled grammars for structured output; event-loop
+	                                thread (freed after the worker) */
 	const char *backend;         /* "cpu" */
 	int32_t n_threads;           /* CPU threads the engine uses */
 	struct event_base *base;

@@ -28,6 +28,7 @@
 #include "admin.h"
 #include "clock.h"
 #include "conf.h"
+#include "constrain.h"
 #include "conn.h"
 #include "engine.h"
 #include "http.h"
@@ -541,6 +542,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	sigbus_watch(d->model);
+	if (constrain_new(d->model->tok, &d->constrain) < 0) {
+		log_msg(LOG_ERR, "out of memory");
+		goto out;
+	}
 	if (worker_new(d->model, &ep, &sp, &d->worker, err, sizeof err) < 0) {
 		log_msg(LOG_ERR, "cannot start the engine for %s: %s", d->cfg.model_path, err);
 		goto out;
@@ -610,6 +615,7 @@ out:
 	server_stop_listening(d);
 	server_close_all(d);
 	worker_free(d->worker);
+	constrain_free(d->constrain); /* after every request that used it */
 	for (int i = 0; i < 4; i++)
 		if (d->ev_sig[i])
 			event_free(d->ev_sig[i]);

@@ -24,6 +24,7 @@
 #include "admin.h"
 #include "chat.h"
 #include "clock.h"
+#include "constrain.h"
 #include "engine.h"
 #include "log.h"
 #include "model.h"
@@ -427,14 +428,29 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 			return PROTO_E_INVAL;
 	if ((len = prompt_text(d, s, &text, &code, msg, msglen)) < 0)
 		return code;
+	if (s->flags & PROTO_SUBMIT_GRAMMAR) {
+		r = calloc(1, sizeof *r);
+		if (!r) {
+			snprintf(msg, msglen, "out of memory");
+			goto fail;
+		}
+		int rc = constrain_start(d->constrain, (enum constrain_kind)s->grammar_kind,
+					 s->grammar_flags & PROTO_GRAMMAR_STRICT ? CONSTRAIN_STRICT : 0,
+					 s->grammar.p, s->grammar.len, &r->grammar, msg, msglen);
+		if (rc < 0) {
+			code = rc == -ENOMEM ? PROTO_E_INTERNAL : rc == -E2BIG ? PROTO_E_TOOBIG : PROTO_E_INVAL;
+			goto fail;
+		}
+	}
 
 	code = PROTO_E_INTERNAL;
 	snprintf(msg, msglen, "out of memory");
 	limit_tok = d->cfg.prompt_tokens ? d->cfg.prompt_tokens : engine_n_ctx(e) - 1;
 	if (limit_tok > engine_n_ctx(e) - 1)
 		limit_tok = engine_n_ctx(e) - 1;
-	r = calloc(1, sizeof *r);
-	if (!r || !(r->prompt = malloc((size_t)(limit_tok + 1) * sizeof *r->prompt)))
+	if (!r && !(r = calloc(1, sizeof *r)))
+		goto fail;
+	if (!(r->prompt = malloc((size_t)(limit_tok + 1) * sizeof *r->prompt)))
 		goto fail;
 	n = tokenizer_encode(m->tok, text, (size_t)len, tokenizer_add_bos(m->tok), 1, r->prompt,
 			     limit_tok + 1);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "constrain.h"
 #include "model.h"
 #include "proto.h"
 #include "ring.h"
@@ -157,6 +158,7 @@ void worker_req_free(struct worker_req *r)
 	for (int i = 0; i < r->n_stops; i++)
 		free(r->stops[i]);
 	free(r->stops);
+	constrain_req_free(r->grammar);
 	free(r);
 }
 
@@ -516,7 +518,7 @@ static void on_event(void *ctx, const struct sched_event *ev)
 	}
 	write_final(w, q->conn, q->r->client_id, fin[ev->finish],
 		    ev->finish == SCHED_FIN_ERROR ? finish_code(ev) : 0,
-		    ev->finish == SCHED_FIN_ERROR ? ev->message : q->r->notice, &ev->usage);
+		    ev->finish == SCHED_FIN_ERROR || ev->message ? ev->message : q->r->notice, &ev->usage);
 	wreq_end(w, q);
 }
 
@@ -564,7 +566,8 @@ static void do_submit(struct worker *w, struct worker_req *r)
 					    .max_tokens = r->max_tokens, .sampling = r->sampling,
 					    .stops = stops, .n_stops = r->n_stops,
 					    .ignore_eos = r->ignore_eos, .logprobs = r->logprobs,
-					    .top_logprobs = r->top_logprobs };
+					    .top_logprobs = r->top_logprobs,
+					    .grammar = r->grammar ? constrain_req_state(r->grammar) : NULL };
 		q->sid = sr.id = slot | (uint64_t)++w->slot_gen[slot] << 32;
 		rc = sched_submit(w->s, &sr);
 	}

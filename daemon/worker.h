@@ -21,6 +21,7 @@
 #include "sampler.h"
 #include "sched.h"
 
+struct constrain_req;
 struct model;
 struct ring;
 struct worker;
@@ -41,6 +42,8 @@ struct worker_req {
 	int n_stops;
 	int ignore_eos, logprobs;
 	int32_t top_logprobs;        /* alternatives with each token (<= PROTO_MAX_TOP_LOGPROBS) */
+	struct constrain_req *grammar; /* what constrains the output, or NULL; owned
+	                                  (freed with the request, on the engine thread) */
 	char notice[96];             /* for the client in the FINAL record (a clamped
 	                                priority); "" when none */
 };

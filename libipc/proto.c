@@ -389,6 +389,15 @@ static int submit_ok(const struct proto_submit *m)
 	for (uint32_t i = 0; i < m->n_stops; i++)
 		if (!str_ok(m->stops[i], 1, PROTO_MAX_STOP_LEN))
 			return 0;
+	if (m->flags & PROTO_SUBMIT_GRAMMAR) {
+		if (m->grammar_kind < PROTO_GRAMMAR_GBNF || m->grammar_kind > PROTO_GRAMMAR_JSON_OBJECT ||
+		    (m->grammar_flags & ~PROTO_GRAMMAR_STRICT) ||
+		    !str_ok(m->grammar, m->grammar_kind != PROTO_GRAMMAR_JSON_OBJECT,
+			    m->grammar_kind == PROTO_GRAMMAR_JSON_OBJECT ? 0 : PROTO_MAX_GRAMMAR))
+			return 0;
+	} else if (m->grammar_kind || m->grammar_flags || m->grammar.len) {
+		return 0;
+	}
 	if (!(m->flags & PROTO_SUBMIT_CHAT))
 		return m->n_messages == 0 && str_ok(m->prompt, 0, UINT32_MAX);
 	/* A chat request carries no prompt: one given would be lost. */
@@ -418,6 +427,8 @@ ssize_t proto_encode_submit(uint8_t *buf, size_t cap, const struct proto_submit 
 		len += str_size(m->prompt);
 	for (uint32_t i = 0; i < m->n_stops; i++)
 		len += str_size(m->stops[i]);
+	if (m->flags & PROTO_SUBMIT_GRAMMAR)
+		len += 8 + str_size(m->grammar);
 	r = frame_begin(&w, buf, cap, PROTO_SUBMIT, len);
 	if (r < 0)
 		return r;
@@ -447,6 +458,11 @@ ssize_t proto_encode_submit(uint8_t *buf, size_t cap, const struct proto_submit 
 	}
 	for (uint32_t i = 0; i < m->n_stops; i++)
 		wr_str(&w, m->stops[i]);
+	if (m->flags & PROTO_SUBMIT_GRAMMAR) {
+		wr_u32(&w, m->grammar_kind);
+		wr_u32(&w, m->grammar_flags);
+		wr_str(&w, m->grammar);
+	}
 	return (ssize_t)w.off;
 }
 
@@ -491,6 +507,13 @@ int proto_decode_submit(const struct proto_frame *f, struct proto_submit_buf *bu
 	}
 	for (uint32_t i = 0; i < m.n_stops && !r.bad; i++)
 		buf->stops[i] = rd_str(&r);
+	m.grammar_kind = m.grammar_flags = 0;
+	m.grammar = (struct proto_str){ NULL, 0 };
+	if (m.flags & PROTO_SUBMIT_GRAMMAR) {
+		m.grammar_kind = rd_u32(&r);
+		m.grammar_flags = rd_u32(&r);
+		m.grammar = rd_str(&r);
+	}
 	if (rd_end(&r) < 0 || !submit_ok(&m))
 		return -EBADMSG;
 	*ret = m;

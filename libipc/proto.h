@@ -23,6 +23,9 @@
  *               daemon shared with the client: each signal is 8 bytes, so a
  *               client that reads it as an eventfd's counter still works,
  *               and the version stays 1.
+ *               Since 2026-11-28 SUBMIT may carry a grammar
+ *               (PROTO_SUBMIT_GRAMMAR): a flag older daemons refuse as a
+ *               malformed frame, and a frame without it is unchanged.
  */
 #ifndef LLMD_PROTO_H
 #define LLMD_PROTO_H
@@ -135,8 +138,21 @@ enum proto_submit_flags {
 	PROTO_SUBMIT_LOGPROBS = 1u << 1,   /* fill each TOKEN record's logprob */
 	PROTO_SUBMIT_IGNORE_EOS = 1u << 2, /* generate past end-of-generation tokens */
 	PROTO_SUBMIT_SEED = 1u << 3,       /* SEED is given; else the daemon picks one */
-	PROTO_SUBMIT__ALL = 0xf,
+	PROTO_SUBMIT_GRAMMAR = 1u << 4,    /* the output is constrained: GRAMMAR_KIND,
+	                                      GRAMMAR_FLAGS and GRAMMAR follow the stops */
+	PROTO_SUBMIT__ALL = 0x1f,
 };
+
+/* What constrains a PROTO_SUBMIT_GRAMMAR request's output. */
+enum proto_grammar_kind {
+	PROTO_GRAMMAR_GBNF = 1,        /* GRAMMAR is GBNF text (llama.cpp's syntax),
+	                                  start rule "root" */
+	PROTO_GRAMMAR_JSON_SCHEMA = 2, /* GRAMMAR is a JSON Schema document */
+	PROTO_GRAMMAR_JSON_OBJECT = 3, /* any JSON object; GRAMMAR is empty */
+};
+#define PROTO_GRAMMAR_STRICT 1u          /* JSON_SCHEMA: OpenAI's strict mode (no
+                                            properties beyond the schema's) */
+#define PROTO_MAX_GRAMMAR (512u << 10)   /* bytes of GRAMMAR */
 
 enum proto_role {
 	PROTO_ROLE_SYSTEM = 1,
@@ -155,7 +171,9 @@ struct proto_message {
  *   i32 repeat_last_n, f32 presence_penalty, f32 frequency_penalty,
  *   u32 n_stops, u64 seed, u32 n_messages, u32 top_logprobs
  * then, with PROTO_SUBMIT_CHAT, N_MESSAGES x (u32 role, str content), else
- * one str prompt (and n_messages 0); then N_STOPS x str. */
+ * one str prompt (and n_messages 0); then N_STOPS x str; then, with
+ * PROTO_SUBMIT_GRAMMAR only, u32 grammar_kind, u32 grammar_flags, str
+ * grammar. */
 struct proto_submit {
 	uint64_t id;               /* the client's id for this request, != 0, unique while live */
 	uint32_t flags;            /* enum proto_submit_flags */
@@ -177,6 +195,10 @@ struct proto_submit {
 	const struct proto_str *stops; /* (n_stops) each 1..PROTO_MAX_STOP_LEN bytes */
 	uint32_t top_logprobs;     /* with PROTO_SUBMIT_LOGPROBS: this many most likely tokens
 	                              with each TOKEN (<= PROTO_MAX_TOP_LOGPROBS) */
+	uint32_t grammar_kind;     /* with PROTO_SUBMIT_GRAMMAR: enum proto_grammar_kind */
+	uint32_t grammar_flags;    /* PROTO_GRAMMAR_STRICT or 0 */
+	struct proto_str grammar;  /* <= PROTO_MAX_GRAMMAR bytes; empty for JSON_OBJECT,
+	                              not empty for the others */
 };
 
 /* Storage for a decoded SUBMIT's arrays (the strings still point into the frame). */

@@ -294,6 +294,99 @@ def test_errors(d):
     check(d.raw("GET", "/health")[0] == 200, "still healthy after the floods")
 
 
+def test_structured(d):
+    """response_format (json_object, json_schema strict and not) and
+    llama-server's grammar: outputs that parse and fit; bad ones: 400 naming
+    the place; llm-client --json-schema / --grammar / --format json too."""
+    c = d.client
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                               "population": {"type": "integer", "minimum": 0},
+                                               "coastal": {"type": "boolean"}},
+              "required": ["city", "population", "coastal"], "additionalProperties": False}
+    msgs = [{"role": "user", "content": "Describe Lisbon."}]
+    for seed in range(4):
+        r = c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=msgs, max_tokens=120,
+                                      temperature=1.0, seed=seed,
+                                      response_format={"type": "json_schema",
+                                                       "json_schema": {"name": "city", "strict": True,
+                                                                       "schema": schema}})
+        text = r.choices[0].message.content
+        try:
+            v = json.loads(text)
+            ok = (r.choices[0].finish_reason == "stop" and set(v) == {"city", "population", "coastal"} and
+                  isinstance(v["population"], int) and v["population"] >= 0 and isinstance(v["coastal"], bool))
+        except ValueError:
+            ok = False
+        check(ok, f"json_schema strict, seed {seed}: {text!r}")
+    r = c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=msgs, max_tokens=150,
+                                  temperature=0, response_format={"type": "json_object"})
+    text = r.choices[0].message.content
+    try:
+        ok = r.choices[0].finish_reason != "stop" or isinstance(json.loads(text), dict)
+    except ValueError:
+        ok = False
+    check(ok, f"json_object: an object ({r.choices[0].finish_reason}) {text[:80]!r}")
+    r = c.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Is water wet? Answer:", max_tokens=5,
+                             temperature=1.0, extra_body={"grammar": 'root ::= " yes" | " no"'})
+    check(r.choices[0].text in (" yes", " no") and r.choices[0].finish_reason == "stop",
+          f"grammar: {r.choices[0].text!r}")
+    # streaming under a schema: the chunks make the same JSON
+    st = c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=msgs, max_tokens=120, seed=3,
+                                   stream=True, response_format={"type": "json_schema",
+                                                                 "json_schema": {"name": "city", "schema": schema}})
+    text = "".join(ch.choices[0].delta.content or "" for ch in st if ch.choices)
+    try:
+        json.loads(text)
+        ok = True
+    except ValueError:
+        ok = False
+    check(ok, f"a streamed json_schema answer parses: {text!r}")
+    # refusals: 400 with what and where
+    for rf, says in (({"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}, "not at #"),
+                     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "stringy"}}},
+                      "unknown type"),
+                     ({"type": "xml"}, "response_format.type"),
+                     ({"type": "json_schema"}, "json_schema must be an object")):
+        try:
+            c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=msgs, max_tokens=5,
+                                      response_format=rf)
+            check(False, f"{rf} refused")
+        except openai.BadRequestError as e:
+            check(says in e.body.get("message", ""), f"{rf}: 400 ({e.body.get('message')})")
+    try:
+        c.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="x", max_tokens=5,
+                             extra_body={"grammar": 'root ::= "a" | b'})
+        check(False, "an undefined rule refused")
+    except openai.BadRequestError as e:
+        check("line 1, column 16" in e.body.get("message", ""), f"a bad grammar: 400 ({e.body.get('message')})")
+    # a grammar that cannot end within max_tokens: length, and the usage
+    r = c.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Count:", max_tokens=6,
+                             extra_body={"grammar": 'root ::= ("ab" [0-9]){50}'})
+    check(r.choices[0].finish_reason == "length", f"an unreachable end: length ({r.choices[0].text!r})")
+    # the native client
+    sf = os.path.join(os.path.dirname(d.sock), "city.json")
+    with open(sf, "w") as f:
+        json.dump(schema, f)
+    rc, out, err = client("--socket", d.sock, "--chat", "--json-schema", sf, "--strict", "--seed", "5", "-N", "Describe Porto.")
+    try:
+        v = json.loads(out)
+        ok = rc == 0 and set(v) == {"city", "population", "coastal"}
+    except ValueError:
+        ok = False
+    check(ok, f"llm-client --json-schema --strict: {out!r} {err.strip()}")
+    gf = os.path.join(os.path.dirname(d.sock), "yn.gbnf")
+    with open(gf, "w") as f:
+        f.write('root ::= "yes" | "no"\n')
+    rc, out, err = client("--socket", d.sock, "--chat", "--grammar", gf, "-N", "Is the sea salty?")
+    check(rc == 0 and out in ("yes", "no"), f"llm-client --grammar: {out!r}")
+    rc, out, err = client("--socket", d.sock, "--chat", "--format", "json", "-n", "200", "Give me a JSON object about cats.")
+    check(rc == 0 and out.lstrip().startswith("{"), f"llm-client --format json: {out[:60]!r}")
+    with open(gf, "w") as f:
+        f.write('root ::= [a-\n')
+    rc, out, err = client("--socket", d.sock, "--grammar", gf, "x")
+    check(rc == 1 and "grammar: line 1" in err, f"llm-client, a bad grammar: {err.strip()}")
+
+
 def test_limits(tmp):
     """429 with Retry-After when the queue is full; 503 while draining."""
     # (a short http.timeout_s here only: on a loaded machine a client may
@@ -614,7 +707,7 @@ def main():
         d = Llmd(tmp, "main", "http.max_body_kib=1024", "limits.connections_per_uid=1024",
                  "limits.requests_per_uid=1024")
         try:
-            for t in (test_basics, test_errors, test_native_equal, test_bench_url, test_client_url):
+            for t in (test_basics, test_errors, test_structured, test_native_equal, test_bench_url, test_client_url):
                 t(d)
             test_hostile(d)
             check(d.proc.poll() is None, "llmd is still running")

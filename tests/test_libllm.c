@@ -387,8 +387,13 @@ static void script_basic(struct fake *f)
 	fake_signal(f);
 
 	/* The bad requests must not have sent anything: next is 5, 6, ADMIN. */
-	fake_expect_submit(f, 5, NULL, NULL);
-	fake_expect_submit(f, 6, NULL, NULL);
+	fake_expect_submit(f, 5, &s, &sb);
+	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_GRAMMAR, 0);
+	fake_expect_submit(f, 6, &s, &sb);
+	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_GRAMMAR, PROTO_SUBMIT_GRAMMAR);
+	CHECK_INT_EQ(s.grammar_kind, PROTO_GRAMMAR_JSON_SCHEMA);
+	CHECK_INT_EQ(s.grammar_flags, PROTO_GRAMMAR_STRICT);
+	CHECK(s.grammar.len == 17 && !memcmp(s.grammar.p, "{\"type\":\"object\"}", 17));
 	fake_expect_admin(f, "status", "");
 	fake_token(f, 5, 7, "x");
 	fake_signal(f);
@@ -447,6 +452,19 @@ static void check_bad_requests(struct llm *h)
 	BAD(r.prompt = "ok \xe2\x82");                    /* truncated: says where */
 	CHECK(strstr(llm_errmsg(h), "at byte 3 (0xe2)") != NULL);
 #undef BAD
+	/* Grammars: unknown kinds and flags, text where none goes and none
+	 * where it must. */
+	static const struct llm_grammar bad_g[] = {
+		{ 0, 0, "root ::= \"a\"" }, { 4, 0, "x" }, { LLM_GRAMMAR_GBNF, 2, "root ::= \"a\"" },
+		{ LLM_GRAMMAR_GBNF, 0, NULL }, { LLM_GRAMMAR_GBNF, 0, "" },
+		{ LLM_GRAMMAR_JSON_SCHEMA, 0, NULL }, { LLM_GRAMMAR_JSON, 0, "{}" },
+	};
+	for (size_t i = 0; i < sizeof bad_g / sizeof bad_g[0]; i++) {
+		llm_request_init(&r);
+		r.prompt = "ok";
+		CHECK_INT_EQ(llm_submit_grammar(h, &r, &bad_g[i], &id), -EINVAL);
+		CHECK(strlen(llm_errmsg(h)) > 0);
+	}
 	CHECK_INT_EQ(id, 12345);                           /* untouched on failure */
 	stops[0] = "s";
 	CHECK_INT_EQ(llm_submit(h, NULL, &id), -EINVAL);
@@ -571,7 +589,13 @@ static void test_basic(void)
 
 	/* 5, 6 and ADMIN: what arrives meanwhile is kept for llm_next_event. */
 	id5 = submit_prompt(h, "five");
-	id6 = submit_prompt(h, "six");
+	{ /* 6 carries a JSON schema */
+		struct llm_request r6;
+		struct llm_grammar g = { LLM_GRAMMAR_JSON_SCHEMA, LLM_GRAMMAR_STRICT, "{\"type\":\"object\"}" };
+		llm_request_init(&r6);
+		r6.prompt = "six";
+		CHECK_INT_EQ(llm_submit_grammar(h, &r6, &g, &id6), 0);
+	}
 	CHECK_INT_EQ(id5, 5);
 	CHECK_INT_EQ(id6, 6);
 	CHECK_INT_EQ(llm_admin(h, "status", NULL, &body), 0);

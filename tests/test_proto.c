@@ -653,6 +653,9 @@ static void check_submit_equal(const struct proto_submit *d, const struct proto_
 	CHECK_INT_EQ(d->n_stops, m->n_stops);
 	for (uint32_t i = 0; i < d->n_stops && i < m->n_stops; i++)
 		CHECK(str_eq(d->stops[i], m->stops[i]));
+	CHECK_INT_EQ(d->grammar_kind, m->grammar_kind);
+	CHECK_INT_EQ(d->grammar_flags, m->grammar_flags);
+	CHECK(str_eq(d->grammar, m->grammar));
 }
 
 /* Encodes M, parses and decodes it, and compares every field. */
@@ -687,6 +690,7 @@ static void test_submit_roundtrip(void)
 	 * smallest positive floats, an empty prompt, no stops, every flag. */
 	m = submit_example(0);
 	m.flags = PROTO_SUBMIT__ALL & ~PROTO_SUBMIT_CHAT;
+	m.grammar_kind = PROTO_GRAMMAR_JSON_OBJECT;
 	m.temperature = 0.0f;
 	m.top_p = 1.0f;
 	m.min_p = 1.0f;
@@ -700,11 +704,11 @@ static void test_submit_roundtrip(void)
 	m.prompt = (struct proto_str){ NULL, 0 };
 	m.n_stops = 0;
 	m.stops = NULL;
-	roundtrip_submit(&m, 8 + 72 + 4);
+	roundtrip_submit(&m, 8 + 72 + 4 + 12);
 	m.top_p = 1e-45f;       /* the smallest denormal */
 	m.min_p = 0.0f;
 	m.temperature = 1e30f;
-	roundtrip_submit(&m, 8 + 72 + 4);
+	roundtrip_submit(&m, 8 + 72 + 4 + 12);
 
 	/* Every count at its maximum. */
 	for (int i = 0; i < PROTO_MAX_STOPS; i++) {
@@ -714,7 +718,7 @@ static void test_submit_roundtrip(void)
 	for (int i = 0; i < PROTO_MAX_MESSAGES; i++)
 		msgs[i] = (struct proto_message){ 1 + i % 3, { big_stops[i % 16], (uint32_t)i } };
 	m = submit_example(1);
-	m.flags = PROTO_SUBMIT__ALL;
+	m.flags = PROTO_SUBMIT__ALL & ~PROTO_SUBMIT_GRAMMAR;
 	m.n_messages = PROTO_MAX_MESSAGES;
 	m.messages = msgs;
 	m.n_stops = PROTO_MAX_STOPS;
@@ -728,6 +732,25 @@ static void test_submit_roundtrip(void)
 	m = submit_example(0);
 	n = proto_encode_submit(buf, sizeof buf, &m);
 	CHECK_CAPS(proto_encode_submit(buf, cap, &m), n);
+
+	/* Grammars: GBNF, a strict schema, the longest text; JSON_OBJECT has
+	 * none. */
+	static char big_grammar[PROTO_MAX_GRAMMAR];
+	m = submit_example(1);
+	m.flags |= PROTO_SUBMIT_GRAMMAR;
+	m.grammar_kind = PROTO_GRAMMAR_GBNF;
+	m.grammar = S("root ::= \"yes\" | \"no\"");
+	roundtrip_submit(&m, 8 + 72 + (8 + 9) + (8 + 6) + 8 + (4 + 2) + (4 + 5) + 12 + 21);
+	m.grammar_kind = PROTO_GRAMMAR_JSON_SCHEMA;
+	m.grammar_flags = PROTO_GRAMMAR_STRICT;
+	m.grammar = S("{\"type\":\"object\"}");
+	roundtrip_submit(&m, 8 + 72 + (8 + 9) + (8 + 6) + 8 + (4 + 2) + (4 + 5) + 12 + 17);
+	memset(big_grammar, ' ', sizeof big_grammar);
+	m = submit_example(0);
+	m.flags |= PROTO_SUBMIT_GRAMMAR;
+	m.grammar_kind = PROTO_GRAMMAR_GBNF;
+	m.grammar = (struct proto_str){ big_grammar, PROTO_MAX_GRAMMAR };
+	roundtrip_submit(&m, 8 + 72 + 4 + 16 + (4 + 2) + (4 + 5) + 12 + PROTO_MAX_GRAMMAR);
 }
 
 /* Each rule of SUBMIT, broken one at a time, on the way out. */
@@ -744,7 +767,25 @@ static void test_submit_encode_rejects(void)
 	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL); \
 } while (0)
 	REJECT(0, m.id = 0);
-	REJECT(0, m.flags |= 1u << 4);
+	REJECT(0, m.flags |= 1u << 5);
+	/* Grammars: the flag without a kind, a kind without the flag, unknown
+	 * kinds and flags, an empty GBNF or schema, text with JSON_OBJECT, too
+	 * long a text. */
+	static char long_grammar[PROTO_MAX_GRAMMAR + 1];
+	REJECT(0, m.flags |= PROTO_SUBMIT_GRAMMAR);
+	REJECT(0, m.grammar_kind = PROTO_GRAMMAR_JSON_OBJECT);
+	REJECT(0, (m.grammar = S("root ::= \"a\""), m.grammar_kind = 0));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_GRAMMAR, m.grammar_kind = 4));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_GRAMMAR, m.grammar_kind = PROTO_GRAMMAR_JSON_OBJECT,
+		   m.grammar_flags = 2));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_GRAMMAR, m.grammar_kind = PROTO_GRAMMAR_GBNF));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_GRAMMAR, m.grammar_kind = PROTO_GRAMMAR_JSON_SCHEMA));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_GRAMMAR, m.grammar_kind = PROTO_GRAMMAR_JSON_OBJECT,
+		   m.grammar = S("{}")));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_GRAMMAR, m.grammar_kind = PROTO_GRAMMAR_GBNF,
+		   m.grammar = (struct proto_str){ long_grammar, PROTO_MAX_GRAMMAR + 1 }));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_GRAMMAR, m.grammar_kind = PROTO_GRAMMAR_GBNF,
+		   m.grammar = (struct proto_str){ NULL, 3 }));
 	REJECT(0, m.flags |= 1u << 31);
 	REJECT(0, m.max_tokens = 0);
 	REJECT(0, m.max_tokens = -1);
@@ -877,6 +918,20 @@ static void test_submit_decode_rejects(void)
 
 	check_exact_length(PROTO_SUBMIT, p, n, dec_submit);
 	check_exact_length(PROTO_SUBMIT, pc, nc, dec_submit);
+	{ /* a grammar's fields are read only with the flag, and all of them */
+		uint8_t pg[512];
+		size_t ng;
+		m = submit_example(0);
+		m.flags |= PROTO_SUBMIT_GRAMMAR;
+		m.grammar_kind = PROTO_GRAMMAR_GBNF;
+		m.grammar = S("root ::= \"a\"");
+		ng = (size_t)proto_encode_submit(buf, sizeof buf, &m) - PROTO_HDR_SIZE;
+		memcpy(pg, buf + PROTO_HDR_SIZE, ng);
+		check_exact_length(PROTO_SUBMIT, pg, ng, dec_submit);
+		CHECK_INT_EQ(decode_with_u32(PROTO_SUBMIT, pg, ng, n, 7, dec_submit),
+			     -EBADMSG); /* kind 7 */
+		m = submit_example(0);
+	}
 	CHECK_INT_EQ(decode_copy(PROTO_CANCEL, p, n, dec_submit), -EBADMSG);
 
 #define BAD32(off, v) CHECK_INT_EQ(decode_with_u32(PROTO_SUBMIT, p, n, off, v, dec_submit), -EBADMSG)

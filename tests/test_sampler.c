@@ -536,6 +536,66 @@ static void test_logprob_is_log_softmax(void)
 	}
 }
 
+/* sampler_sample_masked: only allowed tokens come, whatever the settings
+ * (greedy, top-k, top-p, min-p, penalties); the draw and the logprob are
+ * those of the logits with the others at -inf; and a mask allowing all is
+ * the unmasked sampler, draw for draw. */
+static void test_masked(void)
+{
+	enum { N = 1037 }; /* not a multiple of 32: the last word is partial */
+	static float l[N], lm[N];
+	static uint32_t allow[(N + 31) / 32], all[(N + 31) / 32];
+	for (int path = 0; path < 5; path++) {
+		struct sampler_params p;
+		sampler_params_default(&p);
+		p.temperature = path == 0 ? 0.0f : 1.0f;
+		p.top_k = path == 1 ? 40 : 0;
+		p.top_p = path == 2 ? 0.9f : 1.0f;
+		p.min_p = path == 3 ? 0.05f : 0.0f;
+		p.repeat_penalty = path == 4 ? 1.3f : 1.0f;
+		p.seed = 77;
+		struct sampler *s = new_sampler(&p, N), *a = new_sampler(&p, N), *b = new_sampler(&p, N);
+		for (int rep = 0; rep < 200; rep++) {
+			random_logits(l, N, 8.0f);
+			memset(allow, 0, sizeof allow);
+			memset(all, 0xff, sizeof all);
+			/* a few allowed tokens, never the best: runs of words too */
+			int n_allowed = 0;
+			for (int t = 0; t < N; t++)
+				if ((rep % 3 == 0 && t / 32 == rep % 20) || test_uniform() < 0.01) {
+					allow[t / 32] |= 1u << (t % 32);
+					n_allowed++;
+				}
+			if (!n_allowed) {
+				allow[0] |= 1;
+				n_allowed++;
+			}
+			for (int t = 0; t < N; t++)
+				lm[t] = allow[t / 32] >> (t % 32) & 1 ? l[t] : -INFINITY;
+			float lp = 1, top_lp[5];
+			int32_t top_ids[5], n_top = 0;
+			int32_t tok = sampler_sample_masked(s, l, allow, &lp, 5, top_ids, top_lp, &n_top);
+			CHECK(tok >= 0 && tok < N && (allow[tok / 32] >> (tok % 32) & 1));
+			if (path != 4 && tok >= 0 && tok < N)
+				CHECK(fabs(lp - log_softmax(lm, N, tok)) < 1e-4);
+			for (int i = 0; i < n_top && i < n_allowed; i++)
+				CHECK(allow[top_ids[i] / 32] >> (top_ids[i] % 32) & 1);
+			sampler_accept(s, tok);
+			/* all allowed: the same draws as no mask */
+			float lpa = 0, lpb = 0;
+			int32_t ta = sampler_sample_masked(a, l, all, &lpa, 0, NULL, NULL, NULL);
+			int32_t tb = sampler_sample(b, l, &lpb);
+			CHECK_INT_EQ(ta, tb);
+			CHECK(lpa == lpb);
+			sampler_accept(a, ta);
+			sampler_accept(b, tb);
+		}
+		sampler_free(s);
+		sampler_free(a);
+		sampler_free(b);
+	}
+}
+
 /* sampler_sample_top: the K best tokens, best first (a tie: the lower id
  * first), each with its log-softmax, whatever the sampling settings; the
  * chosen token and its logprob as sampler_sample gives them. */
@@ -635,6 +695,7 @@ int main(void)
 	test_penalties();
 	test_logprob_is_log_softmax();
 	test_top_logprobs();
+	test_masked();
 
 	struct sampler_params p;
 	sampler_params_default(&p);

@@ -1,7 +1,8 @@
 /* sampler.c - turns one logit vector into one token: penalties, then greedy
  * or top-k -> top-p -> min-p -> temperature -> a seeded draw (llama.cpp's
  * default chain), plus the token's log-probability.
- * Not a configurable sampler chain: no grammar, DRY, mirostat or typical-p.
+ * A token mask (a grammar's) sets the logits it excludes to -inf first.
+ * Not a configurable sampler chain: no DRY, mirostat or typical-p.
  */
 #include <errno.h>
 #include <math.h>
@@ -31,6 +32,7 @@ struct sampler {
 	int32_t recent_pos;      /* next slot of recent to overwrite */
 	int32_t *count;          /* (n_vocab) occurrences in recent; all zero between calls */
 	float *pen;              /* (n_vocab) penalized copy of the logits; NULL if !penalize */
+	float *masked;           /* (n_vocab) the logits a mask left; NULL until one is used */
 	float *w;                /* (n_vocab) scratch: unnormalized probabilities */
 	struct cand *cand;       /* (n_vocab) scratch: surviving candidates */
 };
@@ -503,6 +505,29 @@ static const float *apply_penalties(struct sampler *s, const float *logits)
 	return s->pen;
 }
 
+/* Returns L with the tokens ALLOWED excludes at -inf, in s->masked.  Whole
+ * words at once: a grammar's masks are mostly runs of all or nothing. */
+static const float *apply_mask(struct sampler *s, const float *l, const uint32_t *allowed)
+{
+	float *o = s->masked;
+	int32_t n = s->n_vocab;
+
+	for (int32_t w = 0; w * 32 < n; w++) {
+		int32_t base = w * 32, cnt = n - base < 32 ? n - base : 32;
+		uint32_t bits = allowed[w];
+		if (bits == 0xffffffffu && cnt == 32) {
+			memcpy(o + base, l + base, 32 * sizeof *o);
+		} else if (bits == 0) {
+			for (int32_t i = 0; i < cnt; i++)
+				o[base + i] = -INFINITY;
+		} else {
+			for (int32_t i = 0; i < cnt; i++)
+				o[base + i] = bits >> i & 1 ? l[base + i] : -INFINITY;
+		}
+	}
+	return o;
+}
+
 /* ---- the chain ---- */
 
 /* s->cand[0..m) holds the top-k, best first; TOP is the best logit.  Top-p
@@ -640,6 +665,7 @@ void sampler_free(struct sampler *s)
 	free(s->recent);
 	free(s->count);
 	free(s->pen);
+	free(s->masked);
 	free(s->w);
 	free(s->cand);
 	free(s);
@@ -655,16 +681,21 @@ void sampler_accept(struct sampler *s, int32_t token)
 		s->n_recent++;
 }
 
-int32_t sampler_sample_top(struct sampler *s, const float *logits, float *ret_logprob, int32_t k,
-			   int32_t *top_ids, float *top_logprobs, int32_t *ret_n_top)
+int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint32_t *allowed,
+			      float *ret_logprob, int32_t k, int32_t *top_ids, float *top_logprobs,
+			      int32_t *ret_n_top)
 {
 	if (ret_n_top)
 		*ret_n_top = 0;
 	if (!s || !logits || k < 0 || k > SAMPLER_MAX_TOP || (k && (!top_ids || !top_logprobs || !ret_n_top)))
 		return -EINVAL;
+	if (allowed && !s->masked && !(s->masked = malloc((size_t)s->n_vocab * sizeof *s->masked)))
+		return -ENOMEM;
 	const struct sampler_params *p = &s->p;
 	int32_t n = s->n_vocab;
 	const float *l = apply_penalties(s, logits);
+	if (allowed)
+		l = apply_mask(s, l, allowed);
 	int use_top_k = p->temperature > 0 && p->top_k > 0 && p->top_k < n;
 	int32_t m = 0;
 	double z = -1; /* softmax normalizer, when already known */
@@ -716,6 +747,12 @@ int32_t sampler_sample_top(struct sampler *s, const float *logits, float *ret_lo
 		*ret_n_top = m2;
 	}
 	return tok;
+}
+
+int32_t sampler_sample_top(struct sampler *s, const float *logits, float *ret_logprob, int32_t k,
+			   int32_t *top_ids, float *top_logprobs, int32_t *ret_n_top)
+{
+	return sampler_sample_masked(s, logits, NULL, ret_logprob, k, top_ids, top_logprobs, ret_n_top);
 }
 
 int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logprob)

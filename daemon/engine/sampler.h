@@ -6,7 +6,8 @@
  * log-probability of the sampled token (under the full, unfiltered softmax
  * of the penalized logits, as llama.cpp's n_probs reports it).
  * A struct sampler belongs to one sequence and one thread at a time
- * (the engine thread).
+ * (the engine thread).  A grammar constrains the draw through a token mask
+ * (sampler_sample_masked).
  */
 #ifndef LLMD_SAMPLER_H
 #define LLMD_SAMPLER_H
@@ -60,5 +61,15 @@ int32_t sampler_sample(struct sampler *s, const float *logits, float *ret_logpro
 #define SAMPLER_MAX_TOP 20
 int32_t sampler_sample_top(struct sampler *s, const float *logits, float *ret_logprob, int32_t k,
 			   int32_t *top_ids, float *top_logprobs, int32_t *ret_n_top);
+
+/* sampler_sample_top where only the tokens ALLOWED has a bit for may come
+ * (bit t % 32 of word t / 32 is token t; NULL = every token): the others
+ * count as logits of -inf, after the penalties, so the draw, *RET_LOGPROB
+ * and the alternatives are those of the constrained distribution.  At least
+ * one token must be allowed.  -ENOMEM the first time when a scratch vector
+ * cannot be had. */
+int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint32_t *allowed,
+			      float *ret_logprob, int32_t k, int32_t *top_ids, float *top_logprobs,
+			      int32_t *ret_n_top);
 
 #endif

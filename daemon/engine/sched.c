@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "grammar.h"
 #include "kv_pool.h"
 #include "model.h"
 #include "stopstr.h"
@@ -61,6 +62,8 @@ struct seq {
 	int deferred_now;       /* its prefix is being computed by a running one: not admitted
 	                           in this step */
 	struct sampler *smp;    /* owned */
+	struct grammar_state *gram; /* borrowed (sched_request.grammar), or NULL */
+	uint32_t *mask;         /* ((n_vocab + 31) / 32) the grammar's allowed tokens; owned */
 	struct stopstr *stop;   /* owned */
 	struct detok dt;        /* incremental UTF-8 state */
 	struct sched_usage usage;
@@ -168,6 +171,7 @@ static void seq_free(struct sched *s, struct seq *q)
 		return;
 	seq_release_blocks(s, q);
 	sampler_free(q->smp);
+	free(q->mask);
 	stopstr_free(q->stop);
 	free(q->tokens);
 	free(q->table);
@@ -236,6 +240,13 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	if (!q->tokens || !q->table || !q->hashes) {
 		rc = -ENOMEM;
 		goto fail;
+	}
+	if (r->grammar) {
+		q->gram = r->grammar;
+		if (!(q->mask = malloc(((size_t)s->m->hp.n_vocab + 31) / 32 * sizeof *q->mask))) {
+			rc = -ENOMEM;
+			goto fail;
+		}
 	}
 	if ((rc = sampler_new(&r->sampling, s->m->hp.n_vocab, &q->smp)) < 0 ||
 	    (rc = stopstr_new(r->stops, r->n_stops, &q->stop)) < 0)
@@ -736,8 +747,21 @@ int sched_step(struct sched *s)
 		if (!s->row_logits[t])
 			continue;
 		const float *lg = s->logits + (size_t)li++ * n_vocab;
-		tok = sampler_sample_top(q->smp, lg, q->logprobs ? &lp : NULL, q->n_top_want, q->top_ids,
-					 q->top_lps, &q->n_top);
+		if (q->gram && (r = grammar_state_mask(q->gram, q->mask)) <= 0) {
+			/* Past a matching limit, or (a bug) nothing allowed. */
+			seq_finish(s, q, SCHED_FIN_ERROR, r < 0 ? r : -EINVAL,
+				   r == -E2BIG ? "the output grew past the grammar's matching limits "
+						 "(too ambiguous or nested too deeply)" :
+				   r == -ENOMEM ? "out of memory" : "the grammar allows no token here");
+			continue;
+		}
+		tok = sampler_sample_masked(q->smp, lg, q->gram ? q->mask : NULL, q->logprobs ? &lp : NULL,
+					    q->n_top_want, q->top_ids, q->top_lps, &q->n_top);
+		if (tok < 0 || (q->gram && (r = grammar_state_accept(q->gram, tok)) < 0)) {
+			seq_finish(s, q, SCHED_FIN_ERROR, tok < 0 ? tok : r,
+				   tok < 0 ? "out of memory" : "the grammar refused the token it allowed");
+			continue;
+		}
 		sampler_accept(q->smp, tok);
 		q->tokens[q->n_tokens++] = tok;
 		q->n_gen++;
@@ -746,7 +770,9 @@ int sched_step(struct sched *s)
 			q->t_first = clock_s();
 			q->usage.prefill_s = q->t_first - q->t_admit;
 		}
-		if (!q->ignore_eos && tokenizer_is_eog(s->m->tok, tok)) {
+		/* A grammar allows an end-of-generation token only where it is
+		 * complete, and then it ends the request even with ignore_eos. */
+		if ((!q->ignore_eos || q->gram) && tokenizer_is_eog(s->m->tok, tok)) {
 			struct sched_event ev = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = tok,
 						  .logprob = lp, .text = "", .text_len = 0, .n_top = q->n_top,
 						  .top_ids = q->top_ids, .top_logprobs = q->top_lps };
@@ -755,11 +781,14 @@ int sched_step(struct sched *s)
 			continue;
 		}
 		emit_token(s, q, tok, lp, &stop);
-		if (stop)
+		if (stop || (q->gram && grammar_state_done(q->gram)))
 			seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
 		else if (q->n_gen >= q->max_tokens || q->n_tokens >= s->n_ctx ||
 			 (q->n_tokens + s->bt - 1) / s->bt > s->kv->view.n_blocks)
-			seq_finish(s, q, SCHED_FIN_LENGTH, 0, NULL);
+			seq_finish(s, q, SCHED_FIN_LENGTH, 0,
+				   q->gram && !grammar_state_can_end(q->gram) ?
+				   "the output ended before the grammar was complete (max_tokens or "
+				   "the context)" : NULL);
 	}
 	return T;
 }

@@ -24,6 +24,7 @@
 #include "stepcost.h"
 
 struct engine;
+struct grammar_state;
 struct model;
 struct sched;
 
@@ -55,6 +56,11 @@ struct sched_request {
 	int ignore_eos;              /* 1: generate past end-of-generation tokens */
 	int logprobs;                /* 1: report each token's log-probability */
 	int32_t top_logprobs;        /* and this many alternatives (<= SAMPLER_MAX_TOP) */
+	struct grammar_state *grammar; /* NULL, or where the output is in the grammar that
+	                                  constrains it (grammar.h), at its start: borrowed,
+	                                  the engine thread's until the FINISH event; each
+	                                  token is drawn from its mask and advances it, and
+	                                  the request stops when the grammar is complete */
 };
 
 enum sched_event_kind {
@@ -94,7 +100,9 @@ struct sched_event {
 	/* SCHED_EV_FINISH */
 	enum sched_finish finish;
 	int error;                  /* negative errno with SCHED_FIN_ERROR */
-	const char *message;        /* with SCHED_FIN_ERROR */
+	const char *message;        /* with SCHED_FIN_ERROR; with SCHED_FIN_LENGTH, a
+	                               notice when the grammar was left incomplete; else
+	                               NULL */
 	struct sched_usage usage;
 };
 
