@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "chat.h"
 #include "jinja.h"
+#include "toolcall.h"
 
 enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
 
@@ -250,6 +252,7 @@ int chat_template_from_source(const char *src, const char *bos, const char *eos,
 	free(t.default_system); /* the template writes its own */
 	t.default_system = NULL;
 	t.kind = CHAT_TMPL_JINJA;
+	t.tool_style = toolcall_style_detect(src);
 	t.strip_bos = add_bos && bos && *bos;
 	if (dup_opt(bos, &t.bos) < 0 || dup_opt(eos, &t.eos) < 0) {
 		chat_template_clear(&t);
@@ -467,15 +470,10 @@ fail:
 	return NULL;
 }
 
-static int render_jinja(const struct chat_template *t, const struct chat_msg *msgs, int n,
-			int add_assistant, char **ret, char *err, size_t errlen)
+/* Runs T's Jinja on CTX; the text less a leading BOS where strip_bos. */
+static int render_jinja_ctx(const struct chat_template *t, json_object *ctx, char **ret,
+			    char *err, size_t errlen)
 {
-	for (int i = 0; i < n; i++)
-		if (!msgs[i].role || !msgs[i].content || strlen(msgs[i].content) > INT_MAX)
-			return -EINVAL;
-	json_object *ctx = jinja_context(t, msgs, n, add_assistant);
-	if (!ctx)
-		return -ENOMEM;
 	/* the server renders on its event loop: a runaway template is cut
 	 * after ~0.1 s (real ones take ~500 steps a message) */
 	struct jinja_limits lim;
@@ -484,7 +482,6 @@ static int render_jinja(const struct chat_template *t, const struct chat_msg *ms
 	char *out;
 	size_t len;
 	int rc = jinja_render(t->jinja, ctx, &lim, &out, &len, err, errlen);
-	json_object_put(ctx);
 	if (rc < 0)
 		return rc == -ENOMEM || rc == -E2BIG ? rc : -EINVAL;
 	size_t bos_len = t->strip_bos && t->bos ? strlen(t->bos) : 0;
@@ -498,6 +495,20 @@ static int render_jinja(const struct chat_template *t, const struct chat_msg *ms
 	}
 	*ret = out;
 	return (int)len;
+}
+
+static int render_jinja(const struct chat_template *t, const struct chat_msg *msgs, int n,
+			int add_assistant, char **ret, char *err, size_t errlen)
+{
+	for (int i = 0; i < n; i++)
+		if (!msgs[i].role || !msgs[i].content || strlen(msgs[i].content) > INT_MAX)
+			return -EINVAL;
+	json_object *ctx = jinja_context(t, msgs, n, add_assistant);
+	if (!ctx)
+		return -ENOMEM;
+	int rc = render_jinja_ctx(t, ctx, ret, err, errlen);
+	json_object_put(ctx);
+	return rc;
 }
 
 int chat_render(const struct chat_template *t, const struct chat_msg *msgs, int n,
@@ -579,4 +590,453 @@ int chat_render_err(const struct chat_template *t, const struct chat_msg *msgs, 
 	}
 	*ret = b.p;
 	return (int)b.len;
+}
+
+/* ---- rendering an OpenAI-shaped conversation, tools included ---- */
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* O's string member KEY, or NULL. */
+static const char *str_member(json_object *o, const char *key)
+{
+	json_object *v;
+	if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+static int role_is(json_object *m, const char *role)
+{
+	const char *r = str_member(m, "role");
+	return r && strcmp(r, role) == 0;
+}
+
+/* The whole of S as one JSON value, or NULL. */
+static json_object *parse_whole(const char *s, size_t len)
+{
+	struct json_tokener *tk = json_tokener_new_ex(TOOLCALL_JSON_DEPTH);
+	json_object *o = NULL;
+	size_t at = 0;
+
+	if (!tk || len > INT_MAX)
+		goto out;
+	o = json_tokener_parse_ex(tk, s, (int)len);
+	if (o && json_tokener_get_error(tk) == json_tokener_success)
+		at = json_tokener_get_parse_end(tk);
+	while (o && at < len && is_space(s[at]))
+		at++;
+	if (!o || at != len) {
+		json_object_put(o);
+		o = NULL;
+	}
+out:
+	json_tokener_free(tk);
+	return o;
+}
+
+/* messages[I]'s content as text, appended to B: a string, nothing for
+ * null or absent, the "text" parts of an array joined by newlines. */
+static int content_text(json_object *m, size_t i, struct sbuf *b, char *err, size_t errlen)
+{
+	json_object *c;
+
+	if (!json_object_object_get_ex(m, "content", &c) || !c)
+		return 0;
+	if (json_object_is_type(c, json_type_string)) {
+		sb_put(b, json_object_get_string(c), (size_t)json_object_get_string_len(c));
+		return 0;
+	}
+	if (!json_object_is_type(c, json_type_array)) {
+		set_err(err, errlen, "messages[%zu].content: not a string, null or an array of parts", i);
+		return -EINVAL;
+	}
+	for (size_t k = 0; k < json_object_array_length(c); k++) {
+		json_object *part = json_object_array_get_idx(c, k), *text;
+		const char *type = str_member(part, "type");
+		if (!type || strcmp(type, "text") != 0 || !json_object_object_get_ex(part, "text", &text) ||
+		    !json_object_is_type(text, json_type_string)) {
+			set_err(err, errlen, "messages[%zu].content[%zu]: only {\"type\": \"text\", "
+				"\"text\": ...} parts are taken", i, k);
+			return -EINVAL;
+		}
+		if (k)
+			sb_puts(b, "\n");
+		sb_put(b, json_object_get_string(text), (size_t)json_object_get_string_len(text));
+	}
+	return 0;
+}
+
+/* messages[I]'s tool_calls in *RET when it has some (1), 0 when it has
+ * none (absent, null or empty), -EINVAL when they are not an array or too
+ * many. */
+static int tool_calls_of(json_object *m, size_t i, json_object **ret, char *err, size_t errlen)
+{
+	json_object *tc;
+
+	if (!json_object_object_get_ex(m, "tool_calls", &tc) || !tc)
+		return 0;
+	if (!json_object_is_type(tc, json_type_array)) {
+		set_err(err, errlen, "messages[%zu].tool_calls: not an array", i);
+		return -EINVAL;
+	}
+	if (json_object_array_length(tc) > TOOLCALL_MAX_CALLS) {
+		set_err(err, errlen, "messages[%zu].tool_calls: more than %u", i, TOOLCALL_MAX_CALLS);
+		return -EINVAL;
+	}
+	*ret = tc;
+	return json_object_array_length(tc) > 0;
+}
+
+/* Adds V (a new reference, NULL = out of memory) to O as KEY; 0 or
+ * -ENOMEM (V freed). */
+static int put_member(json_object *o, const char *key, json_object *v)
+{
+	if (!v || json_object_object_add(o, key, v) < 0) {
+		json_object_put(v);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* One tool call as Hugging Face's templates take it: {"id", "type",
+ * "function": {"name", "arguments"}}, arguments an object (or whatever
+ * JSON the string holds; the string itself when it holds none). */
+static int hf_tool_call(json_object *call, size_t i, size_t k, json_object **ret, char *err,
+			size_t errlen)
+{
+	json_object *fn = NULL, *args = NULL, *name;
+	const char *id = str_member(call, "id");
+
+	if (!json_object_object_get_ex(call, "function", &fn) ||
+	    !json_object_object_get_ex(fn, "name", &name) ||
+	    !json_object_is_type(name, json_type_string)) {
+		set_err(err, errlen, "messages[%zu].tool_calls[%zu].function.name: not a string", i, k);
+		return -EINVAL;
+	}
+	json_object_object_get_ex(fn, "arguments", &args);
+	json_object *out = json_object_new_object(), *f = json_object_new_object(), *a;
+	if (!out || !f) {
+		json_object_put(out);
+		json_object_put(f);
+		return -ENOMEM;
+	}
+	if (json_object_is_type(args, json_type_string)) {
+		a = parse_whole(json_object_get_string(args), (size_t)json_object_get_string_len(args));
+		if (!a)
+			a = json_object_get(args);
+	} else {
+		a = args ? json_object_get(args) : json_object_new_object();
+	}
+	int rc = put_member(f, "name", json_object_get(name));
+	if (rc == 0)
+		rc = put_member(f, "arguments", a);
+	else
+		json_object_put(a);
+	if (id && rc == 0)
+		rc = put_member(out, "id", json_object_new_string(id));
+	if (rc == 0)
+		rc = put_member(out, "type", json_object_new_string("function"));
+	if (rc == 0)
+		rc = put_member(out, "function", f);
+	else
+		json_object_put(f);
+	if (rc < 0) {
+		json_object_put(out);
+		return rc;
+	}
+	*ret = out;
+	return 0;
+}
+
+/* messages[I] as Hugging Face's templates take it: role, content a string,
+ * tool_calls only when there are some, tool_call_id, name and
+ * reasoning_content when they are strings. */
+static int hf_message(json_object *m, size_t i, json_object **ret, char *err, size_t errlen)
+{
+	static const char *const copied[] = { "tool_call_id", "name", "reasoning_content" };
+	struct sbuf text = { 0 };
+	json_object *tc = NULL, *out = json_object_new_object();
+	int rc;
+
+	if (!out)
+		return -ENOMEM;
+	rc = put_member(out, "role", json_object_new_string(str_member(m, "role")));
+	if (rc == 0)
+		rc = content_text(m, i, &text, err, errlen);
+	sb_put(&text, "", 0);
+	if (rc == 0 && (rc = text.err) == 0)
+		rc = put_member(out, "content", json_object_new_string_len(text.p, (int)text.len));
+	free(text.p);
+	for (size_t k = 0; rc == 0 && k < sizeof copied / sizeof copied[0]; k++) {
+		const char *v = str_member(m, copied[k]);
+		if (v)
+			rc = put_member(out, copied[k], json_object_new_string(v));
+	}
+	if (rc == 0 && (rc = tool_calls_of(m, i, &tc, err, errlen)) == 1) {
+		json_object *list = json_object_new_array();
+		rc = put_member(out, "tool_calls", list);
+		for (size_t k = 0; rc == 0 && k < json_object_array_length(tc); k++) {
+			json_object *call;
+			rc = hf_tool_call(json_object_array_get_idx(tc, k), i, k, &call, err, errlen);
+			if (rc == 0 && json_object_array_add(list, call) < 0) {
+				json_object_put(call);
+				rc = -ENOMEM;
+			}
+		}
+	}
+	if (rc < 0) {
+		json_object_put(out);
+		return rc;
+	}
+	*ret = out;
+	return 0;
+}
+
+/* The template renders tools and calls itself. */
+static int render_native(const struct chat_template *t, json_object *messages, json_object *tools,
+			 int add_assistant, char **ret, char *err, size_t errlen)
+{
+	json_object *ctx = jinja_context(t, NULL, 0, add_assistant), *list;
+	int rc = 0;
+
+	if (!ctx)
+		return -ENOMEM;
+	json_object_object_get_ex(ctx, "messages", &list);
+	for (size_t i = 0; rc == 0 && i < json_object_array_length(messages); i++) {
+		json_object *m;
+		rc = hf_message(json_object_array_get_idx(messages, i), i, &m, err, errlen);
+		if (rc == 0 && json_object_array_add(list, m) < 0) {
+			json_object_put(m);
+			rc = -ENOMEM;
+		}
+	}
+	if (rc == 0 && tools && json_object_array_length(tools) > 0)
+		rc = put_member(ctx, "tools", json_object_get(tools));
+	if (rc == 0)
+		rc = render_jinja_ctx(t, ctx, ret, err, errlen);
+	json_object_put(ctx);
+	return rc;
+}
+
+/* A conversation as plain messages, for templates that know no tools. */
+struct plain {
+	struct chat_msg *msgs; /* n of them; each content malloc'd (owned) */
+	int n;
+	int cap;               /* entries allocated */
+};
+
+static void plain_free(struct plain *p)
+{
+	for (int i = 0; i < p->n; i++)
+		free((char *)p->msgs[i].content);
+	free(p->msgs);
+	memset(p, 0, sizeof *p);
+}
+
+/* Appends ROLE (a string that outlives P) with CONTENT (taken, NULL = out
+ * of memory); with MERGE, into the last message when it has that role. */
+static int plain_push(struct plain *p, const char *role, char *content, int merge)
+{
+	if (!content)
+		return -ENOMEM;
+	if (merge && p->n && strcmp(p->msgs[p->n - 1].role, role) == 0) {
+		struct sbuf b = { 0 };
+		sb_puts(&b, p->msgs[p->n - 1].content);
+		sb_puts(&b, "\n\n");
+		sb_puts(&b, content);
+		free(content);
+		if (b.err) {
+			free(b.p);
+			return b.err;
+		}
+		free((char *)p->msgs[p->n - 1].content);
+		p->msgs[p->n - 1].content = b.p;
+		return 0;
+	}
+	if (p->n == p->cap) {
+		int cap = p->cap ? p->cap * 2 : 16;
+		struct chat_msg *m = realloc(p->msgs, (size_t)cap * sizeof *m);
+		if (!m) {
+			free(content);
+			return -ENOMEM;
+		}
+		p->msgs = m;
+		p->cap = cap;
+	}
+	p->msgs[p->n].role = role;
+	p->msgs[p->n].content = content;
+	p->n++;
+	return 0;
+}
+
+/* The name of the function that tool message I answers: its own "name",
+ * else that of the earlier call with its tool_call_id, else "?". */
+static const char *answered_name(json_object *messages, size_t i, const char *id)
+{
+	const char *name = str_member(json_object_array_get_idx(messages, i), "name");
+	while (!name && id && i-- > 0) {
+		json_object *tc, *fn;
+		if (tool_calls_of(json_object_array_get_idx(messages, i), i, &tc, NULL, 0) != 1)
+			continue;
+		for (size_t k = 0; !name && k < json_object_array_length(tc); k++) {
+			json_object *call = json_object_array_get_idx(tc, k);
+			const char *cid = str_member(call, "id");
+			if (cid && strcmp(cid, id) == 0 && json_object_object_get_ex(call, "function", &fn))
+				name = str_member(fn, "name");
+		}
+	}
+	return name ? name : "?";
+}
+
+/* How far the generic rendering bends the conversation to the template. */
+enum bend {
+	BEND_NONE,     /* tool results in the "tool" role, system kept */
+	BEND_TOOL,     /* tool results as user turns; turns of one role merged */
+	BEND_SYSTEM,   /* ... and system text folded into the user's turn */
+};
+
+/* MESSAGES as plain ones: SYS (GENERIC's system text, or NULL) added to the
+ * system message, calls written as GENERIC's JSON, bent by BEND. */
+static int plain_messages(json_object *messages, const char *sys, enum bend bend,
+			  struct plain *p, char *err, size_t errlen)
+{
+	size_t n = json_object_array_length(messages);
+	int merge = bend != BEND_NONE, rc = 0;
+	const char *sys_role = bend == BEND_SYSTEM ? "user" : "system";
+
+	if (sys && (n == 0 || !role_is(json_object_array_get_idx(messages, 0), "system")))
+		rc = plain_push(p, sys_role, strdup(sys), merge);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		json_object *m = json_object_array_get_idx(messages, i), *tc;
+		const char *role = str_member(m, "role");
+		struct sbuf text = { 0 };
+		sb_put(&text, "", 0);
+		rc = content_text(m, i, &text, err, errlen);
+		if (rc == 0 && i == 0 && sys && strcmp(role, "system") == 0) {
+			sb_puts(&text, text.len ? "\n\n" : "");
+			sb_puts(&text, sys);
+		}
+		if (rc == 0 && (rc = tool_calls_of(m, i, &tc, err, errlen)) == 1) {
+			char *calls = NULL;
+			char why[256];
+			rc = text.err ? text.err : toolcall_generic_calls(tc, text.p, &calls, why, sizeof why);
+			if (rc == -EINVAL || rc == -E2BIG)
+				set_err(err, errlen, "messages[%zu].%s", i, why);
+			free(text.p);
+			size_t n_calls = calls ? strlen(calls) : 0;
+			text = (struct sbuf){ .p = calls, .len = n_calls, .cap = calls ? n_calls + 1 : 0 };
+		}
+		if (rc == 0 && bend != BEND_NONE && strcmp(role, "tool") == 0) {
+			const char *id = str_member(m, "tool_call_id");
+			struct sbuf b = { 0 };
+			sb_puts(&b, "Tool result");
+			if (id) {
+				sb_puts(&b, " for call ");
+				sb_puts(&b, id);
+			}
+			sb_puts(&b, " (");
+			sb_puts(&b, answered_name(messages, i, id));
+			sb_puts(&b, "): ");
+			sb_puts(&b, text.p ? text.p : "");
+			free(text.p);
+			text = b;
+			role = "user";
+		}
+		if (strcmp(role, "system") == 0)
+			role = sys_role;
+		if (rc == 0)
+			rc = text.err ? text.err : plain_push(p, role, text.p, merge);
+		else
+			free(text.p);
+	}
+	return rc;
+}
+
+/* 1 if the conversation carries anything about tools. */
+static int has_tool_parts(json_object *messages, int has_tools)
+{
+	if (has_tools)
+		return 1;
+	for (size_t i = 0; i < json_object_array_length(messages); i++) {
+		json_object *m = json_object_array_get_idx(messages, i), *tc;
+		if (role_is(m, "tool") || tool_calls_of(m, i, &tc, NULL, 0) != 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Templates that know no tools: the tools in the system text, calls as
+ * GENERIC's JSON; bent further each time the template refuses. */
+static int render_generic(const struct chat_template *t, json_object *messages, json_object *tools,
+			  int add_assistant, char **ret, char *err, size_t errlen)
+{
+	int has_tools = tools && json_object_array_length(tools) > 0, rc = 0;
+	char *sys = NULL;
+
+	if (has_tools && (rc = toolcall_generic_system(tools, &sys, err, errlen)) < 0)
+		return rc;
+	/* a conversation without tools renders as chat_render_err does */
+	enum bend last = has_tool_parts(messages, has_tools) ? BEND_SYSTEM : BEND_NONE;
+	for (enum bend bend = BEND_NONE; bend <= last; bend++) {
+		struct plain p = { 0 };
+		rc = plain_messages(messages, sys, bend, &p, err, errlen);
+		if (rc < 0) { /* a malformed message: bending won't cure it */
+			plain_free(&p);
+			break;
+		}
+		rc = chat_render_err(t, p.msgs, p.n, add_assistant, ret, err, errlen);
+		plain_free(&p);
+		if (rc != -EINVAL)
+			break;
+	}
+	free(sys);
+	return rc;
+}
+
+int chat_render_json(const struct chat_template *t, struct json_object *messages,
+		     struct json_object *tools, int add_assistant, char **ret, char *err,
+		     size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	if (!t || !ret)
+		return -EINVAL;
+	if (!json_object_is_type(messages, json_type_array)) {
+		set_err(err, errlen, "messages: not an array");
+		return -EINVAL;
+	}
+	size_t n = json_object_array_length(messages);
+	if (n > INT_MAX / 2) {
+		set_err(err, errlen, "messages: too many");
+		return -E2BIG;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_object *m = json_object_array_get_idx(messages, i);
+		if (!json_object_is_type(m, json_type_object) || !str_member(m, "role")) {
+			set_err(err, errlen, "messages[%zu]: not an object with a string \"role\"", i);
+			return -EINVAL;
+		}
+	}
+	if (json_object_is_type(tools, json_type_null))
+		tools = NULL;
+	if (tools) {
+		int rc = toolcall_tools_check(tools, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	if (t->kind == CHAT_TMPL_JINJA && t->jinja && t->tool_style != TOOLCALL_GENERIC)
+		return render_native(t, messages, tools, add_assistant, ret, err, errlen);
+	return render_generic(t, messages, tools, add_assistant, ret, err, errlen);
 }

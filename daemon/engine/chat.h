@@ -14,7 +14,10 @@
 
 #include <stddef.h>
 
+#include "toolcall.h"
+
 struct jinja_template;
+struct json_object;
 
 /* Evaluation steps a Jinja template may take for one prompt (jinja.h's
  * max_steps): ~0.1 s; real templates take ~500 a message. */
@@ -49,6 +52,12 @@ struct chat_template {
 	                         them, or NULL (undefined there); owned */
 	int strip_bos;        /* the tokenizer prepends BOS: chat_render removes
 	                         one leading bos text from the Jinja output */
+	enum toolcall_style tool_style; /* how the model writes tool calls: the
+	                                   source's (toolcall_style_detect) when
+	                                   it runs as Jinja, else
+	                                   TOOLCALL_GENERIC; what chat_render_json
+	                                   renders tools for and what
+	                                   toolcall_grammar/_parse take */
 };
 
 /* Builds a template from SRC (NUL-terminated Jinja source; NULL = the file
@@ -89,5 +98,31 @@ int chat_render(const struct chat_template *t, const struct chat_msg *msgs, int 
  * Conversation roles must alternate user/assistant/user/assistant/..."). */
 int chat_render_err(const struct chat_template *t, const struct chat_msg *msgs, int n,
 		    int add_assistant, char **ret, char *err, size_t errlen);
+
+/* Renders an OpenAI-shaped conversation: MESSAGES an array of {"role",
+ * "content" (a string, null, or an array of parts whose "text" ones are
+ * joined by newlines), "tool_calls" ([{"id", "type", "function": {"name",
+ * "arguments"}}], arguments a JSON string), "tool_call_id", "name"}, TOOLS
+ * OpenAI's tools array (NULL or empty = none; pass none for tool_choice
+ * "none"), ADD_ASSISTANT as for chat_render.
+ * Where t->tool_style is not TOOLCALL_GENERIC, the template renders the
+ * tools and calls itself: messages go to it shaped as Hugging Face's
+ * templates expect (content a string, tool_calls only on messages that
+ * have some, arguments an object where the string parses as JSON).
+ * Otherwise (GENERIC, families) the tools are described in the system
+ * message (toolcall_generic_system, after the conversation's own system
+ * text, or as a new first one), assistant tool_calls become the JSON the
+ * model is asked to write (toolcall_generic_calls), and where the template
+ * refuses what that gives, it is rendered again with tool results as user
+ * turns ("Tool result for call ID (NAME): ...") and turns of one role
+ * merged, then also with system text folded into the user's turn.
+ * Returns the length and a malloc'd NUL-terminated *RET, or chat_render's
+ * errors: -EINVAL with why in ERR for a malformed message, tools or a
+ * conversation the template refuses, -ENOTSUP, -E2BIG, -ENOMEM.  Any
+ * thread; MESSAGES and TOOLS are only read (one thread at a time per JSON
+ * document: json-c's reference counts). */
+int chat_render_json(const struct chat_template *t, struct json_object *messages,
+		     struct json_object *tools, int add_assistant, char **ret, char *err,
+		     size_t errlen);
 
 #endif
