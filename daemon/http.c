@@ -20,12 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "admin.h"
+#include "chat.h"
 #include "clock.h"
 #include "conn.h"
 #include "engine.h"
@@ -34,6 +36,7 @@
 #include "ring.h"
 #include "server.h"
 #include "tokenizer.h"
+#include "toolcall.h"
 #include "usock.h"
 #include "utf8.h"
 #include "worker.h"
@@ -109,6 +112,13 @@ struct http_req {
 	json_object *lp;               /* with logprobs: chat's content list, or
 	                                  completions' {tokens, token_logprobs, text_offset} */
 	size_t text_off;               /* completions' text_offset so far */
+	/* tool calling (chat with tools): the output is parsed for calls */
+	int tools;                     /* 1: tools were offered (tool_choice not none) */
+	enum toolcall_style tool_style; /* the template's syntax for calls */
+	json_object *tool_defs;        /* the request's tools (a reference), to check
+	                                  parsed calls' names */
+	struct evbuffer *all;          /* stream with tools: the whole output so far */
+	size_t sent;                   /* ... of which this many bytes went out as content */
 };
 
 /* ---- small helpers ---- */
@@ -406,8 +416,8 @@ static int parse_messages(json_object *body, json_object *keep, struct proto_sub
 		else if (!strcmp(role, "assistant"))
 			msgs[i].role = PROTO_ROLE_ASSISTANT;
 		else
-			return bad(pe, "messages", "messages[%u].role '%s' is not system, developer, user or "
-				   "assistant", i, role);
+			return bad(pe, "messages", "messages[%u].role '%s' is not system, developer, user, "
+				   "assistant or tool", i, role);
 		if (message_content(m, (int)i, keep, &msgs[i].content, pe) < 0)
 			return -1;
 	}
@@ -622,6 +632,110 @@ schema:
 	return 0;
 }
 
+/* Chat with tools: when the body offers tools, or its messages carry tool
+ * calls or results, the conversation is rendered here through the
+ * template's tool support (chat_render_json) and goes on as a plain
+ * prompt; a required or named tool_choice adds the grammar of a call.
+ * Returns 1 with *RET_PROMPT (malloc'd) and maybe *RET_GBNF set, 0 when
+ * the request has nothing of tools (parse_messages takes it), -1 after
+ * bad(). */
+static int parse_tools(struct llmd *d, struct http_req *hr, json_object *body, struct proto_submit *s,
+		       char **ret_prompt, char **ret_gbnf, struct params_err *pe)
+{
+	json_object *tools = field(body, "tools"), *ms = field(body, "messages"), *v, *msgs = NULL;
+	enum toolcall_choice choice = TOOLCALL_AUTO;
+	const char *name = NULL;
+	int parallel = 1, uses = tools != NULL, rc;
+	char err[400] = "";
+	const struct chat_template *t = &d->model->chat;
+
+	if (ms && json_object_is_type(ms, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(ms) && !uses; i++) {
+			json_object *m = json_object_array_get_idx(ms, i), *r;
+			uses = json_object_is_type(m, json_type_object) &&
+			       (field(m, "tool_calls") || ((r = field(m, "role")) &&
+							   json_object_is_type(r, json_type_string) &&
+							   !strcmp(json_object_get_string(r), "tool")));
+		}
+	if (!uses) {
+		if (field(body, "tool_choice"))
+			return bad(pe, "tool_choice", "tool_choice needs tools");
+		return 0;
+	}
+	if (tools && (!json_object_is_type(tools, json_type_array) || json_object_array_length(tools) == 0))
+		return bad(pe, "tools", "tools must be a non-empty list of functions");
+	if (tools && toolcall_tools_check(tools, err, sizeof err) < 0)
+		return bad(pe, "tools", "%s", err);
+	if (toolcall_choice_parse(field(body, "tool_choice"), &choice, &name, err, sizeof err) < 0)
+		return bad(pe, "tool_choice", "%s", err);
+	if (!tools && choice != TOOLCALL_AUTO && choice != TOOLCALL_NONE)
+		return bad(pe, "tool_choice", "tool_choice needs tools");
+	if (get_bool(body, "parallel_tool_calls", &parallel, pe) < 0)
+		return -1;
+	if (!(v = field(body, "parallel_tool_calls")))
+		parallel = 1;
+	if (!t->kind)
+		return bad(pe, "messages", "model %s has no chat template llmd knows", d->model->name);
+	if (!ms || !json_object_is_type(ms, json_type_array) || json_object_array_length(ms) == 0)
+		return bad(pe, "messages", "messages must be a non-empty list");
+	if (json_object_array_length(ms) > PROTO_MAX_MESSAGES)
+		return bad(pe, "messages", "at most %d messages", PROTO_MAX_MESSAGES);
+	/* OpenAI's "developer" is the templates' "system" */
+	if (json_object_deep_copy(ms, &msgs, NULL) < 0)
+		return bad(pe, "messages", "out of memory");
+	for (size_t i = 0; i < json_object_array_length(msgs); i++) {
+		json_object *m = json_object_array_get_idx(msgs, i), *r;
+		if (!json_object_is_type(m, json_type_object) || !(r = field(m, "role")) ||
+		    !json_object_is_type(r, json_type_string)) {
+			json_object_put(msgs);
+			return bad(pe, "messages", "messages[%zu] must be an object with a string role", i);
+		}
+		const char *role = json_object_get_string(r);
+		if (strcmp(role, "system") && strcmp(role, "developer") && strcmp(role, "user") &&
+		    strcmp(role, "assistant") && strcmp(role, "tool")) {
+			int rb = bad(pe, "messages", "messages[%zu].role '%s' is not system, developer, user, "
+				     "assistant or tool", i, role);
+			json_object_put(msgs);
+			return rb;
+		}
+		if (!strcmp(role, "developer"))
+			json_object_object_add(m, "role", json_object_new_string("system"));
+	}
+	rc = chat_render_json(t, msgs, choice == TOOLCALL_NONE ? NULL : tools, 1, ret_prompt, err, sizeof err);
+	json_object_put(msgs);
+	if (rc < 0)
+		return bad(pe, "messages", "%s", rc == -ENOMEM ? "out of memory" :
+			   err[0] ? err : "the chat template cannot render this conversation");
+	/* a forced call's grammar; with auto, GENERIC's answer (calls or a
+	 * response) unless response_format asks for something else */
+	if (choice == TOOLCALL_REQUIRED || choice == TOOLCALL_NAMED ||
+	    (choice == TOOLCALL_AUTO && tools && t->tool_style == TOOLCALL_GENERIC &&
+	     !(s->flags & PROTO_SUBMIT_GRAMMAR))) {
+		if (s->flags & PROTO_SUBMIT_GRAMMAR) {
+			free(*ret_prompt);
+			*ret_prompt = NULL;
+			return bad(pe, "tool_choice", "a required or named tool_choice constrains the output "
+				   "itself: it does not go with response_format or grammar");
+		}
+		rc = toolcall_grammar(t->tool_style, tools, choice, name, parallel, ret_gbnf, err, sizeof err);
+		if (rc < 0) {
+			free(*ret_prompt);
+			*ret_prompt = NULL;
+			return bad(pe, rc == -EINVAL && name ? "tool_choice" : "tools", "%s",
+				   rc == -ENOMEM ? "out of memory" : err);
+		}
+		s->flags |= PROTO_SUBMIT_GRAMMAR;
+		s->grammar_kind = PROTO_GRAMMAR_GBNF;
+		s->grammar_flags = 0;
+		s->grammar = (struct proto_str){ *ret_gbnf, (uint32_t)strlen(*ret_gbnf) };
+	}
+	s->prompt = (struct proto_str){ *ret_prompt, (uint32_t)strlen(*ret_prompt) };
+	hr->tools = tools && choice != TOOLCALL_NONE;
+	hr->tool_style = t->tool_style;
+	hr->tool_defs = hr->tools ? json_object_get(tools) : NULL;
+	return 1;
+}
+
 /* ---- the model ---- */
 
 static int model_known(struct llmd *d, const char *name)
@@ -665,6 +779,9 @@ static void req_end(struct http_req *hr)
 	ring_free(hr->ring);
 	if (hr->text)
 		evbuffer_free(hr->text);
+	if (hr->all)
+		evbuffer_free(hr->all);
+	json_object_put(hr->tool_defs);
 	json_object_put(hr->lp);
 	json_object_put(hr->ids);
 	if (hr->prev)
@@ -805,6 +922,8 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	uint32_t code;
 	json_object *body, *keep, *v;
 	struct http_req *hr;
+	char *tool_prompt = NULL, *tool_gbnf = NULL;
+	int rt = 0;
 
 	if (!(body = read_body(d, req)))
 		return;
@@ -831,14 +950,15 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	hr->wake_fd = -1;
 	hr->created = (int64_t)time(NULL);
 	if (parse_common(d, hr, body, &s, stops, &pe) < 0 || parse_format(body, &s, &pe) < 0 ||
-	    (chat ? parse_messages(body, keep, &s, msgs, &pe) : parse_prompt(body, &s, &pe)) < 0) {
+	    (chat && (rt = parse_tools(d, hr, body, &s, &tool_prompt, &tool_gbnf, &pe)) < 0) ||
+	    (rt == 0 && (chat ? parse_messages(body, keep, &s, msgs, &pe) : parse_prompt(body, &s, &pe)) < 0)) {
 		reply_error(d, req, 400, pe.param[0] ? pe.param : NULL, NULL, "%s", pe.msg);
 		goto out;
 	}
 	s.id = ++h->next_id;
 	snprintf(hr->id, sizeof hr->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
 		 (unsigned long long)clock_us(), (unsigned long long)s.id & 0xffffff);
-	if (!hr->stream && !(hr->text = evbuffer_new())) {
+	if ((!hr->stream && !(hr->text = evbuffer_new())) || (hr->stream && hr->tools && !(hr->all = evbuffer_new()))) {
 		reply_error(d, req, 500, NULL, NULL, "out of memory");
 		goto out;
 	}
@@ -876,10 +996,15 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 out:
 	if (hr) {
 		json_object_put(hr->lp);
+		json_object_put(hr->tool_defs);
 		if (hr->text)
 			evbuffer_free(hr->text);
+		if (hr->all)
+			evbuffer_free(hr->all);
 		free(hr);
 	}
+	free(tool_prompt);
+	free(tool_gbnf);
 	json_object_put(keep);
 	json_object_put(body);
 }
@@ -1083,6 +1208,64 @@ static json_object *choice_obj(struct http_req *hr, const char *text, size_t len
 	return ch;
 }
 
+/* ---- tool calls in the output ---- */
+
+/* A call's id: "call_" and 24 letters and digits, or 9 of them alone for
+ * Mistral's templates, which refuse any other. */
+static void call_id(const struct http_req *hr, char *out, size_t cap)
+{
+	static const char an[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	unsigned char r[24];
+	int n = hr->tool_style == TOOLCALL_MISTRAL ? 9 : 24;
+	size_t o = 0;
+
+	if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+		uint64_t x = clock_us() ^ (uint64_t)(uintptr_t)hr;
+		for (size_t i = 0; i < sizeof r; i++, x = x * 6364136223846793005ull + 1442695040888963407ull)
+			r[i] = (unsigned char)(x >> 56);
+	}
+	if (n == 24)
+		o = (size_t)snprintf(out, cap, "call_");
+	for (int i = 0; i < n && o + 1 < cap; i++)
+		out[o++] = an[r[i] % (sizeof an - 1)];
+	out[o] = 0;
+}
+
+/* RES's calls as OpenAI's tool_calls list (a stream's deltas carry an
+ * index each). */
+static json_object *tool_calls_obj(const struct http_req *hr, const struct toolcall_result *res, int delta)
+{
+	json_object *a = json_object_new_array();
+
+	for (int i = 0; i < res->n_calls; i++) {
+		json_object *c = json_object_new_object(), *f = json_object_new_object();
+		char id[40];
+		call_id(hr, id, sizeof id);
+		if (delta)
+			json_object_object_add(c, "index", json_object_new_int(i));
+		json_object_object_add(c, "id", json_object_new_string(id));
+		json_object_object_add(c, "type", json_object_new_string("function"));
+		json_object_object_add(f, "name", json_object_new_string(res->calls[i].name));
+		json_object_object_add(f, "arguments", json_object_new_string(res->calls[i].arguments));
+		json_object_object_add(c, "function", f);
+		json_object_array_add(a, c);
+	}
+	return a;
+}
+
+/* The whole output TEXT parsed for calls into *RES (the text as content
+ * when it cannot be parsed). */
+static void tool_parse(const struct http_req *hr, const char *text, size_t len, struct toolcall_result *res)
+{
+	char err[200];
+
+	memset(res, 0, sizeof *res);
+	if (toolcall_parse(hr->tool_style, text, len, hr->tool_defs, res, err, sizeof err) < 0) {
+		memset(res, 0, sizeof *res);
+		log_msg(LOG_WARNING, "http: request %s: tool calls not parsed: %s", hr->id, err);
+	}
+}
+
 /* Sends one server-sent event with OBJ (consumed), the 200 first. */
 static void send_event(struct http_req *hr, json_object *obj)
 {
@@ -1102,6 +1285,27 @@ static void send_event(struct http_req *hr, json_object *obj)
 	}
 	hr->started = 1;
 	json_object_put(obj);
+}
+
+static void send_stream_text(struct http_req *hr, const char *text, size_t len);
+
+/* Streams what the tool syntax lets out of the output so far: nothing
+ * from where a call may begin (held back until the FINAL). */
+static void send_stream_tools(struct http_req *hr, const char *text, size_t len)
+{
+	size_t total, safe;
+	const char *all;
+
+	evbuffer_add(hr->all, text, len);
+	total = evbuffer_get_length(hr->all);
+	all = total ? (const char *)evbuffer_pullup(hr->all, -1) : "";
+	safe = toolcall_stream_safe(hr->tool_style, all, total);
+	if (safe > hr->sent) {
+		send_stream_text(hr, all + hr->sent, safe - hr->sent);
+		hr->sent = safe;
+	} else if ((hr->logprobs && hr->lp) || hr->ids) {
+		send_stream_text(hr, "", 0);
+	}
 }
 
 static void send_stream_text(struct http_req *hr, const char *text, size_t len)
@@ -1147,9 +1351,42 @@ static void finish_req(struct http_req *hr, const struct proto_final *f)
 		return;
 	}
 	if (hr->stream) {
-		json_object *o = answer_obj(hr, object), *choices = json_object_new_array();
+		json_object *o, *choices;
 		struct evbuffer *b;
-		json_object_array_add(choices, choice_obj(hr, "", 0, 1, finish_reason(f->finish)));
+		const char *why = finish_reason(f->finish);
+		if (hr->tools) {
+			/* the held-back text: calls, or content after all */
+			size_t total = evbuffer_get_length(hr->all);
+			const char *all = total ? (const char *)evbuffer_pullup(hr->all, -1) : "";
+			struct toolcall_result res;
+			tool_parse(hr, all, total, &res);
+			if (res.n_calls) {
+				/* content the calls were written among, past what went out */
+				if (res.content_len > hr->sent && !memcmp(res.content, all, hr->sent))
+					send_stream_text(hr, res.content + hr->sent, res.content_len - hr->sent);
+				o = answer_obj(hr, object);
+				choices = json_object_new_array();
+				json_object *ch = json_object_new_object(), *m = json_object_new_object();
+				json_object_object_add(ch, "index", json_object_new_int(0));
+				if (!hr->started)
+					json_object_object_add(m, "role", json_object_new_string("assistant"));
+				json_object_object_add(m, "tool_calls", tool_calls_obj(hr, &res, 1));
+				json_object_object_add(ch, "delta", m);
+				json_object_object_add(ch, "logprobs", NULL);
+				json_object_object_add(ch, "finish_reason", NULL);
+				json_object_array_add(choices, ch);
+				json_object_object_add(o, "choices", choices);
+				send_event(hr, o);
+				if (f->finish == PROTO_FIN_STOP)
+					why = "tool_calls";
+			} else if (total > hr->sent) {
+				send_stream_text(hr, all + hr->sent, total - hr->sent);
+			}
+			toolcall_result_clear(&res);
+		}
+		o = answer_obj(hr, object);
+		choices = json_object_new_array();
+		json_object_array_add(choices, choice_obj(hr, "", 0, 1, why));
 		json_object_object_add(o, "choices", choices);
 		send_event(hr, o);
 		if (hr->include_usage) {
@@ -1169,6 +1406,26 @@ static void finish_req(struct http_req *hr, const struct proto_final *f)
 	json_object *o = answer_obj(hr, object), *choices = json_object_new_array();
 	size_t len = evbuffer_get_length(hr->text);
 	const char *text = len ? (const char *)evbuffer_pullup(hr->text, -1) : "";
+	if (hr->tools) {
+		struct toolcall_result res;
+		tool_parse(hr, text, len, &res);
+		if (res.n_calls) {
+			json_object *ch = choice_obj(hr, res.content, res.content_len, 0,
+						     f->finish == PROTO_FIN_STOP ? "tool_calls" : finish_reason(f->finish));
+			json_object *m;
+			json_object_object_get_ex(ch, "message", &m);
+			if (!res.content_len)
+				json_object_object_add(m, "content", NULL);
+			json_object_object_add(m, "tool_calls", tool_calls_obj(hr, &res, 0));
+			json_object_array_add(choices, ch);
+			toolcall_result_clear(&res);
+			json_object_object_add(o, "choices", choices);
+			json_object_object_add(o, "usage", usage_obj(f));
+			reply_json(hr->d, req, 200, o);
+			return;
+		}
+		toolcall_result_clear(&res);
+	}
 	json_object_array_add(choices, choice_obj(hr, text, len, 0, finish_reason(f->finish)));
 	json_object_object_add(o, "choices", choices);
 	json_object_object_add(o, "usage", usage_obj(f));
@@ -1214,7 +1471,10 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 		} else if (rec.type == PROTO_REC_FINAL) {
 			struct proto_final f;
 			if (proto_final_decode(rec.payload, rec.len, &f) == 0 && hr->req) {
-				if (chunk && evbuffer_get_length(chunk))
+				if (chunk && evbuffer_get_length(chunk) && hr->tools)
+					send_stream_tools(hr, (const char *)evbuffer_pullup(chunk, -1),
+							  evbuffer_get_length(chunk));
+				else if (chunk && evbuffer_get_length(chunk))
 					send_stream_text(hr, (const char *)evbuffer_pullup(chunk, -1),
 							 evbuffer_get_length(chunk));
 				if (chunk)
@@ -1229,7 +1489,9 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 		wake_producer |= ring_consume(hr->ring);
 	}
 	if (chunk) {
-		if (evbuffer_get_length(chunk) && hr->req)
+		if (evbuffer_get_length(chunk) && hr->req && hr->tools)
+			send_stream_tools(hr, (const char *)evbuffer_pullup(chunk, -1), evbuffer_get_length(chunk));
+		else if (evbuffer_get_length(chunk) && hr->req)
 			send_stream_text(hr, (const char *)evbuffer_pullup(chunk, -1), evbuffer_get_length(chunk));
 		else if (((hr->logprobs && hr->lp) || hr->ids) && hr->req)
 			send_stream_text(hr, "", 0);

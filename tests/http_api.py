@@ -266,8 +266,8 @@ def test_errors(d):
             check(e.status_code == 400 and e.body.get("param") == field,
                   f"{bad}: 400 naming {field} ({e.body.get('message')})")
     try:
-        c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=[{"role": "tool", "content": "x"}])
-        check(False, "role tool refused")
+        c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=[{"role": "robot", "content": "x"}])
+        check(False, "role robot refused")
     except openai.BadRequestError as e:
         check(e.body.get("param") == "messages", "an unknown role: 400 naming messages")
     try:
@@ -385,6 +385,90 @@ def test_structured(d):
         f.write('root ::= [a-\n')
     rc, out, err = client("--socket", d.sock, "--grammar", gf, "x")
     check(rc == 1 and "grammar: line 1" in err, f"llm-client, a bad grammar: {err.strip()}")
+
+
+def test_tools(d):
+    """tools through the openai client on SmolLM2 (its template knows no
+    tools: the generic JSON syntax): a named tool_choice gives a valid call
+    every time, streamed too; the weather round trip; refusals."""
+    c = d.client
+    model = "SmolLM2-135M-Instruct.Q4_1"
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "The current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                                        "unit": {"enum": ["celsius", "fahrenheit"]}},
+                       "required": ["city"]}}},
+             {"type": "function", "function": {"name": "get_time", "description": "The time in a timezone",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"tz": {"type": "string"}},
+                                                              "required": ["tz"]}}}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    good = 0
+    for seed in range(6):
+        r = c.chat.completions.create(model=model, messages=msgs, tools=tools, tool_choice=named, max_tokens=80,
+                                      temperature=1.0, seed=seed)
+        ch = r.choices[0]
+        calls = ch.message.tool_calls or []
+        try:
+            args = json.loads(calls[0].function.arguments)
+            ok = (ch.finish_reason == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather"
+                  and calls[0].id.startswith("call_") and calls[0].type == "function"
+                  and isinstance(args.get("city"), str) and set(args) <= {"city", "unit"})
+        except (ValueError, IndexError):
+            ok = False
+        good += ok
+        if not ok:
+            print(f"  seed {seed}: {ch.finish_reason} {ch.message}")
+    check(good == 6, f"tool_choice named: a valid get_weather call {good}/6 times")
+    r = c.chat.completions.create(model=model, messages=msgs, tools=tools, tool_choice="required",
+                                  parallel_tool_calls=False, max_tokens=80, temperature=0)
+    calls = r.choices[0].message.tool_calls or []
+    check(r.choices[0].finish_reason == "tool_calls" and len(calls) == 1 and
+          calls[0].function.name in ("get_weather", "get_time"),
+          f"tool_choice required, no parallel calls: one call ({calls[0].function if calls else None})")
+    # the round trip: the call, its result, the answer
+    call = c.chat.completions.create(model=model, messages=msgs, tools=tools, tool_choice=named, max_tokens=80,
+                                     temperature=0).choices[0].message.tool_calls[0]
+    msgs2 = msgs + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                    {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp_c": 18, "sky": "cloudy"})}]
+    r = c.chat.completions.create(model=model, messages=msgs2, tools=tools, tool_choice="none", max_tokens=80,
+                                  temperature=0)
+    ch = r.choices[0]
+    check(ch.finish_reason in ("stop", "length") and not ch.message.tool_calls and ch.message.content,
+          f"round trip: the tool's result answered in text: {ch.message.content!r}")
+    # streamed: the call comes as tool_calls deltas, no text
+    st = c.chat.completions.create(model=model, messages=msgs, tools=tools, tool_choice=named, max_tokens=80,
+                                   temperature=0, stream=True)
+    text, deltas, finish = "", [], None
+    for chunk in st:
+        if not chunk.choices:
+            continue
+        dl = chunk.choices[0].delta
+        text += dl.content or ""
+        deltas += dl.tool_calls or []
+        finish = chunk.choices[0].finish_reason or finish
+    check(finish == "tool_calls" and text == "" and len(deltas) == 1 and deltas[0].index == 0 and
+          deltas[0].function.name == "get_weather" and json.loads(deltas[0].function.arguments) == json.loads(call.function.arguments),
+          f"streamed named call: {deltas[0].function if deltas else None}, text {text!r}")
+    # auto: free text or a call, whichever the model writes; never an error
+    r = c.chat.completions.create(model=model, messages=msgs, tools=tools, max_tokens=40, temperature=0)
+    check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), f"tool_choice auto: {r.choices[0].finish_reason}")
+    for kw, param, what in (({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+                             "tool_choice", "an unknown function"),
+                            ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools",
+                             "a bad function name"),
+                            ({"tool_choice": "required"}, "tool_choice", "tool_choice without tools"),
+                            ({"tools": tools, "tool_choice": "required", "response_format": {"type": "json_object"}},
+                             "tool_choice", "a forced call with response_format"),
+                            ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+                                "type": "object", "properties": {"a": {"not": {}}}}}}], "tool_choice": "required"},
+                             "tools", "a schema that cannot be enforced")):
+        try:
+            c.chat.completions.create(model=model, messages=msgs, max_tokens=5, **kw)
+            check(False, f"{what} refused")
+        except openai.BadRequestError as e:
+            check(e.body.get("param") == param, f"{what}: 400 naming {param} ({e.body.get('message')})")
 
 
 def test_limits(tmp):
@@ -707,7 +791,7 @@ def main():
         d = Llmd(tmp, "main", "http.max_body_kib=1024", "limits.connections_per_uid=1024",
                  "limits.requests_per_uid=1024")
         try:
-            for t in (test_basics, test_errors, test_structured, test_native_equal, test_bench_url, test_client_url):
+            for t in (test_basics, test_errors, test_structured, test_tools, test_native_equal, test_bench_url, test_client_url):
                 t(d)
             test_hostile(d)
             check(d.proc.poll() is None, "llmd is still running")

@@ -764,6 +764,24 @@ static void test_grammar(void)
 	g = (char *)tools;
 	CHECK_INT_EQ(toolcall_grammar(TOOLCALL_HERMES, NULL, TOOLCALL_NONE, NULL, 1, &g, err, sizeof err), 0);
 	CHECK(g == NULL);
+	/* GENERIC with auto: the calls' object or a response, nothing else;
+	 * the response parses back as content */
+	g = NULL;
+	CHECK_INT_EQ(toolcall_grammar(TOOLCALL_GENERIC, tools, TOOLCALL_AUTO, NULL, 1, &g, err, sizeof err), 0);
+	CHECK(g != NULL);
+	if (g) {
+		static const char *const resp = "{\"response\": \"It is \\\"sunny\\\"\\n\\u00e9 today.\"}";
+		CHECK_INT_EQ(grammar_takes(g, resp), 1);
+		CHECK_INT_EQ(grammar_takes(g, "{\"tool_calls\": [{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}]}"), 1);
+		CHECK_INT_EQ(grammar_takes(g, "It is sunny."), 0);
+		CHECK_INT_EQ(grammar_takes(g, "{\"response\": \"raw\ncontrol\"}"), 0);
+		CHECK_INT_EQ(grammar_takes(g, "{\"response\": 7}"), 0);
+		struct toolcall_result r;
+		CHECK_INT_EQ(toolcall_parse(TOOLCALL_GENERIC, resp, strlen(resp), tools, &r, err, sizeof err), 0);
+		CHECK_STR_EQ(r.content, "It is \"sunny\"\n\u00e9 today.");
+		toolcall_result_clear(&r);
+		free(g);
+	}
 
 	/* refusals leave *ret alone */
 	g = (char *)tools;
@@ -783,13 +801,14 @@ static void test_grammar(void)
 	/* ... but naming the good one compiles only that one */
 	CHECK_INT_EQ(toolcall_grammar(TOOLCALL_GENERIC, bad, TOOLCALL_NAMED, "ok", 0, &g, err, sizeof err), 0);
 	if (g != (char *)tools) {
-		/* no parameters: any object */
-		CHECK_INT_EQ(grammar_takes(g, "{\"tool_calls\": [{\"name\": \"ok\", \"arguments\": {\"z\": [1]}}]}"), 1);
+		/* no parameters: a function of none, {} */
+		CHECK_INT_EQ(grammar_takes(g, "{\"tool_calls\": [{\"name\": \"ok\", \"arguments\": {}}]}"), 1);
+		CHECK_INT_EQ(grammar_takes(g, "{\"tool_calls\": [{\"name\": \"ok\", \"arguments\": {\"z\": [1]}}]}"), 0);
 		free(g);
 	}
 	json_object_put(bad);
 
-	/* strict: no other properties */
+	/* strict or not, no other properties than the schema's */
 	json_object *strict = parse("[{\"type\": \"function\", \"function\": {\"name\": \"s\", \"strict\": true, "
 				    "\"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, "
 				    "\"required\": [\"a\"]}}}]");
@@ -801,6 +820,16 @@ static void test_grammar(void)
 		free(g);
 	}
 	json_object_put(strict);
+	json_object *loose = parse("[{\"type\": \"function\", \"function\": {\"name\": \"s\", "
+				   "\"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}]");
+	g = NULL;
+	CHECK_INT_EQ(toolcall_grammar(TOOLCALL_GENERIC, loose, TOOLCALL_REQUIRED, NULL, 0, &g, err, sizeof err), 0);
+	if (g) {
+		CHECK_INT_EQ(grammar_takes(g, "{\"tool_calls\": [{\"name\": \"s\", \"arguments\": {\"a\": 1}}]}"), 1);
+		CHECK_INT_EQ(grammar_takes(g, "{\"tool_calls\": [{\"name\": \"s\", \"arguments\": {\"a\": 1, \"b\": 2}}]}"), 0);
+		free(g);
+	}
+	json_object_put(loose);
 
 	/* every tool of a full list compiles side by side: rules do not clash */
 	json_object *many = json_object_new_array();

@@ -385,7 +385,7 @@ static void put_call_rule(struct sbuf *b, enum toolcall_style style, size_t i, c
 
 /* The root rule: one call or, with PARALLEL, up to TOOLCALL_MAX_CALLS,
  * separated and wrapped as STYLE's template writes them. */
-static void put_root_rule(struct sbuf *b, enum toolcall_style style, int parallel)
+static void put_root_rule(struct sbuf *b, enum toolcall_style style, int parallel, const char *rule)
 {
 	const char *open = "", *sep = "\\n", *close = "";
 
@@ -400,7 +400,7 @@ static void put_root_rule(struct sbuf *b, enum toolcall_style style, int paralle
 	}
 	if (style == TOOLCALL_LLAMA3)
 		parallel = 0;
-	sb_printf(b, "root ::= %stc-call", open);
+	sb_printf(b, "%s ::= %stc-call", rule, open);
 	if (parallel)
 		sb_printf(b, " (\"%s\" tc-call){0,%u}", sep, TOOLCALL_MAX_CALLS - 1);
 	sb_printf(b, "%s\n", close);
@@ -410,20 +410,20 @@ static void put_root_rule(struct sbuf *b, enum toolcall_style style, int paralle
  * errno with "tool NAME: parameters: ..." in ERR. */
 static int put_params(struct sbuf *b, json_object *fn, size_t i, char *err, size_t errlen)
 {
-	json_object *params = NULL, *strict, *any = NULL;
-	unsigned flags = 0;
+	json_object *params = NULL, *any = NULL;
+	/* Strict always: a call names the function's parameters and no others
+	 * (without it a schema's open objects let a small model pile up keys
+	 * of its own until max_tokens; "strict": true changes nothing more). */
+	unsigned flags = JSCHEMA_STRICT;
 	char jerr[512], prefix[32], *gbnf = NULL;
 
 	if (!json_object_object_get_ex(fn, "parameters", &params)) {
-		/* OpenAI: no parameters = a function of no arguments; any
-		 * object is what a model may still write */
+		/* OpenAI: no parameters = a function of no arguments: {} */
 		any = json_tokener_parse("{\"type\": \"object\"}");
 		if (!any)
 			return -ENOMEM;
 		params = any;
 	}
-	if (json_object_object_get_ex(fn, "strict", &strict) && json_object_get_boolean(strict))
-		flags |= JSCHEMA_STRICT;
 	jerr[0] = '\0';
 	int rc = jschema_to_gbnf(params, flags, &gbnf, jerr, sizeof jerr);
 	json_object_put(any);
@@ -448,11 +448,11 @@ int toolcall_grammar(enum toolcall_style style, struct json_object *tools,
 		err[0] = '\0';
 	if (!ret_gbnf || (unsigned)style > TOOLCALL_MISTRAL)
 		return -EINVAL;
-	if (choice == TOOLCALL_AUTO || choice == TOOLCALL_NONE) {
+	if (choice == TOOLCALL_NONE || (choice == TOOLCALL_AUTO && style != TOOLCALL_GENERIC)) {
 		*ret_gbnf = NULL;
 		return 0;
 	}
-	if (choice != TOOLCALL_REQUIRED && choice != TOOLCALL_NAMED)
+	if (choice != TOOLCALL_REQUIRED && choice != TOOLCALL_NAMED && choice != TOOLCALL_AUTO)
 		return -EINVAL;
 	int rc = toolcall_tools_check(tools, err, errlen);
 	if (rc < 0)
@@ -475,8 +475,21 @@ int toolcall_grammar(enum toolcall_style style, struct json_object *tools,
 		}
 	}
 
+	/* a named function is called once (OpenAI's forced call); several
+	 * calls of it would only repeat it */
+	if (choice == TOOLCALL_NAMED)
+		parallel = 0;
 	struct sbuf b = { 0 };
-	put_root_rule(&b, style, parallel);
+	if (choice == TOOLCALL_AUTO) {
+		/* GENERIC's answer without a call, as its system text asks:
+		 * {"response": "..."} (toolcall_parse makes it the content) */
+		sb_puts(&b, "root ::= tc-calls | \"{\\\"response\\\": \" tc-string \"}\"\n"
+			    "tc-string ::= \"\\\"\" ([^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" "
+			    "([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}))* \"\\\"\"\n");
+		put_root_rule(&b, style, parallel, "tc-calls");
+	} else {
+		put_root_rule(&b, style, parallel, "root");
+	}
 	sb_puts(&b, "tc-call ::= ");
 	for (size_t i = 0, first = 1; i < n; i++)
 		if (only == SIZE_MAX || i == only) {

@@ -89,17 +89,22 @@ int toolcall_tools_check(struct json_object *tools, char *err, size_t errlen);
 /* The GBNF grammar (grammar.h's syntax, start rule "root") of an output
  * that is only tool calls in STYLE's syntax: for TOOLCALL_REQUIRED a call
  * of any of TOOLS, for TOOLCALL_NAMED one of the tool called NAME; with
- * PARALLEL, 1 to TOOLCALL_MAX_CALLS calls (LLAMA3 templates take one call
+ * PARALLEL, 1 to TOOLCALL_MAX_CALLS calls for
+ * TOOLCALL_REQUIRED (a named function is called once) (LLAMA3 templates take one call
  * a turn: always one).  Each function's "parameters" is compiled by
- * jschema_to_gbnf (JSCHEMA_STRICT when the function says "strict": true;
- * an absent one is any object); their rules are renamed "tN-..." so that
+ * jschema_to_gbnf (always JSCHEMA_STRICT: a call holds the function's
+ * parameters and no others; an absent "parameters" is {}); their rules are renamed "tN-..." so that
  * they live side by side.  The calls are written as the template writes
  * them, so a constrained model writes what it was trained on (MISTRAL's
  * with the 9-character "id" Mistral's template gives each call, as
  * llama.cpp requires too).  The properties of the arguments come in
  * jschema's order (required ones first), not necessarily the schema's.
+ * For TOOLCALL_AUTO with GENERIC (a template that knows no tools), the
+ * answer its system text asks for: the calls' object, or {"response":
+ * "..."} (llama.cpp's generic format; toolcall_parse makes it content).
  * Returns 0 and a malloc'd NUL-terminated *RET_GBNF, or 0 with *RET_GBNF
- * NULL for TOOLCALL_AUTO and TOOLCALL_NONE (free text); -EINVAL for bad
+ * NULL for TOOLCALL_NONE and for TOOLCALL_AUTO in the other styles (free
+ * text); -EINVAL for bad
  * tools (toolcall_tools_check), an unknown NAME or no tools; a function
  * whose schema does not compile gives jschema's error as
  * "tool get_weather: parameters: MESSAGE" (-ENOTSUP, -EINVAL or -E2BIG);
