@@ -90,7 +90,8 @@ static void *client_main(void *arg)
 	if (start_wait(c->go) < 0)
 		return NULL;
 	t_submit = clock_s();
-	if (!c->seq->gen || (c->rc = llm_submit(c->h, &r, &id)) < 0) {
+	struct llm_grammar g = { (enum llm_grammar_kind)p->grammar_kind, 0, p->grammar_text };
+	if (!c->seq->gen || (c->rc = llm_submit_grammar(c->h, &r, p->grammar_kind ? &g : NULL, &id)) < 0) {
 		snprintf(c->err, sizeof c->err, "submit: %s", c->seq->gen ? llm_errmsg(c->h) : "out of memory");
 		c->rc = c->rc ? c->rc : -ENOMEM;
 		return NULL;

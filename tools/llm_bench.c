@@ -22,10 +22,12 @@
 #include "bench_socket.h"
 #include "chat.h"
 #include "clock.h"
+#include "constrain.h"
 #include "engine.h"
 #include "model.h"
 #include "quant.h"
 #include "kv_pool.h"
+#include "llm.h"
 #include "sampler.h"
 #include "sched.h"
 #include "stopstr.h"
@@ -65,6 +67,8 @@ struct bench_opts {
 	struct sampler_params sp;
 	const char *stops[STOPSTR_MAX];
 	int n_stops;
+	enum constrain_kind grammar_kind; /* --grammar, --json-schema, --json-object; 0: none */
+	char *grammar_text;         /* the file's text; owned */
 };
 
 static void usage(FILE *f)
@@ -116,6 +120,9 @@ static void usage(FILE *f)
 		"                          e.g. http://127.0.0.1:8080/v1), streaming, through libllm\n"
 		"      --unix-socket PATH  with --url: connect to this Unix socket (llmd's http.socket)\n"
 		"      --api-key KEY       with --url: Authorization: Bearer KEY (default $LLM_API_KEY)\n"
+		"      --grammar FILE      constrain every sequence's output to this GBNF grammar\n"
+		"      --json-schema FILE  ... to JSON valid under this JSON Schema\n"
+		"      --json-object       ... to a JSON object\n"
 		"      --json              one JSON object on stdout\n");
 }
 
@@ -206,7 +213,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
-	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS, O_URL, O_USOCK, O_KEY };
+	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS, O_URL, O_USOCK, O_KEY, O_GRAMMAR, O_SCHEMA,
+	       O_JOBJ };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -229,6 +237,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "bandwidth", no_argument, 0, O_BW }, { "no-mmap", no_argument, 0, O_NOMMAP },
 		{ "step-ms", required_argument, 0, O_STEPMS }, { "url", required_argument, 0, O_URL },
 		{ "unix-socket", required_argument, 0, O_USOCK }, { "api-key", required_argument, 0, O_KEY },
+		{ "grammar", required_argument, 0, O_GRAMMAR }, { "json-schema", required_argument, 0, O_SCHEMA },
+		{ "json-object", no_argument, 0, O_JOBJ },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -294,6 +304,20 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_USOCK: o->unix_socket = optarg; break;
 		case O_KEY: o->api_key = optarg; break;
 		case O_NOMMAP: o->no_mmap = 1; break;
+		case O_GRAMMAR:
+		case O_SCHEMA:
+		case O_JOBJ:
+			if (o->grammar_kind) {
+				fprintf(stderr, "llm-bench: one of --grammar, --json-schema and --json-object\n");
+				return -1;
+			}
+			o->grammar_kind = c == O_GRAMMAR ? CONSTRAIN_GBNF : c == O_SCHEMA ? CONSTRAIN_JSON_SCHEMA
+										  : CONSTRAIN_JSON_OBJECT;
+			if (c != O_JOBJ && !(o->grammar_text = read_file(optarg))) {
+				fprintf(stderr, "llm-bench: cannot read %s: %s\n", optarg, strerror(errno));
+				return -1;
+			}
+			break;
 		case O_BACKEND:
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
 				fprintf(stderr, "llm-bench: --backend must be auto, cpu or cuda\n");
@@ -392,6 +416,8 @@ struct bench_seq {
 
 struct bench_run {
 	struct engine *e;       /* for its last error */
+	struct constrain *cn;   /* with a grammar: its compiled form; NULL without */
+	struct constrain_req **creq; /* (n) each sequence's grammar state, or NULL */
 	struct bench_seq *seqs; /* (n) */
 	int n;
 	int finished;
@@ -475,8 +501,20 @@ static int submit_one(struct sched *sc, const struct bench_opts *o, struct bench
 		.n_prompt = q->n_ids, .max_tokens = o->n_predict, .sampling = o->sp,
 		.stops = o->stops, .n_stops = o->n_stops, .ignore_eos = o->ignore_eos,
 	};
+	char err[400];
 	int r;
 
+	if (br->cn) {
+		constrain_req_free(br->creq[i]);
+		br->creq[i] = NULL;
+		r = constrain_start(br->cn, o->grammar_kind, 0, o->grammar_text,
+				    o->grammar_text ? strlen(o->grammar_text) : 0, &br->creq[i], err, sizeof err);
+		if (r < 0) {
+			fprintf(stderr, "llm-bench: %s\n", err);
+			return r;
+		}
+		req.grammar = constrain_req_state(br->creq[i]);
+	}
 	q->n_gen = 0;
 	q->text_len = 0;
 	q->t_first = q->t_last = 0;
@@ -671,6 +709,10 @@ static int run_socket(const struct bench_opts *o)
 		.temperature = o->sp.temperature, .top_k = o->sp.top_k, .top_p = o->sp.top_p,
 		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
 		.url = o->url ? url : NULL, .api_key = o->api_key,
+		.grammar_kind = o->grammar_kind == CONSTRAIN_GBNF ? LLM_GRAMMAR_GBNF :
+				o->grammar_kind == CONSTRAIN_JSON_SCHEMA ? LLM_GRAMMAR_JSON_SCHEMA :
+				o->grammar_kind == CONSTRAIN_JSON_OBJECT ? LLM_GRAMMAR_JSON : 0,
+		.grammar_text = o->grammar_text,
 	};
 	const char *where = o->url ? o->url : o->socket;
 	char **prompts = calloc((size_t)o->parallel, sizeof *prompts);
@@ -1000,6 +1042,21 @@ int main(int argc, char **argv)
 		br.e = e;
 		if (o.profile)
 			engine_set_profile(e, 1);
+		/* a grammar compiled afresh each repetition: its first masks
+		 * (the per-position tables) are part of what is timed */
+		if (o.grammar_kind) {
+			for (int k = 0; br.creq && k < br.n; k++) {
+				constrain_req_free(br.creq[k]);
+				br.creq[k] = NULL;
+			}
+			constrain_free(br.cn);
+			br.cn = NULL;
+			if ((!br.creq && !(br.creq = calloc((size_t)br.n, sizeof *br.creq))) ||
+			    constrain_new(m->tok, &br.cn) < 0) {
+				fprintf(stderr, "llm-bench: out of memory\n");
+				goto out;
+			}
+		}
 		if (sched_new(e, m, &sp, on_event, &br, &sc, err, sizeof err) < 0) {
 			fprintf(stderr, "llm-bench: cannot start the scheduler: %s\n", err);
 			goto out;
@@ -1138,6 +1195,11 @@ out:
 	free(text);
 	free(o.prompt);
 	sched_free(sc);
+	for (int i = 0; br.creq && i < br.n; i++)
+		constrain_req_free(br.creq[i]);
+	free(br.creq);
+	constrain_free(br.cn);
+	free(o.grammar_text);
 	if (e)
 		engine_write_device_profile(e, stderr);
 	engine_free(e);
