@@ -5,12 +5,12 @@ SmolLM2-135M-Instruct write N outputs (STRUCTURED_N, 200 by default) at
 temperature 1 with different seeds, each token drawn from the schema's
 grammar mask.  Every output that ended (finish "stop") must parse with
 json.loads (strict) and validate against the schema with Python's
-jsonschema, formats included (tests/jschema_check.py's checker).  An output
-cut by max_tokens (finish "length", STRUCTURED_MAX_TOKENS, 256 by default)
-cannot be whole JSON: those are counted and must say so in their message.
-A 135M model at temperature 1 loops now and then (a string repeated, a tree
-nested again and again), so up to half of a schema's may be cut; more
-would mean the grammar keeps the model from ending.
+jsonschema, formats included (tests/jschema_check.py's checker).  Every
+output must end within max_tokens (STRUCTURED_MAX_TOKENS, 256 by default):
+a 135M model at temperature 1 loops now and then (a string repeated, a tree
+nested again and again), and the scheduler's end-in-time rule (sched.c's
+grammar_pick) must close such an output before its budget runs out; one cut
+anyway (finish "length") fails, and must say why in its message.
 
     tests/structured_check.py [-v] [SCHEMA.json ...]        exit 0, 1 or 77
 """
@@ -75,13 +75,12 @@ def main(argv):
                     bad += 1
                     print(f"  {os.path.basename(path)} seed {r['seed']}: {e}: {r['text'][:300]!r}")
             elif r["finish"] == "length":
-                if "grammar" not in r["message"]:
-                    bad += 1
-                    print(f"  {os.path.basename(path)} seed {r['seed']}: cut without a notice")
+                print(f"  {os.path.basename(path)} seed {r['seed']}: cut at {r['tokens']} tokens "
+                      f"({r['message'] or 'without a notice'}): {r['text'][-120:]!r}")
             else:
                 bad += 1
                 print(f"  {os.path.basename(path)} seed {r['seed']}: error {r['message']}")
-        ok = len(rows) == N and bad == 0 and counts["length"] * 2 <= N
+        ok = len(rows) == N and bad == 0 and counts["stop"] == N
         failures += not ok
         total["stop"] += counts["stop"]
         total["length"] += counts["length"]

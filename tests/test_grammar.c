@@ -1440,6 +1440,159 @@ static void sample_walk_timed(const struct grammar *g, const struct tvocab *tv,
 	free(m);
 }
 
+/* ---- ending in time ---- */
+
+/* A walk that draws uniformly among the allowed tokens under a budget of
+ * tokens: a token after which the grammar could not end in the tokens left
+ * is refused (grammar_state_accept_within), and a draw among those that can
+ * (grammar_state_mask_within) follows, as the scheduler does.  Starting with
+ * EXTRA tokens more than the shortest completion needs, every walk must end
+ * complete within its budget: 1 if it did. */
+static int budget_walk(const struct grammar *g, const struct tvocab *tv, const char *name,
+		       uint32_t extra, char *text, size_t cap)
+{
+	size_t words = grammar_vocab_mask_words(tv->gv), len = 0;
+	uint32_t *m = malloc(words * sizeof *m);
+	int32_t *allowed = malloc((size_t)tv->n * sizeof *allowed);
+	struct grammar_state *s;
+	uint32_t left;
+	int ok = 0;
+
+	if (grammar_state_new(g, tv->gv, &s)) {
+		test_failures++;
+		goto out;
+	}
+	left = grammar_state_end_cost(s) + 1 + extra;
+	while (left > 0) {
+		int n = grammar_state_mask(s, m), k = 0, r;
+		int32_t pick;
+		if (n <= 0)
+			break;
+		for (int32_t t = 0; t < tv->n; t++)
+			if (bit(m, t) && (!is_eog(tv, t) || rnd() % 8 == 0))
+				allowed[k++] = t;
+		if (!k)
+			break;
+		pick = allowed[rnd() % (uint32_t)k];
+		r = grammar_state_accept_within(s, pick, left - 1);
+		if (r == -ERANGE) {
+			n = grammar_state_mask_within(s, m, left - 1);
+			if (n <= 0) {
+				fprintf(stderr, "%s: no token fits %u tokens left after %zu bytes: %.*s\n",
+					name, left, len, (int)len, text);
+				test_failures++;
+				break;
+			}
+			for (int32_t t = k = 0; t < tv->n; t++)
+				if (bit(m, t))
+					allowed[k++] = t;
+			CHECK_INT_EQ(k, n);
+			pick = allowed[rnd() % (uint32_t)k];
+			r = grammar_state_accept_within(s, pick, left - 1);
+		}
+		if (r) {
+			fprintf(stderr, "%s: token %d refused (%d)\n", name, pick, r);
+			test_failures++;
+			break;
+		}
+		left--;
+		if (is_eog(tv, pick) || grammar_state_done(s)) {
+			ok = 1;
+			break;
+		}
+		if (len + tv->lens[pick] < cap) {
+			memcpy(text + len, tv->bytes[pick], tv->lens[pick]);
+			len += tv->lens[pick];
+		}
+	}
+	text[len < cap ? len : cap - 1] = 0;
+	if (!ok) {
+		fprintf(stderr, "%s: the walk did not end in its budget: %s\n", name, text);
+		test_failures++;
+	}
+	grammar_state_free(s);
+out:
+	free(m);
+	free(allowed);
+	return ok;
+}
+
+static void test_end_in_time(const struct tvocab *tv)
+{
+	static char text[1 << 16];
+	size_t words = grammar_vocab_mask_words(tv->gv);
+	uint32_t *m = calloc(words, sizeof *m);
+	int32_t a = tvocab_find(tv, "a", 1), abc = tvocab_find(tv, "abc", 3);
+	int32_t t12 = tvocab_find(tv, "12", 2), one = tvocab_find(tv, "1", 1);
+	struct grammar_state *s;
+	struct grammar *g;
+
+	/* a run of characters costs the fewest tokens that spell it */
+	g = compile("root ::= \"abc\" \"12\"");
+	if (g && !grammar_state_new(g, tv->gv, &s)) {
+		CHECK_INT_EQ(grammar_state_end_cost(s), 2);            /* "abc" "12" */
+		/* after "a": b c "12" and the EOG token */
+		CHECK_INT_EQ(grammar_state_accept_within(s, a, 3), -ERANGE);
+		CHECK_INT_EQ(grammar_state_end_cost(s), 2);            /* unchanged */
+		CHECK_INT_EQ(grammar_state_accept_within(s, abc, 1), -ERANGE);
+		CHECK_INT_EQ(grammar_state_accept_within(s, abc, 2), 0);
+		CHECK_INT_EQ(grammar_state_end_cost(s), 1);
+		CHECK_INT_EQ(grammar_state_mask(s, m), 2);             /* "1" and "12" */
+		/* with no token after this one, only "12" (done: no EOG needed) */
+		CHECK_INT_EQ(grammar_state_mask_within(s, m, 0), 1);
+		CHECK(bit(m, t12) && !bit(m, one));
+		CHECK_INT_EQ(grammar_state_accept_within(s, t12, 0), 0);
+		CHECK(grammar_state_done(s));
+		CHECK_INT_EQ(grammar_state_end_cost(s), 0);
+		grammar_state_free(s);
+	}
+	grammar_free(g);
+	/* a rule costs its cheapest alternative; repetitions may be empty */
+	g = compile("root ::= \"[\" item (\",\" item)* \"]\"\nitem ::= \"null\" | [0-9]+ | \"{}\"");
+	if (g && !grammar_state_new(g, tv->gv, &s)) {
+		CHECK_INT_EQ(grammar_state_end_cost(s), 3);            /* [ 0 ] */
+		CHECK_INT_EQ(grammar_state_accept_bytes(s, "[nu", 3), 0);
+		CHECK_INT_EQ(grammar_state_end_cost(s), 3);            /* l l ] */
+		grammar_state_free(s);
+	}
+	grammar_free(g);
+	/* a grammar that never ends fits no budget; an EOG token always fits */
+	g = compile("root ::= \"a\" root");
+	if (g && !grammar_state_new(g, tv->gv, &s)) {
+		CHECK_INT_EQ(grammar_state_end_cost(s), GRAMMAR_COST_INF);
+		CHECK_INT_EQ(grammar_state_accept_within(s, a, 1u << 30), -ERANGE);
+		CHECK_INT_EQ(grammar_state_accept_within(s, a, UINT32_MAX), 0);
+		grammar_state_free(s);
+	}
+	grammar_free(g);
+	g = compile("root ::= \"a\" [b]?");
+	if (g && !grammar_state_new(g, tv->gv, &s)) {
+		CHECK_INT_EQ(grammar_state_accept_within(s, a, 1), 0); /* EOG after */
+		CHECK_INT_EQ(grammar_state_accept_within(s, tv->eog[0], 0), 0);
+		grammar_state_free(s);
+	}
+	grammar_free(g);
+	free(m);
+	/* random walks of the JSON grammar under tight budgets end complete */
+	g = load_grammar("json.gbnf");
+	if (g) {
+		int ok = 0;
+		for (int w = 0; w < 40; w++) {
+			char name[64];
+			snprintf(name, sizeof name, "synth json budget walk %d", w);
+			if (budget_walk(g, tv, name, (uint32_t)(w % 10) * 4, text, sizeof text) &&
+			    !is_json(text, strlen(text))) {
+				fprintf(stderr, "%s: not JSON: %s\n", name, text);
+				test_failures++;
+			} else {
+				ok++;
+			}
+		}
+		printf("end in time: %d/40 synth json walks complete within their budgets\n", ok);
+		grammar_free(g);
+	}
+}
+
 static void test_real_vocab(const char *label, const char *env, const char *dflt,
 			    int brute_steps)
 {
@@ -1488,6 +1641,20 @@ static void test_real_vocab(const char *label, const char *env, const char *dflt
 		}
 		snprintf(name, sizeof name, "%s json", label);
 		sample_walk_timed(g, tv, name, 20, 60);
+		/* under budgets, with the mask of the tokens that fit */
+		{
+			static char text[1 << 16];
+			int ok = 0;
+			t0 = clock_ns();
+			for (int w = 0; w < 4; w++) {
+				snprintf(name, sizeof name, "%s json budget walk %d", label, w);
+				ok += budget_walk(g, tv, name, 8 + 8 * (uint32_t)w, text, sizeof text) &&
+				      is_json(text, strlen(text));
+			}
+			CHECK_INT_EQ(ok, 4);
+			printf("%s json: %d/4 budget walks complete and JSON (%.0f ms)\n", label, ok,
+			       (clock_ns() - t0) / 1e6);
+		}
 		grammar_free(g);
 	}
 	/* arithmetic and list: sampled text is accepted */
@@ -1532,6 +1699,7 @@ int main(void)
 		test_threads(tv);
 		test_long_repetition(tv);
 		test_hostile(tv);
+		test_end_in_time(tv);
 	}
 	tvocab_free(tv);
 	test_deepen();

@@ -359,6 +359,28 @@ static void test_ends(const struct model *m)
 	CHECK(strstr(results[1].text, ", done") != NULL);
 	CHECK(!tokenizer_is_eog(m->tok, results[1].gen[results[1].n_gen - 1]));
 	printf("early end: \"%s\" in %d tokens\n", results[1].text, results[1].n_gen);
+
+	/* Ending in time: at temperature 1 with every token of the vocabulary
+	 * in play, a 135M model rambles on inside a string; with max_tokens a
+	 * little over the shortest JSON the schema allows (about 20 tokens),
+	 * each output still closes its strings and brackets in time. */
+	n = prompt_for(m, person, ids, 1024);
+	for (int k = 0; k < 8; k++)
+		CHECK_INT_EQ(submit(&g, (uint64_t)(2 + k), ids, n, 24 + 4 * k, 1.0f, (uint64_t)(40 + k),
+				    CONSTRAIN_JSON_SCHEMA, person), 0);
+	run_to_idle(&g);
+	for (int k = 0; k < 8; k++) {
+		const struct result *r = &results[2 + k];
+		json_object *o = json_tokener_parse(r->text);
+		CHECK_INT_EQ(r->finish, SCHED_FIN_STOP);
+		CHECK(r->n_gen <= 24 + 4 * k);
+		CHECK(o && json_object_is_type(o, json_type_object) &&
+		      json_object_object_get_ex(o, "name", NULL) &&
+		      json_object_object_get_ex(o, "tags", NULL));
+		if (k < 2 || !o)
+			printf("in time, max_tokens %d: %d tokens, %s\n", 24 + 4 * k, r->n_gen, r->text);
+		json_object_put(o);
+	}
 	rig_free(&g);
 }
 

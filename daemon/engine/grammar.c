@@ -1948,6 +1948,8 @@ struct gshared {
 	size_t cap, n;
 	size_t bytes;                /* entries' bytes */
 	struct grammar_stats st;     /* counters */
+	uint32_t *tsuf;              /* (g->n_elems) tokens of V from each element
+	                                to its alternative's end (token_costs) */
 };
 
 static void cache_flush(struct gshared *sh)
@@ -2046,12 +2048,257 @@ static struct centry *centry_new(const uint32_t *key, uint32_t key_n, size_t n_w
 	return e;
 }
 
+/* ---- the end in tokens ---- */
+
+#define COST_INF (UINT32_MAX / 4)
+
+static inline uint32_t cost_add(uint32_t a, uint32_t b)
+{
+	return a >= COST_INF || b >= COST_INF || a + b >= COST_INF ? COST_INF : a + b;
+}
+
+/* A min-heap of (cost << 32 | alternative). */
+static void heap_push(uint64_t *h, size_t *n, uint64_t v)
+{
+	size_t i = (*n)++;
+
+	while (i > 0 && h[(i - 1) / 2] > v) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n)
+{
+	uint64_t top = h[0], v = h[--*n];
+	size_t i = 0;
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && h[c + 1] < h[c])
+			c++;
+		if (h[c] >= v)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n)
+		h[i] = v;
+	return top;
+}
+
+/* RMIN[r]: the least cost of a text of rule r (COST_INF: it derives none),
+ * where an alternative costs BASE[a] (its characters) plus its rules' costs.
+ * Knuth's generalization of Dijkstra's algorithm: a rule's cost is final
+ * when it is the least of those not yet final; an alternative's is known
+ * once every rule it names is final.  0 or -ENOMEM. */
+static int shortest_rules(const struct grammar *g, const uint32_t *base, uint32_t *rmin)
+{
+	uint32_t na = g->n_alts, nr = g->n_rules, n_refs = 0;
+	uint32_t *sum = malloc((na + 1) * sizeof *sum), *pending = calloc(na + 1, sizeof *pending);
+	uint32_t *occ_off = calloc(nr + 2, sizeof *occ_off), *occ = NULL;
+	uint64_t *heap = malloc((na + 1) * sizeof *heap);
+	size_t n_heap = 0;
+	int rc = -ENOMEM;
+
+	if (!sum || !pending || !occ_off || !heap)
+		goto out;
+	for (uint32_t a = 0; a < na; a++) {
+		sum[a] = base[a];
+		for (uint32_t i = g->alts[a]; !is_end(g, i); i++)
+			if (g->elems[i].type == GE_REF) {
+				pending[a]++;
+				occ_off[g->elems[i].arg + 2]++;
+				n_refs++;
+			}
+	}
+	for (uint32_t r = 0; r < nr; r++) {
+		occ_off[r + 2] += occ_off[r + 1];
+		rmin[r] = COST_INF;
+	}
+	if (!(occ = malloc((n_refs + 1) * sizeof *occ)))
+		goto out;
+	for (uint32_t a = 0; a < na; a++) {
+		for (uint32_t i = g->alts[a]; !is_end(g, i); i++)
+			if (g->elems[i].type == GE_REF)
+				occ[occ_off[g->elems[i].arg + 1]++] = a;
+		if (!pending[a] && sum[a] < COST_INF)
+			heap_push(heap, &n_heap, (uint64_t)sum[a] << 32 | a);
+	}
+	/* occ_off[r] .. occ_off[r + 1] are now rule r's occurrences */
+	while (n_heap) {
+		uint64_t v = heap_pop(heap, &n_heap);
+		uint32_t r = g->elem_rule[g->alts[(uint32_t)v]];
+		if (rmin[r] < COST_INF)
+			continue;
+		rmin[r] = (uint32_t)(v >> 32);
+		for (uint32_t k = occ_off[r]; k < occ_off[r + 1]; k++) {
+			uint32_t a = occ[k];
+			sum[a] = cost_add(sum[a], rmin[r]);
+			if (--pending[a] == 0 && sum[a] < COST_INF)
+				heap_push(heap, &n_heap, (uint64_t)sum[a] << 32 | a);
+		}
+	}
+	rc = 0;
+out:
+	free(sum);
+	free(pending);
+	free(occ_off);
+	free(occ);
+	free(heap);
+	return rc;
+}
+
+/* The code point of class CLS that shortest texts use: a printable ASCII one
+ * where there is one (tokens never hold NUL), else the first. */
+static uint32_t class_text_cp(const struct grammar *g, uint32_t cls)
+{
+	const struct gclass *c = &g->classes[cls];
+	const uint32_t *r = g->ranges + 2 * (size_t)c->off;
+
+	for (uint32_t cp = 0x20; cp < 0x80; cp++)
+		if ((c->ascii[cp >> 5] >> (cp & 31)) & 1)
+			return cp;
+	for (uint32_t cp = 0; cp < 0x20; cp++)
+		if ((c->ascii[cp >> 5] >> (cp & 31)) & 1)
+			return cp;
+	for (uint32_t i = 0; i < c->n; i++)
+		if (r[2 * i + 1] >= 0x80)
+			return r[2 * i] < 0x80 ? 0x80 : r[2 * i];
+	return 0;
+}
+
+static size_t put_utf8(uint8_t *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (uint8_t)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (uint8_t)(0xc0 | cp >> 6);
+		o[1] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (uint8_t)(0xe0 | cp >> 12);
+		o[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+		o[2] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	o[0] = (uint8_t)(0xf0 | cp >> 18);
+	o[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
+	o[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+	o[3] = (uint8_t)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* BEST[p] for p < LEN: the fewest tokens of V that spell TEXT[p..LEN), or
+ * LEN - p (a byte a token) where none do; BEST[LEN] = 0. */
+static void spell(const struct grammar_vocab *v, const uint8_t *text, size_t len, uint32_t *best)
+{
+	best[len] = 0;
+	for (size_t p = len; p-- > 0;) {
+		uint32_t i = 0, end = v->n_nodes, b = COST_INF;
+		for (size_t d = 0; p + d < len; d++) {
+			while (i < end && v->nodes[i].byte != text[p + d])
+				i = v->nodes[i].next;
+			if (i >= end)
+				break;
+			if (v->nodes[i].tok_mid > v->nodes[i].tok_lo && best[p + d + 1] + 1 < b)
+				b = best[p + d + 1] + 1;
+			end = v->nodes[i].next;
+			i++;
+		}
+		best[p] = b < COST_INF ? b : (uint32_t)(len - p);
+	}
+}
+
+/* SH->tsuf: for each element, the tokens of the vocabulary that take its
+ * alternative from it to its end along the shortest texts.  Each run of
+ * characters is spelt as the fewest tokens (a token never crosses into or out
+ * of a rule), each rule costs its cheapest alternative.  So a stack's cost is
+ * a way to end that exists (the sum over its elements), and the first token
+ * of that way leaves a stack that costs one token less: a sampler that keeps
+ * the cost within the tokens left always has a token to go on with. */
+static int token_costs(struct gshared *sh)
+{
+	const struct grammar *g = sh->g;
+	uint32_t *base = calloc(g->n_alts + 1, sizeof *base);
+	uint32_t *rmin = malloc((g->n_rules + 1) * sizeof *rmin);
+	uint32_t *run = malloc((g->n_elems + 1) * sizeof *run), *best = NULL, *eoff = NULL;
+	uint8_t *text = NULL;
+	size_t cap_best = 0, cap_eoff = 0, cap_text = 0;
+	int rc = -ENOMEM;
+
+	sh->tsuf = malloc((g->n_elems + 1) * sizeof *sh->tsuf);
+	if (!base || !rmin || !run || !sh->tsuf)
+		goto out;
+	/* run[i]: the tokens from character i to the end of its run */
+	for (uint32_t a = 0; a < g->n_alts; a++) {
+		uint32_t i = g->alts[a];
+		while (!is_end(g, i)) {
+			uint32_t j = i;
+			size_t n = 0;
+			if (g->elems[i].type != GE_CHAR) {
+				i++;
+				continue;
+			}
+			while (g->elems[j].type == GE_CHAR)
+				j++;
+			if (GROW(text, cap_text, 4 * (size_t)(j - i) + 1) ||
+			    GROW(eoff, cap_eoff, (size_t)(j - i) + 1) ||
+			    GROW(best, cap_best, 4 * (size_t)(j - i) + 1))
+				goto out;
+			for (uint32_t k = i; k < j; k++) {
+				eoff[k - i] = (uint32_t)n;
+				n += put_utf8(text + n, class_text_cp(g, g->elems[k].arg));
+			}
+			spell(sh->v, text, n, best);
+			for (uint32_t k = i; k < j; k++)
+				run[k] = best[eoff[k - i]];
+			base[a] = cost_add(base[a], run[i]);
+			i = j;
+		}
+	}
+	if ((rc = shortest_rules(g, base, rmin)) < 0)
+		goto out;
+	for (uint32_t i = g->n_elems, run_end = 0; i-- > 0;) {
+		const struct gelem *e = &g->elems[i];
+		if (is_end(g, i)) {
+			sh->tsuf[i] = 0;
+			run_end = i;
+		} else if (e->type == GE_REF) {
+			sh->tsuf[i] = cost_add(rmin[e->arg], sh->tsuf[i + 1]);
+			run_end = i;
+		} else {
+			sh->tsuf[i] = cost_add(run[i], sh->tsuf[run_end]);
+		}
+	}
+	rc = 0;
+out:
+	if (rc < 0) {
+		free(sh->tsuf);
+		sh->tsuf = NULL;
+	}
+	free(base);
+	free(rmin);
+	free(run);
+	free(best);
+	free(eoff);
+	free(text);
+	return rc;
+}
+
 static void shared_unref(struct gshared *sh)
 {
 	if (!sh || atomic_fetch_sub(&sh->refs, 1) != 1)
 		return;
 	cache_flush(sh);
 	free(sh->slots);
+	free(sh->tsuf);
 	pthread_mutex_destroy(&sh->lock);
 	free(sh);
 }
@@ -2219,8 +2466,14 @@ int grammar_state_new(const struct grammar *g, const struct grammar_vocab *v,
 	}
 	sh->g = g;
 	sh->v = v;
+	if (token_costs(sh) < 0) {
+		free(sh);
+		free(s);
+		return -ENOMEM;
+	}
 	atomic_init(&sh->refs, 1);
 	if (pthread_mutex_init(&sh->lock, NULL)) {
+		free(sh->tsuf);
 		free(sh);
 		free(s);
 		return -ENOMEM;
@@ -2314,7 +2567,81 @@ void grammar_state_stats(const struct grammar_state *s, struct grammar_stats *re
 	pthread_mutex_unlock(&s->sh->lock);
 }
 
-int grammar_state_accept_bytes(struct grammar_state *s, const void *bytes, size_t len)
+/* What the end costs from each element, in tokens. */
+static inline const uint32_t *cost_table(const struct gshared *sh)
+{
+	return sh->tsuf;
+}
+
+/* Tokens the shortest completion of the stack ELEMS[0..N) needs with *PART
+ * pending (the top is a character: its class's text, or the rest of the
+ * pending one, a byte a token). */
+static uint32_t stack_cost(const uint32_t *cost, const uint32_t *elems, size_t n,
+			   const struct upart *part)
+{
+	uint32_t c = 0;
+
+	if (!n)
+		return part->n ? COST_INF : 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		c = cost_add(c, cost[elems[i]]);
+	return cost_add(c, part->n ? cost_add(part->n, cost[elems[n - 1] + 1]) : cost[elems[n - 1]]);
+}
+
+/* Tokens the walker's SET (with *PART pending) needs at most to end: its
+ * shortest completion, and an EOG token unless the set is done (the empty
+ * stack alone). */
+static uint32_t set_need(const struct walker *w, const uint32_t *cost, int32_t set,
+			 const struct upart *part)
+{
+	const struct wset *st = &w->sets[set];
+	uint32_t best = COST_INF;
+	int other = 0;
+
+	for (uint32_t k = 0; k < st->n; k++) {
+		uint32_t n = w->set_pool[st->off + k], c, e;
+		if (n == WN_EMPTY) {
+			if (!part->n)
+				best = 0;
+			continue;
+		}
+		other = 1;
+		if (n == WN_CUT)
+			continue;
+		e = w->nodes[n].elem;
+		c = part->n ? cost_add(part->n, cost[e + 1]) : cost[e];
+		for (uint32_t m = w->nodes[n].parent; m > WN_CUT && c < best; m = w->nodes[m].parent)
+			c = cost_add(c, cost[w->nodes[m].elem]);
+		if (c < best)
+			best = c;
+	}
+	return best == 0 && !other ? 0 : cost_add(best, 1);
+}
+
+static inline int fits(uint32_t need, uint32_t budget)
+{
+	return need < COST_INF && need <= budget;
+}
+
+uint32_t grammar_state_end_cost(const struct grammar_state *s)
+{
+	const uint32_t *cost = cost_table(s->sh);
+	uint32_t best = COST_INF;
+
+	if (s->ended)
+		return 0;
+	for (size_t i = 0; i < s->n_stacks && best; i++) {
+		uint32_t c = stack_cost(cost, s->elems + s->offs[i], s->offs[i + 1] - s->offs[i],
+					&s->part);
+		if (c < best)
+			best = c;
+	}
+	return best >= COST_INF ? GRAMMAR_COST_INF : best;
+}
+
+/* Advances S past LEN bytes if then it needs at most BUDGET tokens to end
+ * (UINT32_MAX: whatever it needs). */
+static int state_run(struct grammar_state *s, const void *bytes, size_t len, uint32_t budget)
 {
 	struct upart p = s->part;
 	int32_t set;
@@ -2331,13 +2658,20 @@ int grammar_state_accept_bytes(struct grammar_state *s, const void *bytes, size_
 		return set;
 	if (set == 0)
 		return -EINVAL;
+	if (budget != UINT32_MAX && !fits(set_need(s->wa, cost_table(s->sh), set, &p), budget))
+		return -ERANGE;
 	if ((rc = state_store(s, s->wa, set)) < 0)
 		return rc;
 	s->part = p;
 	return 0;
 }
 
-int grammar_state_accept(struct grammar_state *s, int32_t token)
+int grammar_state_accept_bytes(struct grammar_state *s, const void *bytes, size_t len)
+{
+	return state_run(s, bytes, len, UINT32_MAX);
+}
+
+int grammar_state_accept_within(struct grammar_state *s, int32_t token, uint32_t budget)
 {
 	const struct grammar_vocab *v = s->sh->v;
 
@@ -2351,8 +2685,61 @@ int grammar_state_accept(struct grammar_state *s, int32_t token)
 	}
 	if (!vocab_has(v->usable, token))
 		return -EINVAL;
-	return grammar_state_accept_bytes(s, v->bytes + v->off[token],
-					  v->off[token + 1] - v->off[token]);
+	return state_run(s, v->bytes + v->off[token], v->off[token + 1] - v->off[token], budget);
+}
+
+int grammar_state_accept(struct grammar_state *s, int32_t token)
+{
+	return grammar_state_accept_within(s, token, UINT32_MAX);
+}
+
+int grammar_state_mask_within(struct grammar_state *s, uint32_t *allowed, uint32_t budget)
+{
+	const struct grammar_vocab *v = s->sh->v;
+	size_t words = grammar_vocab_mask_words(v);
+	int32_t set0;
+	int rc, n = 0, can_end = grammar_state_can_end(s);
+
+	if (s->ended) {
+		memset(allowed, 0, words * sizeof *allowed);
+		return 0;
+	}
+	if ((rc = state_walker(s, &s->wa)) < 0 || (rc = state_load(s, s->wa, &set0)) < 0)
+		return rc;
+	for (size_t wd = 0; wd < words; wd++) {
+		uint32_t bits = allowed[wd];
+		while (bits) {
+			int b = __builtin_ctz(bits);
+			int32_t t = (int32_t)(wd * 32 + (size_t)b), set;
+			struct upart p = s->part;
+			int keep = 0;
+			bits &= bits - 1;
+			if (t >= v->n_vocab) {
+				keep = 0;
+			} else if (vocab_has(v->eog, t)) {
+				keep = can_end;
+			} else if (vocab_has(v->usable, t)) {
+				const uint8_t *tb = (const uint8_t *)v->bytes + v->off[t];
+				size_t len = v->off[t + 1] - v->off[t];
+				set = w_run(s->wa, set0, &p, tb, len);
+				if (set == -E2BIG) { /* the walker filled up: start it afresh */
+					p = s->part;
+					if ((rc = walker_reset(s->wa)) < 0 ||
+					    (rc = state_load(s, s->wa, &set0)) < 0)
+						return rc;
+					set = w_run(s->wa, set0, &p, tb, len);
+				}
+				if (set < 0)
+					return set;
+				keep = set > 0 && fits(set_need(s->wa, cost_table(s->sh), set, &p), budget);
+			}
+			if (keep)
+				n++;
+			else
+				allowed[wd] &= ~(1u << b);
+		}
+	}
+	return n;
 }
 
 static int key_room(struct grammar_state *s, size_t n)

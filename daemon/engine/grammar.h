@@ -137,6 +137,33 @@ int grammar_state_accept(struct grammar_state *s, int32_t token);
  * into the output, a test's input).  Same returns as grammar_state_accept. */
 int grammar_state_accept_bytes(struct grammar_state *s, const void *bytes, size_t len);
 
+/* ---- ending in time ----
+ *
+ * A sequence has a budget of tokens (max_tokens, the context).  The grammar
+ * knows the shortest text that completes what was accepted so far; where
+ * every byte of it is a token of the vocabulary (byte-level BPE, byte
+ * fallback) that text takes at most one token per byte, and an EOG token
+ * after it unless nothing else may follow.  A sampler that keeps this need
+ * within the tokens left always finishes the sentence in time: */
+
+#define GRAMMAR_COST_INF UINT32_MAX
+
+/* Bytes of the shortest text that makes the text so far a complete
+ * sentence: 0 if it is one, GRAMMAR_COST_INF if no text does. */
+uint32_t grammar_state_end_cost(const struct grammar_state *s);
+
+/* grammar_state_accept, but only if after TOKEN the grammar needs at most
+ * BUDGET more tokens to end (UINT32_MAX: no limit): else -ERANGE, S
+ * unchanged.  An allowed EOG token always fits. */
+int grammar_state_accept_within(struct grammar_state *s, int32_t token, uint32_t budget);
+
+/* Clears from ALLOWED (a mask of grammar_state_mask) the tokens after which
+ * the grammar would need more than BUDGET tokens to end.  Returns the tokens
+ * left, or -E2BIG / -ENOMEM.  It tries every token of ALLOWED (about 0.2 µs
+ * each): for the few steps near the end where a sampled token did not fit.
+ * The thread that owns S. */
+int grammar_state_mask_within(struct grammar_state *s, uint32_t *allowed, uint32_t budget);
+
 /* 1 if the text so far is a complete sentence of the grammar (an EOG token
  * would be allowed), else 0. */
 int grammar_state_can_end(const struct grammar_state *s);

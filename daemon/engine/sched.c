@@ -651,6 +651,50 @@ static int32_t plan(struct sched *s)
 	return T;
 }
 
+/* The tokens Q may still produce after the one being sampled: max_tokens,
+ * the context and the pool's blocks bound it. */
+static uint32_t tokens_after(const struct sched *s, const struct seq *q)
+{
+	int64_t left = (int64_t)q->max_tokens - q->n_gen;
+	int64_t ctx = (int64_t)s->n_ctx - q->n_tokens;
+	int64_t blocks = (int64_t)s->kv->view.n_blocks * s->bt - q->n_tokens;
+
+	if (ctx < left)
+		left = ctx;
+	if (blocks < left)
+		left = blocks;
+	return left > 1 ? (uint32_t)(left - 1) : 0;
+}
+
+/* Accepts TOK, which Q's sampler drew under the grammar's mask, into Q's
+ * grammar if the grammar can still end in the tokens left after it; else
+ * draws again among the tokens that leave it room, so that a constrained
+ * output ends complete whenever its budget holds the shortest completion
+ * (a JSON string closes, objects get their required keys, just in time).
+ * Where no token fits (the budget is short of the shortest completion from
+ * the start) the first draw stands and the output is cut.  Returns the token
+ * taken, *RC the grammar's verdict. */
+static int32_t grammar_pick(struct sched *s, struct seq *q, const float *lg, int32_t tok,
+			    float *lp, int *rc)
+{
+	uint32_t budget = tokens_after(s, q);
+	int32_t again;
+	int n;
+
+	if ((*rc = grammar_state_accept_within(q->gram, tok, budget)) != -ERANGE)
+		return tok;
+	n = grammar_state_mask_within(q->gram, q->mask, budget);
+	if (n > 0) {
+		again = sampler_sample_masked(q->smp, lg, q->mask, q->logprobs ? lp : NULL,
+					      q->n_top_want, q->top_ids, q->top_lps, &q->n_top);
+		if (again < 0)
+			return again;
+		tok = again;
+	}
+	*rc = grammar_state_accept(q->gram, tok);
+	return tok;
+}
+
 /* ---- the step ---- */
 
 static void emit_token(struct sched *s, struct seq *q, int32_t tok, float logprob, int *ret_stop)
@@ -757,7 +801,9 @@ int sched_step(struct sched *s)
 		}
 		tok = sampler_sample_masked(q->smp, lg, q->gram ? q->mask : NULL, q->logprobs ? &lp : NULL,
 					    q->n_top_want, q->top_ids, q->top_lps, &q->n_top);
-		if (tok < 0 || (q->gram && (r = grammar_state_accept(q->gram, tok)) < 0)) {
+		if (tok >= 0 && q->gram)
+			tok = grammar_pick(s, q, lg, tok, &lp, &r);
+		if (tok < 0 || (q->gram && r < 0)) {
 			seq_finish(s, q, SCHED_FIN_ERROR, tok < 0 ? tok : r,
 				   tok < 0 ? "out of memory" : "the grammar refused the token it allowed");
 			continue;
