@@ -58,6 +58,8 @@ struct llm {
 	struct llm_info info;              /* from WELCOME */
 
 	uint64_t last_id;                  /* the last request id handed out */
+	char model[PROTO_MAX_NAME + 1];    /* llm_set_model's name for later submits,
+	                                      NUL-terminated; "": the daemon's default */
 	uint64_t *live;                    /* (n_live) submitted ids without their DONE yet */
 	size_t n_live, cap_live;
 	struct pending_done *pend;         /* (n_pend) FIFO; cap_pend >= cap_live, so a
@@ -1004,7 +1006,7 @@ static int submit_http(struct llm *h, const struct llm_request *r, const struct 
 
 	pthread_mutex_lock(&h->lock);
 	if ((rc = check_request(h, r, &bytes)) == 0 && (rc = check_grammar(h, g)) == 0) {
-		if ((rc = llm_http_submit(h->http, r, g, h->last_id + 1, msg, sizeof msg)) < 0)
+		if ((rc = llm_http_submit(h->http, r, g, h->model, h->last_id + 1, msg, sizeof msg)) < 0)
 			set_err(h, "%s", msg);
 		else
 			*ret_id = ++h->last_id;
@@ -1016,6 +1018,26 @@ static int submit_http(struct llm *h, const struct llm_request *r, const struct 
 int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
 {
 	return llm_submit_grammar(h, r, NULL, ret_id);
+}
+
+int llm_set_model(struct llm *h, const char *name)
+{
+	size_t len = name ? strnlen(name, PROTO_MAX_NAME + 1) : 0;
+
+	if (!h)
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	if (len > PROTO_MAX_NAME) {
+		set_err(h, "a model's name has at most %d bytes, not %zu", PROTO_MAX_NAME,
+			strlen(name));
+		pthread_mutex_unlock(&h->lock);
+		return -EINVAL;
+	}
+	if (len)
+		memcpy(h->model, name, len);
+	h->model[len] = 0;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
 }
 
 int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct llm_grammar *g,
@@ -1111,6 +1133,11 @@ int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct 
 		s.grammar_flags = g->flags & LLM_GRAMMAR_STRICT ? PROTO_GRAMMAR_STRICT : 0;
 		s.grammar = (struct proto_str){ g->text, g->text ? (uint32_t)strlen(g->text) : 0 };
 		size += 12 + s.grammar.len;
+	}
+	if (h->model[0]) {
+		s.flags |= PROTO_SUBMIT_MODEL;
+		s.model = (struct proto_str){ h->model, (uint32_t)strlen(h->model) };
+		size += 4 + s.model.len;
 	}
 	if (size > PROTO_MAX_FRAME) {
 		set_err(h, "the request takes %llu bytes; a frame holds at most %u",

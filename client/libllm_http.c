@@ -178,6 +178,22 @@ static int code_of_status(long status)
 	}
 }
 
+/* A refusal's code: its status's, but nomodel for a 404 of
+ * {"error": {"code": "model_not_found"}} (OpenAI's and llmd's answer to a
+ * model they do not serve), as llmd's socket says it. */
+static int code_of_refusal(long status, const char *body, size_t len)
+{
+	json_object *o = status == 404 && len ? json_tokener_parse(body) : NULL, *e, *c;
+	int code = code_of_status(status);
+
+	if (o && json_object_object_get_ex(o, "error", &e) && json_object_is_type(e, json_type_object) &&
+	    json_object_object_get_ex(e, "code", &c) && json_object_is_type(c, json_type_string) &&
+	    !strcmp(json_object_get_string(c), "model_not_found"))
+		code = PROTO_E_NOMODEL;
+	json_object_put(o);
+	return code;
+}
+
 /* An error answer's message: OpenAI's {"error": {"message"}}, or the text. */
 static void error_message(const char *body, size_t len, long status, char *out, size_t outlen)
 {
@@ -351,8 +367,8 @@ static void xfer_done(struct xfer *x, CURLcode cr)
 		set_msg(msg, sizeof msg, "%s: %s", hh->base, curl_easy_strerror(cr));
 	} else if (status != 200) {
 		ev.finish = LLM_FINISH_ERROR;
-		ev.error_code = code_of_status(status);
 		x->err[x->n_err] = 0;
+		ev.error_code = code_of_refusal(status, x->err, x->n_err);
 		error_message(x->err, x->n_err, status, msg, sizeof msg);
 	} else if (x->stream_error) {
 		ev.finish = LLM_FINISH_ERROR;
@@ -400,13 +416,16 @@ static int add_grammar(json_object *o, const struct llm_grammar *g)
 	return 0;
 }
 
-static char *request_body(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g)
+static char *request_body(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g,
+			  const char *model)
 {
 	json_object *o = json_object_new_object(), *so = json_object_new_object();
 	char *s;
 
-	if (hh->model[0])
-		json_object_object_add(o, "model", json_object_new_string(hh->model));
+	if (!model || !*model)
+		model = hh->model;
+	if (*model)
+		json_object_object_add(o, "model", json_object_new_string(model));
 	if (r->messages) {
 		static const char *const roles[] = { "", "system", "user", "assistant" };
 		json_object *msgs = json_object_new_array();
@@ -487,7 +506,7 @@ static CURL *easy_for(struct llm_http *hh, const char *path, struct curl_slist *
 }
 
 int llm_http_submit(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g,
-		    uint64_t id, char *msg, size_t msglen)
+		    const char *model, uint64_t id, char *msg, size_t msglen)
 {
 	struct xfer *x;
 
@@ -500,7 +519,7 @@ int llm_http_submit(struct llm_http *hh, const struct llm_request *r, const stru
 		json_object_put(schema);
 	}
 	x = calloc(1, sizeof *x);
-	if (!x || !(x->body = request_body(hh, r, g)) ||
+	if (!x || !(x->body = request_body(hh, r, g, model)) ||
 	    !(x->e = easy_for(hh, r->messages ? "/chat/completions" : "/completions", &x->hd)) || !x->hd) {
 		free(x ? x->body : NULL);
 		if (x && x->e)

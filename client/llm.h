@@ -138,6 +138,17 @@ struct llm_grammar {
 int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct llm_grammar *g,
 		       uint64_t *ret_id);
 
+/* Names the model that serves the later submits on H (llm_submit and
+ * llm_submit_grammar), for a daemon that serves several (llmctl models
+ * lists them); NAME is copied.  NULL or "" goes back to the daemon's
+ * default model.  Returns 0, or -EINVAL for a name over 256 bytes (the
+ * previous one stays).  A name the daemon does not serve is refused per
+ * request: an LLM_EV_DONE with LLM_FINISH_ERROR and error_code 15
+ * (nomodel).  Over HTTP the name is the body's "model" (default: the first
+ * of GET /models).  llm_get_info still describes the default model.
+ * Since LIBLLM_1.2. */
+int llm_set_model(struct llm *h, const char *name);
+
 /* Asks the daemon to cancel request ID; its LLM_EV_DONE event (finish
  * LLM_FINISH_CANCELLED, unless it ended first) follows.  0, -ENOENT for an
  * id not live on this handle, or another negative errno. */

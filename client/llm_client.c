@@ -34,6 +34,7 @@ enum {
 };
 
 #define MAX_STOPS 16            /* libllm checks the real limit; this bounds the array */
+#define MAX_MODEL_NAME 256      /* bytes of a model's name, as llm_set_model takes it */
 #define CANCEL_GRACE_MS 2000    /* after SIGINT, how long to wait for the DONE events */
 #define DEFAULT_WINDOW 64       /* requests in flight when the daemon names no limit */
 
@@ -41,6 +42,7 @@ struct opts {
 	const char *socket;         /* NULL: libllm's default ($LLMD_SOCKET, then /run/llmd) */
 	const char *url;            /* an OpenAI-compatible API instead (--url, $LLM_URL) */
 	const char *api_key;        /* its key (--api-key, $LLM_API_KEY) */
+	const char *model;          /* --model: the model's name; NULL: the daemon's default */
 	const char *system;         /* system message; implies chat */
 	bool chat;                  /* the prompt is a chat's user message */
 	bool json;                  /* one JSON object per event */
@@ -148,6 +150,7 @@ static const char *err_name(int code)
 	static const char *const names[] = {
 		"ok", "badframe", "version", "state", "inval", "limit", "toobig", "busy",
 		"draining", "duplicate", "notfound", "perm", "notemplate", "internal", "ring",
+		"nomodel",
 	};
 
 	return code >= 0 && (size_t)code < sizeof names / sizeof *names ? names[code] : "unknown";
@@ -177,6 +180,9 @@ static void usage(FILE *f)
 		"      --url URL           an OpenAI-compatible API instead (http://HOST:PORT/v1, or\n"
 		"                          unix:PATH for llmd's HTTP socket; default $LLM_URL)\n"
 		"      --api-key KEY       its key (default $LLM_API_KEY)\n"
+		"  -m, --model NAME        the model that answers, for a daemon of several\n"
+		"                          (llmctl models; default: the daemon's default model;\n"
+		"                          with --url, the body's \"model\")\n"
 		"  -s, --system TEXT       system message (implies --chat)\n"
 		"      --chat              send the prompt as the user message of a chat\n"
 		"  -n, --max-tokens N      tokens to generate at most (default 256)\n"
@@ -314,6 +320,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	static const struct option lo[] = {
 		{ "socket", required_argument, 0, O_SOCKET }, { "url", required_argument, 0, O_URL },
 		{ "api-key", required_argument, 0, O_KEY },
+		{ "model", required_argument, 0, 'm' },
 		{ "system", required_argument, 0, 's' },
 		{ "chat", no_argument, 0, O_CHAT },
 		{ "max-tokens", required_argument, 0, 'n' },
@@ -348,11 +355,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	llm_request_init(r);
 	r->stops = o->stops;
 	/* '+': options end at the first prompt word, so a prompt may hold "-x". */
-	while ((c = getopt_long(argc, argv, "+s:n:Nh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+m:s:n:Nh", lo, NULL)) != -1) {
 		switch (c) {
 		case O_SOCKET: o->socket = optarg; break;
 		case O_URL: o->url = optarg; break;
 		case O_KEY: o->api_key = optarg; break;
+		case 'm':
+			if (strlen(optarg) > MAX_MODEL_NAME)
+				bad_arg("--model", optarg, "a model's name has at most 256 bytes");
+			o->model = optarg;
+			break;
 		case 's': o->system = optarg; o->chat = true; break;
 		case O_CHAT: o->chat = true; break;
 		case 'n':
@@ -899,6 +911,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "llm-client: %s%s\n", err,
 			rc == -ENOENT || rc == -ECONNREFUSED ? " (is llmd running?)" : "");
 		return EXIT_CONNECT;
+	}
+	if (o.model && llm_set_model(rn.h, o.model) < 0) {
+		fprintf(stderr, "llm-client: --model: %s\n", llm_errmsg(rn.h));
+		llm_close(rn.h);
+		return EXIT_USAGE;
 	}
 	llm_get_info(rn.h, &info);
 	/* Lines of questions are a chat's user messages where the model has a

@@ -1,7 +1,7 @@
-/* llmctl.c - the admin CLI of llmd: status, ps, cancel, stats (text, JSON,
- * Prometheus), drain, resume, reload and top.  It sends one ADMIN frame per
- * command through libllm and renders the daemon's JSON answer; it holds no
- * state of its own.
+/* llmctl.c - the admin CLI of llmd: status, ps, models, cancel, stats (text,
+ * JSON, Prometheus), drain, resume, reload and top.  It sends one ADMIN
+ * frame per command through libllm and renders the daemon's JSON answer; it
+ * holds no state of its own.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +35,8 @@ static void usage(FILE *f)
 		"Commands:\n"
 		"  status              model, backend, uptime, KV pool, prefix cache, queue, tok/s\n"
 		"  ps                  live requests (yours only, unless you are an admin)\n"
+		"  models              the models served: state, context, memory, requests\n"
+		"                      (* marks the default one)\n"
 		"  cancel ID           cancel request ID (from ps)\n"
 		"  stats [--prometheus] counters as text, JSON (--json) or Prometheus text\n"
 		"  drain               stop taking new requests; in-flight ones finish (admin)\n"
@@ -219,6 +221,62 @@ static void print_ps(FILE *out, json_object *j)
 		fprintf(out, "(no requests)\n");
 }
 
+/* NAME, STATE, ARCH, CTX, WEIGHTS and KV (MiB), LIVE, TOTAL, PATH; "-" for
+ * a field the daemon left out, then the error of each model that failed. */
+static void print_models(FILE *out, json_object *j)
+{
+	json_object *arr = get(j, "models");
+	const char *def = gets_(j, "default");
+	size_t n = arr && json_object_is_type(arr, json_type_array) ? json_object_array_length(arr) : 0;
+	int wname = 4, warch = 4;
+	char num[5][32];                /* CTX, LIVE, TOTAL, WEIGHTS, KV */
+
+	for (size_t i = 0; i < n; i++) {
+		json_object *m = json_object_array_get_idx(arr, i);
+		int a = (int)strlen(gets_(m, "name")) + 1, b = (int)strlen(gets_(m, "arch"));
+		wname = a > wname ? a : wname;
+		warch = b > warch ? b : warch;
+	}
+	fprintf(out, "%-*s %-8s %-*s %6s %8s %8s %5s %7s %s\n", wname, "NAME", "STATE", warch, "ARCH",
+		"CTX", "WEIGHTS", "KV", "LIVE", "TOTAL", "PATH");
+	for (size_t i = 0; i < n; i++) {
+		json_object *m = json_object_array_get_idx(arr, i);
+		static const char *const ints[] = { "n_ctx", "live", "requests_total" };
+		static const char *const mibs[] = { "weights_mib", "kv_mib" };
+		const char *name = gets_(m, "name"), *state = gets_(m, "state"), *arch = gets_(m, "arch");
+		const char *path = gets_(m, "path");
+		char shown[300];
+
+		snprintf(shown, sizeof shown, "%s%s", *name ? name : "-", *def && !strcmp(name, def) ? "*" : "");
+		for (int k = 0; k < 3; k++)
+			if (get(m, ints[k]))
+				snprintf(num[k], sizeof num[k], "%lld", (long long)geti(m, ints[k]));
+			else
+				snprintf(num[k], sizeof num[k], "-");
+		for (int k = 0; k < 2; k++)
+			if (get(m, mibs[k]))
+				snprintf(num[3 + k], sizeof num[3 + k], "%.1f", getd(m, mibs[k]));
+			else
+				snprintf(num[3 + k], sizeof num[3 + k], "-");
+		fprintf(out, "%-*s %-8s %-*s %6s %8s %8s %5s %7s %s\n", wname, shown, *state ? state : "-",
+			warch, *arch ? arch : "-", num[0], num[3], num[4], num[1], num[2], *path ? path : "-");
+	}
+	if (n == 0)
+		fprintf(out, "(no models)\n");
+	for (size_t i = 0; i < n; i++) {
+		json_object *m = json_object_array_get_idx(arr, i);
+
+		if (*gets_(m, "error"))
+			fprintf(out, "%s: %s: %s\n", *gets_(m, "name") ? gets_(m, "name") : "-",
+				*gets_(m, "state") ? gets_(m, "state") : "error", gets_(m, "error"));
+	}
+}
+
+static void show_models(json_object *j)
+{
+	print_models(stdout, j);
+}
+
 static void show_status(json_object *j)
 {
 	print_status(stdout, j);
@@ -242,6 +300,18 @@ static void print_stats(json_object *j)
 				int64_t cnt = json_object_object_get_ex(hv, "count", &n) ? json_object_get_int64(n) : 0;
 				double s = json_object_object_get_ex(hv, "sum", &sum) ? json_object_get_double(sum) : 0;
 				printf("%-36s %lld, mean %.4f s\n", name, (long long)cnt, cnt ? s / (double)cnt : 0);
+			}
+			continue;
+		}
+		if (!strcmp(key, "per_model")) { /* {metric: {model: value}} */
+			json_object_object_foreach(val, metric, by)
+			{
+				json_object_object_foreach(by, name, v2)
+				{
+					char label[160];
+					snprintf(label, sizeof label, "%s{%s}", metric, name);
+					printf("%-36s %lld\n", label, (long long)json_object_get_int64(v2));
+				}
 			}
 			continue;
 		}
@@ -518,7 +588,7 @@ int main(int argc, char **argv)
 			arg);
 		return EXIT_USAGE;
 	}
-	static const char *const known[] = { "status", "ps", "cancel", "stats", "drain",
+	static const char *const known[] = { "status", "ps", "models", "cancel", "stats", "drain",
 					     "resume", "reload", "top", NULL };
 	int ok = 0;
 	for (int i = 0; known[i]; i++)
@@ -534,6 +604,8 @@ int main(int argc, char **argv)
 		r = simple("status", NULL, show_status);
 	else if (!strcmp(cmd, "ps"))
 		r = simple("ps", NULL, show_ps);
+	else if (!strcmp(cmd, "models"))
+		r = simple("models", NULL, show_models);
 	else if (!strcmp(cmd, "cancel"))
 		r = simple("cancel", arg, render_cancel);
 	else if (!strcmp(cmd, "drain") || !strcmp(cmd, "resume"))

@@ -29,6 +29,7 @@ static const char *const err_names[PROTO_E__MAX] = {
 	[PROTO_E_NOTEMPLATE] = "notemplate",
 	[PROTO_E_INTERNAL] = "internal",
 	[PROTO_E_RING] = "ring",
+	[PROTO_E_NOMODEL] = "nomodel",
 };
 
 const char *proto_err_name(uint32_t code)
@@ -398,6 +399,13 @@ static int submit_ok(const struct proto_submit *m)
 	} else if (m->grammar_kind || m->grammar_flags || m->grammar.len) {
 		return 0;
 	}
+	/* A model's name is a C string at both ends: no NUL inside. */
+	if (m->flags & PROTO_SUBMIT_MODEL) {
+		if (!str_ok(m->model, 1, PROTO_MAX_NAME) || memchr(m->model.p, 0, m->model.len))
+			return 0;
+	} else if (m->model.len) {
+		return 0;
+	}
 	if (!(m->flags & PROTO_SUBMIT_CHAT))
 		return m->n_messages == 0 && str_ok(m->prompt, 0, UINT32_MAX);
 	/* A chat request carries no prompt: one given would be lost. */
@@ -429,6 +437,8 @@ ssize_t proto_encode_submit(uint8_t *buf, size_t cap, const struct proto_submit 
 		len += str_size(m->stops[i]);
 	if (m->flags & PROTO_SUBMIT_GRAMMAR)
 		len += 8 + str_size(m->grammar);
+	if (m->flags & PROTO_SUBMIT_MODEL)
+		len += str_size(m->model);
 	r = frame_begin(&w, buf, cap, PROTO_SUBMIT, len);
 	if (r < 0)
 		return r;
@@ -463,6 +473,8 @@ ssize_t proto_encode_submit(uint8_t *buf, size_t cap, const struct proto_submit 
 		wr_u32(&w, m->grammar_flags);
 		wr_str(&w, m->grammar);
 	}
+	if (m->flags & PROTO_SUBMIT_MODEL)
+		wr_str(&w, m->model);
 	return (ssize_t)w.off;
 }
 
@@ -514,6 +526,9 @@ int proto_decode_submit(const struct proto_frame *f, struct proto_submit_buf *bu
 		m.grammar_flags = rd_u32(&r);
 		m.grammar = rd_str(&r);
 	}
+	m.model = (struct proto_str){ NULL, 0 };
+	if (m.flags & PROTO_SUBMIT_MODEL)
+		m.model = rd_str(&r);
 	if (rd_end(&r) < 0 || !submit_ok(&m))
 		return -EBADMSG;
 	*ret = m;

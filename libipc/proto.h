@@ -26,6 +26,12 @@
  *               Since 2026-11-28 SUBMIT may carry a grammar
  *               (PROTO_SUBMIT_GRAMMAR): a flag older daemons refuse as a
  *               malformed frame, and a frame without it is unchanged.
+ *               Since 2026-11-29 SUBMIT may name the model that serves it
+ *               (PROTO_SUBMIT_MODEL, for a daemon of several models): older
+ *               daemons refuse the flag as a malformed frame, and a frame
+ *               without it is unchanged.  Its refusal, PROTO_E_NOMODEL, is
+ *               a code older clients' decoders do not know: they take an
+ *               ERROR or FINAL that carries it for a malformed one.
  */
 #ifndef LLMD_PROTO_H
 #define LLMD_PROTO_H
@@ -79,7 +85,8 @@ enum proto_err {
 	PROTO_E_NOTEMPLATE = 12,/* chat asked for, the model has no known chat template */
 	PROTO_E_INTERNAL = 13,  /* the engine failed (see the message) */
 	PROTO_E_RING = 14,      /* the client corrupted its ring; the connection is closed */
-	PROTO_E__MAX = 15,
+	PROTO_E_NOMODEL = 15,   /* no model by the name the request gives, or it cannot be loaded */
+	PROTO_E__MAX = 16,
 };
 
 /* Short lowercase name of an error code ("limit"); "unknown" past the end. */
@@ -140,7 +147,9 @@ enum proto_submit_flags {
 	PROTO_SUBMIT_SEED = 1u << 3,       /* SEED is given; else the daemon picks one */
 	PROTO_SUBMIT_GRAMMAR = 1u << 4,    /* the output is constrained: GRAMMAR_KIND,
 	                                      GRAMMAR_FLAGS and GRAMMAR follow the stops */
-	PROTO_SUBMIT__ALL = 0x1f,
+	PROTO_SUBMIT_MODEL = 1u << 5,      /* MODEL names the model that serves the request;
+	                                      without it, the daemon's default model */
+	PROTO_SUBMIT__ALL = 0x3f,
 };
 
 /* What constrains a PROTO_SUBMIT_GRAMMAR request's output. */
@@ -173,7 +182,7 @@ struct proto_message {
  * then, with PROTO_SUBMIT_CHAT, N_MESSAGES x (u32 role, str content), else
  * one str prompt (and n_messages 0); then N_STOPS x str; then, with
  * PROTO_SUBMIT_GRAMMAR only, u32 grammar_kind, u32 grammar_flags, str
- * grammar. */
+ * grammar; then, with PROTO_SUBMIT_MODEL only, str model. */
 struct proto_submit {
 	uint64_t id;               /* the client's id for this request, != 0, unique while live */
 	uint32_t flags;            /* enum proto_submit_flags */
@@ -199,6 +208,8 @@ struct proto_submit {
 	uint32_t grammar_flags;    /* PROTO_GRAMMAR_STRICT or 0 */
 	struct proto_str grammar;  /* <= PROTO_MAX_GRAMMAR bytes; empty for JSON_OBJECT,
 	                              not empty for the others */
+	struct proto_str model;    /* with PROTO_SUBMIT_MODEL: the model's name,
+	                              1..PROTO_MAX_NAME bytes, no NUL */
 };
 
 /* Storage for a decoded SUBMIT's arrays (the strings still point into the frame). */

@@ -104,6 +104,11 @@ static void fuzz_submit(const struct proto_frame *f)
 		check_str_inside(a.messages[i].content, f->payload, f->len);
 	for (uint32_t i = 0; i < a.n_stops; i++)
 		check_str_inside(a.stops[i], f->payload, f->len);
+	check_str_inside(a.grammar, f->payload, f->len);
+	check_str_inside(a.model, f->payload, f->len);
+	/* A name is there exactly when the flag says so, and holds no NUL. */
+	ASSERT(!!(a.flags & PROTO_SUBMIT_MODEL) == (a.model.len != 0));
+	ASSERT(a.model.len <= PROTO_MAX_NAME && (a.model.len == 0 || !memchr(a.model.p, 0, a.model.len)));
 	g = reparse(proto_encode_submit(out, sizeof out, &a), f);
 	ASSERT(proto_decode_submit(&g, &sbuf2, &b) == 0);
 	ASSERT(a.id == b.id && a.flags == b.flags && a.priority == b.priority &&
@@ -120,6 +125,9 @@ static void fuzz_submit(const struct proto_frame *f)
 		       str_same(a.messages[i].content, b.messages[i].content));
 	for (uint32_t i = 0; i < a.n_stops; i++)
 		ASSERT(str_same(a.stops[i], b.stops[i]));
+	ASSERT(a.grammar_kind == b.grammar_kind && a.grammar_flags == b.grammar_flags &&
+	       str_same(a.grammar, b.grammar));
+	ASSERT(str_same(a.model, b.model));
 }
 
 static void fuzz_cancel(const struct proto_frame *f)

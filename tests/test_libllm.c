@@ -2,7 +2,8 @@
  * listens on a temporary socket, answers HELLO with WELCOME, a ring and an
  * eventfd, then plays a script (tokens, refusals, a full ring, admin
  * replies, hang-ups) while the test drives the real client library.
- * No model and no real daemon are involved.
+ * llm_connect_url's side has a fake HTTP server of the same kind (scenario
+ * 7).  No model and no real daemon are involved.
  */
 #include <errno.h>
 #include <math.h>
@@ -858,6 +859,294 @@ static void test_threads(void)
 	fake_stop(&f);
 }
 
+/* ---- scenario 6: llm_set_model names the model in SUBMIT ---- */
+
+static char name_256[PROTO_MAX_NAME + 1];     /* 256 'q's, NUL-terminated */
+
+/* The next SUBMIT is ID and names MODEL (NULL: no model, no flag). */
+static void fake_expect_model(struct fake *f, uint64_t id, const char *model)
+{
+	struct proto_submit s;
+	struct proto_submit_buf sb;
+
+	memset(&s, 0, sizeof s);
+	fake_expect_submit(f, id, &s, &sb);
+	if (!model) {
+		CHECK_INT_EQ(s.flags & PROTO_SUBMIT_MODEL, 0);
+		CHECK_INT_EQ(s.model.len, 0);
+		return;
+	}
+	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_MODEL, PROTO_SUBMIT_MODEL);
+	CHECK_INT_EQ(s.model.len, strlen(model));
+	CHECK(s.model.len == strlen(model) && !memcmp(s.model.p, model, s.model.len));
+}
+
+static void script_model(struct fake *f)
+{
+	struct proto_submit s;
+	struct proto_submit_buf sb;
+
+	fake_expect_model(f, 1, NULL);                 /* before llm_set_model */
+	fake_final(f, 1, PROTO_FIN_STOP, 0, "", 0);
+	fake_signal(f);
+	fake_expect_model(f, 2, "gemma-3-270m");       /* a chat, refused by ERROR */
+	fake_send_error(f, 2, PROTO_E_NOMODEL, "no model named 'gemma-3-270m' is served here");
+	memset(&s, 0, sizeof s);                       /* grammar and model together */
+	fake_expect_submit(f, 3, &s, &sb);
+	CHECK_INT_EQ(s.flags & (PROTO_SUBMIT_GRAMMAR | PROTO_SUBMIT_MODEL),
+		     PROTO_SUBMIT_GRAMMAR | PROTO_SUBMIT_MODEL);
+	CHECK_INT_EQ(s.grammar_kind, PROTO_GRAMMAR_JSON_OBJECT);
+	CHECK(s.model.len == 12 && !memcmp(s.model.p, "gemma-3-270m", 12));
+	fake_final(f, 3, PROTO_FIN_ERROR, PROTO_E_NOMODEL, "gemma-3-270m cannot be loaded", 0);
+	fake_signal(f);
+	fake_expect_model(f, 4, "gemma-3-270m");       /* the too-long name changed nothing */
+	fake_expect_model(f, 5, name_256);             /* the longest name */
+	fake_expect_model(f, 6, "copied");             /* the caller's buffer changed since */
+	fake_expect_model(f, 7, NULL);                 /* "" */
+	fake_expect_model(f, 8, NULL);                 /* NULL */
+	for (uint64_t id = 4; id <= 8; id++)
+		fake_final(f, id, PROTO_FIN_STOP, 0, "", 0);
+	fake_signal(f);
+	CHECK_INT_EQ(fake_next(f), 0);                 /* the client hangs up */
+}
+
+static void test_set_model(void)
+{
+	struct llm_message chat[1] = { { LLM_ROLE_USER, "Hi" } };
+	struct llm_grammar g = { LLM_GRAMMAR_JSON, 0, NULL };
+	char too_long[PROTO_MAX_NAME + 2], mine[16];
+	struct llm_request r;
+	struct llm_event ev;
+	struct fake f;
+	struct llm *h;
+	uint64_t id = 0;
+
+	memset(name_256, 'q', PROTO_MAX_NAME);
+	memset(too_long, 'q', PROTO_MAX_NAME + 1);
+	too_long[PROTO_MAX_NAME + 1] = 0;
+	fake_start(&f, 65536, 8, script_model);
+	fake_run(&f);
+	h = connect_to(&f, 0);
+
+	CHECK_INT_EQ(llm_set_model(NULL, "x"), -EINVAL);
+	CHECK_INT_EQ(submit_prompt(h, "one"), 1);
+	CHECK_INT_EQ(next(h, &ev), 1);
+	CHECK_INT_EQ(ev.kind, LLM_EV_DONE);
+	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
+
+	/* The daemon's refusals: by an ERROR frame, by a FINAL record. */
+	CHECK_INT_EQ(llm_set_model(h, "gemma-3-270m"), 0);
+	llm_request_init(&r);
+	r.messages = chat;
+	r.n_messages = 1;
+	CHECK_INT_EQ(llm_submit(h, &r, &id), 0);
+	CHECK_INT_EQ(id, 2);
+	CHECK_INT_EQ(next(h, &ev), 1);
+	CHECK_INT_EQ(ev.kind, LLM_EV_DONE);
+	CHECK_INT_EQ(ev.id, 2);
+	CHECK_INT_EQ(ev.finish, LLM_FINISH_ERROR);
+	CHECK_INT_EQ(ev.error_code, PROTO_E_NOMODEL);
+	CHECK_STR_EQ(ev.message, "no model named 'gemma-3-270m' is served here");
+	llm_request_init(&r);
+	r.prompt = "three";
+	CHECK_INT_EQ(llm_submit_grammar(h, &r, &g, &id), 0);
+	CHECK_INT_EQ(id, 3);
+	CHECK_INT_EQ(next(h, &ev), 1);
+	CHECK_INT_EQ(ev.id, 3);
+	CHECK_INT_EQ(ev.finish, LLM_FINISH_ERROR);
+	CHECK_INT_EQ(ev.error_code, PROTO_E_NOMODEL);
+	CHECK_STR_EQ(ev.message, "gemma-3-270m cannot be loaded");
+
+	/* 257 bytes: refused, saying so, and the name before stays. */
+	CHECK_INT_EQ(llm_set_model(h, too_long), -EINVAL);
+	CHECK(strstr(llm_errmsg(h), "at most 256 bytes") != NULL);
+	CHECK_INT_EQ(submit_prompt(h, "four"), 4);
+	CHECK_INT_EQ(llm_set_model(h, name_256), 0);
+	CHECK_INT_EQ(submit_prompt(h, "five"), 5);
+	snprintf(mine, sizeof mine, "copied");
+	CHECK_INT_EQ(llm_set_model(h, mine), 0);
+	snprintf(mine, sizeof mine, "overwritten");
+	CHECK_INT_EQ(submit_prompt(h, "six"), 6);
+	CHECK_INT_EQ(llm_set_model(h, ""), 0);
+	CHECK_INT_EQ(submit_prompt(h, "seven"), 7);
+	CHECK_INT_EQ(llm_set_model(h, "again"), 0);
+	CHECK_INT_EQ(llm_set_model(h, NULL), 0);
+	CHECK_INT_EQ(submit_prompt(h, "eight"), 8);
+	for (uint64_t want = 4; want <= 8; want++) {
+		CHECK_INT_EQ(next(h, &ev), 1);
+		CHECK_INT_EQ(ev.id, want);
+		CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
+	}
+	llm_close(h);
+	fake_stop(&f);
+}
+
+/* ---- scenario 7: over HTTP the name is the body's "model" ---- */
+
+/* A fake OpenAI-compatible server on a Unix socket: one request per
+ * connection (it answers Connection: close), bodies kept for the checks. */
+struct fake_http {
+	char dir[64];                 /* mkdtemp'd directory holding the socket */
+	char path[96];                /* the socket */
+	char url[112];                /* "unix:" PATH, for llm_connect_url */
+	int lfd;
+	int n_posts;                  /* POSTs to answer, then the thread ends */
+	char bodies[4][2048];         /* (n_posts) the POSTs' bodies, NUL-terminated */
+	pthread_t thr;
+};
+
+/* Reads one request on FD: its first line into LINE, its body into BODY. */
+static int http_read_request(int fd, char *line, size_t linelen, char *body, size_t bodylen)
+{
+	char req[8192];
+	size_t n = 0, want = 0;
+	char *end = NULL;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (end && n >= (size_t)(end + 4 - req) + want)
+			break;
+		if (n == sizeof req - 1 || poll(&p, 1, IO_TIMEOUT_MS) != 1 ||
+		    (k = recv(fd, req + n, sizeof req - 1 - n, 0)) <= 0)
+			return -1;
+		n += (size_t)k;
+		req[n] = 0;
+		if (!end && (end = strstr(req, "\r\n\r\n"))) {
+			const char *cl = strcasestr(req, "\r\ncontent-length:");
+			want = cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0;
+		}
+	}
+	snprintf(line, linelen, "%.*s", (int)strcspn(req, "\r"), req);
+	snprintf(body, bodylen, "%.*s", (int)want, end + 4);
+	return 0;
+}
+
+static void http_reply(int fd, int status, const char *type, const char *body)
+{
+	char head[256];
+	int n = snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nContent-Type: %s\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, type, strlen(body));
+
+	CHECK(send(fd, head, (size_t)n, MSG_NOSIGNAL) == n);
+	CHECK(send(fd, body, strlen(body), MSG_NOSIGNAL) == (ssize_t)strlen(body));
+}
+
+static void *fake_http_main(void *arg)
+{
+	static const char models[] = "{\"object\":\"list\",\"data\":[{\"id\":\"first-model\"},"
+				     "{\"id\":\"second-model\"}]}";
+	static const char stream[] =
+		"data: {\"choices\":[{\"text\":\"ok\",\"token_ids\":[5],\"finish_reason\":\"stop\"}]}\n\n"
+		"data: [DONE]\n\n";
+	static const char no_model[] = "{\"error\":{\"message\":\"the model 'third-model' is not "
+				       "served here\",\"type\":\"invalid_request_error\",\"param\":"
+				       "\"model\",\"code\":\"model_not_found\"}}";
+	struct fake_http *fh = arg;
+	int posts = 0;
+
+	while (posts < fh->n_posts) {
+		struct pollfd p = { .fd = fh->lfd, .events = POLLIN };
+		char line[256], body[2048];
+		int fd;
+
+		if (poll(&p, 1, IO_TIMEOUT_MS) != 1) {
+			fprintf(stderr, "fake http: nobody connected\n");
+			test_failures++;
+			return NULL;
+		}
+		fd = accept4(fh->lfd, NULL, NULL, SOCK_CLOEXEC);
+		CHECK(fd >= 0);
+		if (fd < 0)
+			return NULL;
+		if (http_read_request(fd, line, sizeof line, body, sizeof body) < 0) {
+			close(fd);      /* a connection curl opened and left */
+			continue;
+		}
+		if (!strncmp(line, "GET /v1/models ", 15)) {
+			http_reply(fd, 200, "application/json", models);
+		} else {
+			CHECK_STR_EQ(line, "POST /v1/completions HTTP/1.1");
+			snprintf(fh->bodies[posts], sizeof fh->bodies[posts], "%s", body);
+			/* the third POST names a model the server does not have */
+			if (posts == 2)
+				http_reply(fd, 404, "application/json", no_model);
+			else
+				http_reply(fd, 200, "text/event-stream", stream);
+			posts++;
+		}
+		close(fd);
+	}
+	return NULL;
+}
+
+/* Submits PROMPT on H and reads its events up to DONE, which goes to EV. */
+static void http_round(struct llm *h, const char *prompt, struct llm_event *ev)
+{
+	int r;
+
+	submit_prompt(h, prompt);
+	while ((r = next(h, ev)) == 1 && ev->kind != LLM_EV_DONE)
+		;
+	CHECK_INT_EQ(r, 1);
+}
+
+static void test_set_model_http(void)
+{
+	struct fake_http fh = { .n_posts = 4 };
+	char err[256] = "";
+	struct llm_event ev;
+	struct llm_info info;
+	struct llm *h = NULL;
+
+	snprintf(fh.dir, sizeof fh.dir, "/tmp/test_libllm.XXXXXX");
+	if (!mkdtemp(fh.dir)) {
+		perror("test_libllm: mkdtemp");
+		exit(1);
+	}
+	snprintf(fh.path, sizeof fh.path, "%s/http.sock", fh.dir);
+	snprintf(fh.url, sizeof fh.url, "unix:%s", fh.path);
+	fh.lfd = usock_listen(fh.path, 0600, 8, err, sizeof err);
+	if (fh.lfd < 0) {
+		fprintf(stderr, "test_libllm: %s\n", err);
+		exit(1);
+	}
+	pthread_create(&fh.thr, NULL, fake_http_main, &fh);
+	CHECK_INT_EQ(llm_connect_url(fh.url, NULL, &h, err, sizeof err), 0);
+	if (!h) {
+		fprintf(stderr, "llm_connect_url: %s\n", err);
+		exit(1);
+	}
+	llm_get_info(h, &info);
+	CHECK_STR_EQ(info.model, "first-model");
+
+	http_round(h, "one", &ev);                     /* GET /models' first */
+	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
+	CHECK_INT_EQ(llm_set_model(h, "second-model"), 0);
+	http_round(h, "two", &ev);
+	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
+	CHECK_INT_EQ(llm_set_model(h, "third-model"), 0);
+	http_round(h, "three", &ev);                   /* 404, model_not_found */
+	CHECK_INT_EQ(ev.finish, LLM_FINISH_ERROR);
+	CHECK_INT_EQ(ev.error_code, PROTO_E_NOMODEL);
+	CHECK(strstr(ev.message, "'third-model' is not served here") != NULL);
+	CHECK_INT_EQ(llm_set_model(h, NULL), 0);
+	http_round(h, "four", &ev);
+	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
+	llm_close(h);
+	pthread_join(fh.thr, NULL);
+
+	CHECK(strstr(fh.bodies[0], "\"model\":\"first-model\"") != NULL);
+	CHECK(strstr(fh.bodies[0], "\"prompt\":\"one\"") != NULL);
+	CHECK(strstr(fh.bodies[1], "\"model\":\"second-model\"") != NULL);
+	CHECK(strstr(fh.bodies[2], "\"model\":\"third-model\"") != NULL);
+	CHECK(strstr(fh.bodies[3], "\"model\":\"first-model\"") != NULL);
+	close(fh.lfd);
+	unlink(fh.path);
+	rmdir(fh.dir);
+}
+
 int main(void)
 {
 	alarm(60);
@@ -867,5 +1156,7 @@ int main(void)
 	test_split_and_conn_error();
 	test_malformed_record();
 	test_threads();
+	test_set_model();
+	test_set_model_http();
 	return test_result();
 }

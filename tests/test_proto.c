@@ -264,6 +264,7 @@ static void test_names(void)
 	CHECK_STR_EQ(proto_err_name(PROTO_E_OK), "ok");
 	CHECK_STR_EQ(proto_err_name(PROTO_E_LIMIT), "limit");
 	CHECK_STR_EQ(proto_err_name(PROTO_E_RING), "ring");
+	CHECK_STR_EQ(proto_err_name(PROTO_E_NOMODEL), "nomodel");
 	CHECK_STR_EQ(proto_err_name(PROTO_E__MAX), "unknown");
 	CHECK_STR_EQ(proto_err_name(UINT32_MAX), "unknown");
 	for (uint32_t i = 0; i < PROTO_E__MAX; i++) {
@@ -656,6 +657,7 @@ static void check_submit_equal(const struct proto_submit *d, const struct proto_
 	CHECK_INT_EQ(d->grammar_kind, m->grammar_kind);
 	CHECK_INT_EQ(d->grammar_flags, m->grammar_flags);
 	CHECK(str_eq(d->grammar, m->grammar));
+	CHECK(str_eq(d->model, m->model));
 }
 
 /* Encodes M, parses and decodes it, and compares every field. */
@@ -687,10 +689,12 @@ static void test_submit_roundtrip(void)
 	roundtrip_submit(&m, 8 + 72 + (8 + 9) + (8 + 6) + 8 + (4 + 2) + (4 + 5));
 
 	/* Boundary values that are allowed: greedy, top_p 1, min_p 0 and 1, the
-	 * smallest positive floats, an empty prompt, no stops, every flag. */
+	 * smallest positive floats, an empty prompt, no stops, a one-byte model
+	 * name, every flag. */
 	m = submit_example(0);
 	m.flags = PROTO_SUBMIT__ALL & ~PROTO_SUBMIT_CHAT;
 	m.grammar_kind = PROTO_GRAMMAR_JSON_OBJECT;
+	m.model = S("m");
 	m.temperature = 0.0f;
 	m.top_p = 1.0f;
 	m.min_p = 1.0f;
@@ -704,13 +708,15 @@ static void test_submit_roundtrip(void)
 	m.prompt = (struct proto_str){ NULL, 0 };
 	m.n_stops = 0;
 	m.stops = NULL;
-	roundtrip_submit(&m, 8 + 72 + 4 + 12);
+	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5);
 	m.top_p = 1e-45f;       /* the smallest denormal */
 	m.min_p = 0.0f;
 	m.temperature = 1e30f;
-	roundtrip_submit(&m, 8 + 72 + 4 + 12);
+	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5);
 
-	/* Every count at its maximum. */
+	/* Every count and the model's name at their maximum. */
+	static char big_name[PROTO_MAX_NAME];
+	memset(big_name, 'n', sizeof big_name);
 	for (int i = 0; i < PROTO_MAX_STOPS; i++) {
 		memset(big_stops[i], 'a' + i, PROTO_MAX_STOP_LEN);
 		stops[i] = (struct proto_str){ big_stops[i], PROTO_MAX_STOP_LEN };
@@ -723,7 +729,8 @@ static void test_submit_roundtrip(void)
 	m.messages = msgs;
 	m.n_stops = PROTO_MAX_STOPS;
 	m.stops = stops;
-	n = 8 + 72 + PROTO_MAX_STOPS * (4 + PROTO_MAX_STOP_LEN);
+	m.model = (struct proto_str){ big_name, PROTO_MAX_NAME };
+	n = 8 + 72 + PROTO_MAX_STOPS * (4 + PROTO_MAX_STOP_LEN) + 4 + PROTO_MAX_NAME;
 	for (int i = 0; i < PROTO_MAX_MESSAGES; i++)
 		n += 8 + i;
 	roundtrip_submit(&m, n);
@@ -767,7 +774,7 @@ static void test_submit_encode_rejects(void)
 	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL); \
 } while (0)
 	REJECT(0, m.id = 0);
-	REJECT(0, m.flags |= 1u << 5);
+	REJECT(0, m.flags |= 1u << 6);
 	/* Grammars: the flag without a kind, a kind without the flag, unknown
 	 * kinds and flags, an empty GBNF or schema, text with JSON_OBJECT, too
 	 * long a text. */
@@ -901,6 +908,136 @@ static void test_submit_top_logprobs(void)
 	m.top_logprobs = 1;
 	m.flags &= ~(uint32_t)PROTO_SUBMIT_LOGPROBS;
 	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL);
+}
+
+/* MODEL: a name after everything else, only with PROTO_SUBMIT_MODEL, 1 to
+ * PROTO_MAX_NAME bytes without a NUL, both ways. */
+static void test_submit_model(void)
+{
+	static char name_max[PROTO_MAX_NAME + 1];
+	struct proto_submit m, d;
+	struct proto_frame f;
+	const uint8_t *p;
+	struct bld b;
+	ssize_t n;
+
+	/* After the stops of a completion, of a chat; after the grammar. */
+	m = submit_example(0);
+	m.flags |= PROTO_SUBMIT_MODEL;
+	m.model = S("smollm2");
+	roundtrip_submit(&m, 8 + 107 + 4 + 7);
+	p = buf + PROTO_HDR_SIZE;
+	CHECK_INT_EQ(get_le32(p + 8), m.flags);
+	CHECK_INT_EQ(get_le32(p + 107), 7);
+	CHECK(memcmp(p + 111, "smollm2", 7) == 0);
+	f = parse_whole(8 + 107 + 4 + 7, PROTO_SUBMIT);
+	CHECK_INT_EQ(proto_decode_submit(&f, &sbuf, &d), 0);
+	CHECK(d.model.p == (const char *)f.payload + 111); /* into the frame */
+	CHECK_CAPS(proto_encode_submit(buf, cap, &m), 8 + 107 + 4 + 7);
+
+	m = submit_example(1);
+	m.flags |= PROTO_SUBMIT_MODEL;
+	m.model = S("gemma-3-270m");
+	roundtrip_submit(&m, 8 + 126 + 4 + 12);
+	CHECK_INT_EQ(get_le32(buf + PROTO_HDR_SIZE + 126), 12);
+	CHECK(memcmp(buf + PROTO_HDR_SIZE + 130, "gemma-3-270m", 12) == 0);
+
+	m = submit_example(0);
+	m.flags |= PROTO_SUBMIT_GRAMMAR | PROTO_SUBMIT_MODEL;
+	m.grammar_kind = PROTO_GRAMMAR_GBNF;
+	m.grammar = S("root ::= \"a\"");
+	m.model = S("qwen");
+	roundtrip_submit(&m, 8 + 107 + 12 + 12 + 4 + 4);
+	p = buf + PROTO_HDR_SIZE;
+	CHECK_INT_EQ(get_le32(p + 107), PROTO_GRAMMAR_GBNF);
+	CHECK_INT_EQ(get_le32(p + 115), 12);
+	CHECK(memcmp(p + 119, "root ::= \"a\"", 12) == 0);
+	CHECK_INT_EQ(get_le32(p + 131), 4);
+	CHECK(memcmp(p + 135, "qwen", 4) == 0);
+	check_exact_length(PROTO_SUBMIT, p, 107 + 12 + 12 + 4 + 4, dec_submit);
+
+	/* Without the flag nothing is written, and nothing decodes. */
+	m = submit_example(0);
+	roundtrip_submit(&m, 8 + 107);
+
+	/* On the way out: the flag with an empty name or none, a name over
+	 * the maximum, a NUL at the start, inside or at the end, a name
+	 * without the flag. */
+	memset(name_max, 'x', sizeof name_max);
+#define REJECT(change) do { \
+	m = submit_example(0); \
+	m.flags |= PROTO_SUBMIT_MODEL; \
+	m.model = S("smollm2"); \
+	change; \
+	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL); \
+} while (0)
+	REJECT(m.model = S(""));
+	REJECT((m.model = (struct proto_str){ NULL, 0 }));
+	REJECT((m.model = (struct proto_str){ NULL, 3 }));
+	REJECT((m.model = (struct proto_str){ name_max, PROTO_MAX_NAME + 1 }));
+	REJECT((m.model = (struct proto_str){ name_max, UINT32_MAX }));
+	REJECT(m.model = S("\0mollm2"));
+	REJECT(m.model = S("smol\0m2"));
+	REJECT(m.model = S("smollm2\0"));
+	REJECT(m.flags &= ~(uint32_t)PROTO_SUBMIT_MODEL);
+	REJECT((m.flags |= PROTO_SUBMIT_CHAT, m.prompt = (struct proto_str){ NULL, 0 },
+		m.n_messages = 1, m.messages = example_msgs, m.model = S("")));
+#undef REJECT
+	m = submit_example(0);
+	m.flags |= PROTO_SUBMIT_MODEL;
+	m.model = (struct proto_str){ name_max, PROTO_MAX_NAME };
+	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), 8 + 107 + 4 + PROTO_MAX_NAME);
+
+	/* On the way in, built by hand: the flag and no name, an empty one,
+	 * one over the maximum, a NUL inside, a length past the end, bytes
+	 * after it, a name without the flag. */
+#define MODEL_FRAME(flags) do { \
+	b_submit_fixed(&b, (flags), 0, 0); \
+	b_str(&b, 1, 'p'); \
+} while (0)
+	MODEL_FRAME(PROTO_SUBMIT_MODEL);
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+	b_str(&b, 0, 'n');
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+	MODEL_FRAME(PROTO_SUBMIT_MODEL);
+	b_str(&b, PROTO_MAX_NAME + 1, 'n');
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+	MODEL_FRAME(PROTO_SUBMIT_MODEL);
+	b_str(&b, PROTO_MAX_NAME, 'n');
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), 0);
+	for (size_t at = 0; at < 5; at += 2) {
+		MODEL_FRAME(PROTO_SUBMIT_MODEL);
+		b_str(&b, 5, 'n');
+		b.b[b.n - 5 + at] = 0;
+		CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+	}
+	MODEL_FRAME(PROTO_SUBMIT_MODEL);
+	b_u32(&b, 6);
+	memcpy(b.b + b.n, "qwen", 4);
+	b.n += 4;
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+	MODEL_FRAME(PROTO_SUBMIT_MODEL);
+	b_u32(&b, UINT32_MAX);
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+	MODEL_FRAME(PROTO_SUBMIT_MODEL);
+	b_str(&b, 4, 'n');
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), 0);
+	b.b[b.n++] = 0;
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+	MODEL_FRAME(0);
+	b_str(&b, 4, 'n');
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG);
+#undef MODEL_FRAME
+
+	/* An encoded one: every prefix and every longer version refused. */
+	m = submit_example(1);
+	m.flags |= PROTO_SUBMIT_MODEL;
+	m.model = S("smollm2");
+	n = proto_encode_submit(buf, sizeof buf, &m);
+	CHECK(n > 0);
+	if (n > 0)
+		check_exact_length(PROTO_SUBMIT, buf + PROTO_HDR_SIZE, (size_t)n - PROTO_HDR_SIZE,
+				   dec_submit);
 }
 
 static void test_submit_decode_rejects(void)
@@ -1468,6 +1605,7 @@ int main(void)
 	test_submit_roundtrip();
 	test_submit_encode_rejects();
 	test_submit_decode_rejects();
+	test_submit_model();
 	test_cancel_ring_wake();
 	test_error();
 	test_admin();

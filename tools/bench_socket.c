@@ -160,6 +160,10 @@ int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_re
 			    : llm_connect(p->socket, 0, &cs[i].h, err, errlen);
 		if (rc < 0)
 			goto out;
+		if (p->model_name && (rc = llm_set_model(cs[i].h, p->model_name)) < 0) {
+			snprintf(err, errlen, "%s", llm_errmsg(cs[i].h));
+			goto out;
+		}
 	}
 	for (; started < p->n; started++)
 		if (pthread_create(&th[started], NULL, client_main, &cs[started]) != 0)

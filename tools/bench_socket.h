@@ -24,6 +24,8 @@ struct bench_socket_params {
 	const char *url;             /* instead of SOCKET: an OpenAI-compatible API
 	                                (llm_connect_url: http[s]://HOST:PORT/v1, unix:PATH) */
 	const char *api_key;         /* its key, or NULL */
+	const char *model_name;      /* the daemon's model every client names (llm_set_model);
+	                                NULL: its default */
 	int grammar_kind;            /* LLM_GRAMMAR_* constraining every output; 0: none */
 	const char *grammar_text;    /* its GBNF or JSON Schema (NULL for LLM_GRAMMAR_JSON) */
 };

@@ -59,6 +59,7 @@ struct bench_opts {
 	const char *url;            /* or through this OpenAI-compatible API (llm_connect_url) */
 	const char *unix_socket;    /* --url's connection goes to this Unix socket */
 	const char *api_key;
+	const char *model_name;     /* --model-name: which of the daemon's models (llm_set_model) */
 	uint32_t kv_type;
 	const char *backend;        /* "auto" (default), "cpu" or "cuda" */
 	int32_t device;             /* CUDA device index */
@@ -120,6 +121,9 @@ static void usage(FILE *f)
 		"                          e.g. http://127.0.0.1:8080/v1), streaming, through libllm\n"
 		"      --unix-socket PATH  with --url: connect to this Unix socket (llmd's http.socket)\n"
 		"      --api-key KEY       with --url: Authorization: Bearer KEY (default $LLM_API_KEY)\n"
+		"      --model-name NAME   with --socket or --url: the daemon's model that answers\n"
+		"                          (llmctl models; default: its default model; --url: the\n"
+		"                          body's \"model\", default the first of GET /models)\n"
 		"      --grammar FILE      constrain every sequence's output to this GBNF grammar\n"
 		"      --json-schema FILE  ... to JSON valid under this JSON Schema\n"
 		"      --json-object       ... to a JSON object\n"
@@ -214,7 +218,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
 	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS, O_URL, O_USOCK, O_KEY, O_GRAMMAR, O_SCHEMA,
-	       O_JOBJ };
+	       O_JOBJ, O_MNAME };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -238,7 +242,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "step-ms", required_argument, 0, O_STEPMS }, { "url", required_argument, 0, O_URL },
 		{ "unix-socket", required_argument, 0, O_USOCK }, { "api-key", required_argument, 0, O_KEY },
 		{ "grammar", required_argument, 0, O_GRAMMAR }, { "json-schema", required_argument, 0, O_SCHEMA },
-		{ "json-object", no_argument, 0, O_JOBJ },
+		{ "json-object", no_argument, 0, O_JOBJ }, { "model-name", required_argument, 0, O_MNAME },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -303,6 +307,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_URL: o->url = optarg; break;
 		case O_USOCK: o->unix_socket = optarg; break;
 		case O_KEY: o->api_key = optarg; break;
+		case O_MNAME:
+			if (strlen(optarg) > 256) {
+				fprintf(stderr, "llm-bench: --model-name: a model's name has at most 256 bytes\n");
+				return -1;
+			}
+			o->model_name = optarg;
+			break;
 		case O_NOMMAP: o->no_mmap = 1; break;
 		case O_GRAMMAR:
 		case O_SCHEMA:
@@ -348,6 +359,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	}
 	if ((o->unix_socket || o->api_key) && !o->url) {
 		fprintf(stderr, "llm-bench: --unix-socket and --api-key go with --url\n");
+		return -1;
+	}
+	if (o->model_name && !o->socket && !o->url) {
+		fprintf(stderr, "llm-bench: --model-name needs --socket or --url (in-process, --model "
+			"names the file)\n");
 		return -1;
 	}
 	if (o->url && !o->api_key)
@@ -708,7 +724,7 @@ static int run_socket(const struct bench_opts *o)
 		.chat = o->chat || o->system, .max_tokens = o->n_predict,
 		.temperature = o->sp.temperature, .top_k = o->sp.top_k, .top_p = o->sp.top_p,
 		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
-		.url = o->url ? url : NULL, .api_key = o->api_key,
+		.url = o->url ? url : NULL, .api_key = o->api_key, .model_name = o->model_name,
 		.grammar_kind = o->grammar_kind == CONSTRAIN_GBNF ? LLM_GRAMMAR_GBNF :
 				o->grammar_kind == CONSTRAIN_JSON_SCHEMA ? LLM_GRAMMAR_JSON_SCHEMA :
 				o->grammar_kind == CONSTRAIN_JSON_OBJECT ? LLM_GRAMMAR_JSON : 0,
@@ -753,6 +769,8 @@ static int run_socket(const struct bench_opts *o)
 	if (o->json) {
 		json_object *root = json_object_new_object(), *arr = json_object_new_array();
 		json_object_object_add(root, o->url ? "url" : "socket", json_object_new_string(where));
+		if (o->model_name)
+			json_object_object_add(root, "model_name", json_object_new_string(o->model_name));
 		json_object_object_add(root, "parallel", json_object_new_int(o->parallel));
 		json_object_object_add(root, "repeat", json_object_new_int(o->repeat));
 		json_object_object_add(root, "aggregate_tok_s", json_object_new_double(agg_med));
@@ -779,10 +797,11 @@ static int run_socket(const struct bench_opts *o)
 		puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(root);
 	} else {
-		fprintf(stderr, "llm-bench: through %s, %d clients: %.1f generated tok/s in aggregate, "
+		fprintf(stderr, "llm-bench: through %s%s%s%s, %d clients: %.1f generated tok/s in aggregate, "
 			"%.1f tok/s per sequence while decoding, time to first token p50 %.0f ms, "
-			"p95 %.0f ms (median of %d)\n", where, o->parallel, agg_med, dc_med, p50, p95,
-			o->repeat);
+			"p95 %.0f ms (median of %d)\n", where, o->model_name ? " (model " : "",
+			o->model_name ? o->model_name : "", o->model_name ? ")" : "", o->parallel, agg_med,
+			dc_med, p50, p95, o->repeat);
 	}
 	rc = 0;
 out:

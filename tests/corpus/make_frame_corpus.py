@@ -14,7 +14,8 @@ import sys
 
 HELLO, SUBMIT, CANCEL, RING_WAKE, ADMIN = 1, 2, 3, 4, 5
 WELCOME, ERROR, ADMIN_REPLY = 0x81, 0x82, 0x83
-CHAT, LOGPROBS, IGNORE_EOS, SEED = 1, 2, 4, 8
+CHAT, LOGPROBS, IGNORE_EOS, SEED, GRAMMAR, MODEL = 1, 2, 4, 8, 16, 32
+GRAMMAR_GBNF = 1
 E_BUSY, E_NOTFOUND, E_INTERNAL = 7, 10, 13
 FIN_STOP, FIN_ERROR = 1, 4
 MAX_PAYLOAD = 1 << 20
@@ -45,9 +46,17 @@ def submit_fixed(sid=1, flags=0, max_tokens=64, temperature=0.8, top_p=0.95, min
                        min_p, repeat_penalty, 64, 0.0, 0.0, n_stops, seed, n_messages, 0)
 
 
-def submit(prompt="Once upon a time", stops=("\n\n",), **kw):
-    body = submit_fixed(n_stops=len(stops), **kw) + pstr(prompt)
-    return frame(SUBMIT, body + b"".join(pstr(s) for s in stops))
+def submit(prompt="Once upon a time", stops=("\n\n",), grammar=None, model=None, **kw):
+    """GRAMMAR (GBNF text) and MODEL (a name) set their flags and follow the stops."""
+    flags = kw.pop("flags", 0) | (GRAMMAR if grammar is not None else 0) \
+        | (MODEL if model is not None else 0)
+    body = submit_fixed(n_stops=len(stops), flags=flags, **kw) + pstr(prompt)
+    body += b"".join(pstr(s) for s in stops)
+    if grammar is not None:
+        body += struct.pack("<II", GRAMMAR_GBNF, 0) + pstr(grammar)
+    if model is not None:
+        body += pstr(model)
+    return frame(SUBMIT, body)
 
 
 def submit_chat(messages, stops=("User:",), **kw):
@@ -96,6 +105,8 @@ def main():
         "valid_submit_greedy_nostops": submit(prompt="", stops=(), temperature=0.0, top_p=1.0,
                                               min_p=0.0, flags=IGNORE_EOS),
         "valid_submit_chat": chat,
+        "valid_submit_model": submit(model="SmolLM2-135M-Instruct"),
+        "valid_submit_grammar_model": submit(grammar='root ::= "yes" | "no"', model="gemma-3"),
         "valid_cancel": cancel(5),
         "valid_ring_wake": frame(RING_WAKE, b""),
         "valid_error": error(5, E_BUSY, "queue full"),
@@ -123,6 +134,9 @@ def main():
         "bad_role": submit_chat([(4, "who am I")]),
         "bad_chat_no_messages": submit_chat([]),
         "bad_id_zero": submit(sid=0),
+        "bad_model_empty": submit(model=""),
+        "bad_model_nul": submit(model="smol\0lm2"),
+        "bad_model_missing": frame(SUBMIT, submit(model="x")[8:-5]),
         "bad_stream_then_garbage": cancel(2) + b"\xff" * 12,
     }
     for name, data in sorted(files.items()):
