@@ -1,5 +1,5 @@
-/* admin.c - the commands llmctl sends: status, stats, ps, cancel, drain,
- * resume, reload.  Each is a row of one table with the permission it needs
+/* admin.c - the commands llmctl sends: status, stats, ps, models, cancel,
+ * drain, resume, reload.  Each is a row of one table with the permission it needs
  * and whether it reports the engine's state (read from the worker's last
  * published snapshot: no command ever waits for an engine step).  Answers
  * are JSON; llmctl renders tables and Prometheus text.
@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "engine.h"
+#include "kv_pool.h"
 #include "model.h"
 #include "worker.h"
 
@@ -192,6 +193,17 @@ static char *prometheus_text(json_object *stats)
 					(long long)json_object_get_int64(v2));
 			continue;
 		}
+		if (!strcmp(key, "per_model")) {
+			json_object_object_foreach(val, metric, by_model) {
+				size_t m = strlen(metric);
+				fprintf(f, "# TYPE %s %s\n", metric,
+					m > 6 && !strcmp(metric + m - 6, "_total") ? "counter" : "gauge");
+				json_object_object_foreach(by_model, name, v2)
+					fprintf(f, "%s{model=\"%s\"} %lld\n", metric, name,
+						(long long)json_object_get_int64(v2));
+			}
+			continue;
+		}
 		if (!strcmp(key, "histograms")) {
 			json_object_object_foreach(val, name, h) {
 				json_object *le, *counts, *sum, *count;
@@ -227,12 +239,73 @@ static char *prometheus_text(json_object *stats)
 	return buf;
 }
 
+/* The counters of every model's scheduler added up (the step timings and
+ * costs stay the default model's). */
+static void sum_counters(const struct worker_snapshot *sn, struct sched_counters *t)
+{
+	*t = sn->c;
+	for (int i = 1; i < sn->n_models; i++) {
+		const struct sched_counters *k = &sn->models[i].c;
+		t->finished += k->finished;
+		t->generated_tokens += k->generated_tokens;
+		t->waiting += k->waiting;
+		t->running += k->running;
+		t->pool_blocks += k->pool_blocks;
+		t->used_blocks += k->used_blocks;
+		t->cached_blocks += k->cached_blocks;
+		t->wasted_slots += k->wasted_slots;
+		t->prefix_lookups += k->prefix_lookups;
+		t->prefix_hit_tokens += k->prefix_hit_tokens;
+		t->preemptions += k->preemptions;
+		t->evictions += k->evictions;
+		t->steps += k->steps;
+		t->step_rows += k->step_rows;
+		t->prefill_rows += k->prefill_rows;
+		t->decode_rows += k->decode_rows;
+	}
+}
+
+/* Each model's own counters, metric by metric: {metric: {name: value}}
+ * (Prometheus: one series per model, labelled model="NAME"). */
+static json_object *per_model(const struct llmd *d, const struct worker_snapshot *sn)
+{
+	static const char *const names[] = {
+		"llmd_model_requests_total", "llmd_model_requests_finished_total",
+		"llmd_model_generated_tokens_total", "llmd_model_queue_waiting", "llmd_model_queue_running",
+		"llmd_model_kv_blocks", "llmd_model_kv_used_blocks", "llmd_model_kv_cached_blocks",
+		"llmd_model_steps_total",
+	};
+	json_object *o = json_object_new_object();
+
+	for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+		json_object *by = json_object_new_object();
+		for (int i = 0; i < d->n_models; i++) {
+			const struct llmd_model *lm = &d->models[i];
+			const struct sched_counters *c;
+			int64_t v;
+			if (lm->index >= sn->n_models)
+				continue;
+			c = &sn->models[lm->index].c;
+			v = k == 0 ? (int64_t)lm->requests_total : k == 1 ? (int64_t)c->finished :
+			    k == 2 ? (int64_t)c->generated_tokens : k == 3 ? c->waiting : k == 4 ? c->running :
+			    k == 5 ? c->pool_blocks : k == 6 ? c->used_blocks : k == 7 ? c->cached_blocks :
+			    (int64_t)c->steps;
+			add_int(by, lm->name, v);
+		}
+		json_object_object_add(o, names[k], by);
+	}
+	return o;
+}
+
 static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 		     const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
 {
-	const struct sched_counters *k = &sn->c;
+	struct sched_counters tot;
+	const struct sched_counters *k = &tot;
 	uint64_t refused = 0;
 	json_object *by = json_object_new_object();
+
+	sum_counters(sn, &tot);
 
 	/* Names follow Prometheus conventions: _total for counters. */
 	add_dbl(out, "llmd_uptime_seconds", clock_s() - d->t_start);
@@ -254,7 +327,10 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	add_dbl(out, "llmd_generated_tokens_per_second", sn->tok_s);
 	add_int(out, "llmd_queue_waiting", k->waiting);
 	add_int(out, "llmd_queue_running", k->running);
-	add_int(out, "llmd_kv_capacity_tokens", sn->kv_capacity_tokens);
+	int64_t cap = 0;
+	for (int i = 0; i < sn->n_models; i++)
+		cap += sn->models[i].kv_capacity_tokens;
+	add_int(out, "llmd_kv_capacity_tokens", sn->n_models ? cap : sn->kv_capacity_tokens);
 	add_int(out, "llmd_kv_blocks", k->pool_blocks);
 	add_int(out, "llmd_kv_block_tokens", k->block_tokens);
 	add_int(out, "llmd_kv_used_blocks", k->used_blocks);
@@ -281,6 +357,7 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	add_dbl(out, "llmd_step_cost_position_seconds", k->cost_pos_s);
 	add_dbl(out, "llmd_step_cost_context_seconds", k->cost_ctx_s);
 	json_object_object_add(out, "errors_by_code", by);
+	json_object_object_add(out, "per_model", per_model(d, sn));
 	json_object *hs = json_object_new_object();
 	for (int i = 0; i < WORKER_HIST__N; i++) {
 		json_object *h = json_object_new_object(), *le = json_object_new_array(),
@@ -345,6 +422,7 @@ static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct 
 			continue; /* gone, or someone else's */
 		j = json_object_new_object();
 		add_int(j, "id", (int64_t)r->gid);
+		add_str(j, "model", r->model >= 0 && r->model < d->n_models ? d->models[r->model].name : "");
 		add_int(j, "client_request", (int64_t)r->client_id);
 		add_int(j, "conn", r->conn_id);
 		add_int(j, "pid", o->pid);
@@ -362,6 +440,44 @@ static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct 
 		json_object_array_add(arr, j);
 	}
 	json_object_object_add(out, "requests", arr);
+	return 0;
+}
+
+/* The models served: name, state, what they hold.  All are loaded at start
+ * today, so "ready" (or "failed" once an engine failed for good). */
+static int cmd_models(struct llmd *d, struct conn *c, const char *arg,
+		      const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	json_object *arr = json_object_new_array();
+
+	(void)c;
+	(void)arg;
+	(void)err;
+	(void)errlen;
+	add_str(out, "default", d->n_models ? d->models[0].name : "");
+	for (int i = 0; i < d->n_models; i++) {
+		const struct llmd_model *lm = &d->models[i];
+		const struct engine *e = worker_engine_of(d->worker, lm->index);
+		const struct worker_snap_model *sm = lm->index < sn->n_models ? &sn->models[lm->index] : NULL;
+		json_object *j = json_object_new_object();
+		add_str(j, "name", lm->name);
+		add_str(j, "path", lm->model->path);
+		add_str(j, "gguf_name", lm->model->name);
+		add_str(j, "state", sm && sm->dead ? "failed" : "ready");
+		if (sm && sm->dead)
+			add_str(j, "error", "its engine failed; restart llmd");
+		add_str(j, "arch", lm->model->hp.arch);
+		add_str(j, "backend", d->backend);
+		add_int(j, "n_ctx", e ? engine_n_ctx(e) : 0);
+		add_dbl(j, "weights_mib", (double)lm->model->weight_bytes / (1 << 20));
+		add_dbl(j, "kv_mib", e ? (double)engine_kv_pool(e)->bytes / (1 << 20) : 0);
+		add_int(j, "kv_capacity_tokens", sm ? sm->kv_capacity_tokens : 0);
+		add_int(j, "live", sm ? sm->live : 0);
+		add_int(j, "requests_total", (int64_t)lm->requests_total);
+		add_int(j, "generated_tokens", sm ? (int64_t)sm->c.generated_tokens : 0);
+		json_object_array_add(arr, j);
+	}
+	json_object_object_add(out, "models", arr);
 	return 0;
 }
 
@@ -431,6 +547,7 @@ static const struct admin_cmd cmds[] = {
 	{ "status", 0, 1, cmd_status },
 	{ "stats", 0, 1, cmd_stats },
 	{ "ps", 0, 1, cmd_ps },           /* non-admins see their own requests */
+	{ "models", 0, 1, cmd_models },
 	{ "cancel", 0, 0, cmd_cancel },   /* non-admins may cancel their own */
 	{ "drain", 1, 0, cmd_drain },
 	{ "resume", 1, 0, cmd_resume },

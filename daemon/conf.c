@@ -30,6 +30,7 @@ static const struct opt opts[] = {
 	{ "model", "path", OPT_STR, F(model_path), 0, 0, NULL },
 	{ "model", "mmap", OPT_BOOL, F(model_mmap), 0, 1, NULL },
 	{ "model", "chat_template", OPT_STR, F(chat_template), 0, 0, NULL },
+	{ "model", "name", OPT_STR, F(model_name), 0, 0, NULL },
 	{ "server", "socket", OPT_STR, F(socket_path), 0, 0, NULL },
 	{ "server", "socket_mode", OPT_MODE, F(socket_mode), 0, 07777, NULL },
 	{ "server", "socket_group", OPT_STR, F(socket_group), 0, 0, NULL },
@@ -182,12 +183,92 @@ static const struct opt *nearest(const char *section, const char *key)
 	return best;
 }
 
+int conf_model_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n < 1 || n > LLMD_MODEL_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)name[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '.' || ch == '_' || ch == '-' || ch == ':'))
+			return 0;
+	}
+	return 1;
+}
+
+void conf_model_name_of(const char *path, char *out, size_t cap)
+{
+	const char *base = strrchr(path, '/');
+	size_t n;
+
+	base = base ? base + 1 : path;
+	n = strlen(base);
+	if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+		n -= 5;
+	if (n > LLMD_MODEL_NAME_MAX)
+		n = LLMD_MODEL_NAME_MAX;
+	if (n >= cap)
+		n = cap - 1;
+	for (size_t i = 0; i < n; i++) {
+		char one[2] = { base[i], 0 };
+		out[i] = conf_model_name_ok(one) ? base[i] : '_';
+	}
+	out[n] = 0;
+	if (!n)
+		snprintf(out, cap, "model");
+}
+
+/* [models] NAME = PATH: adds, replaces (the same name) or, with an empty
+ * PATH, removes a model. */
+static int apply_model(struct llmd_conf *c, const char *name, const char *path, char *err,
+		       size_t errlen)
+{
+	int32_t i;
+
+	if (!conf_model_name_ok(name)) {
+		snprintf(err, errlen, "models.%s: a model's name is 1..%d letters, digits and . _ - :",
+			 name, LLMD_MODEL_NAME_MAX);
+		return -EINVAL;
+	}
+	if (strlen(path) >= sizeof c->models[0].path) {
+		snprintf(err, errlen, "models.%s: path longer than %zu bytes", name,
+			 sizeof c->models[0].path - 1);
+		return -EINVAL;
+	}
+	for (i = 0; i < c->n_models && strcmp(c->models[i].name, name); i++)
+		;
+	if (!path[0]) {
+		if (i < c->n_models) {
+			memmove(&c->models[i], &c->models[i + 1],
+				(size_t)(c->n_models - i - 1) * sizeof c->models[0]);
+			c->n_models--;
+		}
+		return 0;
+	}
+	if (i == c->n_models) {
+		if (c->n_models >= LLMD_MAX_MODELS - 1) {
+			snprintf(err, errlen, "models.%s: llmd serves at most %d models (model.path and %d "
+				 "more)", name, LLMD_MAX_MODELS, LLMD_MAX_MODELS - 1);
+			return -EINVAL;
+		}
+		c->n_models++;
+	}
+	snprintf(c->models[i].name, sizeof c->models[i].name, "%s", name);
+	snprintf(c->models[i].path, sizeof c->models[i].path, "%s", path);
+	return 0;
+}
+
 int conf_apply(struct llmd_conf *c, const char *section, const char *key, const char *value,
 		 char *err, size_t errlen)
 {
 	const struct opt *o = NULL;
 	char *field;
 	int64_t x = 0;
+
+	if (!strcmp(section, "models"))
+		return apply_model(c, key, value, err, errlen);
 
 	for (size_t i = 0; i < N_OPTS; i++)
 		if (!strcmp(opts[i].section, section) && !strcmp(opts[i].key, key))
@@ -343,6 +424,24 @@ int conf_check(const struct llmd_conf *c, char *err, size_t errlen)
 		snprintf(err, errlen, "server.socket is empty");
 		return -EINVAL;
 	}
+	if (c->model_name[0] && !conf_model_name_ok(c->model_name)) {
+		snprintf(err, errlen, "model.name '%s': a model's name is 1..%d letters, digits and "
+			 ". _ - :", c->model_name, LLMD_MODEL_NAME_MAX);
+		return -EINVAL;
+	}
+	{
+		char def[LLMD_MODEL_NAME_MAX + 1];
+		if (c->model_name[0])
+			snprintf(def, sizeof def, "%s", c->model_name);
+		else
+			conf_model_name_of(c->model_path, def, sizeof def);
+		for (int32_t i = 0; i < c->n_models; i++)
+			if (!strcmp(c->models[i].name, def)) {
+				snprintf(err, errlen, "models.%s: that is the default model's name (model.path's; "
+					 "set model.name to tell them apart)", def);
+				return -EINVAL;
+			}
+	}
 	if (c->ring_kib > c->ring_max_kib) {
 		snprintf(err, errlen, "limits.ring_kib (%d) is over limits.ring_max_kib (%d)", c->ring_kib,
 			 c->ring_max_kib);
@@ -364,6 +463,8 @@ int conf_check(const struct llmd_conf *c, char *err, size_t errlen)
 
 void conf_print(const struct llmd_conf *c, FILE *out)
 {
+	for (int32_t i = 0; i < c->n_models; i++)
+		fprintf(out, "models.%s = %s\n", c->models[i].name, c->models[i].path);
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const struct opt *o = &opts[i];
 		const char *field = (const char *)c + o->off;

@@ -19,9 +19,19 @@
 #define LLMD_DEFAULT_CONFIG LLMD_SYSCONFDIR "/llmd/llmd.conf"
 #define LLMD_DEFAULT_SOCKET "/run/llmd/llmd.sock"
 
+#define LLMD_MAX_MODELS 8            /* models one daemon serves: [model] and [models] */
+#define LLMD_MODEL_NAME_MAX 64       /* bytes of a model's name */
+
+/* A model of [models]: NAME = PATH. */
+struct llmd_conf_model {
+	char name[LLMD_MODEL_NAME_MAX + 1];
+	char path[1024];
+};
+
 struct llmd_conf {
 	/* [model] */
-	char model_path[1024];         /* the GGUF file */
+	char model_path[1024];         /* the GGUF file: the default model */
+	char model_name[LLMD_MODEL_NAME_MAX + 1]; /* its name; "" = the file's name less .gguf */
 	int32_t model_mmap;            /* 1 = map the file; 0 = read it into private memory */
 	char chat_template[1024];      /* a Jinja file that replaces the model's own
 	                                  template; "" = the model's */
@@ -78,6 +88,9 @@ struct llmd_conf {
 	int32_t frame_timeout_s;       /* a frame begun must finish within this; 0 = never */
 	int32_t idle_timeout_s;        /* a connection with no request live and no frame for
 	                                  this long is closed; 0 = never */
+	/* [models]: more models, served beside the default one */
+	struct llmd_conf_model models[LLMD_MAX_MODELS - 1];
+	int32_t n_models;
 };
 
 /* Fills C with the documented defaults. */
@@ -91,7 +104,17 @@ int conf_load(struct llmd_conf *c, const char *path, char *err, size_t errlen);
 /* Applies one "section.key=value" override.  0 or -EINVAL with a message. */
 int conf_set(struct llmd_conf *c, const char *assignment, char *err, size_t errlen);
 
-/* Applies VALUE to SECTION/KEY.  0, -ENOENT (unknown key) or -EINVAL. */
+/* 1 if NAME may name a model: 1..LLMD_MODEL_NAME_MAX bytes of letters,
+ * digits and . _ - : (a file name's stem usually is one). */
+int conf_model_name_ok(const char *name);
+
+/* The name a model at PATH gets without one: the file's name less .gguf,
+ * with any byte conf_model_name_ok refuses made '_'. */
+void conf_model_name_of(const char *path, char *out, size_t cap);
+
+/* Applies VALUE to SECTION/KEY.  0, -ENOENT (unknown key) or -EINVAL.
+ * Section "models" takes any KEY that is a model name (its PATH); an empty
+ * VALUE removes that model. */
 int conf_apply(struct llmd_conf *c, const char *section, const char *key, const char *value,
 		 char *err, size_t errlen);
 

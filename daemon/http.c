@@ -101,6 +101,7 @@ struct http_req {
 	struct event *ev_wake;
 	struct event *ev_closed;       /* the client's socket closed (evhttp does not read it
 	                                  while a request waits for its answer) */
+	struct llmd_model *lm;         /* the model that answers */
 	int chat, stream, include_usage, logprobs;
 	int n_top;                     /* alternatives asked for with each token */
 	int want_ids;                  /* return_token_ids (vLLM's extension) */
@@ -219,6 +220,8 @@ static int status_of(uint32_t code)
 		return 429;
 	case PROTO_E_DRAINING:
 		return 503;
+	case PROTO_E_NOMODEL:
+		return 404;
 	default:
 		return 500;
 	}
@@ -647,7 +650,7 @@ static int parse_tools(struct llmd *d, struct http_req *hr, json_object *body, s
 	const char *name = NULL;
 	int parallel = 1, uses = tools != NULL, rc;
 	char err[400] = "";
-	const struct chat_template *t = &d->model->chat;
+	const struct chat_template *t = &hr->lm->model->chat;
 
 	if (ms && json_object_is_type(ms, json_type_array))
 		for (size_t i = 0; i < json_object_array_length(ms) && !uses; i++) {
@@ -675,7 +678,7 @@ static int parse_tools(struct llmd *d, struct http_req *hr, json_object *body, s
 	if (!(v = field(body, "parallel_tool_calls")))
 		parallel = 1;
 	if (!t->kind)
-		return bad(pe, "messages", "model %s has no chat template llmd knows", d->model->name);
+		return bad(pe, "messages", "model %s has no chat template llmd knows", hr->lm->name);
 	if (!ms || !json_object_is_type(ms, json_type_array) || json_object_array_length(ms) == 0)
 		return bad(pe, "messages", "messages must be a non-empty list");
 	if (json_object_array_length(ms) > PROTO_MAX_MESSAGES)
@@ -738,10 +741,37 @@ static int parse_tools(struct llmd *d, struct http_req *hr, json_object *body, s
 
 /* ---- the model ---- */
 
-static int model_known(struct llmd *d, const char *name)
+/* The model a request's "model" names: a served model's name (the
+ * default one also by its file's name less .gguf, its GGUF name or its
+ * path); none or "" is the default model.  NULL when none is called that. */
+static struct llmd_model *model_named(struct llmd *d, json_object *v)
 {
-	return !strcmp(name, d->http->model_id) || !strcmp(name, d->model->name) ||
-	       !strcmp(name, d->model->path);
+	const char *name;
+	struct llmd_model *lm;
+
+	if (!v || !json_object_is_type(v, json_type_string) || !json_object_get_string_len(v))
+		return llmd_model_find(d, NULL, 0);
+	name = json_object_get_string(v);
+	if ((lm = llmd_model_find(d, name, strlen(name))))
+		return lm;
+	if (!strcmp(name, d->http->model_id) || !strcmp(name, d->model->name) ||
+	    !strcmp(name, d->model->path))
+		return llmd_model_find(d, NULL, 0);
+	return NULL;
+}
+
+/* Replies 404 for a model not served here, naming those that are. */
+static void reply_no_model(struct llmd *d, struct evhttp_request *req, json_object *v)
+{
+	char names[512] = "";
+
+	for (int i = 0; i < d->n_models; i++) {
+		size_t l = strlen(names);
+		snprintf(names + l, sizeof names - l, "%s'%s'", i ? ", " : "", d->models[i].name);
+	}
+	reply_error(d, req, 404, "model", "model_not_found",
+		    "the model '%.100s' is not served here; GET /v1/models lists %s",
+		    json_object_get_string(v), names);
 }
 
 /* ---- generating requests ---- */
@@ -927,11 +957,9 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 
 	if (!(body = read_body(d, req)))
 		return;
-	if ((v = field(body, "model")) && json_object_is_type(v, json_type_string) &&
-	    !model_known(d, json_object_get_string(v))) {
-		reply_error(d, req, 404, "model", "model_not_found",
-			    "the model '%s' is not served here; GET /v1/models lists '%s'",
-			    json_object_get_string(v), h->model_id);
+	v = field(body, "model");
+	if (!model_named(d, v)) {
+		reply_no_model(d, req, v);
 		json_object_put(body);
 		return;
 	}
@@ -946,6 +974,7 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	}
 	hr->d = d;
 	hr->req = req;
+	hr->lm = model_named(d, v);
 	hr->chat = chat;
 	hr->wake_fd = -1;
 	hr->created = (int64_t)time(NULL);
@@ -956,6 +985,8 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 		goto out;
 	}
 	s.id = ++h->next_id;
+	s.flags |= PROTO_SUBMIT_MODEL;
+	s.model = (struct proto_str){ hr->lm->name, (uint32_t)strlen(hr->lm->name) };
 	snprintf(hr->id, sizeof hr->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
 		 (unsigned long long)clock_us(), (unsigned long long)s.id & 0xffffff);
 	if ((!hr->stream && !(hr->text = evbuffer_new())) || (hr->stream && hr->tools && !(hr->all = evbuffer_new()))) {
@@ -1062,7 +1093,7 @@ static json_object *answer_obj(struct http_req *hr, const char *object)
 	json_object_object_add(o, "id", json_object_new_string(hr->id));
 	json_object_object_add(o, "object", json_object_new_string(object));
 	json_object_object_add(o, "created", json_object_new_int64(hr->created));
-	json_object_object_add(o, "model", json_object_new_string(hr->d->http->model_id));
+	json_object_object_add(o, "model", json_object_new_string(hr->lm->name));
 	json_object_object_add(o, "system_fingerprint", NULL);
 	return o;
 }
@@ -1101,7 +1132,7 @@ static json_object *piece_str(const char *text, size_t len, json_object **bytes)
 static json_object *token_str(struct http_req *hr, int32_t id, json_object **bytes)
 {
 	char piece[256];
-	int n = tokenizer_piece(hr->d->model->tok, id, 1, piece, sizeof piece);
+	int n = tokenizer_piece(hr->lm->model->tok, id, 1, piece, sizeof piece);
 
 	return piece_str(piece, n > 0 ? (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece) : 0, bytes);
 }
@@ -1528,16 +1559,21 @@ static void handle_completions(struct llmd *d, struct evhttp_request *req, const
 static void handle_models(struct llmd *d, struct evhttp_request *req, const struct http_who *who)
 {
 	(void)who;
-	json_object *o = json_object_new_object(), *list = json_object_new_array(),
-		    *m = json_object_new_object();
+	json_object *o = json_object_new_object(), *list = json_object_new_array();
 
-	json_object_object_add(m, "id", json_object_new_string(d->http->model_id));
-	json_object_object_add(m, "object", json_object_new_string("model"));
-	json_object_object_add(m, "created", json_object_new_int64(d->http->created));
-	json_object_object_add(m, "owned_by", json_object_new_string("llmd"));
-	json_object_object_add(m, "name", json_object_new_string(d->model->name));
-	json_object_object_add(m, "n_ctx", json_object_new_int(engine_n_ctx(worker_engine(d->worker))));
-	json_object_array_add(list, m);
+	for (int i = 0; i < d->n_models; i++) {
+		const struct llmd_model *lm = &d->models[i];
+		json_object *m = json_object_new_object();
+		json_object_object_add(m, "id", json_object_new_string(lm->name));
+		json_object_object_add(m, "object", json_object_new_string("model"));
+		json_object_object_add(m, "created", json_object_new_int64(d->http->created));
+		json_object_object_add(m, "owned_by", json_object_new_string("llmd"));
+		json_object_object_add(m, "name", json_object_new_string(lm->model->name));
+		json_object_object_add(m, "n_ctx",
+				       json_object_new_int(engine_n_ctx(worker_engine_of(d->worker, lm->index))));
+		json_object_object_add(m, "default", json_object_new_boolean(i == 0));
+		json_object_array_add(list, m);
+	}
 	json_object_object_add(o, "object", json_object_new_string("list"));
 	json_object_object_add(o, "data", list);
 	reply_json(d, req, 200, o);
@@ -1625,7 +1661,13 @@ static void handle_tokenize(struct llmd *d, struct evhttp_request *req, const st
 		json_object_put(body);
 		return;
 	}
-	const struct tokenizer *tok = d->model->tok;
+	struct llmd_model *lm = model_named(d, field(body, "model"));
+	if (!lm) {
+		reply_no_model(d, req, field(body, "model"));
+		json_object_put(body);
+		return;
+	}
+	const struct tokenizer *tok = lm->model->tok;
 	const char *text = json_object_get_string(c);
 	size_t len = (size_t)json_object_get_string_len(c);
 	int add_bos = add_special && tokenizer_add_bos(tok);
@@ -1654,8 +1696,9 @@ static void handle_detokenize(struct llmd *d, struct evhttp_request *req, const 
 {
 	(void)who;
 	json_object *body = read_body(d, req), *t;
-	const struct tokenizer *tok = d->model->tok;
-	int32_t n_vocab = engine_n_vocab(worker_engine(d->worker));
+	const struct tokenizer *tok;
+	int32_t n_vocab;
+	struct llmd_model *lm;
 	struct detok dt = { 0 };
 	struct evbuffer *out;
 	char piece[512];
@@ -1663,6 +1706,13 @@ static void handle_detokenize(struct llmd *d, struct evhttp_request *req, const 
 
 	if (!body)
 		return;
+	if (!(lm = model_named(d, field(body, "model")))) {
+		reply_no_model(d, req, field(body, "model"));
+		json_object_put(body);
+		return;
+	}
+	tok = lm->model->tok;
+	n_vocab = engine_n_vocab(worker_engine_of(d->worker, lm->index));
 	if (!(t = field(body, "tokens")) || !json_object_is_type(t, json_type_array)) {
 		reply_error(d, req, 400, "tokens", NULL, "tokens must be a list of token ids");
 		json_object_put(body);

@@ -19,6 +19,17 @@ struct worker;
 struct conn;
 struct http_front;
 
+/* A model the daemon serves, by name.  models[0] is the default one (the
+ * one a request that names none gets): model.path's. */
+struct llmd_model {
+	char name[LLMD_MODEL_NAME_MAX + 1]; /* what requests name it by */
+	struct model *model;         /* immutable after load: every thread reads it */
+	struct constrain *constrain; /* its compiled grammars; event-loop thread (freed
+	                                after the worker) */
+	int index;                   /* the worker's index for it (worker_req.model) */
+	uint64_t requests_total;     /* accepted for it by the front end */
+};
+
 /* Requests and connections one user holds (the per-uid limits). */
 struct uid_use {
 	uid_t uid;
@@ -31,10 +42,11 @@ struct llmd {
 	char config_path[1024];      /* "" when none was read */
 	char **overrides;            /* (n_overrides) command-line SECTION.KEY=VALUE, reapplied on reload */
 	int n_overrides;
-	struct model *model;         /* immutable after load: every thread reads it */
-	struct worker *worker;       /* the engine thread */
-	struct constrain *constrain; /* compiled grammars for structured output; event-loop
-	                                thread (freed after the worker) */
+	struct llmd_model models[LLMD_MAX_MODELS]; /* (n_models) */
+	int n_models;
+	struct model *model;         /* models[0].model: the default model */
+	struct worker *worker;       /* the engine thread, serving every model */
+	struct constrain *constrain; /* models[0].constrain */
 	const char *backend;         /* "cpu" */
 	int32_t n_threads;           /* CPU threads the engine uses */
 	struct event_base *base;
@@ -71,5 +83,9 @@ struct llmd {
 	uint64_t refused[PROTO_E__MAX]; /* ERROR frames sent, by code */
 	uint64_t bad_frames;
 };
+
+/* The model named NAME (LEN bytes; a NULL NAME or LEN 0: the default one),
+ * or NULL.  Any thread that may read D's models. */
+struct llmd_model *llmd_model_find(struct llmd *d, const char *name, size_t len);
 
 #endif

@@ -374,6 +374,51 @@ static int load_chat_template(struct llmd *d, char *err, size_t errlen)
 	return r;
 }
 
+/* [models]: the models served beside the default one, each with its own
+ * engine, KV pool and scheduler on the one engine thread.  Before the
+ * thread starts.  0, or a negative errno with the reason in ERR (logged). */
+static int load_more_models(struct llmd *d, const struct engine_params *ep,
+			    const struct sched_params *sp, char *err, size_t errlen)
+{
+	for (int32_t i = 0; i < d->cfg.n_models; i++) {
+		const struct llmd_conf_model *cm = &d->cfg.models[i];
+		struct llmd_model *lm = &d->models[d->n_models];
+		int r;
+
+		sd_notifyf(0, "STATUS=loading model %s (%s)", cm->name, cm->path);
+		log_msg(LOG_INFO, "loading %s as %s", cm->path, cm->name);
+		if ((r = model_load_flags(cm->path, d->cfg.model_mmap ? 0 : MODEL_LOAD_NO_MMAP, &lm->model,
+					  err, errlen)) < 0) {
+			log_msg(LOG_ERR, "cannot load model %s (models.%s): %s", cm->path, cm->name, err);
+			sd_notifyf(0, "STATUS=cannot load the model %s: %s", cm->name, err);
+			return r;
+		}
+		snprintf(lm->name, sizeof lm->name, "%s", cm->name);
+		d->n_models++; /* freed at exit from here on */
+		if (lm->model->chat_note[0])
+			log_msg(lm->model->chat.kind ? LOG_WARNING : LOG_NOTICE, "%s: chat: %s", cm->path,
+				lm->model->chat_note);
+		if (constrain_new(lm->model->tok, &lm->constrain) < 0) {
+			snprintf(err, errlen, "out of memory");
+			log_msg(LOG_ERR, "%s", err);
+			return -ENOMEM;
+		}
+		if ((r = worker_add_model(d->worker, lm->model, ep, sp, err, errlen)) < 0) {
+			log_msg(LOG_ERR, "cannot start the engine for %s (models.%s): %s", cm->path,
+				cm->name, err);
+			return r;
+		}
+		lm->index = r;
+		if (!engine_reads_model_weights(worker_engine_of(d->worker, r)) &&
+		    model_release_weights(lm->model, err, errlen) < 0)
+			log_msg(LOG_WARNING, "%s: %s", cm->path, err);
+		log_msg(LOG_INFO, "model %s: %s, KV %lld tokens in %llu MiB", cm->name, lm->model->name,
+			(long long)engine_kv_capacity(worker_engine_of(d->worker, r)),
+			(unsigned long long)(engine_kv_pool(worker_engine_of(d->worker, r))->bytes >> 20));
+	}
+	return 0;
+}
+
 static int engine_settings(const struct llmd *d, struct engine_params *ep, struct sched_params *sp,
 			   char *err, size_t errlen)
 {
@@ -560,6 +605,16 @@ int main(int argc, char **argv)
 				 "copy of %s's tensor data", d->cfg.model_path);
 		sigbus_watch(d->model);
 	}
+	d->models[0].model = d->model;
+	d->models[0].constrain = d->constrain;
+	d->models[0].index = 0;
+	if (d->cfg.model_name[0])
+		snprintf(d->models[0].name, sizeof d->models[0].name, "%.64s", d->cfg.model_name);
+	else
+		conf_model_name_of(d->cfg.model_path, d->models[0].name, sizeof d->models[0].name);
+	d->n_models = 1;
+	if (load_more_models(d, &ep, &sp, err, sizeof err) < 0)
+		goto out;
 	d->backend = engine_backend_name(worker_engine(d->worker));
 	d->n_threads = ep.n_threads;
 
@@ -615,7 +670,10 @@ out:
 	server_stop_listening(d);
 	server_close_all(d);
 	worker_free(d->worker);
-	constrain_free(d->constrain); /* after every request that used it */
+	for (int i = 0; i < d->n_models; i++) /* after every request that used them */
+		constrain_free(d->models[i].constrain);
+	if (!d->n_models)
+		constrain_free(d->constrain);
 	for (int i = 0; i < 4; i++)
 		if (d->ev_sig[i])
 			event_free(d->ev_sig[i]);
@@ -623,6 +681,8 @@ out:
 		event_free(d->ev_tick);
 	if (d->base)
 		event_base_free(d->base);
+	for (int i = 1; i < d->n_models; i++)
+		model_free(d->models[i].model);
 	model_free(d->model);
 	for (int i = 0; i < d->n_overrides; i++)
 		free(d->overrides[i]);

@@ -190,6 +190,16 @@ static uint32_t ring_size_for(const struct llmd *d, uint32_t want)
 	return size;
 }
 
+struct llmd_model *llmd_model_find(struct llmd *d, const char *name, size_t len)
+{
+	if (!name || !len)
+		return d->n_models > 0 ? &d->models[0] : NULL;
+	for (int i = 0; i < d->n_models; i++)
+		if (strlen(d->models[i].name) == len && !memcmp(d->models[i].name, name, len))
+			return &d->models[i];
+	return NULL;
+}
+
 static void handle_hello(struct llmd *d, struct conn *c, const struct proto_frame *f)
 {
 	struct proto_hello h;
@@ -301,11 +311,10 @@ static int text_utf8_ok(const char *what, int i, const struct proto_str *t, char
 /* The prompt text of S: the raw prompt, or the chat rendered with the
  * model's template.  Returns its length and a malloc'd string in *RET, or
  * -1 with an error code in *CODE and MSG. */
-static ssize_t prompt_text(struct llmd *d, const struct proto_submit *s, char **ret, uint32_t *code,
-			   char *msg, size_t msglen)
+static ssize_t prompt_text(const struct model *m, const struct proto_submit *s, char **ret,
+			   uint32_t *code, char *msg, size_t msglen)
 {
 	static const char *const roles[] = { NULL, "system", "user", "assistant" };
-	const struct model *m = d->model;
 	struct chat_msg *msgs;
 	size_t total = 0;
 	int r;
@@ -360,10 +369,19 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	char *text = NULL;
 	ssize_t len;
 	uint32_t code = PROTO_E_INTERNAL;
-	const struct model *m = d->model;
-	const struct engine *e = worker_engine(d->worker);
+	int named = !!(s->flags & PROTO_SUBMIT_MODEL);
+	struct llmd_model *lm = llmd_model_find(d, named ? s->model.p : NULL, named ? s->model.len : 0);
+	const struct model *m;
+	const struct engine *e;
 
 	*ret = NULL;
+	if (!lm) {
+		snprintf(msg, msglen, "no model named '%.*s' is served here (llmctl models lists them)",
+			 (int)(s->model.len > 64 ? 64 : s->model.len), s->model.p);
+		return PROTO_E_NOMODEL;
+	}
+	m = lm->model;
+	e = worker_engine_of(d->worker, lm->index);
 	if (d->draining) {
 		snprintf(msg, msglen, "%s",
 			 d->stopping ? "llmd is shutting down" : "llmd is draining: not taking new requests");
@@ -426,7 +444,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	for (uint32_t i = 0; i < s->n_stops; i++)
 		if (!text_utf8_ok("stop string", (int)i, &s->stops[i], msg, msglen))
 			return PROTO_E_INVAL;
-	if ((len = prompt_text(d, s, &text, &code, msg, msglen)) < 0)
+	if ((len = prompt_text(m, s, &text, &code, msg, msglen)) < 0)
 		return code;
 	if (s->flags & PROTO_SUBMIT_GRAMMAR) {
 		r = calloc(1, sizeof *r);
@@ -434,7 +452,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 			snprintf(msg, msglen, "out of memory");
 			goto fail;
 		}
-		int rc = constrain_start(d->constrain, (enum constrain_kind)s->grammar_kind,
+		int rc = constrain_start(lm->constrain, (enum constrain_kind)s->grammar_kind,
 					 s->grammar_flags & PROTO_GRAMMAR_STRICT ? CONSTRAIN_STRICT : 0,
 					 s->grammar.p, s->grammar.len, &r->grammar, msg, msglen);
 		if (rc < 0) {
@@ -470,6 +488,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	code = PROTO_E_INTERNAL;
 	snprintf(msg, msglen, "out of memory");
 	r->n_prompt = n;
+	r->model = lm->index;
 	r->conn_id = c->id;
 	r->client_id = s->id;
 	r->uid = (uint32_t)c->uid;
@@ -530,6 +549,8 @@ uint32_t server_post_request(struct llmd *d, struct conn *c, struct worker_req *
 		u->live++;
 	c->requests++;
 	d->requests_total++;
+	if (r->model >= 0 && r->model < d->n_models)
+		d->models[r->model].requests_total++;
 	worker_submit(d->worker, r); /* the worker owns R now */
 	return 0;
 }

@@ -53,10 +53,27 @@ struct vec {
 };
 
 struct wconn;
+struct worker;
+
+/* A model the engine thread serves: its engine, its scheduler (and KV
+ * pool) and its live requests by scheduler slot.  Engine thread, but for
+ * what worker_new and worker_add_model set before the thread starts. */
+struct wmodel {
+	struct worker *w;
+	int index;                   /* in worker.models */
+	const struct model *m;       /* borrowed */
+	struct engine *e;            /* owned */
+	struct sched *s;             /* owned */
+	struct wreq **slots;         /* (n_slots) live requests by scheduler slot */
+	uint32_t *slot_gen;          /* (n_slots) generation of each slot */
+	uint32_t n_slots;
+	int dead;                    /* a sticky failure: no more steps; requests fail at once */
+};
 
 /* A live request, engine thread. */
 struct wreq {
 	struct worker_req *r;        /* owned */
+	struct wmodel *wm;           /* the model that serves it */
 	uint64_t sid;                /* the scheduler's id: slot | generation << 32 */
 	struct wconn *conn;
 	struct wreq *next, *prev;    /* the connection's live requests */
@@ -85,9 +102,8 @@ const double worker_hist_le[WORKER_HIST_BUCKETS] = {
 
 struct worker {
 	struct worker_hist hist[WORKER_HIST__N]; /* engine thread's; copied into snapshots */
-	const struct model *m;       /* borrowed */
-	struct engine *e;            /* owned */
-	struct sched *s;             /* owned */
+	struct wmodel *models[WORKER_MAX_MODELS]; /* owned; [0] is the default model */
+	int n_models;
 	pthread_t thread;
 	int started;
 	/* inbox: event loop -> engine thread */
@@ -105,14 +121,10 @@ struct worker {
 	pthread_mutex_t snap_lock;
 	struct worker_snapshot *snap; /* under snap_lock; holds one reference */
 	/* engine thread only */
-	struct wreq **slots;         /* (n_slots) live requests by scheduler slot */
-	uint32_t *slot_gen;          /* (n_slots) generation of each slot */
-	uint32_t n_slots;
 	struct wconn *conns;
 	int32_t n_conns;
 	int notes_pending;
 	int snap_dirty;              /* something a snapshot shows changed since the last */
-	int dead;                    /* a sticky failure: no more steps; requests fail at once */
 	double rate_t[RATE_SAMPLES];
 	uint64_t rate_tok[RATE_SAMPLES];
 	int rate_n;
@@ -266,7 +278,17 @@ double worker_heartbeat(const struct worker *w)
 
 const struct engine *worker_engine(const struct worker *w)
 {
-	return w->e;
+	return w->models[0]->e;
+}
+
+const struct engine *worker_engine_of(const struct worker *w, int model)
+{
+	return model >= 0 && model < w->n_models ? w->models[model]->e : NULL;
+}
+
+int worker_n_models(const struct worker *w)
+{
+	return w->n_models;
 }
 
 /* ---- engine thread: notes and connections ---- */
@@ -315,14 +337,16 @@ static void conn_close_ring(struct wconn *c)
 
 static void conn_hold(struct worker *w, struct wconn *c, int hold)
 {
+	(void)w;
 	for (struct wreq *q = c->reqs; q; q = q->next)
-		sched_hold(w->s, q->sid, hold);
+		sched_hold(q->wm->s, q->sid, hold);
 }
 
 static void conn_cancel_all(struct worker *w, struct wconn *c)
 {
+	(void)w;
 	for (struct wreq *q = c->reqs; q; q = q->next)
-		sched_cancel(w->s, q->sid);
+		sched_cancel(q->wm->s, q->sid);
 }
 
 static void conn_bad(struct worker *w, struct wconn *c)
@@ -450,12 +474,12 @@ static void write_final(struct worker *w, struct wconn *c, uint64_t client_id, u
 
 /* ---- engine thread: requests ---- */
 
-static struct wreq *find_sid(struct worker *w, uint64_t sid)
+static struct wreq *find_sid(struct wmodel *wm, uint64_t sid)
 {
 	uint32_t slot = (uint32_t)sid, gen = (uint32_t)(sid >> 32);
-	if (slot >= w->n_slots || !w->slots[slot] || w->slot_gen[slot] != gen)
+	if (slot >= wm->n_slots || !wm->slots[slot] || wm->slot_gen[slot] != gen)
 		return NULL;
-	return w->slots[slot];
+	return wm->slots[slot];
 }
 
 static void wreq_end(struct worker *w, struct wreq *q)
@@ -463,7 +487,7 @@ static void wreq_end(struct worker *w, struct wreq *q)
 	struct wconn *c = q->conn;
 	struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = c->conn_id, .gid = q->r->gid };
 
-	w->slots[(uint32_t)q->sid] = NULL;
+	q->wm->slots[(uint32_t)q->sid] = NULL;
 	if (q->prev)
 		q->prev->next = q->next;
 	else
@@ -493,8 +517,9 @@ static uint32_t finish_code(const struct sched_event *ev)
 
 static void on_event(void *ctx, const struct sched_event *ev)
 {
-	struct worker *w = ctx;
-	struct wreq *q = find_sid(w, ev->id);
+	struct wmodel *wm = ctx;
+	struct worker *w = wm->w;
+	struct wreq *q = find_sid(wm, ev->id);
 	static const uint32_t fin[] = { [SCHED_FIN_STOP] = PROTO_FIN_STOP,
 					[SCHED_FIN_LENGTH] = PROTO_FIN_LENGTH,
 					[SCHED_FIN_CANCELLED] = PROTO_FIN_CANCELLED,
@@ -539,14 +564,15 @@ static const char *submit_error(int r)
 static void do_submit(struct worker *w, struct worker_req *r)
 {
 	struct wconn *c = find_conn(w, r->conn_id);
+	struct wmodel *wm = r->model >= 0 && r->model < w->n_models ? w->models[r->model] : NULL;
 	struct wreq *q = NULL;
 	uint32_t slot;
 	int rc = -EBUSY;
 
-	if (c && c->ring && w->dead) {
+	if (c && c->ring && (!wm || wm->dead)) {
 		struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = r->conn_id, .gid = r->gid };
 		write_final(w, c, r->client_id, PROTO_FIN_ERROR, PROTO_E_INTERNAL,
-			    "the engine failed and llmd is restarting", NULL);
+			    wm ? "the engine failed and llmd is restarting" : "no such model", NULL);
 		note(w, &n);
 		worker_req_free(r);
 		return;
@@ -557,9 +583,9 @@ static void do_submit(struct worker *w, struct worker_req *r)
 		worker_req_free(r);
 		return;
 	}
-	for (slot = 0; slot < w->n_slots && w->slots[slot]; slot++)
+	for (slot = 0; slot < wm->n_slots && wm->slots[slot]; slot++)
 		;
-	if (slot < w->n_slots && (q = calloc(1, sizeof *q))) {
+	if (slot < wm->n_slots && (q = calloc(1, sizeof *q))) {
 		const char *const *stops = (const char *const *)r->stops;
 		struct sched_request sr = { .client = r->uid, .priority = r->priority,
 					    .prompt = r->prompt, .n_prompt = r->n_prompt,
@@ -568,8 +594,8 @@ static void do_submit(struct worker *w, struct worker_req *r)
 					    .ignore_eos = r->ignore_eos, .logprobs = r->logprobs,
 					    .top_logprobs = r->top_logprobs,
 					    .grammar = r->grammar ? constrain_req_state(r->grammar) : NULL };
-		q->sid = sr.id = slot | (uint64_t)++w->slot_gen[slot] << 32;
-		rc = sched_submit(w->s, &sr);
+		q->sid = sr.id = slot | (uint64_t)++wm->slot_gen[slot] << 32;
+		rc = sched_submit(wm->s, &sr);
 	}
 	if (rc < 0) {
 		struct worker_note n = { .kind = WORKER_NOTE_DONE, .conn_id = r->conn_id, .gid = r->gid };
@@ -582,6 +608,7 @@ static void do_submit(struct worker *w, struct worker_req *r)
 		return;
 	}
 	q->r = r;
+	q->wm = wm;
 	q->conn = c;
 	q->t_recv = clock_s();
 	q->next = c->reqs;
@@ -589,24 +616,36 @@ static void do_submit(struct worker *w, struct worker_req *r)
 		c->reqs->prev = q;
 	c->reqs = q;
 	c->n_reqs++;
-	w->slots[slot] = q;
+	wm->slots[slot] = q;
 	if (c->full)
-		sched_hold(w->s, q->sid, 1);
+		sched_hold(wm->s, q->sid, 1);
 }
 
 static void do_cancel(struct worker *w, uint64_t gid)
 {
-	for (uint32_t i = 0; i < w->n_slots; i++)
-		if (w->slots[i] && w->slots[i]->r->gid == gid) {
-			sched_cancel(w->s, w->slots[i]->sid); /* held or not, it ends next step */
-			return;
-		}
+	for (int k = 0; k < w->n_models; k++) {
+		struct wmodel *wm = w->models[k];
+		for (uint32_t i = 0; i < wm->n_slots; i++)
+			if (wm->slots[i] && wm->slots[i]->r->gid == gid) {
+				sched_cancel(wm->s, wm->slots[i]->sid); /* held or not, it ends next step */
+				return;
+			}
+	}
+}
+
+/* Requests live in every model's scheduler. */
+static int32_t live_all(const struct worker *w)
+{
+	int32_t n = 0;
+	for (int k = 0; k < w->n_models; k++)
+		n += sched_live(w->models[k]->s);
+	return n;
 }
 
 /* ---- engine thread: snapshots ---- */
 
 struct snap_fill {
-	struct worker *w;
+	struct wmodel *wm;
 	struct worker_snapshot *sn;
 	double t;
 };
@@ -614,13 +653,14 @@ struct snap_fill {
 static void snap_add(void *ctx, uint64_t sid, const struct sched_info *in)
 {
 	struct snap_fill *f = ctx;
-	struct wreq *q = find_sid(f->w, sid);
+	struct wreq *q = find_sid(f->wm, sid);
 	struct worker_snap_req *o;
 
 	if (!q || f->sn->n_reqs >= f->sn->cap_reqs)
 		return;
 	o = &f->sn->reqs[f->sn->n_reqs++];
 	o->gid = q->r->gid;
+	o->model = f->wm->index;
 	o->conn_id = q->conn->conn_id;
 	o->client_id = q->r->client_id;
 	o->info = *in;
@@ -632,8 +672,9 @@ static void snap_add(void *ctx, uint64_t sid, const struct sched_info *in)
  * O(live log live): cheap enough for every step that changed something. */
 static void publish(struct worker *w)
 {
-	int32_t n = sched_live(w->s);
+	int32_t n = live_all(w);
 	struct worker_snapshot *sn, *old;
+	struct engine *e0 = w->models[0]->e;
 	double t = clock_s();
 
 	sn = calloc(1, sizeof *sn + (size_t)n * sizeof sn->reqs[0]);
@@ -642,10 +683,18 @@ static void publish(struct worker *w)
 	atomic_init(&sn->refs, 1);
 	sn->t = t;
 	sn->cap_reqs = n;
-	sched_counters(w->s, &sn->c);
-	sn->kv_capacity_tokens = engine_kv_capacity(w->e);
-	engine_device_info(w->e, &sn->device);
-	engine_graph_stats(w->e, &sn->graphs_recorded, &sn->graphs_replayed);
+	sched_counters(w->models[0]->s, &sn->c);
+	sn->kv_capacity_tokens = engine_kv_capacity(e0);
+	engine_device_info(e0, &sn->device);
+	engine_graph_stats(e0, &sn->graphs_recorded, &sn->graphs_replayed);
+	sn->n_models = w->n_models;
+	for (int k = 0; k < w->n_models; k++) {
+		struct worker_snap_model *o = &sn->models[k];
+		sched_counters(w->models[k]->s, &o->c);
+		o->kv_capacity_tokens = engine_kv_capacity(w->models[k]->e);
+		o->live = sched_live(w->models[k]->s);
+		o->dead = w->models[k]->dead;
+	}
 	memcpy(sn->hist, w->hist, sizeof sn->hist);
 	sn->n_conns = w->n_conns;
 	if (w->rate_n >= 2) {
@@ -654,7 +703,8 @@ static void publish(struct worker *w)
 		double dt = w->rate_t[b] - w->rate_t[a];
 		sn->tok_s = dt > 0 ? (double)(w->rate_tok[b] - w->rate_tok[a]) / dt : 0;
 	}
-	sched_info_each(w->s, snap_add, &(struct snap_fill){ w, sn, t });
+	for (int k = 0; k < w->n_models; k++)
+		sched_info_each(w->models[k]->s, snap_add, &(struct snap_fill){ w->models[k], sn, t });
 	pthread_mutex_lock(&w->snap_lock);
 	old = w->snap;
 	w->snap = sn;
@@ -711,13 +761,17 @@ static void rate_sample(struct worker *w)
 	double t = clock_s();
 	int last = (w->rate_n - 1) % RATE_SAMPLES;
 	struct sched_counters c;
+	uint64_t gen = 0;
 
 	if (w->rate_n > 0 && t - w->rate_t[last] < 1.0)
 		return;
 	w->snap_dirty = 1; /* tok/s moves on, busy or not */
-	sched_counters(w->s, &c);
+	for (int k = 0; k < w->n_models; k++) {
+		sched_counters(w->models[k]->s, &c);
+		gen += c.generated_tokens;
+	}
 	w->rate_t[w->rate_n % RATE_SAMPLES] = t;
-	w->rate_tok[w->rate_n % RATE_SAMPLES] = c.generated_tokens;
+	w->rate_tok[w->rate_n % RATE_SAMPLES] = gen;
 	w->rate_n++;
 }
 
@@ -750,19 +804,28 @@ static void *worker_main(void *arg)
 				conn_hold(w, c, 0);
 				w->snap_dirty = 1;
 			}
-		if (stop && sched_live(w->s) == 0)
+		if (stop && live_all(w) == 0)
 			break;
-		if (sched_live(w->s) > 0 && !w->dead) {
-			r = sched_step(w->s);
-			if (r < 0) {
-				struct worker_note n = { .kind = WORKER_NOTE_FAILED, .error = r,
-							 .sticky = engine_failure_is_sticky(w->e) };
-				snprintf(n.message, sizeof n.message, "%s", engine_last_error(w->e));
+		/* A step of each model with work, in turn: one model at a time
+		 * on the device, none waits for more than the others' steps. */
+		for (int k = 0; k < w->n_models; k++) {
+			struct wmodel *wm = w->models[k];
+			int rk;
+			if (sched_live(wm->s) == 0 || wm->dead)
+				continue;
+			rk = sched_step(wm->s);
+			if (rk < 0) {
+				struct worker_note n = { .kind = WORKER_NOTE_FAILED, .error = rk,
+							 .sticky = engine_failure_is_sticky(wm->e),
+							 .model = k };
+				snprintf(n.message, sizeof n.message, "%s", engine_last_error(wm->e));
 				note(w, &n);
 				if (n.sticky)
-					w->dead = 1;
+					wm->dead = 1;
 			}
-			w->snap_dirty |= r != 0;
+			w->snap_dirty |= rk != 0;
+			if (rk > 0 || (rk < 0 && r == 0))
+				r = rk;
 		}
 		rate_sample(w);
 		/* Published before the clients hear of their records, so that one
@@ -791,6 +854,60 @@ static void *worker_main(void *arg)
 
 /* ---- lifecycle (main thread) ---- */
 
+/* Frees WM (its requests are the caller's to have ended). */
+static void wmodel_free(struct wmodel *wm)
+{
+	if (!wm)
+		return;
+	sched_free(wm->s);
+	for (uint32_t i = 0; wm->slots && i < wm->n_slots; i++)
+		if (wm->slots[i]) {
+			worker_req_free(wm->slots[i]->r);
+			free(wm->slots[i]);
+		}
+	free(wm->slots);
+	free(wm->slot_gen);
+	if (wm->e) /* LLMD_CUDA_PROFILE's table, where the backend kept one */
+		engine_write_device_profile(wm->e, stderr);
+	engine_free(wm->e);
+	free(wm);
+}
+
+int worker_add_model(struct worker *w, const struct model *m, const struct engine_params *ep,
+		     const struct sched_params *sp, char *err, size_t errlen)
+{
+	struct wmodel *wm;
+	int r;
+
+	if (w->started || w->n_models >= WORKER_MAX_MODELS) {
+		snprintf(err, errlen, "no room for another model (at most %d)", WORKER_MAX_MODELS);
+		return -E2BIG;
+	}
+	if (!(wm = calloc(1, sizeof *wm))) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	wm->w = w;
+	wm->index = w->n_models;
+	wm->m = m;
+	if ((r = engine_new(m, ep, &wm->e, err, errlen)) < 0 ||
+	    (r = sched_new(wm->e, m, sp, on_event, wm, &wm->s, err, errlen)) < 0) {
+		wmodel_free(wm);
+		return r;
+	}
+	wm->n_slots = (uint32_t)(sp->max_seqs + sp->max_queue);
+	wm->slots = calloc(wm->n_slots, sizeof *wm->slots);
+	wm->slot_gen = calloc(wm->n_slots, sizeof *wm->slot_gen);
+	if (!wm->slots || !wm->slot_gen) {
+		wmodel_free(wm);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	w->models[w->n_models++] = wm;
+	publish(w);
+	return wm->index;
+}
+
 int worker_new(const struct model *m, const struct engine_params *ep, const struct sched_params *sp,
 	       struct worker **ret, char *err, size_t errlen)
 {
@@ -801,28 +918,24 @@ int worker_new(const struct model *m, const struct engine_params *ep, const stru
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	w->m = m;
 	w->in_efd = w->note_efd = -1;
 	pthread_mutex_init(&w->in_lock, NULL);
 	pthread_mutex_init(&w->note_lock, NULL);
 	pthread_mutex_init(&w->snap_lock, NULL);
 	w->inbox.size = sizeof(struct work);
 	w->notes.size = sizeof(struct worker_note);
-	if ((r = engine_new(m, ep, &w->e, err, errlen)) < 0 ||
-	    (r = sched_new(w->e, m, sp, on_event, w, &w->s, err, errlen)) < 0)
-		goto fail;
-	w->n_slots = (uint32_t)(sp->max_seqs + sp->max_queue);
-	w->slots = calloc(w->n_slots, sizeof *w->slots);
-	w->slot_gen = calloc(w->n_slots, sizeof *w->slot_gen);
 	w->in_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	w->note_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!w->slots || !w->slot_gen || w->in_efd < 0 || w->note_efd < 0) {
+	if (w->in_efd < 0 || w->note_efd < 0) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory or file descriptors");
 		goto fail;
 	}
 	atomic_store(&w->heartbeat, clock_s());
-	publish(w); /* admin commands have something to read from the start */
+	/* the first model's snapshot gives admin commands something to read
+	 * from the start */
+	if ((r = worker_add_model(w, m, ep, sp, err, errlen)) < 0)
+		goto fail;
 	*ret = w;
 	return 0;
 fail:
@@ -865,12 +978,8 @@ void worker_free(struct worker *w)
 	free(w->inbox.items);
 	free(w->notes.items);
 	worker_snapshot_put(w->snap);
-	sched_free(w->s);
-	for (uint32_t i = 0; w->slots && i < w->n_slots; i++)
-		if (w->slots[i]) {
-			worker_req_free(w->slots[i]->r);
-			free(w->slots[i]);
-		}
+	for (int k = 0; k < w->n_models; k++)
+		wmodel_free(w->models[k]);
 	while (w->conns) {
 		struct wconn *c = w->conns;
 		w->conns = c->next;
@@ -878,11 +987,6 @@ void worker_free(struct worker *w)
 		free(c->overflow);
 		free(c);
 	}
-	free(w->slots);
-	free(w->slot_gen);
-	if (w->e) /* LLMD_CUDA_PROFILE's table, where the backend kept one */
-		engine_write_device_profile(w->e, stderr);
-	engine_free(w->e);
 	if (w->in_efd >= 0)
 		close(w->in_efd);
 	if (w->note_efd >= 0)

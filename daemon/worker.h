@@ -21,6 +21,8 @@
 #include "sampler.h"
 #include "sched.h"
 
+#define WORKER_MAX_MODELS 8      /* models one engine thread serves */
+
 struct constrain_req;
 struct model;
 struct ring;
@@ -33,6 +35,7 @@ struct worker_req {
 	uint32_t conn_id;            /* whose ring gets the records */
 	uint64_t client_id;          /* the client's id, echoed in records */
 	uint32_t uid;                /* the scheduler's fairness key */
+	int model;                   /* which model serves it (worker_add_model's index) */
 	int32_t priority;
 	int32_t *prompt;             /* (n_prompt) token ids; owned */
 	int32_t n_prompt;
@@ -78,6 +81,7 @@ enum worker_hist_kind {
 
 struct worker_snap_req {
 	uint64_t gid;
+	int model;                   /* worker_add_model's index */
 	uint32_t conn_id;
 	uint64_t client_id;
 	struct sched_info info;
@@ -85,8 +89,17 @@ struct worker_snap_req {
 	int ring_full;               /* held because the client's ring is full */
 };
 
+/* One model's part of a snapshot. */
+struct worker_snap_model {
+	struct sched_counters c;
+	int64_t kv_capacity_tokens;
+	int32_t live;                /* requests queued or running */
+	int dead;                    /* its engine failed for good */
+};
+
 /* The engine's state as of its last step, shared read-only by the engine
- * thread and the event loop (reference counted). */
+ * thread and the event loop (reference counted).  C, KV_CAPACITY_TOKENS,
+ * DEVICE and the graph counts are the default model's (models[0]). */
 struct worker_snapshot {
 	_Atomic int refs;            /* worker_snapshot_get's references, and the worker's */
 	double t;                    /* monotonic seconds when it was taken */
@@ -97,6 +110,8 @@ struct worker_snapshot {
 	uint64_t graphs_recorded;    /* decode steps recorded as CUDA graphs */
 	uint64_t graphs_replayed;    /* and replayed from them */
 	struct worker_hist hist[WORKER_HIST__N]; /* every request that finished with usage */
+	struct worker_snap_model models[WORKER_MAX_MODELS]; /* (n_models) */
+	int n_models;
 	int32_t n_conns;             /* connections with a ring attached */
 	int32_t n_reqs, cap_reqs;    /* live requests; entries allocated */
 	struct worker_snap_req reqs[]; /* (n_reqs) */
@@ -108,6 +123,7 @@ struct worker_note {
 	uint64_t gid;
 	int error;                   /* WORKER_NOTE_FAILED: negative errno */
 	int sticky;                  /* WORKER_NOTE_FAILED: the backend is unusable now */
+	int model;                   /* WORKER_NOTE_FAILED: whose engine */
 	char message[256];           /* WORKER_NOTE_FAILED: the backend's account of it */
 };
 
@@ -117,6 +133,13 @@ struct worker_note {
 int worker_new(const struct model *m, const struct engine_params *ep, const struct sched_params *sp,
 	       struct worker **ret, char *err, size_t errlen);
 
+/* Adds model M (which must outlive the worker) with its own engine, KV
+ * pool and scheduler, before worker_start.  Returns its index (what
+ * worker_req.model names), or a negative errno with a message.  Main
+ * thread. */
+int worker_add_model(struct worker *w, const struct model *m, const struct engine_params *ep,
+		     const struct sched_params *sp, char *err, size_t errlen);
+
 /* Starts the engine thread.  0 or a negative errno. */
 int worker_start(struct worker *w);
 
@@ -124,7 +147,10 @@ int worker_start(struct worker *w);
  * everything.  NULL-safe.  Main thread. */
 void worker_free(struct worker *w);
 
+/* The default model's engine; model MODEL's (NULL past the last); how many. */
 const struct engine *worker_engine(const struct worker *w);
+const struct engine *worker_engine_of(const struct worker *w, int model);
+int worker_n_models(const struct worker *w);
 
 /* Posting, from the event-loop thread.  Each returns 0 or -ENOMEM. */
 

@@ -4,7 +4,9 @@
  *  - a misspelt option (or one in the wrong section) names the option meant;
  *  - requests_per_connection over requests_per_uid says which one to change;
  *  - the hardening limits (admin_connections, output_kib, the timeouts)
- *    parse with their ranges.
+ *    parse with their ranges;
+ *  - [models] NAME = PATH adds, replaces and drops models, and refuses bad
+ *    names, an eighth model and the default model's name.
  */
 #include <errno.h>
 
@@ -56,6 +58,41 @@ int main(void)
 	CHECK_INT_EQ(c.idle_timeout_s, 0);
 	CHECK(conf_set(&c, "limits.idle_timeout_s=600", err, sizeof err) == 0);
 	CHECK_INT_EQ(c.idle_timeout_s, 600);
+
+	/* [models] */
+	conf_default(&c);
+	CHECK(conf_set(&c, "model.path=/m/chat.gguf", err, sizeof err) == 0);
+	CHECK(conf_set(&c, "models.coder=/m/coder.gguf", err, sizeof err) == 0);
+	CHECK(conf_set(&c, "models.small:1b=/m/a.gguf", err, sizeof err) == 0);
+	CHECK(conf_set(&c, "models.small:1b=/m/b.gguf", err, sizeof err) == 0); /* replaced */
+	CHECK_INT_EQ(c.n_models, 2);
+	CHECK(!strcmp(c.models[1].path, "/m/b.gguf"));
+	CHECK(conf_set(&c, "models.coder=", err, sizeof err) == 0);             /* dropped */
+	CHECK_INT_EQ(c.n_models, 1);
+	CHECK(!strcmp(c.models[0].name, "small:1b"));
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), 0);
+	CHECK(conf_set(&c, "models.chat=/m/other.gguf", err, sizeof err) == 0);
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), -EINVAL);                 /* the default's name */
+	CHECK(strstr(err, "models.chat: that is the default model's name") != NULL);
+	CHECK(conf_set(&c, "model.name=main", err, sizeof err) == 0);
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), 0);
+	for (int i = 0; i < LLMD_MAX_MODELS - 3; i++) {
+		char a[64];
+		snprintf(a, sizeof a, "models.m%d=/m/%d.gguf", i, i);
+		CHECK(conf_set(&c, a, err, sizeof err) == 0);
+	}
+	CHECK_INT_EQ(c.n_models, LLMD_MAX_MODELS - 1);
+	expect_error("models.a/b=/m/x.gguf", "a model's name is 1..64 letters");
+	CHECK(conf_set(&c, "models.one_too_many=/m/x.gguf", err, sizeof err) < 0);
+	CHECK(strstr(err, "at most 8 models") != NULL);
+	{
+		char name[LLMD_MODEL_NAME_MAX + 1];
+		conf_model_name_of("/var/lib/x/SmolLM2-135M-Instruct.Q4_1.gguf", name, sizeof name);
+		CHECK(!strcmp(name, "SmolLM2-135M-Instruct.Q4_1"));
+		conf_model_name_of("/x/my model (v2).gguf", name, sizeof name);
+		CHECK(!strcmp(name, "my_model__v2_"));
+		CHECK(conf_model_name_ok(name));
+	}
 	printf("conf: messages name the allowed values, the option meant and the setting to change\n");
 	return test_result();
 }
