@@ -37,6 +37,8 @@ static void usage(FILE *f)
 		"  ps                  live requests (yours only, unless you are an admin)\n"
 		"  models              the models served: state, context, memory, requests\n"
 		"                      (* marks the default one)\n"
+		"  load NAME           load model NAME now (admin; requests load it anyway)\n"
+		"  unload NAME         unload model NAME, once its requests end (admin)\n"
 		"  cancel ID           cancel request ID (from ps)\n"
 		"  stats [--prometheus] counters as text, JSON (--json) or Prometheus text\n"
 		"  drain               stop taking new requests; in-flight ones finish (admin)\n"
@@ -237,15 +239,15 @@ static void print_models(FILE *out, json_object *j)
 		wname = a > wname ? a : wname;
 		warch = b > warch ? b : warch;
 	}
-	fprintf(out, "%-*s %-8s %-*s %6s %8s %8s %5s %7s %s\n", wname, "NAME", "STATE", warch, "ARCH",
-		"CTX", "WEIGHTS", "KV", "LIVE", "TOTAL", "PATH");
+	fprintf(out, "%-*s %-9s %-*s %6s %8s %8s %5s %7s %7s %s\n", wname, "NAME", "STATE", warch, "ARCH",
+		"CTX", "WEIGHTS", "KV", "LIVE", "TOTAL", "IDLE", "PATH");
 	for (size_t i = 0; i < n; i++) {
 		json_object *m = json_object_array_get_idx(arr, i);
 		static const char *const ints[] = { "n_ctx", "live", "requests_total" };
 		static const char *const mibs[] = { "weights_mib", "kv_mib" };
 		const char *name = gets_(m, "name"), *state = gets_(m, "state"), *arch = gets_(m, "arch");
 		const char *path = gets_(m, "path");
-		char shown[300];
+		char shown[300], idle[32] = "-";
 
 		snprintf(shown, sizeof shown, "%s%s", *name ? name : "-", *def && !strcmp(name, def) ? "*" : "");
 		for (int k = 0; k < 3; k++)
@@ -258,11 +260,18 @@ static void print_models(FILE *out, json_object *j)
 				snprintf(num[3 + k], sizeof num[3 + k], "%.1f", getd(m, mibs[k]));
 			else
 				snprintf(num[3 + k], sizeof num[3 + k], "-");
-		fprintf(out, "%-*s %-8s %-*s %6s %8s %8s %5s %7s %s\n", wname, shown, *state ? state : "-",
-			warch, *arch ? arch : "-", num[0], num[3], num[4], num[1], num[2], *path ? path : "-");
+		/* how long a loaded model has been idle (its keep-alive counts from then) */
+		if (!strcmp(state, "ready") && get(m, "idle_s") && geti(m, "live") == 0)
+			snprintf(idle, sizeof idle, "%.0fs", getd(m, "idle_s"));
+		fprintf(out, "%-*s %-9s %-*s %6s %8s %8s %5s %7s %7s %s\n", wname, shown, *state ? state : "-",
+			warch, *arch ? arch : "-", num[0], num[3], num[4], num[1], num[2], idle,
+			*path ? path : "-");
 	}
 	if (n == 0)
 		fprintf(out, "(no models)\n");
+	if (get(j, "budget_mib"))
+		fprintf(out, "memory: %.1f of %.1f MiB in use (memory.budget_mb)\n", getd(j, "in_use_mib"),
+			getd(j, "budget_mib"));
 	for (size_t i = 0; i < n; i++) {
 		json_object *m = json_object_array_get_idx(arr, i);
 
@@ -344,6 +353,14 @@ static int simple(const char *cmd, const char *arg, void (*render)(json_object *
 static void render_cancel(json_object *j)
 {
 	printf("cancelled request %lld\n", (long long)geti(j, "cancelled"));
+}
+
+static void render_model_state(json_object *j)
+{
+	printf("model %s: %s", gets_(j, "name"), gets_(j, "state"));
+	if (get(j, "note"))
+		printf(" (%s)", gets_(j, "note"));
+	printf("\n");
 }
 
 static void render_state(json_object *j)
@@ -572,6 +589,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(cmd, "cancel") && !arg &&
 			 (argv[i][0] != '-' || (argv[i][1] >= '0' && argv[i][1] <= '9')))
 			arg = argv[i]; /* "-1" too: refused below as no request id */
+		else if ((!strcmp(cmd, "load") || !strcmp(cmd, "unload")) && !arg && argv[i][0] != '-')
+			arg = argv[i];
 		else {
 			fprintf(stderr, "llmctl: %s: unexpected argument '%s'\n", cmd, argv[i]);
 			return EXIT_USAGE;
@@ -588,8 +607,12 @@ int main(int argc, char **argv)
 			arg);
 		return EXIT_USAGE;
 	}
-	static const char *const known[] = { "status", "ps", "models", "cancel", "stats", "drain",
-					     "resume", "reload", "top", NULL };
+	if ((!strcmp(cmd, "load") || !strcmp(cmd, "unload")) && !arg) {
+		fprintf(stderr, "llmctl: %s needs a model's name (see llmctl models)\n", cmd);
+		return EXIT_USAGE;
+	}
+	static const char *const known[] = { "status", "ps", "models", "load", "unload", "cancel",
+					     "stats", "drain", "resume", "reload", "top", NULL };
 	int ok = 0;
 	for (int i = 0; known[i]; i++)
 		ok |= !strcmp(known[i], cmd);
@@ -608,6 +631,8 @@ int main(int argc, char **argv)
 		r = simple("models", NULL, show_models);
 	else if (!strcmp(cmd, "cancel"))
 		r = simple("cancel", arg, render_cancel);
+	else if (!strcmp(cmd, "load") || !strcmp(cmd, "unload"))
+		r = simple(cmd, arg, render_model_state);
 	else if (!strcmp(cmd, "drain") || !strcmp(cmd, "resume"))
 		r = simple(cmd, NULL, render_state);
 	else if (!strcmp(cmd, "reload"))

@@ -1,5 +1,5 @@
-/* admin.c - the commands llmctl sends: status, stats, ps, models, cancel,
- * drain, resume, reload.  Each is a row of one table with the permission it needs
+/* admin.c - the commands llmctl sends: status, stats, ps, models, load,
+ * unload, cancel, drain, resume, reload.  Each is a row of one table with the permission it needs
  * and whether it reports the engine's state (read from the worker's last
  * published snapshot: no command ever waits for an engine step).  Answers
  * are JSON; llmctl renders tables and Prometheus text.
@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "kv_pool.h"
 #include "model.h"
+#include "models.h"
 #include "worker.h"
 
 /* Fills OUT; returns 0 or an enum proto_err code with a message in ERR. */
@@ -455,30 +456,86 @@ static int cmd_models(struct llmd *d, struct conn *c, const char *arg,
 	(void)err;
 	(void)errlen;
 	add_str(out, "default", d->n_models ? d->models[0].name : "");
+	add_dbl(out, "budget_mib", (double)d->budget_bytes / (1 << 20));
+	add_dbl(out, "in_use_mib", (double)models_bytes_in_use(d) / (1 << 20));
 	for (int i = 0; i < d->n_models; i++) {
 		const struct llmd_model *lm = &d->models[i];
-		const struct engine *e = worker_engine_of(d->worker, lm->index);
 		const struct worker_snap_model *sm = lm->index < sn->n_models ? &sn->models[lm->index] : NULL;
+		int dead = sm && sm->loaded && sm->dead;
 		json_object *j = json_object_new_object();
 		add_str(j, "name", lm->name);
 		add_str(j, "path", lm->model->path);
 		add_str(j, "gguf_name", lm->model->name);
-		add_str(j, "state", sm && sm->dead ? "failed" : "ready");
-		if (sm && sm->dead)
+		add_str(j, "state", dead ? "failed" : models_state_name(lm->state));
+		if (dead)
 			add_str(j, "error", "its engine failed; restart llmd");
+		else if (lm->error[0])
+			add_str(j, "error", lm->error);
 		add_str(j, "arch", lm->model->hp.arch);
 		add_str(j, "backend", d->backend);
-		add_int(j, "n_ctx", e ? engine_n_ctx(e) : 0);
-		add_dbl(j, "weights_mib", (double)lm->model->weight_bytes / (1 << 20));
-		add_dbl(j, "kv_mib", e ? (double)engine_kv_pool(e)->bytes / (1 << 20) : 0);
-		add_int(j, "kv_capacity_tokens", sm ? sm->kv_capacity_tokens : 0);
+		json_object_object_add(j, "default", json_object_new_boolean(i == 0));
+		json_object_object_add(j, "pinned", json_object_new_boolean(lm->pinned));
+		add_int(j, "keep_alive_s", lm->keep_alive_s);
+		add_int(j, "n_ctx", lm->n_ctx);
+		add_dbl(j, "weights_mib", (double)lm->weight_bytes / (1 << 20));
+		add_dbl(j, "kv_mib", (double)lm->kv_bytes / (1 << 20));
+		add_int(j, "kv_capacity_tokens", sm && sm->loaded ? sm->kv_capacity_tokens : 0);
 		add_int(j, "live", sm ? sm->live : 0);
+		add_int(j, "waiting_for_load", sm ? sm->pending : 0);
 		add_int(j, "requests_total", (int64_t)lm->requests_total);
-		add_int(j, "generated_tokens", sm ? (int64_t)sm->c.generated_tokens : 0);
+		add_int(j, "generated_tokens", sm && sm->loaded ? (int64_t)sm->c.generated_tokens : 0);
+		add_int(j, "loads", (int64_t)lm->loads);
+		add_dbl(j, "load_s", lm->load_s);
+		add_dbl(j, "idle_s", sm && sm->live ? 0 : clock_s() - lm->t_used);
 		json_object_array_add(arr, j);
 	}
 	json_object_object_add(out, "models", arr);
 	return 0;
+}
+
+/* llmctl load NAME / unload NAME: loading does not wait (llmctl models
+ * shows the state). */
+static int cmd_load_unload(struct llmd *d, const char *arg, int load, json_object *out, char *err,
+			   size_t errlen)
+{
+	struct llmd_model *lm = llmd_model_find(d, arg, strlen(arg));
+	char msg[400] = "";
+	uint32_t code;
+
+	if (!arg[0]) {
+		snprintf(err, errlen, "%s needs a model's name", load ? "load" : "unload");
+		return PROTO_E_INVAL;
+	}
+	if (!lm) {
+		snprintf(err, errlen, "no model named '%.64s' (llmctl models lists them)", arg);
+		return PROTO_E_NOMODEL;
+	}
+	code = load ? models_want(d, lm, msg, sizeof msg) : models_unload(d, lm, msg, sizeof msg);
+	if (code) {
+		snprintf(err, errlen, "%s", msg);
+		return (int)code;
+	}
+	add_str(out, "name", lm->name);
+	add_str(out, "state", models_state_name(lm->state));
+	if (msg[0])
+		add_str(out, "note", msg);
+	return 0;
+}
+
+static int cmd_load(struct llmd *d, struct conn *c, const char *arg,
+		    const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	(void)c;
+	(void)sn;
+	return cmd_load_unload(d, arg, 1, out, err, errlen);
+}
+
+static int cmd_unload(struct llmd *d, struct conn *c, const char *arg,
+		      const struct worker_snapshot *sn, json_object *out, char *err, size_t errlen)
+{
+	(void)c;
+	(void)sn;
+	return cmd_load_unload(d, arg, 0, out, err, errlen);
 }
 
 static int cmd_cancel(struct llmd *d, struct conn *c, const char *arg,
@@ -548,6 +605,8 @@ static const struct admin_cmd cmds[] = {
 	{ "stats", 0, 1, cmd_stats },
 	{ "ps", 0, 1, cmd_ps },           /* non-admins see their own requests */
 	{ "models", 0, 1, cmd_models },
+	{ "load", 1, 0, cmd_load },
+	{ "unload", 1, 0, cmd_unload },
 	{ "cancel", 0, 0, cmd_cancel },   /* non-admins may cancel their own */
 	{ "drain", 1, 0, cmd_drain },
 	{ "resume", 1, 0, cmd_resume },

@@ -79,6 +79,8 @@ static const struct opt opts[] = {
 	{ "limits", "hello_timeout_s", OPT_INT, F(hello_timeout_s), 0, 86400, NULL },
 	{ "limits", "frame_timeout_s", OPT_INT, F(frame_timeout_s), 0, 86400, NULL },
 	{ "limits", "idle_timeout_s", OPT_INT, F(idle_timeout_s), 0, 1 << 30, NULL },
+	{ "memory", "budget_mb", OPT_I64, F(budget_mb), 0, 1 << 30, NULL },
+	{ "memory", "keep_alive_s", OPT_INT, F(keep_alive_s), -1, 1 << 30, NULL },
 };
 #undef F
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -87,6 +89,7 @@ void conf_default(struct llmd_conf *c)
 {
 	memset(c, 0, sizeof *c);
 	c->model_mmap = 1;
+	c->keep_alive_s = 300; /* Ollama's five minutes */
 	strcpy(c->socket_path, LLMD_DEFAULT_SOCKET);
 	c->socket_mode = 0660;
 	strcpy(c->admin_group, "llm-admin");
@@ -220,12 +223,60 @@ void conf_model_name_of(const char *path, char *out, size_t cap)
 		snprintf(out, cap, "model");
 }
 
+/* [models] NAME.pinned / NAME.keep_alive_s = VALUE, for a model named before. */
+static int apply_model_setting(struct llmd_conf *c, const char *key, const char *value, char *err,
+			       size_t errlen)
+{
+	const char *dot = strrchr(key, '.');
+	size_t n = (size_t)(dot - key);
+	int64_t x;
+	int32_t i;
+
+	for (i = 0; i < c->n_models; i++)
+		if (strlen(c->models[i].name) == n && !memcmp(c->models[i].name, key, n))
+			break;
+	if (i == c->n_models) {
+		snprintf(err, errlen, "models.%s: no model %.*s = PATH before it", key, (int)n, key);
+		return -EINVAL;
+	}
+	if (!strcmp(dot + 1, "pinned")) {
+		if (!strcmp(value, "1") || !strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
+		    !strcasecmp(value, "on"))
+			c->models[i].pinned = 1;
+		else if (!strcmp(value, "0") || !strcasecmp(value, "no") || !strcasecmp(value, "false") ||
+			 !strcasecmp(value, "off"))
+			c->models[i].pinned = 0;
+		else {
+			snprintf(err, errlen, "models.%s: '%s' is not a boolean", key, value);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (!strcmp(dot + 1, "keep_alive_s")) {
+		if (parse_int(value, &x, 10) < 0 || x < -1 || x > 1 << 30) {
+			snprintf(err, errlen, "models.%s: '%s' is not an integer in -1..%d", key, value, 1 << 30);
+			return -EINVAL;
+		}
+		c->models[i].keep_alive_s = (int32_t)x;
+		return 0;
+	}
+	snprintf(err, errlen, "unknown option models.%s (a model takes NAME.pinned and "
+		 "NAME.keep_alive_s)", key);
+	return -ENOENT;
+}
+
 /* [models] NAME = PATH: adds, replaces (the same name) or, with an empty
  * PATH, removes a model. */
 static int apply_model(struct llmd_conf *c, const char *name, const char *path, char *err,
 		       size_t errlen)
 {
 	int32_t i;
+
+	{ /* a name may have dots of its own: the setting is the last part */
+		const char *dot = strrchr(name, '.');
+		if (dot && (!strcmp(dot, ".pinned") || !strcmp(dot, ".keep_alive_s")))
+			return apply_model_setting(c, name, path, err, errlen);
+	}
 
 	if (!conf_model_name_ok(name)) {
 		snprintf(err, errlen, "models.%s: a model's name is 1..%d letters, digits and . _ - :",
@@ -254,6 +305,10 @@ static int apply_model(struct llmd_conf *c, const char *name, const char *path, 
 			return -EINVAL;
 		}
 		c->n_models++;
+	}
+	if (strcmp(c->models[i].name, name)) { /* a new one */
+		c->models[i].pinned = 0;
+		c->models[i].keep_alive_s = -2;
 	}
 	snprintf(c->models[i].name, sizeof c->models[i].name, "%s", name);
 	snprintf(c->models[i].path, sizeof c->models[i].path, "%s", path);
@@ -463,8 +518,13 @@ int conf_check(const struct llmd_conf *c, char *err, size_t errlen)
 
 void conf_print(const struct llmd_conf *c, FILE *out)
 {
-	for (int32_t i = 0; i < c->n_models; i++)
+	for (int32_t i = 0; i < c->n_models; i++) {
 		fprintf(out, "models.%s = %s\n", c->models[i].name, c->models[i].path);
+		fprintf(out, "models.%s.pinned = %d\n", c->models[i].name, c->models[i].pinned);
+		if (c->models[i].keep_alive_s != -2)
+			fprintf(out, "models.%s.keep_alive_s = %d\n", c->models[i].name,
+				c->models[i].keep_alive_s);
+	}
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const struct opt *o = &opts[i];
 		const char *field = (const char *)c + o->off;

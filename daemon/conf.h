@@ -26,6 +26,8 @@
 struct llmd_conf_model {
 	char name[LLMD_MODEL_NAME_MAX + 1];
 	char path[1024];
+	int32_t pinned;                /* NAME.pinned: loaded at start, never unloaded */
+	int32_t keep_alive_s;          /* NAME.keep_alive: seconds; -2 = memory.keep_alive */
 };
 
 struct llmd_conf {
@@ -88,6 +90,10 @@ struct llmd_conf {
 	int32_t frame_timeout_s;       /* a frame begun must finish within this; 0 = never */
 	int32_t idle_timeout_s;        /* a connection with no request live and no frame for
 	                                  this long is closed; 0 = never */
+	/* [memory] */
+	int64_t budget_mb;             /* weights + KV of the models loaded at once, MiB;
+	                                  0 = automatic */
+	int32_t keep_alive_s;          /* a model idle this long is unloaded; -1 = never */
 	/* [models]: more models, served beside the default one */
 	struct llmd_conf_model models[LLMD_MAX_MODELS - 1];
 	int32_t n_models;

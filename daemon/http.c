@@ -760,6 +760,36 @@ static struct llmd_model *model_named(struct llmd *d, json_object *v)
 	return NULL;
 }
 
+/* Ollama's keep_alive: seconds (a number, or a string "30s", "5m",
+ * "1h"), -1 (or any negative) for ever, 0 to unload when idle.  0 and the
+ * seconds in *RET, or -1 (not one of those). */
+static int parse_keep_alive(json_object *v, int32_t *ret)
+{
+	double x;
+	char *end;
+
+	if (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)) {
+		x = json_object_get_double(v);
+	} else if (json_object_is_type(v, json_type_string)) {
+		const char *t = json_object_get_string(v);
+		x = strtod(t, &end);
+		if (end == t)
+			return -1;
+		if (!strcmp(end, "h"))
+			x *= 3600;
+		else if (!strcmp(end, "m"))
+			x *= 60;
+		else if (*end && strcmp(end, "s"))
+			return -1;
+	} else {
+		return -1;
+	}
+	if (!(x == x))
+		return -1;
+	*ret = x < 0 ? -1 : x > (1 << 30) ? (1 << 30) : (int32_t)x;
+	return 0;
+}
+
 /* Replies 404 for a model not served here, naming those that are. */
 static void reply_no_model(struct llmd *d, struct evhttp_request *req, json_object *v)
 {
@@ -975,6 +1005,17 @@ static void handle_generate(struct llmd *d, struct evhttp_request *req, int chat
 	hr->d = d;
 	hr->req = req;
 	hr->lm = model_named(d, v);
+	if ((v = field(body, "keep_alive"))) {
+		int32_t ka;
+		if (parse_keep_alive(v, &ka) < 0) {
+			reply_error(d, req, 400, "keep_alive", NULL, "keep_alive must be seconds (a number, "
+				    "or \"30s\", \"5m\", \"1h\"), -1 to keep the model loaded, 0 to unload it "
+				    "when idle");
+			goto out;
+		}
+		if (!hr->lm->pinned && hr->lm->index != 0)
+			hr->lm->keep_alive_s = ka; /* Ollama's: the last request's counts */
+	}
 	hr->chat = chat;
 	hr->wake_fd = -1;
 	hr->created = (int64_t)time(NULL);
@@ -1570,7 +1611,7 @@ static void handle_models(struct llmd *d, struct evhttp_request *req, const stru
 		json_object_object_add(m, "owned_by", json_object_new_string("llmd"));
 		json_object_object_add(m, "name", json_object_new_string(lm->model->name));
 		json_object_object_add(m, "n_ctx",
-				       json_object_new_int(engine_n_ctx(worker_engine_of(d->worker, lm->index))));
+				       json_object_new_int(lm->n_ctx));
 		json_object_object_add(m, "default", json_object_new_boolean(i == 0));
 		json_object_array_add(list, m);
 	}
@@ -1712,7 +1753,7 @@ static void handle_detokenize(struct llmd *d, struct evhttp_request *req, const 
 		return;
 	}
 	tok = lm->model->tok;
-	n_vocab = engine_n_vocab(worker_engine_of(d->worker, lm->index));
+	n_vocab = lm->n_vocab;
 	if (!(t = field(body, "tokens")) || !json_object_is_type(t, json_type_array)) {
 		reply_error(d, req, 400, "tokens", NULL, "tokens must be a list of token ids");
 		json_object_put(body);

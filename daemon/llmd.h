@@ -6,28 +6,62 @@
 #ifndef LLMD_LLMD_H
 #define LLMD_LLMD_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "conf.h"
 #include "proto.h"
 
+struct engine_params;
 struct event;
 struct event_base;
+struct sched_params;
+struct wmodel;
 struct model;
 struct worker;
 struct conn;
 struct http_front;
 
+/* Where a model stands (models.c moves it). */
+enum llmd_model_state {
+	LLMD_MODEL_UNLOADED = 0,     /* its file is read (tokenizer, template), no engine */
+	LLMD_MODEL_LOADING,          /* a loader thread is making its engine */
+	LLMD_MODEL_READY,            /* the engine thread serves it */
+	LLMD_MODEL_UNLOADING,        /* worker_model_remove posted, its answer not back */
+	LLMD_MODEL_FAILED,           /* the last load failed (ERROR says why); a request tries again */
+};
+
 /* A model the daemon serves, by name.  models[0] is the default one (the
- * one a request that names none gets): model.path's. */
+ * one a request that names none gets): model.path's, always loaded.
+ * Event-loop thread, but for the loader fields (models.c). */
 struct llmd_model {
 	char name[LLMD_MODEL_NAME_MAX + 1]; /* what requests name it by */
-	struct model *model;         /* immutable after load: every thread reads it */
+	struct model *model;         /* its file: immutable after start, every thread reads it */
 	struct constrain *constrain; /* its compiled grammars; event-loop thread (freed
 	                                after the worker) */
 	int index;                   /* the worker's index for it (worker_req.model) */
 	uint64_t requests_total;     /* accepted for it by the front end */
+	enum llmd_model_state state;
+	int pinned;                  /* never unloaded (loaded at start) */
+	int32_t keep_alive_s;        /* idle this long, it is unloaded; -1 never; 0 at once */
+	int reload;                  /* a request came while UNLOADING: load it again after */
+	int32_t n_ctx, n_vocab;      /* what its engine has (or will have) */
+	uint64_t weight_bytes;       /* its weights */
+	uint64_t kv_bytes;           /* its KV pool: the real one when loaded, else the
+	                                one expected */
+	double t_used;               /* monotonic seconds it last had a request */
+	double t_ready;              /* when its last load finished */
+	double load_s;               /* how long that load took */
+	uint64_t loads;              /* loads finished */
+	char error[256];             /* why the last load failed, or "" */
+	/* the loader thread's (set before event_active on ev_loaded) */
+	struct event *ev_loaded;
+	pthread_t loader;
+	struct wmodel *prepared;
+	int load_rc;
+	char load_err[256];
+	double t_load_start;
 };
 
 /* Requests and connections one user holds (the per-uid limits). */
@@ -44,6 +78,10 @@ struct llmd {
 	int n_overrides;
 	struct llmd_model models[LLMD_MAX_MODELS]; /* (n_models) */
 	int n_models;
+	const struct engine_params *ep; /* what every model's engine is made with */
+	const struct sched_params *sp;
+	uint64_t budget_bytes;       /* memory.budget_mb, or the automatic one: weights and
+	                                KV of the models loaded at once */
 	struct model *model;         /* models[0].model: the default model */
 	struct worker *worker;       /* the engine thread, serving every model */
 	struct constrain *constrain; /* models[0].constrain */

@@ -36,6 +36,7 @@
 #include "llmd.h"
 #include "log.h"
 #include "model.h"
+#include "models.h"
 #include "quant.h"
 #include "sched.h"
 #include "server.h"
@@ -117,6 +118,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		d->t_watchdog = t;
 	}
 	server_tick(d, t);
+	if (!d->stopping)
+		models_tick(d, t);
 	if (d->fatal && !d->stopping) {
 		/* Nothing can run any more: what is in flight already has its
 		 * error record; leave as soon as it is written. */
@@ -374,51 +377,6 @@ static int load_chat_template(struct llmd *d, char *err, size_t errlen)
 	return r;
 }
 
-/* [models]: the models served beside the default one, each with its own
- * engine, KV pool and scheduler on the one engine thread.  Before the
- * thread starts.  0, or a negative errno with the reason in ERR (logged). */
-static int load_more_models(struct llmd *d, const struct engine_params *ep,
-			    const struct sched_params *sp, char *err, size_t errlen)
-{
-	for (int32_t i = 0; i < d->cfg.n_models; i++) {
-		const struct llmd_conf_model *cm = &d->cfg.models[i];
-		struct llmd_model *lm = &d->models[d->n_models];
-		int r;
-
-		sd_notifyf(0, "STATUS=loading model %s (%s)", cm->name, cm->path);
-		log_msg(LOG_INFO, "loading %s as %s", cm->path, cm->name);
-		if ((r = model_load_flags(cm->path, d->cfg.model_mmap ? 0 : MODEL_LOAD_NO_MMAP, &lm->model,
-					  err, errlen)) < 0) {
-			log_msg(LOG_ERR, "cannot load model %s (models.%s): %s", cm->path, cm->name, err);
-			sd_notifyf(0, "STATUS=cannot load the model %s: %s", cm->name, err);
-			return r;
-		}
-		snprintf(lm->name, sizeof lm->name, "%s", cm->name);
-		d->n_models++; /* freed at exit from here on */
-		if (lm->model->chat_note[0])
-			log_msg(lm->model->chat.kind ? LOG_WARNING : LOG_NOTICE, "%s: chat: %s", cm->path,
-				lm->model->chat_note);
-		if (constrain_new(lm->model->tok, &lm->constrain) < 0) {
-			snprintf(err, errlen, "out of memory");
-			log_msg(LOG_ERR, "%s", err);
-			return -ENOMEM;
-		}
-		if ((r = worker_add_model(d->worker, lm->model, ep, sp, err, errlen)) < 0) {
-			log_msg(LOG_ERR, "cannot start the engine for %s (models.%s): %s", cm->path,
-				cm->name, err);
-			return r;
-		}
-		lm->index = r;
-		if (!engine_reads_model_weights(worker_engine_of(d->worker, r)) &&
-		    model_release_weights(lm->model, err, errlen) < 0)
-			log_msg(LOG_WARNING, "%s: %s", cm->path, err);
-		log_msg(LOG_INFO, "model %s: %s, KV %lld tokens in %llu MiB", cm->name, lm->model->name,
-			(long long)engine_kv_capacity(worker_engine_of(d->worker, r)),
-			(unsigned long long)(engine_kv_pool(worker_engine_of(d->worker, r))->bytes >> 20));
-	}
-	return 0;
-}
-
 static int engine_settings(const struct llmd *d, struct engine_params *ep, struct sched_params *sp,
 			   char *err, size_t errlen)
 {
@@ -613,14 +571,20 @@ int main(int argc, char **argv)
 	else
 		conf_model_name_of(d->cfg.model_path, d->models[0].name, sizeof d->models[0].name);
 	d->n_models = 1;
-	if (load_more_models(d, &ep, &sp, err, sizeof err) < 0)
-		goto out;
+	d->ep = &ep;
+	d->sp = &sp;
 	d->backend = engine_backend_name(worker_engine(d->worker));
 	d->n_threads = ep.n_threads;
 
 	/* The event loop and the socket. */
 	if (evthread_use_pthreads() < 0 || !(d->base = event_base_new())) {
 		log_msg(LOG_ERR, "cannot create the event loop");
+		goto out;
+	}
+	/* The other models: their files read, pinned ones loaded. */
+	if (models_start(d, err, sizeof err) < 0) {
+		log_msg(LOG_ERR, "%s", err);
+		sd_notifyf(0, "STATUS=%s", err);
 		goto out;
 	}
 	fd = open_sockets(d, &http_fd, err, sizeof err);
@@ -669,6 +633,7 @@ out:
 	http_stop(d);
 	server_stop_listening(d);
 	server_close_all(d);
+	models_stop(d);
 	worker_free(d->worker);
 	for (int i = 0; i < d->n_models; i++) /* after every request that used them */
 		constrain_free(d->models[i].constrain);

@@ -28,6 +28,7 @@
 #include "engine.h"
 #include "log.h"
 #include "model.h"
+#include "models.h"
 #include "ring.h"
 #include "sampler.h"
 #include "stopstr.h"
@@ -372,7 +373,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	int named = !!(s->flags & PROTO_SUBMIT_MODEL);
 	struct llmd_model *lm = llmd_model_find(d, named ? s->model.p : NULL, named ? s->model.len : 0);
 	const struct model *m;
-	const struct engine *e;
+	int32_t n_ctx;
 
 	*ret = NULL;
 	if (!lm) {
@@ -381,7 +382,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 		return PROTO_E_NOMODEL;
 	}
 	m = lm->model;
-	e = worker_engine_of(d->worker, lm->index);
+	n_ctx = lm->n_ctx;
 	if (d->draining) {
 		snprintf(msg, msglen, "%s",
 			 d->stopping ? "llmd is shutting down" : "llmd is draining: not taking new requests");
@@ -419,8 +420,8 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 		.seed = s->seed,
 	};
 	/* A history longer than the context holds every token anyway. */
-	if (sp.penalty_last_n > engine_n_ctx(e))
-		sp.penalty_last_n = engine_n_ctx(e);
+	if (sp.penalty_last_n > n_ctx)
+		sp.penalty_last_n = n_ctx;
 	if (sampler_params_check(&sp, msg, msglen) < 0)
 		return PROTO_E_INVAL;
 	if (s->max_tokens > d->cfg.max_tokens) {
@@ -463,9 +464,9 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 
 	code = PROTO_E_INTERNAL;
 	snprintf(msg, msglen, "out of memory");
-	limit_tok = d->cfg.prompt_tokens ? d->cfg.prompt_tokens : engine_n_ctx(e) - 1;
-	if (limit_tok > engine_n_ctx(e) - 1)
-		limit_tok = engine_n_ctx(e) - 1;
+	limit_tok = d->cfg.prompt_tokens ? d->cfg.prompt_tokens : n_ctx - 1;
+	if (limit_tok > n_ctx - 1)
+		limit_tok = n_ctx - 1;
 	if (!r && !(r = calloc(1, sizeof *r)))
 		goto fail;
 	if (!(r->prompt = malloc((size_t)(limit_tok + 1) * sizeof *r->prompt)))
@@ -532,6 +533,14 @@ uint32_t server_post_request(struct llmd *d, struct conn *c, struct worker_req *
 {
 	struct uid_use *u;
 
+	struct llmd_model *lm = r->model >= 0 && r->model < d->n_models ? &d->models[r->model] : NULL;
+	uint32_t code;
+
+	/* a model not loaded is loaded now (or refused, over the budget) */
+	if (lm && (code = models_want(d, lm, msg, msglen))) {
+		worker_req_free(r);
+		return code;
+	}
 	if (c->n_live == c->cap_live) {
 		int32_t cap = c->cap_live ? c->cap_live * 2 : 8;
 		struct conn_req *p = realloc(c->live, (size_t)cap * sizeof *p);
@@ -869,6 +878,9 @@ void server_take_notes(struct llmd *d)
 					 nt->sticky ? "; the device is unusable, exiting so that llmd is restarted" : "");
 				if (nt->sticky)
 					d->fatal = 1;
+				break;
+			case WORKER_NOTE_UNLOADED:
+				models_unloaded(d, nt->model, nt->error);
 				break;
 			}
 		}

@@ -26,6 +26,7 @@
 struct constrain_req;
 struct model;
 struct ring;
+struct wmodel;
 struct worker;
 
 /* A request handed to the engine thread; the worker owns it after
@@ -35,7 +36,7 @@ struct worker_req {
 	uint32_t conn_id;            /* whose ring gets the records */
 	uint64_t client_id;          /* the client's id, echoed in records */
 	uint32_t uid;                /* the scheduler's fairness key */
-	int model;                   /* which model serves it (worker_add_model's index) */
+	int model;                   /* which model serves it (index of worker_model_install; 0: the default) */
 	int32_t priority;
 	int32_t *prompt;             /* (n_prompt) token ids; owned */
 	int32_t n_prompt;
@@ -58,6 +59,8 @@ enum worker_note_kind {
 	WORKER_NOTE_RING_BAD = 2, /* CONN_ID's client scribbled on its ring: close it */
 	WORKER_NOTE_FAILED = 4,   /* a step failed with ERROR; running requests got error records;
 	                             STICKY: the engine thread serves nothing more */
+	WORKER_NOTE_UNLOADED = 8, /* worker_model_remove's answer for MODEL: ERROR 0, its engine
+	                             is freed; -EBUSY, a request came first and it stays */
 };
 
 /* A latency histogram of finished requests, Prometheus-style: COUNTS[i]
@@ -81,7 +84,7 @@ enum worker_hist_kind {
 
 struct worker_snap_req {
 	uint64_t gid;
-	int model;                   /* worker_add_model's index */
+	int model;                   /* its model's index */
 	uint32_t conn_id;
 	uint64_t client_id;
 	struct sched_info info;
@@ -93,7 +96,10 @@ struct worker_snap_req {
 struct worker_snap_model {
 	struct sched_counters c;
 	int64_t kv_capacity_tokens;
-	int32_t live;                /* requests queued or running */
+	int32_t live;                /* requests queued or running, or waiting for the
+	                                model to be loaded */
+	int32_t pending;             /* of them, waiting for the model to be loaded */
+	int loaded;                  /* the engine thread holds its engine */
 	int dead;                    /* its engine failed for good */
 };
 
@@ -123,7 +129,7 @@ struct worker_note {
 	uint64_t gid;
 	int error;                   /* WORKER_NOTE_FAILED: negative errno */
 	int sticky;                  /* WORKER_NOTE_FAILED: the backend is unusable now */
-	int model;                   /* WORKER_NOTE_FAILED: whose engine */
+	int model;                   /* WORKER_NOTE_FAILED, _UNLOADED: which model */
 	char message[256];           /* WORKER_NOTE_FAILED: the backend's account of it */
 };
 
@@ -133,12 +139,32 @@ struct worker_note {
 int worker_new(const struct model *m, const struct engine_params *ep, const struct sched_params *sp,
 	       struct worker **ret, char *err, size_t errlen);
 
-/* Adds model M (which must outlive the worker) with its own engine, KV
- * pool and scheduler, before worker_start.  Returns its index (what
- * worker_req.model names), or a negative errno with a message.  Main
- * thread. */
-int worker_add_model(struct worker *w, const struct model *m, const struct engine_params *ep,
-		     const struct sched_params *sp, char *err, size_t errlen);
+/* Models by index (what worker_req.model names, < WORKER_MAX_MODELS).  A
+ * request for a model the engine thread does not hold waits for it: the
+ * event loop loads models (worker_model_prepare, on any thread: that is
+ * the slow part) and hands them over (worker_model_install), or gives up
+ * (worker_model_fail), and unloads idle ones (worker_model_remove).  The
+ * event loop keeps what it needs to know of a model (its n_ctx, its KV
+ * pool's size) itself: the engine thread frees a removed model's engine. */
+
+/* Makes M's engine (its KV pool, its weights where the device wants a
+ * copy) and scheduler, not yet served.  0 with *RET, or a negative errno
+ * with a message.  Any thread; M must outlive the worker. */
+int worker_model_prepare(const struct model *m, const struct engine_params *ep,
+			 const struct sched_params *sp, struct wmodel **ret, char *err, size_t errlen);
+/* The engine of a prepared model (before it is installed). */
+const struct engine *worker_model_engine(const struct wmodel *wm);
+/* Frees a prepared model never installed.  NULL-safe. */
+void worker_model_discard(struct wmodel *wm);
+/* Posts WM to serve MODEL (not held now); the requests waiting for it go
+ * to its scheduler.  The worker owns WM from now on, even on failure.  0
+ * or -ENOMEM. */
+int worker_model_install(struct worker *w, int model, struct wmodel *wm);
+/* Ends the requests waiting for MODEL with error nomodel and MESSAGE. */
+int worker_model_fail(struct worker *w, int model, const char *message);
+/* Frees MODEL's engine if nothing runs or waits on it when the engine
+ * thread gets to it; a WORKER_NOTE_UNLOADED says which happened. */
+int worker_model_remove(struct worker *w, int model);
 
 /* Starts the engine thread.  0 or a negative errno. */
 int worker_start(struct worker *w);
@@ -147,10 +173,8 @@ int worker_start(struct worker *w);
  * everything.  NULL-safe.  Main thread. */
 void worker_free(struct worker *w);
 
-/* The default model's engine; model MODEL's (NULL past the last); how many. */
+/* The default model's engine (model 0, never removed). */
 const struct engine *worker_engine(const struct worker *w);
-const struct engine *worker_engine_of(const struct worker *w, int model);
-int worker_n_models(const struct worker *w);
 
 /* Posting, from the event-loop thread.  Each returns 0 or -ENOMEM. */
 

@@ -14,6 +14,12 @@ them):
     model's tokens; llmctl ps names each request's model;
   - a model that is not served: HTTP 404 naming those that are, the native
     protocol's "nomodel" error, llm-client's message;
+  - loading on demand: a model is loaded by its first request, and a
+    request to another model streams on meanwhile; keep-alive unloads an
+    idle one; llmctl load / unload (a pinned or default model stays; a busy
+    one is unloaded when its requests end, which all finish); the memory
+    budget unloads the least recently used idle model to make room, never
+    a pinned one, and refuses a load that cannot fit with the numbers;
   - bad settings stop llmd before it serves: a name taken twice, a bad
     name, a file that does not load (its name and reason in the log).
 
@@ -149,6 +155,10 @@ def test_serving(tmp):
                 return f"llm-client exit {r.returncode}: {r.stderr.strip()}"
             return [int(x) for x in r.stdout.split()]
 
+        r = d.run("llmctl", "models", "--json")
+        states = {m["name"]: m["state"] for m in json.loads(r.stdout)["models"]} if r.returncode == 0 else {}
+        check(states == {"tinystories": "ready", "stories260k": "unloaded", "tiny-q8": "unloaded"},
+              f"only the default model is loaded at start: {states}")
         cases = golden_cases()
         # every case of every model at once, both protocols: 2 x 12 requests in flight
         with concurrent.futures.ThreadPoolExecutor(max_workers=24) as ex:
@@ -229,6 +239,173 @@ def test_serving(tmp):
         check(d.stop() == 0, "llmd stops cleanly")
 
 
+def models_of(d):
+    r = d.run("llmctl", "models", "--json")
+    try:
+        return {m["name"]: m for m in json.loads(r.stdout)["models"]}
+    except (ValueError, KeyError):
+        return {}
+
+
+def wait_state(d, name, state, timeout=10):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if models_of(d).get(name, {}).get("state") == state:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def greedy(d, name, n=8, prompt="Once upon a time"):
+    r = d.run("llm-client", "--model", name, "--ids", "--temp", "0", "-n", str(n), "--ignore-eos", prompt)
+    return [int(x) for x in r.stdout.split()] if r.returncode == 0 else r.stderr.strip()
+
+
+def test_lifecycle(tmp):
+    p = {k: os.path.join(MODELS, v) for k, v in FILES.items()}
+    want = {n: c["generated_ids"][:8] for n, c in golden_cases() if c["prompt"] == "Once upon a time"}
+    d = Llmd(tmp, "life", "--model", p["tinystories"], "--set", "model.name=tinystories",
+             "--set", "models.stories260k=" + p["stories260k"], "--set", "models.stories260k.keep_alive_s=1",
+             "--set", "models.tiny-q8=" + p["tiny-q8"], "--set", "models.tiny-q8.pinned=true",
+             "--set", "server.socket_mode=0666")
+    try:
+        if not check(d.serving(), "llmd serves with a pinned model and a keep-alive"):
+            print(d.text(), file=sys.stderr)
+            return
+        ms = models_of(d)
+        check(ms["tiny-q8"]["state"] == "ready" and ms["stories260k"]["state"] == "unloaded",
+              "a pinned model is loaded at start, the others are not")
+        # loaded by its first request, unloaded after its keep-alive
+        check(greedy(d, "stories260k") == want["stories260k"], "the first request loads stories260k "
+              "and gets its golden ids")
+        check(models_of(d)["stories260k"]["state"] == "ready", "stories260k is ready after it")
+        check(wait_state(d, "stories260k", "unloaded", 5), "idle past its keep-alive (1 s), it is unloaded")
+        check(greedy(d, "stories260k") == want["stories260k"], "loaded again by the next request: the same ids")
+        # llmctl load / unload
+        r = d.run("llmctl", "unload", "tiny-q8")
+        check(r.returncode != 0 and "pinned" in r.stderr, f"a pinned model is not unloaded: {r.stderr.strip()}")
+        r = d.run("llmctl", "unload", "tinystories")
+        check(r.returncode != 0 and "default" in r.stderr, f"nor the default one: {r.stderr.strip()}")
+        r = d.run("llmctl", "unload", "nope")
+        check(r.returncode != 0 and "nope" in r.stderr, f"an unknown one: {r.stderr.strip()}")
+        if os.geteuid() == 0:
+            # load and unload are admin commands; models is anyone's
+            def nobody():
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            for cmd in (["load", "stories260k"], ["unload", "tiny-q8"], ["models"]):
+                r = subprocess.run([os.path.join(BUILD, "llmctl"), "--socket", d.sock, *cmd], capture_output=True,
+                                   text=True, timeout=30, preexec_fn=nobody)
+                if cmd[0] == "models":
+                    check(r.returncode == 0 and "stories260k" in r.stdout, "llmctl models for uid 65534")
+                else:
+                    check(r.returncode != 0 and "admin" in r.stderr, f"llmctl {cmd[0]} refused for uid 65534: "
+                          f"{r.stderr.strip()}")
+        r = d.run("llmctl", "load", "stories260k")
+        check(r.returncode == 0 and wait_state(d, "stories260k", "ready"), f"llmctl load: {r.stdout.strip()}")
+        # unload while a request runs: it finishes whole, then the model goes
+        proc = subprocess.Popen([os.path.join(BUILD, "llm-client"), "--socket", d.sock, "--model", "stories260k",
+                                 "--ids", "--temp", "0", "-n", "300", "--ignore-eos", "Once upon a time"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.time()
+        while models_of(d).get("stories260k", {}).get("live", 0) == 0 and time.time() - t0 < 5:
+            time.sleep(0.01)
+        r = d.run("llmctl", "unload", "stories260k")
+        out, err = proc.communicate(timeout=60)
+        ids = [int(x) for x in out.split()] if proc.returncode == 0 else []
+        check(r.returncode == 0 and len(ids) == 300 and ids[:8] == want["stories260k"],
+              f"unload while a request runs: {r.stdout.strip()}; it still gets its {len(ids)} tokens")
+        check(wait_state(d, "stories260k", "unloaded", 5), "then the model is unloaded")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+
+
+def test_load_while_streaming(tmp):
+    """SmolLM2 (when present) loaded on demand while the default model
+    streams: the stream's gaps between tokens stay bounded."""
+    smol = os.environ.get("LLMD_SMOLLM2", os.path.join(BUILD, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if not os.path.exists(smol):
+        print(f"skipped: load while streaming ({smol} is absent)")
+        return
+    d = Llmd(tmp, "stream", "--model", os.path.join(MODELS, FILES["tinystories"]), "--set", "model.name=tiny",
+             "--set", "models.smol=" + smol)
+    try:
+        if not check(d.serving(), "llmd serves with SmolLM2 to load"):
+            return
+        c = UnixHTTP(d.http)
+        c.request("POST", "/v1/completions", body=json.dumps({
+            "model": "tiny", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": True,
+            "stream": True}), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        times, loaded = [], None
+        first, done = None, False
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            done = done or line.startswith(b"data: [DONE]")
+            if not line.startswith(b"data: {"):
+                continue
+            times.append(time.time())
+            if len(times) == 50:  # mid-stream: a request for the unloaded SmolLM2
+                t0 = time.time()
+                first = subprocess.Popen([os.path.join(BUILD, "llm-client"), "--socket", d.sock, "--model", "smol",
+                                          "-n", "1", "--temp", "0", "Hi"], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
+        c.close()
+        if first:
+            first.wait(timeout=120)
+            loaded = time.time() - t0
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        worst = max(gaps[40:]) if len(gaps) > 40 else None
+        check(done and first and first.returncode == 0 and worst is not None and worst < 1.0,
+              f"SmolLM2 loaded on demand (its first token {loaded:.2f} s after the request) while another model "
+              f"streamed: {len(times)} chunks, worst gap {worst * 1e3 if worst else -1:.0f} ms")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+
+
+def test_budget(tmp):
+    p = {k: os.path.join(MODELS, v) for k, v in FILES.items()}
+    want = {n: c["generated_ids"][:8] for n, c in golden_cases() if c["prompt"] == "Once upon a time"}
+    # the default model holds 2.5 MiB of weights and 16 of KV; each other about 17: two fit 40 MiB
+    d = Llmd(tmp, "budget", "--model", p["tinystories"], "--set", "model.name=tinystories",
+             "--set", "memory.budget_mb=40",
+             "--set", "models.stories260k=" + p["stories260k"], "--set", "models.tiny-q8=" + p["tiny-q8"])
+    try:
+        if not check(d.serving(), "llmd serves with memory.budget_mb = 40"):
+            print(d.text(), file=sys.stderr)
+            return
+        check(greedy(d, "stories260k") == want["stories260k"], "stories260k loads within the budget")
+        check(greedy(d, "tiny-q8") == want["tiny-q8"], "tiny-q8 loads too, in place of the idle stories260k")
+        ms = models_of(d)
+        check(ms["stories260k"]["state"] in ("unloaded", "unloading") and ms["tiny-q8"]["state"] == "ready",
+              f"the least recently used idle model made room: "
+              f"{ {n: m['state'] for n, m in ms.items()} }")
+        check(greedy(d, "stories260k") == want["stories260k"] and wait_state(d, "tiny-q8", "unloaded"),
+              "and back: stories260k in, tiny-q8 out")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+    # a pinned model is never unloaded to make room: a load that cannot fit is refused
+    d = Llmd(tmp, "budget2", "--model", p["tinystories"], "--set", "model.name=tinystories",
+             "--set", "memory.budget_mb=40", "--set", "models.tiny-q8=" + p["tiny-q8"],
+             "--set", "models.tiny-q8.pinned=1", "--set", "models.stories260k=" + p["stories260k"])
+    try:
+        if not check(d.serving(), "llmd serves with a pinned model filling the budget"):
+            print(d.text(), file=sys.stderr)
+            return
+        r = d.run("llm-client", "--model", "stories260k", "-n", "4", "Once")
+        check(r.returncode != 0 and "memory.budget_mb" in r.stderr and "MiB" in r.stderr,
+              f"a load that cannot fit is refused with the numbers: {r.stderr.strip()}")
+        st, body = d.request("POST", "/v1/completions", {"model": "stories260k", "prompt": "Once", "max_tokens": 4})
+        check(st == 429 and "memory.budget_mb" in body["error"]["message"], f"over HTTP: {st}")
+        check(models_of(d)["tiny-q8"]["state"] == "ready", "the pinned model stays")
+        check(greedy(d, "tiny-q8") == want["tiny-q8"], "and serves")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+
+
 def test_bad_settings(tmp):
     tiny = os.path.join(MODELS, FILES["tinystories"])
     bad = os.path.join(tmp, "bad.gguf")
@@ -255,7 +432,11 @@ def main():
             print(f"SKIP: {os.path.join(MODELS, f)} is absent")
             return 77
     with tempfile.TemporaryDirectory(prefix="llmd-multi.") as tmp:
+        os.chmod(tmp, 0o755)  # uid 65534's llmctl reaches the socket
         test_serving(tmp)
+        test_lifecycle(tmp)
+        test_load_while_streaming(tmp)
+        test_budget(tmp)
         test_bad_settings(tmp)
     print(f"multi_model: {failures} failed")
     return 1 if failures else 0

@@ -5,8 +5,9 @@
  *  - requests_per_connection over requests_per_uid says which one to change;
  *  - the hardening limits (admin_connections, output_kib, the timeouts)
  *    parse with their ranges;
- *  - [models] NAME = PATH adds, replaces and drops models, and refuses bad
- *    names, an eighth model and the default model's name.
+ *  - [models] NAME = PATH adds, replaces and drops models, NAME.pinned and
+ *    NAME.keep_alive_s set theirs, and bad names, an eighth model and the
+ *    default model's name are refused; [memory] parses.
  */
 #include <errno.h>
 
@@ -67,6 +68,16 @@ int main(void)
 	CHECK(conf_set(&c, "models.small:1b=/m/b.gguf", err, sizeof err) == 0); /* replaced */
 	CHECK_INT_EQ(c.n_models, 2);
 	CHECK(!strcmp(c.models[1].path, "/m/b.gguf"));
+	/* NAME.pinned and NAME.keep_alive_s, the name's own dots kept */
+	CHECK(conf_set(&c, "models.small:1b.pinned=yes", err, sizeof err) == 0);
+	CHECK(conf_set(&c, "models.coder.keep_alive_s=-1", err, sizeof err) == 0);
+	CHECK(c.models[1].pinned == 1 && c.models[0].keep_alive_s == -1 && c.models[1].keep_alive_s == -2);
+	CHECK(conf_set(&c, "models.v1.5.pinned=1", err, sizeof err) < 0);
+	CHECK(strstr(err, "no model v1.5 = PATH before it") != NULL);
+	CHECK(conf_set(&c, "models.coder.keep_alive_s=soon", err, sizeof err) < 0);
+	CHECK(strstr(err, "not an integer in -1..") != NULL);
+	CHECK(conf_set(&c, "memory.budget_mb=4096", err, sizeof err) == 0 && c.budget_mb == 4096);
+	CHECK(conf_set(&c, "memory.keep_alive_s=-1", err, sizeof err) == 0 && c.keep_alive_s == -1);
 	CHECK(conf_set(&c, "models.coder=", err, sizeof err) == 0);             /* dropped */
 	CHECK_INT_EQ(c.n_models, 1);
 	CHECK(!strcmp(c.models[0].name, "small:1b"));
