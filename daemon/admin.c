@@ -429,7 +429,7 @@ static int cmd_ps(struct llmd *d, struct conn *c, const char *arg, const struct 
 		add_int(j, "pid", o->pid);
 		add_int(j, "uid", o->uid);
 		add_str(j, "command", o->comm);
-		add_str(j, "state", req_state(r->info.state));
+		add_str(j, "state", r->loading ? "loading" : req_state(r->info.state));
 		json_object_object_add(j, "ring_full", json_object_new_boolean(r->ring_full));
 		add_int(j, "queue_pos", r->info.queue_pos);
 		add_int(j, "priority", r->info.priority);

@@ -784,6 +784,19 @@ static void publish(struct worker *w)
 	for (int k = 0; k < w->n_models; k++)
 		if (w->models[k])
 			sched_info_each(w->models[k]->s, snap_add, &(struct snap_fill){ w->models[k], sn, t });
+	for (int k = 0; k < w->n_models; k++)
+		for (size_t i = 0; i < w->pending[k].n && sn->n_reqs < sn->cap_reqs; i++) {
+			const struct worker_req *r = ((struct worker_req **)w->pending[k].items)[i];
+			struct worker_snap_req *o = &sn->reqs[sn->n_reqs++];
+			memset(o, 0, sizeof *o);
+			o->gid = r->gid;
+			o->model = k;
+			o->conn_id = r->conn_id;
+			o->client_id = r->client_id;
+			o->info.priority = r->priority;
+			o->info.prompt_tokens = r->n_prompt;
+			o->loading = 1;
+		}
 	pthread_mutex_lock(&w->snap_lock);
 	old = w->snap;
 	w->snap = sn;

@@ -90,6 +90,8 @@ struct worker_snap_req {
 	struct sched_info info;
 	double age_s;                /* since the worker received it */
 	int ring_full;               /* held because the client's ring is full */
+	int loading;                 /* waits for its model to be loaded (INFO is zero but
+	                                for the prompt's length) */
 };
 
 /* One model's part of a snapshot. */
