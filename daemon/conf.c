@@ -270,14 +270,11 @@ static int apply_model_setting(struct llmd_conf *c, const char *key, const char 
 static int apply_model(struct llmd_conf *c, const char *name, const char *path, char *err,
 		       size_t errlen)
 {
+	const char *dot = strrchr(name, '.'); /* a name may have dots of its own */
 	int32_t i;
 
-	{ /* a name may have dots of its own: the setting is the last part */
-		const char *dot = strrchr(name, '.');
-		if (dot && (!strcmp(dot, ".pinned") || !strcmp(dot, ".keep_alive_s")))
-			return apply_model_setting(c, name, path, err, errlen);
-	}
-
+	if (dot && (!strcmp(dot, ".pinned") || !strcmp(dot, ".keep_alive_s")))
+		return apply_model_setting(c, name, path, err, errlen);
 	if (!conf_model_name_ok(name)) {
 		snprintf(err, errlen, "models.%s: a model's name is 1..%d letters, digits and . _ - :",
 			 name, LLMD_MODEL_NAME_MAX);

@@ -47,6 +47,16 @@ const char *models_state_name(enum llmd_model_state s)
 	return "?";
 }
 
+struct llmd_model *llmd_model_find(struct llmd *d, const char *name, size_t len)
+{
+	if (!name || !len)
+		return d->n_models > 0 ? &d->models[0] : NULL;
+	for (int i = 0; i < d->n_models; i++)
+		if (strlen(d->models[i].name) == len && !memcmp(d->models[i].name, name, len))
+			return &d->models[i];
+	return NULL;
+}
+
 static uint64_t model_bytes(const struct llmd_model *lm)
 {
 	return lm->weight_bytes + lm->kv_bytes;

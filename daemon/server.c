@@ -191,16 +191,6 @@ static uint32_t ring_size_for(const struct llmd *d, uint32_t want)
 	return size;
 }
 
-struct llmd_model *llmd_model_find(struct llmd *d, const char *name, size_t len)
-{
-	if (!name || !len)
-		return d->n_models > 0 ? &d->models[0] : NULL;
-	for (int i = 0; i < d->n_models; i++)
-		if (strlen(d->models[i].name) == len && !memcmp(d->models[i].name, name, len))
-			return &d->models[i];
-	return NULL;
-}
-
 static void handle_hello(struct llmd *d, struct conn *c, const struct proto_frame *f)
 {
 	struct proto_hello h;

@@ -369,16 +369,14 @@ static void conn_close_ring(struct wconn *c)
 	c->full = 0;
 }
 
-static void conn_hold(struct worker *w, struct wconn *c, int hold)
+static void conn_hold(struct wconn *c, int hold)
 {
-	(void)w;
 	for (struct wreq *q = c->reqs; q; q = q->next)
 		sched_hold(q->wm->s, q->sid, hold);
 }
 
-static void conn_cancel_all(struct worker *w, struct wconn *c)
+static void conn_cancel_all(struct wconn *c)
 {
-	(void)w;
 	for (struct wreq *q = c->reqs; q; q = q->next)
 		sched_cancel(q->wm->s, q->sid);
 }
@@ -390,7 +388,7 @@ static void conn_bad(struct worker *w, struct wconn *c)
 		return;
 	c->bad = 1;
 	conn_close_ring(c);
-	conn_cancel_all(w, c);
+	conn_cancel_all(c);
 	note(w, &n);
 }
 
@@ -457,7 +455,7 @@ static void conn_write(struct worker *w, struct wconn *c, uint16_t type, const u
 			return;
 		}
 		c->full = 1;
-		conn_hold(w, c, 1);
+		conn_hold(c, 1);
 	}
 	if (overflow_add(c, type, p, len) < 0) /* out of memory: the client cannot be served */
 		conn_bad(w, c);
@@ -829,7 +827,7 @@ static void process(struct worker *w, struct work *wk)
 	case WORK_DETACH:
 		if ((c = find_conn(w, wk->conn_id))) {
 			conn_close_ring(c);
-			conn_cancel_all(w, c);
+			conn_cancel_all(c);
 			conn_free_if_done(w, c);
 		}
 		return;
@@ -841,7 +839,7 @@ static void process(struct worker *w, struct work *wk)
 		return;
 	case WORK_CANCEL_ALL:
 		for (c = w->conns; c; c = c->next)
-			conn_cancel_all(w, c);
+			conn_cancel_all(c);
 		for (int k = 0; k < WORKER_MAX_MODELS; k++) {
 			struct vec *p = &w->pending[k];
 			for (size_t i = 0; i < p->n; i++)
@@ -851,16 +849,16 @@ static void process(struct worker *w, struct work *wk)
 		return;
 	case WORK_INSTALL: {
 		struct vec *p = &w->pending[wk->model];
-		struct vec todo = *p;
+		struct vec waiting = *p;
 		wk->wm->w = w;
 		wk->wm->index = wk->model;
 		w->models[wk->model] = wk->wm;
 		if (wk->model >= w->n_models)
 			w->n_models = wk->model + 1;
 		*p = (struct vec){ .size = sizeof(struct worker_req *) };
-		for (size_t i = 0; i < todo.n; i++)
-			do_submit(w, ((struct worker_req **)todo.items)[i]);
-		free(todo.items);
+		for (size_t i = 0; i < waiting.n; i++)
+			do_submit(w, ((struct worker_req **)waiting.items)[i]);
+		free(waiting.items);
 		return;
 	}
 	case WORK_FAIL: {
@@ -940,7 +938,7 @@ static void *worker_main(void *arg)
 		for (struct wconn *c = w->conns; c; c = c->next)
 			if (c->full && overflow_flush(w, c) && c->ring) {
 				c->full = 0;
-				conn_hold(w, c, 0);
+				conn_hold(c, 0);
 				w->snap_dirty = 1;
 			}
 		if (stop && live_all(w) == 0)

@@ -1,4 +1,4 @@
-/* utf8.h - the one strict UTF-8 validator of llmd: overlong forms,
+/* utf8.h - the one strict UTF-8 validator (and encoder) of llmd: overlong forms,
  * surrogates and code points above U+10FFFF are invalid, as in the Unicode
  * standard's table 3-7.  Header-only, below everything, so that libllm, the
  * server and the tokenizer agree on what valid text is.  Any thread.
@@ -75,6 +75,33 @@ static inline size_t utf8_check(const void *s, size_t n)
 static inline int utf8_valid(const void *s, size_t n)
 {
 	return utf8_check(s, n) == n;
+}
+
+/* Writes code point CP (< 0x110000) to O as 1 to 4 bytes; returns how many. */
+static inline size_t utf8_encode(void *o, uint32_t cp)
+{
+	uint8_t *b = o;
+
+	if (cp < 0x80) {
+		b[0] = (uint8_t)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		b[0] = (uint8_t)(0xc0 | cp >> 6);
+		b[1] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		b[0] = (uint8_t)(0xe0 | cp >> 12);
+		b[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+		b[2] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	b[0] = (uint8_t)(0xf0 | cp >> 18);
+	b[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
+	b[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+	b[3] = (uint8_t)(0x80 | (cp & 0x3f));
+	return 4;
 }
 
 #endif

@@ -2171,30 +2171,6 @@ static uint32_t class_text_cp(const struct grammar *g, uint32_t cls)
 	return 0;
 }
 
-static size_t put_utf8(uint8_t *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (uint8_t)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (uint8_t)(0xc0 | cp >> 6);
-		o[1] = (uint8_t)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (uint8_t)(0xe0 | cp >> 12);
-		o[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
-		o[2] = (uint8_t)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	o[0] = (uint8_t)(0xf0 | cp >> 18);
-	o[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
-	o[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
-	o[3] = (uint8_t)(0x80 | (cp & 0x3f));
-	return 4;
-}
-
 /* BEST[p] for p < LEN: the fewest tokens of V that spell TEXT[p..LEN), or
  * LEN - p (a byte a token) where none do; BEST[LEN] = 0. */
 static void spell(const struct grammar_vocab *v, const uint8_t *text, size_t len, uint32_t *best)
@@ -2254,7 +2230,7 @@ static int token_costs(struct gshared *sh)
 				goto out;
 			for (uint32_t k = i; k < j; k++) {
 				eoff[k - i] = (uint32_t)n;
-				n += put_utf8(text + n, class_text_cp(g, g->elems[k].arg));
+				n += utf8_encode(text + n, class_text_cp(g, g->elems[k].arg));
 			}
 			spell(sh->v, text, n, best);
 			for (uint32_t k = i; k < j; k++)

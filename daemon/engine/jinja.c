@@ -22,6 +22,7 @@
 #include <json-c/json.h>
 
 #include "jinja.h"
+#include "utf8.h"
 
 #define PARSE_MAX_DEPTH 96     /* nesting of expressions and blocks */
 #define RANGE_MAX 100000       /* jinja2's MAX_RANGE */
@@ -236,30 +237,6 @@ static uint32_t utf8_get(const char *s, size_t n, size_t i, size_t *len)
 		return u[0];
 	*len = (size_t)k;
 	return c;
-}
-
-static size_t utf8_put(char *o, uint32_t c)
-{
-	if (c < 0x80) {
-		o[0] = (char)c;
-		return 1;
-	}
-	if (c < 0x800) {
-		o[0] = (char)(0xc0 | c >> 6);
-		o[1] = (char)(0x80 | (c & 0x3f));
-		return 2;
-	}
-	if (c < 0x10000) {
-		o[0] = (char)(0xe0 | c >> 12);
-		o[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-		o[2] = (char)(0x80 | (c & 0x3f));
-		return 3;
-	}
-	o[0] = (char)(0xf0 | c >> 18);
-	o[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-	o[2] = (char)(0x80 | ((c >> 6) & 0x3f));
-	o[3] = (char)(0x80 | (c & 0x3f));
-	return 4;
 }
 
 /* Python's str.isspace() (and re's \s). */
@@ -548,7 +525,7 @@ static struct sstr lex_unescape(struct parser *ps, const char *p, size_t n, int 
 			if (cp > 0x10ffff)
 				perr(ps, line, "illegal Unicode character in a string");
 			/* a \u escape takes as many bytes as its UTF-8 */
-			o += utf8_put(o, cp);
+			o += utf8_encode(o, cp);
 			break;
 		}
 		default:
@@ -556,7 +533,7 @@ static struct sstr lex_unescape(struct parser *ps, const char *p, size_t n, int 
 				uint32_t cp = (uint32_t)(c - '0');
 				for (int k = 0; k < 2 && i < n && p[i] >= '0' && p[i] <= '7'; k++)
 					cp = cp * 8 + (uint32_t)(p[i++] - '0');
-				o += utf8_put(o, cp);
+				o += utf8_encode(o, cp);
 			} else if (c == 'N') {
 				perr(ps, line, "unsupported \\N{...} escape in a string");
 			} else {
@@ -3292,7 +3269,7 @@ static struct val str_case(struct rt *rt, struct sstr s, int how, int title)
 		uint32_t m = title ? map_case(rt, c, prev_cased ? CASE_LOWER : CASE_UPPER) : map_case(rt, c, how);
 		if (title)
 			prev_cased = is_cased(rt, c);
-		sb_put(rt, &b, tmp, utf8_put(tmp, m));
+		sb_put(rt, &b, tmp, utf8_encode(tmp, m));
 	}
 	return sb_val(&b);
 }
