@@ -65,6 +65,9 @@ struct bench_opts {
 	int32_t device;             /* CUDA device index */
 	int32_t batch;
 	int32_t step_ms;            /* the scheduler's step-time budget, ms; 0 = off */
+	int32_t spec;               /* --speculative: SCHED_SPEC_OFF (default) or _NGRAM */
+	int32_t draft_max;          /* --draft-max: tokens proposed a step at most (0: 8) */
+	int32_t draft_min_match;    /* --draft-min-match: the n-gram that must recur (0: 2) */
 	struct sampler_params sp;
 	const char *stops[STOPSTR_MAX];
 	int n_stops;
@@ -100,6 +103,11 @@ static void usage(FILE *f)
 		"      --kv-type TYPE      KV cache element type: f16 (default), f32 or q8_0\n"
 		"      --batch N           prompt rows per step (default 512)\n"
 		"      --step-ms N         step-time budget while sequences decode, ms (default 0: off)\n"
+		"      --speculative MODE  speculative decoding: off (default) or ngram (prompt lookup:\n"
+		"                          the sequence's last tokens recurring in its own text propose\n"
+		"                          what followed them); the JSON reports the acceptance\n"
+		"      --draft-max K       tokens a sequence proposes a step at most (default 8)\n"
+		"      --draft-min-match N the n-gram that must recur to propose (default 2)\n"
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
 		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
 		"      --kv-tokens N       KV pool size in tokens (default: enough for all sequences)\n"
@@ -218,7 +226,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
 	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS, O_URL, O_USOCK, O_KEY, O_GRAMMAR, O_SCHEMA,
-	       O_JOBJ, O_MNAME };
+	       O_JOBJ, O_MNAME, O_SPEC, O_DMAX, O_DMIN };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -243,6 +251,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "unix-socket", required_argument, 0, O_USOCK }, { "api-key", required_argument, 0, O_KEY },
 		{ "grammar", required_argument, 0, O_GRAMMAR }, { "json-schema", required_argument, 0, O_SCHEMA },
 		{ "json-object", no_argument, 0, O_JOBJ }, { "model-name", required_argument, 0, O_MNAME },
+		{ "speculative", required_argument, 0, O_SPEC }, { "draft-max", required_argument, 0, O_DMAX },
+		{ "draft-min-match", required_argument, 0, O_DMIN },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -295,6 +305,18 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case O_IGN: o->ignore_eos = 1; break;
 		case O_BATCH: o->batch = atoi(optarg); break;
 		case O_STEPMS: o->step_ms = atoi(optarg); break;
+		case O_SPEC:
+			if (!strcmp(optarg, "off"))
+				o->spec = SCHED_SPEC_OFF;
+			else if (!strcmp(optarg, "ngram"))
+				o->spec = SCHED_SPEC_NGRAM;
+			else {
+				fprintf(stderr, "llm-bench: --speculative must be off or ngram\n");
+				return -1;
+			}
+			break;
+		case O_DMAX: o->draft_max = atoi(optarg); break;
+		case O_DMIN: o->draft_min_match = atoi(optarg); break;
 		case O_PAR: o->parallel = atoi(optarg); break;
 		case O_KVT: o->kv_tokens = atoll(optarg); break;
 		case O_NOPC: o->no_prefix_cache = 1; break;
@@ -364,6 +386,16 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	if (o->model_name && !o->socket && !o->url) {
 		fprintf(stderr, "llm-bench: --model-name needs --socket or --url (in-process, --model "
 			"names the file)\n");
+		return -1;
+	}
+	if (o->draft_max < 0 || o->draft_max > SCHED_SPEC_MAX_DRAFT || o->draft_min_match < 0) {
+		fprintf(stderr, "llm-bench: --draft-max must be 1..%d, --draft-min-match positive\n",
+			SCHED_SPEC_MAX_DRAFT);
+		return -1;
+	}
+	if ((o->socket || o->url) && (o->spec || o->draft_max || o->draft_min_match)) {
+		fprintf(stderr, "llm-bench: --speculative and the --draft options run in-process (the "
+			"daemon's [spec] section sets them for --socket)\n");
 		return -1;
 	}
 	if (o->url && !o->api_key)
@@ -1019,6 +1051,12 @@ int main(int argc, char **argv)
 	sp.max_batched_tokens = o.batch;
 	sp.prefix_cache = !o.no_prefix_cache;
 	sp.step_ms = o.step_ms;
+	if (o.spec)
+		sp.spec_mode = o.spec;
+	if (o.draft_max)
+		sp.spec_max_draft = o.draft_max;
+	if (o.draft_min_match)
+		sp.spec_min_match = o.draft_min_match;
 	r = engine_new(m, &ep, &e, err, sizeof err);
 	if (r < 0) {
 		fprintf(stderr, "llm-bench: cannot start the engine: %s\n", err);
@@ -1145,6 +1183,25 @@ int main(int argc, char **argv)
 		engine_graph_stats(e, &g_rec, &g_rep);
 		json_object_object_add(root, "graphs_recorded", json_object_new_int64((int64_t)g_rec));
 		json_object_object_add(root, "graphs_replayed", json_object_new_int64((int64_t)g_rep));
+		if (sp.spec_mode != SCHED_SPEC_OFF) {
+			/* the last repetition's: steps that verified proposals, how many
+			 * tokens each gained, the share of proposals that stood */
+			json_object *sj = json_object_new_object();
+			json_object_object_add(sj, "mode", json_object_new_string("ngram"));
+			json_object_object_add(sj, "max_draft", json_object_new_int(sp.spec_max_draft));
+			json_object_object_add(sj, "min_match", json_object_new_int(sp.spec_min_match));
+			json_object_object_add(sj, "decode_steps", json_object_new_int64((int64_t)cnt.decode_rows));
+			json_object_object_add(sj, "verify_steps", json_object_new_int64((int64_t)cnt.spec_steps));
+			json_object_object_add(sj, "proposed", json_object_new_int64((int64_t)cnt.spec_proposed));
+			json_object_object_add(sj, "accepted", json_object_new_int64((int64_t)cnt.spec_accepted));
+			json_object_object_add(sj, "accepted_per_step", json_object_new_double(
+				cnt.spec_steps ? (double)cnt.spec_accepted / (double)cnt.spec_steps : 0));
+			json_object_object_add(sj, "tokens_per_decode_step", json_object_new_double(
+				cnt.decode_rows ? (double)(cnt.decode_rows + cnt.spec_accepted) / (double)cnt.decode_rows : 0));
+			json_object_object_add(sj, "acceptance_rate", json_object_new_double(
+				cnt.spec_proposed ? (double)cnt.spec_accepted / (double)cnt.spec_proposed : 0));
+			json_object_object_add(root, "speculative", sj);
+		}
 		if (o.parallel > 1) {
 			json_object *res = json_object_new_array_ext(br.n);
 			json_object_object_add(root, "preemptions", json_object_new_int64((int64_t)cnt.preemptions));
@@ -1190,6 +1247,13 @@ int main(int argc, char **argv)
 				"prefix cache, %lld prompt rows computed\n", f, lp, 100 * lp / f, lm,
 				100 * lm / f, (long long)cnt.prefix_hit_tokens, (long long)cnt.prefill_rows);
 		}
+		if (sp.spec_mode != SCHED_SPEC_OFF)
+			fprintf(stderr, "llm-bench: speculative (ngram, last run): %llu of %llu proposed tokens "
+				"stood (%.0f%%), %.2f tokens per decode step, %llu verifying steps\n",
+				(unsigned long long)cnt.spec_accepted, (unsigned long long)cnt.spec_proposed,
+				cnt.spec_proposed ? 100.0 * (double)cnt.spec_accepted / (double)cnt.spec_proposed : 0,
+				cnt.decode_rows ? (double)(cnt.decode_rows + cnt.spec_accepted) / (double)cnt.decode_rows : 0,
+				(unsigned long long)cnt.spec_steps);
 		if (o.profile)
 			profile_print(&prof);
 	}

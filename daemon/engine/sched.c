@@ -27,6 +27,11 @@
 #define PIECE_MAX 512 /* bytes one token's text can release, with held-back bytes */
 #define REFIT_EVERY 16 /* steps between cost-model fits (some microseconds each) when
                           the budget does not need a fresh one */
+#define SPEC_MAX_MATCH 8 /* prompt lookup: the longest n-gram it matches */
+#define SPEC_MAX_ROWS 64 /* proposed rows in one step, all sequences together */
+#define SPEC_DECAY 0.9   /* per verification, the weight of what acceptance taught before */
+#define SPEC_THRESH_COLD 0.3 /* the acceptance a proposed row needs while the cost model
+                                cannot price it */
 
 enum seq_state {
 	SEQ_WAITING = 0,  /* queued, never admitted or preempted */
@@ -61,6 +66,12 @@ struct seq {
 	int preempted_now;      /* preempted while planning this step: not readmitted in it */
 	int deferred_now;       /* its prefix is being computed by a running one: not admitted
 	                           in this step */
+	int32_t spec;           /* SCHED_SPEC_OFF or SCHED_SPEC_NGRAM */
+	int32_t spec_max;       /* tokens it proposes a step at most */
+	int32_t n_draft;        /* proposed this step, at tokens[n_tokens..] (planning) */
+	int32_t spec_guess;     /* the proposer's next token when no row was worth it, or -1:
+	                           judged against the drawn token all the same */
+	double spec_ok, spec_all; /* decayed counts of proposals that stood, and judged */
 	struct sampler *smp;    /* owned */
 	struct grammar_state *gram; /* borrowed (sched_request.grammar), or NULL */
 	uint32_t *mask;         /* ((n_vocab + 31) / 32) the grammar's allowed tokens; owned */
@@ -97,7 +108,8 @@ struct sched {
 	const int32_t **row_table;
 	uint8_t *row_logits;
 	struct seq **row_seq;
-	float *logits;               /* (max_seqs, n_vocab) */
+	float *logits;               /* (cap_logits, n_vocab) */
+	int32_t cap_logits;          /* max_seqs; + SPEC_MAX_ROWS once a sequence proposes */
 };
 
 void sched_params_default(struct sched_params *p)
@@ -107,6 +119,9 @@ void sched_params_default(struct sched_params *p)
 	p->max_queue = 1024;
 	p->prefix_cache = 1;
 	p->step_ms = 0;
+	p->spec_mode = SCHED_SPEC_OFF;
+	p->spec_max_draft = 8;
+	p->spec_min_match = 2;
 }
 
 int sched_new(struct engine *e, const struct model *m, const struct sched_params *p,
@@ -116,9 +131,12 @@ int sched_new(struct engine *e, const struct model *m, const struct sched_params
 	size_t T;
 
 	if (p->max_seqs < 1 || p->max_batched_tokens < 1 || p->max_queue < 0 || !fn ||
-	    p->max_batched_tokens > engine_max_batch(e) || p->step_ms < 0) {
+	    p->max_batched_tokens > engine_max_batch(e) || p->step_ms < 0 ||
+	    (p->spec_mode != SCHED_SPEC_OFF && p->spec_mode != SCHED_SPEC_NGRAM) ||
+	    p->spec_max_draft < 1 || p->spec_max_draft > SCHED_SPEC_MAX_DRAFT || p->spec_min_match < 1) {
 		snprintf(err, errlen, "invalid scheduler parameters (max_batched_tokens must be 1..%d, "
-			 "step_ms >= 0)", engine_max_batch(e));
+			 "step_ms >= 0, spec max_draft 1..%d, min_match >= 1)", engine_max_batch(e),
+			 SCHED_SPEC_MAX_DRAFT);
 		return -EINVAL;
 	}
 	s = calloc(1, sizeof *s);
@@ -143,7 +161,8 @@ int sched_new(struct engine *e, const struct model *m, const struct sched_params
 	s->row_table = malloc(T * sizeof *s->row_table);
 	s->row_logits = malloc(T);
 	s->row_seq = malloc(T * sizeof *s->row_seq);
-	s->logits = malloc((size_t)p->max_seqs * m->hp.n_vocab * sizeof(float));
+	s->cap_logits = p->max_seqs;
+	s->logits = malloc((size_t)s->cap_logits * m->hp.n_vocab * sizeof(float));
 	if (!s->live || !s->run || !s->row_token || !s->row_pos || !s->row_table || !s->row_logits ||
 	    !s->row_seq || !s->logits)
 		goto nomem;
@@ -211,7 +230,8 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	int rc;
 
 	if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || r->n_stops < 0 ||
-	    r->top_logprobs < 0 || r->top_logprobs > SAMPLER_MAX_TOP)
+	    r->top_logprobs < 0 || r->top_logprobs > SAMPLER_MAX_TOP || r->spec < SCHED_SPEC_DEFAULT ||
+	    r->spec > SCHED_SPEC_NGRAM || r->spec_max_draft < 0 || r->spec_max_draft > SCHED_SPEC_MAX_DRAFT)
 		return -EINVAL;
 	for (int32_t i = 0; i < r->n_prompt; i++)
 		if (r->prompt[i] < 0 || r->prompt[i] >= s->m->hp.n_vocab)
@@ -260,6 +280,9 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	q->ignore_eos = r->ignore_eos;
 	q->logprobs = r->logprobs;
 	q->n_top_want = r->top_logprobs;
+	q->spec = r->grammar ? SCHED_SPEC_OFF : r->spec ? r->spec : s->p.spec_mode;
+	q->spec_max = r->spec_max_draft ? r->spec_max_draft : s->p.spec_max_draft;
+	q->spec_guess = -1;
 	q->order = s->next_order++;
 	q->state = SEQ_WAITING;
 	q->t_submit = clock_s();
@@ -475,7 +498,7 @@ static void add_rows(struct sched *s, struct seq *q, int32_t n, int32_t *T)
 		s->row_pos[*T] = pos;
 		s->row_table[*T] = q->table;
 		s->row_seq[*T] = q;
-		s->row_logits[*T] = pos == q->n_tokens - 1;
+		s->row_logits[*T] = pos >= q->n_tokens - 1; /* the last token, and proposals */
 		s->plan_work.attended += pos + 1;
 		(*T)++;
 	}
@@ -557,6 +580,108 @@ static int32_t fit_time(struct sched *s, const struct seq *q, int32_t n, int32_t
 	return lo;
 }
 
+/* ---- speculation ---- */
+
+/* Prompt lookup: finds the longest (then the latest) earlier occurrence of
+ * the last tokens of TOK (N of them), SPEC_MAX_MATCH at most and MIN_MATCH
+ * at least, and writes the up to LIMIT tokens that followed it to OUT (which
+ * may be TOK + N).  Where they run into the end of TOK they go on with
+ * themselves: a text repeating with period P proposes its next period.
+ * Returns how many, 0 when nothing recurs. */
+static int32_t ngram_lookup(const int32_t *tok, int32_t n, int32_t min_match, int32_t limit,
+			    int32_t *out)
+{
+	int32_t best_len = 0, best_end = -1;
+
+	if (n < min_match + 1 || limit < 1)
+		return 0;
+	for (int32_t j = n - 2; j >= 0 && best_len < SPEC_MAX_MATCH; j--) {
+		int32_t len = 0;
+		while (len < SPEC_MAX_MATCH && len <= j && tok[j - len] == tok[n - 1 - len])
+			len++;
+		if (len > best_len) {
+			best_len = len;
+			best_end = j;
+		}
+	}
+	if (best_len < min_match)
+		return 0;
+	for (int32_t k = 0; k < limit; k++) {
+		int32_t at = best_end + 1 + k;
+		out[k] = at < n ? tok[at] : out[at - n];
+	}
+	return limit;
+}
+
+/* The acceptance rate Q has shown: the chance that a proposed token stands,
+ * with a prior of one half. */
+static double spec_rate(const struct seq *q)
+{
+	return (q->spec_ok + 1) / (q->spec_all + 2);
+}
+
+/* Learns from a verification (or a proposal judged without rows) where
+ * ACCEPTED of PROPOSED tokens stood. */
+static void spec_learn(struct seq *q, int32_t accepted, int32_t proposed)
+{
+	q->spec_ok = q->spec_ok * SPEC_DECAY + accepted;
+	q->spec_all = q->spec_all * SPEC_DECAY + accepted + (accepted < proposed);
+}
+
+/* What a proposed row must be worth to be run, as a chance of standing:
+ * the step's tokens per second with N_DEC decode rows and CONTEXT positions
+ * read, against the cost-model price of one more row at position POS.  A
+ * row whose expected tokens over its price fall short of what the step
+ * makes anyway lowers the throughput.  A batch that is compute-bound sets
+ * the bar high; a lone memory-bound decode, low. */
+static double spec_threshold(const struct sched *s, int32_t n_dec, int64_t context, int32_t pos)
+{
+	struct stepcost_step st = { .rows = n_dec, .attended = context, .context = context };
+	double t0, row;
+
+	if (!stepcost_ready(&s->cost) || (t0 = stepcost_predict(&s->cost, &st)) <= 0)
+		return SPEC_THRESH_COLD;
+	row = s->cost.coef.row_s + s->cost.coef.pos_s * (pos + 1);
+	return row * n_dec / t0;
+}
+
+/* Tokens decoding Q proposes this step, written after its tokens: as many
+ * as recur (at most LIMIT) and whose chance of standing (the rate to the
+ * power of their place) clears THRESH.  Sets Q's guess when none does. */
+static int32_t spec_propose(struct sched *s, struct seq *q, int32_t limit, double thresh)
+{
+	int32_t n, k = 0;
+	double a = spec_rate(q), pa = 1;
+
+	q->spec_guess = -1;
+	if (limit > q->spec_max)
+		limit = q->spec_max;
+	if (limit < 1 || (n = ngram_lookup(q->tokens, q->n_tokens, s->p.spec_min_match, limit,
+					   q->tokens + q->n_tokens)) == 0)
+		return 0;
+	while (k < n && (pa *= a) >= thresh)
+		k++;
+	if (k == 0)
+		q->spec_guess = q->tokens[q->n_tokens];
+	return k;
+}
+
+/* Makes room for the logits of proposed rows: 0, or -ENOMEM (no proposals
+ * then). */
+static int spec_room(struct sched *s)
+{
+	int32_t cap = s->p.max_seqs + SPEC_MAX_ROWS;
+	float *nl;
+
+	if (s->cap_logits >= cap)
+		return 0;
+	if (!(nl = realloc(s->logits, (size_t)cap * s->m->hp.n_vocab * sizeof *nl)))
+		return -ENOMEM;
+	s->logits = nl;
+	s->cap_logits = cap;
+	return 0;
+}
+
 /* Fills the step's rows; returns T. */
 static int32_t plan(struct sched *s)
 {
@@ -571,16 +696,32 @@ static int32_t plan(struct sched *s)
 		s->live[i]->step_rows = 0;
 		s->live[i]->preempted_now = 0;
 		s->live[i]->deferred_now = 0;
+		s->live[i]->n_draft = 0;
 		if (s->live[i]->state == SEQ_RUNNING)
 			run[n_run++] = s->live[i];
 	}
 	qsort(run, (size_t)n_run, sizeof *run, cmp_run_order);
 
-	/* 1. one decode token per running sequence, preempting when blocks run out */
-	for (int32_t i = 0; i < n_run && budget > 0; i++) {
+	/* 1. one decode token per running sequence, preempting when blocks run
+	 * out, and the tokens it proposes where they are worth their rows and
+	 * free blocks, the budget and the logits' room allow */
+	int32_t n_dec = 0, spec_left = 0;
+	int64_t dec_ctx = 0;
+	for (int32_t i = 0; i < n_run; i++) {
 		struct seq *q = run[i];
+		if (q->held || q->n_tokens - q->n_computed != 1)
+			continue;
+		n_dec++;
+		dec_ctx += q->n_tokens;
+		if (q->spec == SCHED_SPEC_NGRAM && !spec_left && spec_room(s) == 0)
+			spec_left = SPEC_MAX_ROWS;
+	}
+	for (int32_t i = 0, dec_left = n_dec; i < n_run && budget > 0; i++) {
+		struct seq *q = run[i];
+		int32_t limit;
 		if (q->state != SEQ_RUNNING || q->held || q->n_tokens - q->n_computed != 1)
 			continue;
+		dec_left--;
 		while (grow(s, q, q->n_tokens) < 0) {
 			struct seq *v = pick_victim(s);
 			preempt(s, v && v != q ? v : q);
@@ -589,9 +730,26 @@ static int32_t plan(struct sched *s)
 		}
 		if (q->state != SEQ_RUNNING)
 			continue;
-		add_rows(s, q, 1, &T);
+		if (q->spec == SCHED_SPEC_NGRAM) {
+			/* room for what it proposes and the token after them: max_tokens,
+			 * the context, the free blocks (never preempting for them), the
+			 * step's rows (one kept for each decode after it) */
+			limit = q->max_tokens - q->n_gen - 1;
+			if (limit > s->n_ctx - q->n_tokens)
+				limit = s->n_ctx - q->n_tokens;
+			if (limit > (q->n_blocks + kv_pool_n_available(s->kv)) * s->bt - q->n_tokens)
+				limit = (q->n_blocks + kv_pool_n_available(s->kv)) * s->bt - q->n_tokens;
+			if (limit > budget - 1 - dec_left)
+				limit = budget - 1 - dec_left;
+			if (limit > spec_left)
+				limit = spec_left;
+			q->n_draft = spec_propose(s, q, limit, spec_threshold(s, n_dec, dec_ctx, q->n_tokens));
+			grow(s, q, q->n_tokens + q->n_draft); /* cannot fail now */
+			spec_left -= q->n_draft;
+		}
+		add_rows(s, q, 1 + q->n_draft, &T);
 		s->c.decode_rows++;
-		budget--;
+		budget -= 1 + q->n_draft;
 	}
 	s->timed = s->p.step_ms > 0 && T > 0;
 	/* 2. prompts already being prefilled continue, as far as blocks and
@@ -717,6 +875,66 @@ static void fail_all(struct sched *s, int err)
 		seq_finish(s, s->live[0], SCHED_FIN_ERROR, err, "the forward pass failed");
 }
 
+/* Draws Q's next token from its logits LG and takes it: the grammar, the
+ * events, the stops.  Returns the token, or -1 when that finished Q (freed
+ * then). */
+static int32_t take_token(struct sched *s, struct seq *q, const float *lg)
+{
+	float lp = 0;
+	int stop = 0, r = 0;
+	int32_t tok;
+
+	if (q->gram && (r = grammar_state_mask(q->gram, q->mask)) <= 0) {
+		/* Past a matching limit, or (a bug) nothing allowed. */
+		seq_finish(s, q, SCHED_FIN_ERROR, r < 0 ? r : -EINVAL,
+			   r == -E2BIG ? "the output grew past the grammar's matching limits "
+					 "(too ambiguous or nested too deeply)" :
+			   r == -ENOMEM ? "out of memory" : "the grammar allows no token here");
+		return -1;
+	}
+	tok = sampler_sample_masked(q->smp, lg, q->gram ? q->mask : NULL, q->logprobs ? &lp : NULL,
+				    q->n_top_want, q->top_ids, q->top_lps, &q->n_top);
+	if (tok >= 0 && q->gram)
+		tok = grammar_pick(s, q, lg, tok, &lp, &r);
+	if (tok < 0 || (q->gram && r < 0)) {
+		seq_finish(s, q, SCHED_FIN_ERROR, tok < 0 ? tok : r,
+			   tok < 0 ? "out of memory" : "the grammar refused the token it allowed");
+		return -1;
+	}
+	sampler_accept(q->smp, tok);
+	q->tokens[q->n_tokens++] = tok;
+	q->n_gen++;
+	s->c.generated_tokens++;
+	if (!q->t_first) {
+		q->t_first = clock_s();
+		q->usage.prefill_s = q->t_first - q->t_admit;
+	}
+	/* A grammar allows an end-of-generation token only where it is
+	 * complete, and then it ends the request even with ignore_eos. */
+	if ((!q->ignore_eos || q->gram) && tokenizer_is_eog(s->m->tok, tok)) {
+		struct sched_event ev = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = tok,
+					  .logprob = lp, .text = "", .text_len = 0, .n_top = q->n_top,
+					  .top_ids = q->top_ids, .top_logprobs = q->top_lps };
+		s->fn(s->ctx, &ev);
+		seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
+		return -1;
+	}
+	emit_token(s, q, tok, lp, &stop);
+	if (stop || (q->gram && grammar_state_done(q->gram))) {
+		seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
+		return -1;
+	}
+	if (q->n_gen >= q->max_tokens || q->n_tokens >= s->n_ctx ||
+	    (q->n_tokens + s->bt - 1) / s->bt > s->kv->view.n_blocks) {
+		seq_finish(s, q, SCHED_FIN_LENGTH, 0,
+			   q->gram && !grammar_state_can_end(q->gram) ?
+			   "the output ended before the grammar was complete (max_tokens or "
+			   "the context)" : NULL);
+		return -1;
+	}
+	return tok;
+}
+
 int sched_step(struct sched *s)
 {
 	int32_t T, n_vocab = s->m->hp.n_vocab, li = 0, seqs = 0;
@@ -771,70 +989,58 @@ int sched_step(struct sched *s)
 	    (s->p.step_ms > 0 && dt * 8e3 >= s->p.step_ms))
 		stepcost_fit(&s->cost);
 
-	/* Commit the computed positions, publish full blocks, then sample for
-	 * every row that produced logits (in row order). */
+	/* Commit the computed positions (of a sequence that proposed, only its
+	 * last token's until the proposals are judged), publish full blocks,
+	 * then sample for every row that produced logits (in row order). */
 	for (int32_t t = 0; t < T; t++) {
 		struct seq *q = s->row_seq[t];
 		if (t > 0 && s->row_seq[t - 1] == q)
 			continue;
 		seqs++;
-		q->n_computed += q->step_rows;
+		q->n_computed += q->step_rows - q->n_draft;
 		publish_full(s, q);
 	}
 	s->c.last_step_seqs = seqs;
 	for (int32_t t = 0; t < T; t++) {
 		struct seq *q = s->row_seq[t];
-		float lp = 0;
-		int stop = 0;
-		int32_t tok;
+		int32_t n_draft, base, guess, accepted = 0, draft[SCHED_SPEC_MAX_DRAFT];
+		int32_t tok = 0;
 
 		if (!s->row_logits[t])
 			continue;
-		const float *lg = s->logits + (size_t)li++ * n_vocab;
-		if (q->gram && (r = grammar_state_mask(q->gram, q->mask)) <= 0) {
-			/* Past a matching limit, or (a bug) nothing allowed. */
-			seq_finish(s, q, SCHED_FIN_ERROR, r < 0 ? r : -EINVAL,
-				   r == -E2BIG ? "the output grew past the grammar's matching limits "
-						 "(too ambiguous or nested too deeply)" :
-				   r == -ENOMEM ? "out of memory" : "the grammar allows no token here");
-			continue;
+		/* rows t .. t + n_draft: the last token's logits, then each proposal's */
+		n_draft = q->n_draft;
+		base = q->n_tokens;
+		guess = q->spec_guess;
+		memcpy(draft, q->tokens + base, (size_t)n_draft * sizeof *draft);
+		q->usage.spec_steps += n_draft > 0;
+		q->usage.spec_proposed += n_draft;
+		for (int32_t j = 0; j <= n_draft; j++) {
+			tok = take_token(s, q, s->logits + (size_t)(li + j) * n_vocab);
+			if (tok < 0 || j == n_draft || tok != draft[j])
+				break;
+			accepted++;
+			q->usage.spec_accepted++; /* before a later token finishes it */
 		}
-		tok = sampler_sample_masked(q->smp, lg, q->gram ? q->mask : NULL, q->logprobs ? &lp : NULL,
-					    q->n_top_want, q->top_ids, q->top_lps, &q->n_top);
-		if (tok >= 0 && q->gram)
-			tok = grammar_pick(s, q, lg, tok, &lp, &r);
-		if (tok < 0 || (q->gram && r < 0)) {
-			seq_finish(s, q, SCHED_FIN_ERROR, tok < 0 ? tok : r,
-				   tok < 0 ? "out of memory" : "the grammar refused the token it allowed");
-			continue;
+		li += n_draft + 1;
+		t += n_draft;
+		s->c.spec_steps += n_draft > 0;
+		s->c.spec_proposed += (uint64_t)n_draft;
+		s->c.spec_accepted += (uint64_t)accepted;
+		if (tok < 0)
+			continue; /* finished, its blocks freed */
+		if (n_draft) {
+			/* The accepted proposals' KV stands; the rest is dropped with the
+			 * blocks only they reached. */
+			spec_learn(q, accepted, n_draft);
+			q->n_computed = base + accepted;
+			while (q->n_blocks > (q->n_tokens + s->bt - 1) / s->bt)
+				kv_pool_unref(s->kv, q->table[--q->n_blocks]);
+			publish_full(s, q);
+			q->n_draft = 0;
+		} else if (guess >= 0) {
+			spec_learn(q, tok == guess, 1);
 		}
-		sampler_accept(q->smp, tok);
-		q->tokens[q->n_tokens++] = tok;
-		q->n_gen++;
-		s->c.generated_tokens++;
-		if (!q->t_first) {
-			q->t_first = clock_s();
-			q->usage.prefill_s = q->t_first - q->t_admit;
-		}
-		/* A grammar allows an end-of-generation token only where it is
-		 * complete, and then it ends the request even with ignore_eos. */
-		if ((!q->ignore_eos || q->gram) && tokenizer_is_eog(s->m->tok, tok)) {
-			struct sched_event ev = { .kind = SCHED_EV_TOKEN, .id = q->id, .token = tok,
-						  .logprob = lp, .text = "", .text_len = 0, .n_top = q->n_top,
-						  .top_ids = q->top_ids, .top_logprobs = q->top_lps };
-			s->fn(s->ctx, &ev);
-			seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
-			continue;
-		}
-		emit_token(s, q, tok, lp, &stop);
-		if (stop || (q->gram && grammar_state_done(q->gram)))
-			seq_finish(s, q, SCHED_FIN_STOP, 0, NULL);
-		else if (q->n_gen >= q->max_tokens || q->n_tokens >= s->n_ctx ||
-			 (q->n_tokens + s->bt - 1) / s->bt > s->kv->view.n_blocks)
-			seq_finish(s, q, SCHED_FIN_LENGTH, 0,
-				   q->gram && !grammar_state_can_end(q->gram) ?
-				   "the output ended before the grammar was complete (max_tokens or "
-				   "the context)" : NULL);
 	}
 	return T;
 }

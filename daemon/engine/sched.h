@@ -13,6 +13,24 @@
  * sequence is preempted: its blocks are released and it is recomputed later
  * from its tokens, resuming exactly where it was.  Results come back as
  * events through a callback.  Everything here runs on the engine thread.
+ *
+ * Speculative decoding (prompt lookup): a decoding sequence whose last
+ * tokens occurred earlier in its own prompt or output proposes the tokens
+ * that followed them, and the step verifies them as extra rows of that
+ * sequence beside everyone else's rows.  Each row's logits are sampled in
+ * turn exactly as a decode step would (same sampler, same RNG draw); a
+ * proposal stands while the drawn token equals it, and the first token that
+ * differs is kept instead and ends the run.  For a proposer that names one
+ * token per position this is the standard rejection rule (accept with
+ * probability min(1, p/q) = p(token), else draw from the residual, p
+ * without the token): the output is the one decoding without speculation
+ * gives, token for token, because the kernels give a row the same bits
+ * whatever else the step holds.  Rejected rows' KV is dropped (their blocks
+ * freed, nothing of them published).  How many rows a sequence proposes
+ * follows what they are worth: each sequence's acceptance rate (learned
+ * also from proposals not made) against the step-cost model's price of a
+ * row, so a batch that is compute-bound, or text that does not repeat,
+ * proposes little or nothing.
  */
 #ifndef LLMD_SCHED_H
 #define LLMD_SCHED_H
@@ -36,10 +54,22 @@ struct sched_params {
 	int32_t step_ms;            /* step-time budget while sequences decode, milliseconds:
 	                               prefill chunks shrink to keep a step's predicted time
 	                               within it; 0 = off (full chunks) */
+	int32_t spec_mode;          /* SCHED_SPEC_OFF or SCHED_SPEC_NGRAM: what requests that
+	                               do not say get */
+	int32_t spec_max_draft;     /* tokens a sequence proposes a step at most
+	                               (1..SCHED_SPEC_MAX_DRAFT) */
+	int32_t spec_min_match;     /* the n-gram that must recur, tokens (>= 1) */
 };
 
+enum sched_spec {
+	SCHED_SPEC_DEFAULT = 0, /* (requests) the scheduler's spec_mode */
+	SCHED_SPEC_OFF = 1,
+	SCHED_SPEC_NGRAM = 2,   /* prompt lookup */
+};
+#define SCHED_SPEC_MAX_DRAFT 16
+
 /* Defaults: 32 sequences, 512 tokens, 1024 queued, prefix cache on, no
- * step-time budget. */
+ * step-time budget, speculation off (max_draft 8, min_match 2 when on). */
 void sched_params_default(struct sched_params *p);
 
 /* A request, copied by sched_submit. */
@@ -61,6 +91,9 @@ struct sched_request {
 	                                  the engine thread's until the FINISH event; each
 	                                  token is drawn from its mask and advances it, and
 	                                  the request stops when the grammar is complete */
+	int32_t spec;                /* SCHED_SPEC_*: speculative decoding (never with a
+	                                grammar) */
+	int32_t spec_max_draft;      /* 0: the scheduler's; else 1..SCHED_SPEC_MAX_DRAFT */
 };
 
 enum sched_event_kind {
@@ -80,6 +113,9 @@ struct sched_usage {
 	int32_t cached_tokens;    /* prompt tokens served from the prefix cache (first admission) */
 	int32_t generated_tokens;
 	int32_t preemptions;      /* times this request was preempted */
+	int32_t spec_steps;       /* steps that verified proposed tokens of it */
+	int32_t spec_proposed;    /* tokens proposed */
+	int32_t spec_accepted;    /* ... that stood */
 	double queue_s;           /* submit to first admission */
 	double prefill_s;         /* first admission to first token */
 	double decode_s;          /* first token to finish */
@@ -125,7 +161,10 @@ struct sched_counters {
 	int32_t last_step_rows;
 	int32_t last_step_seqs;
 	uint64_t prefill_rows;      /* prompt rows computed (recomputation included) */
-	uint64_t decode_rows;       /* decode rows computed */
+	uint64_t decode_rows;       /* decode rows computed (proposed rows not counted) */
+	uint64_t spec_steps;        /* sequence-steps that verified proposals */
+	uint64_t spec_proposed;     /* proposed tokens verified (rows beyond decode_rows) */
+	uint64_t spec_accepted;     /* ... that stood: tokens a step gained */
 	uint64_t generated_tokens;
 	uint64_t finished;
 	uint64_t prefix_waits;      /* admissions put off a step because a running sequence

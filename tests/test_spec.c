@@ -1,0 +1,398 @@
+/* test_spec.c - speculative decoding (prompt lookup) is lossless:
+ *  - greedy ids with speculation are those without, on every golden prompt
+ *    of the shared models (stories260K, TinyStories f32/q8_0/q4_0, Gemma 3
+ *    when fetched), with proposals forced on every step that has one;
+ *  - seeded sampling gives the same tokens with and without it (each row's
+ *    draw is the one a decode step would make, so the rejection rule keeps
+ *    the target's distribution exactly);
+ *  - sixteen requests at once in a pool too small for them (preemption
+ *    forced), with lookups of one token that propose mostly garbage, end
+ *    with the ids each had alone, every invariant holds after every step,
+ *    and no block leaks;
+ *  - the counters add up: proposed rows are the step rows that are neither
+ *    prefill nor decode, each request's usage sums to the scheduler's;
+ *  - a repeating text gets most of its proposals accepted, and without a
+ *    forced cost model a sequence proposes nothing while it cannot pay.
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "kv_pool.h"
+#include "model.h"
+#include "quant.h"
+#include "sched.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+#define MAX_REQ 64
+#define MAX_GEN 512
+
+struct result {
+	int32_t gen[MAX_GEN];
+	int n_gen;
+	int n_finish;
+	enum sched_finish finish;
+	struct sched_usage usage;
+};
+
+static struct result results[MAX_REQ];
+
+static void on_event(void *ctx, const struct sched_event *ev)
+{
+	struct result *r = &results[ev->id];
+	(void)ctx;
+	if (ev->kind == SCHED_EV_FINISH) {
+		r->n_finish++;
+		r->finish = ev->finish;
+		r->usage = ev->usage;
+	} else if (ev->token >= 0 && r->n_gen < MAX_GEN) {
+		r->gen[r->n_gen++] = ev->token;
+	}
+}
+
+struct rig {
+	struct engine *e;
+	struct sched *s;
+};
+
+/* A scheduler over M with a pool of KV_TOKENS, speculation MODE with lookups
+ * of MIN_MATCH tokens.  FORCE: a cost model that prices rows at nothing, so
+ * that every proposal is run. */
+static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int max_seqs,
+		   int32_t mode, int32_t min_match, int force)
+{
+	struct engine_params ep;
+	struct sched_params sp;
+	char err[256];
+
+	engine_params_default(&ep);
+	ep.kv_type = QT_F32;
+	ep.kv_tokens = kv_tokens;
+	ep.max_batch = 256;
+	ep.n_ctx = 1024;
+	sched_params_default(&sp);
+	sp.max_seqs = max_seqs;
+	sp.max_batched_tokens = 256;
+	sp.spec_mode = mode;
+	sp.spec_min_match = min_match;
+	if (engine_new(m, &ep, &g->e, err, sizeof err) < 0 ||
+	    sched_new(g->e, m, &sp, on_event, NULL, &g->s, err, sizeof err) < 0) {
+		fprintf(stderr, "rig: %s\n", err);
+		return -1;
+	}
+	if (force) {
+		struct stepcost_coef free_rows = { .base_s = 1e-3 };
+		sched_pin_cost(g->s, &free_rows);
+	}
+	return 0;
+}
+
+static void rig_free(struct rig *g)
+{
+	sched_free(g->s);
+	engine_free(g->e);
+}
+
+static void run_to_idle(struct rig *g)
+{
+	char err[256];
+	for (int guard = 0; sched_live(g->s) > 0 && guard < 100000; guard++) {
+		CHECK(sched_step(g->s) >= 0);
+		if (sched_check(g->s, err, sizeof err) < 0) {
+			fprintf(stderr, "invariant: %s\n", err);
+			test_failures++;
+			return;
+		}
+	}
+	CHECK_INT_EQ(sched_live(g->s), 0);
+}
+
+static struct sched_request req(uint64_t id, const int32_t *prompt, int n, int max_tokens)
+{
+	struct sched_request r = { .id = id, .prompt = prompt, .n_prompt = n, .max_tokens = max_tokens };
+	sampler_params_default(&r.sampling);
+	r.sampling.temperature = 0;
+	return r;
+}
+
+/* Runs one request alone on G; its result in RET. */
+static void run_one(struct rig *g, const struct sched_request *r, struct result *ret)
+{
+	memset(&results[r->id], 0, sizeof results[r->id]);
+	CHECK_INT_EQ(sched_submit(g->s, r), 0);
+	run_to_idle(g);
+	*ret = results[r->id];
+}
+
+static int same_ids(const struct result *a, const struct result *b)
+{
+	return a->n_gen == b->n_gen && !memcmp(a->gen, b->gen, sizeof(int32_t) * (size_t)a->n_gen);
+}
+
+/* The golden prompts of GOLDEN (a llama.cpp-style file: prompt_ids,
+ * n_predict) for model file REL_MODEL (NULL: every case is of M): greedy,
+ * without and with speculation (forced, and at its own pace), the same ids.
+ * Returns proposals accepted in the forced runs. */
+static uint64_t check_goldens(const struct model *m, const char *name, const char *golden,
+			      const char *rel_model)
+{
+	json_object *root = json_object_from_file(golden);
+	struct rig off, on, paced;
+	struct result a, b, c;
+	int cases = 0, same = 0;
+	uint64_t accepted = 0;
+
+	if (!root || !json_object_is_type(root, json_type_array)) {
+		fprintf(stderr, "%s: cannot read\n", golden);
+		test_failures++;
+		return 0;
+	}
+	if (rig_new(&off, m, 4096, 4, SCHED_SPEC_OFF, 2, 0) < 0 ||
+	    rig_new(&on, m, 4096, 4, SCHED_SPEC_NGRAM, 2, 1) < 0 ||
+	    rig_new(&paced, m, 4096, 4, SCHED_SPEC_NGRAM, 2, 0) < 0) {
+		test_failures++;
+		json_object_put(root);
+		return 0;
+	}
+	for (size_t i = 0; i < json_object_array_length(root); i++) {
+		json_object *cs = json_object_array_get_idx(root, i), *v, *ids;
+		int32_t prompt[512];
+		int n = 0, n_predict;
+
+		if (rel_model && (!json_object_object_get_ex(cs, "model", &v) ||
+				  strcmp(json_object_get_string(v), rel_model)))
+			continue;
+		if (!json_object_object_get_ex(cs, "prompt_ids", &ids) ||
+		    !json_object_object_get_ex(cs, "n_predict", &v))
+			continue;
+		n_predict = json_object_get_int(v);
+		if (n_predict > MAX_GEN - 1)
+			n_predict = MAX_GEN - 1;
+		for (size_t k = 0; k < json_object_array_length(ids) && n < 512; k++)
+			prompt[n++] = json_object_get_int(json_object_array_get_idx(ids, k));
+		struct sched_request r = req(0, prompt, n, n_predict);
+		r.ignore_eos = 1;
+		run_one(&off, &r, &a);
+		run_one(&on, &r, &b);
+		run_one(&paced, &r, &c);
+		accepted += (uint64_t)b.usage.spec_accepted;
+		cases++;
+		if (same_ids(&a, &b) && same_ids(&a, &c))
+			same++;
+		else
+			fprintf(stderr, "%s: golden case %zu differs with speculation\n", name, i);
+	}
+	printf("%s: %d/%d golden prompts give the same greedy ids with speculation (%llu proposals "
+	       "accepted)\n", name, same, cases, (unsigned long long)accepted);
+	CHECK(cases > 0);
+	CHECK_INT_EQ(same, cases);
+	rig_free(&off);
+	rig_free(&on);
+	rig_free(&paced);
+	json_object_put(root);
+	return accepted;
+}
+
+static int tokenize(const struct model *m, const char *text, int32_t *ids, int cap)
+{
+	return tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, ids, cap);
+}
+
+static const char *prompts[] = {
+	"Once upon a time", "Lily and Tom were best friends. One day",
+	"The cat sat on the mat. The cat sat on the mat. The cat sat on the",
+	"One, two, three. One, two, three. One, two,", "There was a big red ball",
+	"Sam liked to play in the sand with his", "Tom had a dog. Tom had a cat. Tom had a",
+	"The sun is hot. The sun is hot. The sun is",
+};
+#define N_PROMPTS (int)(sizeof prompts / sizeof prompts[0])
+
+/* Seeded sampling: each prompt with eight seeds, the same tokens with and
+ * without speculation. */
+static void test_seeded(const struct model *m)
+{
+	struct rig off, on;
+	int32_t ids[N_PROMPTS][64];
+	int n[N_PROMPTS], same = 0, runs = 0;
+	uint64_t proposed = 0, accepted = 0;
+
+	for (int i = 0; i < N_PROMPTS; i++)
+		n[i] = tokenize(m, prompts[i], ids[i], 64);
+	if (rig_new(&off, m, 4096, 4, SCHED_SPEC_OFF, 2, 0) < 0 ||
+	    rig_new(&on, m, 4096, 4, SCHED_SPEC_NGRAM, 1, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	for (int i = 0; i < N_PROMPTS; i++)
+		for (int seed = 0; seed < 8; seed++) {
+			struct result a, b;
+			struct sched_request r = req(1, ids[i], n[i], 96);
+			r.sampling.temperature = seed % 2 ? 0.7f : 1.0f;
+			r.sampling.top_k = seed % 4 < 2 ? 40 : 0;
+			r.sampling.repeat_penalty = seed == 5 ? 1.1f : 1.0f;
+			r.sampling.seed = 77 + (uint64_t)seed;
+			r.ignore_eos = 1;
+			run_one(&off, &r, &a);
+			run_one(&on, &r, &b);
+			runs++;
+			same += same_ids(&a, &b);
+			proposed += (uint64_t)b.usage.spec_proposed;
+			accepted += (uint64_t)b.usage.spec_accepted;
+		}
+	printf("seeded sampling: %d/%d runs give the same tokens with speculation (%llu of %llu "
+	       "proposals accepted)\n", same, runs, (unsigned long long)accepted,
+	       (unsigned long long)proposed);
+	CHECK_INT_EQ(same, runs);
+	CHECK(proposed > 0 && accepted > 0 && accepted < proposed);
+	rig_free(&off);
+	rig_free(&on);
+}
+
+/* Sixteen requests, a pool of 16 * 10 tokens for prompts that take ~90 each:
+ * preemption, recomputation and speculation together. */
+static void test_crowd(const struct model *m, int32_t min_match)
+{
+	struct rig off, on;
+	struct result alone[16];
+	int32_t ids[16][64];
+	int n[16], same = 0;
+	struct sched_counters c;
+	int64_t proposed = 0, accepted = 0, steps = 0;
+
+	for (int i = 0; i < 16; i++)
+		n[i] = tokenize(m, prompts[i % N_PROMPTS], ids[i], 64);
+	if (rig_new(&off, m, 4096, 16, SCHED_SPEC_OFF, 2, 0) < 0 ||
+	    rig_new(&on, m, 16 * 10, 16, SCHED_SPEC_NGRAM, min_match, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	for (int i = 0; i < 16; i++) {
+		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
+		r.ignore_eos = 1;
+		if (i % 2) {
+			r.sampling.temperature = 0.8f;
+			r.sampling.seed = (uint64_t)i;
+		}
+		run_one(&off, &r, &alone[i]);
+	}
+	memset(results, 0, sizeof results);
+	for (int i = 0; i < 16; i++) {
+		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
+		r.ignore_eos = 1;
+		r.priority = i % 3;
+		if (i % 2) {
+			r.sampling.temperature = 0.8f;
+			r.sampling.seed = (uint64_t)i;
+		}
+		if (i == 5)
+			r.spec = SCHED_SPEC_OFF; /* one request opts out */
+		CHECK_INT_EQ(sched_submit(on.s, &r), 0);
+	}
+	run_to_idle(&on);
+	sched_counters(on.s, &c);
+	for (int i = 0; i < 16; i++) {
+		CHECK_INT_EQ(results[i].n_finish, 1);
+		same += same_ids(&results[i], &alone[i]);
+		proposed += results[i].usage.spec_proposed;
+		accepted += results[i].usage.spec_accepted;
+		steps += results[i].usage.spec_steps;
+	}
+	printf("crowd of 16, lookups of %d, %d-block pool: %d/16 as alone, %llu preemptions, %lld of "
+	       "%lld proposals accepted\n", min_match, c.pool_blocks, same,
+	       (unsigned long long)c.preemptions, (long long)accepted, (long long)proposed);
+	CHECK_INT_EQ(same, 16);
+	CHECK(c.preemptions > 0);
+	CHECK(proposed > 0);
+	CHECK_INT_EQ(results[5].usage.spec_proposed, 0);
+	/* counters add up; nothing leaks */
+	CHECK_INT_EQ(c.used_blocks, 0);
+	CHECK_INT_EQ((int64_t)c.spec_proposed, proposed);
+	CHECK_INT_EQ((int64_t)c.spec_accepted, accepted);
+	CHECK_INT_EQ((int64_t)c.spec_steps, steps);
+	CHECK_INT_EQ((int64_t)c.step_rows, (int64_t)(c.prefill_rows + c.decode_rows + c.spec_proposed));
+	int64_t gen = 0;
+	for (int i = 0; i < 16; i++)
+		gen += results[i].n_gen;
+	CHECK_INT_EQ((int64_t)c.generated_tokens, gen);
+	rig_free(&off);
+	rig_free(&on);
+}
+
+/* A text that repeats: most proposals stand, and a decode step gains
+ * tokens.  Unforced, a fresh scheduler (no cost model yet, then one
+ * learned from this machine's steps) still proposes on it. */
+static void test_repetition(const struct model *m)
+{
+	struct rig on;
+	int32_t ids[256];
+	char text[2048] = "";
+	struct result r1;
+	int n;
+
+	for (int i = 0; i < 8; i++)
+		strcat(text, "The cat sat on the mat and the dog ran to the park. ");
+	n = tokenize(m, text, ids, 256);
+	if (rig_new(&on, m, 4096, 4, SCHED_SPEC_NGRAM, 2, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	struct sched_request r = req(2, ids, n, 120);
+	r.ignore_eos = 1;
+	run_one(&on, &r, &r1);
+	printf("repeating text: %d of %d proposals accepted in %d verifying steps, %d tokens\n",
+	       r1.usage.spec_accepted, r1.usage.spec_proposed, r1.usage.spec_steps, r1.n_gen);
+	CHECK_INT_EQ(r1.n_gen, 120);
+	CHECK(r1.usage.spec_proposed > 0);
+	CHECK(r1.usage.spec_accepted * 2 > r1.usage.spec_proposed);
+	rig_free(&on);
+}
+
+int main(void)
+{
+	/* test_model_path answers in one static buffer: copies */
+	char *p = test_model_path("stories260K.gguf") ? strdup(test_model_path("stories260K.gguf")) : NULL;
+	char *golden = test_model_path("golden/greedy.json") ? strdup(test_model_path("golden/greedy.json")) : NULL;
+	char *golden_lc = test_model_path("golden/greedy-llamacpp.json") ?
+			  strdup(test_model_path("golden/greedy-llamacpp.json")) : NULL;
+	static const char *const tiny[] = { "derived/TinyStories-656K-f32.gguf",
+					    "derived/TinyStories-656K-q8_0.gguf",
+					    "derived/TinyStories-656K-q4_0.gguf" };
+	struct model *m = NULL;
+	char err[512];
+
+	if (!p || !golden) {
+		printf("SKIP: ../shared/models is absent\n");
+		free(p);
+		free(golden);
+		free(golden_lc);
+		return TEST_SKIP;
+	}
+	CHECK(model_load(p, &m, err, sizeof err) == 0);
+	check_goldens(m, "stories260K", golden, "stories260K.gguf");
+	test_seeded(m);
+	test_crowd(m, 2);
+	test_crowd(m, 1);
+	test_repetition(m);
+	model_free(m);
+	for (int i = 0; i < 3 && golden_lc; i++) {
+		const char *q = test_model_path(tiny[i]);
+		if (q && model_load(q, &m, err, sizeof err) == 0) {
+			check_goldens(m, tiny[i], golden_lc, tiny[i]);
+			model_free(m);
+		}
+	}
+	const char *g = getenv("LLMD_GEMMA3");
+	const char *gg = test_model_path("golden/gemma-3-270m-q4_k_m.greedy-llamacpp.json");
+	if (g && gg && access(g, R_OK) == 0 && model_load(g, &m, err, sizeof err) == 0) {
+		check_goldens(m, "gemma-3-270m-q4_k_m", gg, NULL);
+		model_free(m);
+	} else {
+		printf("gemma 3: left out (no model file; make fetch-models)\n");
+	}
+	free(p);
+	free(golden);
+	free(golden_lc);
+	return test_result();
+}
