@@ -77,6 +77,10 @@ struct llm_message {
 enum llm_flags {
 	LLM_LOGPROBS = 1u << 1,    /* report each token's log-probability */
 	LLM_IGNORE_EOS = 1u << 2,  /* keep going past end-of-generation */
+	LLM_SPEC_NGRAM = 1u << 3,  /* speculative decoding by prompt lookup (the output is
+	                              the same; repetitive text comes faster) */
+	LLM_SPEC_OFF = 1u << 4,    /* no speculative decoding; neither flag: the daemon's
+	                              spec.mode (not both; since LIBLLM_1.2) */
 };
 
 struct llm_request {

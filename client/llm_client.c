@@ -195,6 +195,9 @@ static void usage(FILE *f)
 		"      --stop S            stop string, not part of the output (repeatable, up to %d;\n"
 		"                          \\n \\t \\r \\\\ are understood)\n"
 		"      --ignore-eos        keep generating past end-of-generation tokens\n"
+		"      --speculative MODE  ngram: speculative decoding by prompt lookup (the same\n"
+		"                          output, repetitive text faster); off: none (default: the\n"
+		"                          daemon's spec.mode)\n"
 		"      --priority N        higher runs first (default 0)\n"
 		"      --grammar FILE      the output follows this GBNF grammar (llama.cpp's syntax)\n"
 		"      --json-schema FILE  the output is JSON valid under this JSON Schema\n"
@@ -315,7 +318,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_SOCKET = 256, O_CHAT, O_TEMP, O_TOPP, O_TOPK, O_MINP, O_RP, O_SEED, O_STOP,
 	       O_PRIO, O_JSON, O_LOGPROBS, O_IDS, O_EACH, O_RAW, O_NOCHAT, O_VERSION, O_IGNEOS, O_URL, O_KEY,
-	       O_GRAMMAR, O_SCHEMA, O_STRICT, O_FORMAT };
+	       O_SPEC, O_GRAMMAR, O_SCHEMA, O_STRICT, O_FORMAT };
 	bool strict = false;
 	static const struct option lo[] = {
 		{ "socket", required_argument, 0, O_SOCKET }, { "url", required_argument, 0, O_URL },
@@ -332,6 +335,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "seed", required_argument, 0, O_SEED },
 		{ "stop", required_argument, 0, O_STOP },
 		{ "ignore-eos", no_argument, 0, O_IGNEOS },
+		{ "speculative", required_argument, 0, O_SPEC },
 		{ "priority", required_argument, 0, O_PRIO },
 		{ "json", no_argument, 0, O_JSON },
 		{ "grammar", required_argument, 0, O_GRAMMAR },
@@ -408,6 +412,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->stops[r->n_stops++] = unescape(optarg);
 			break;
 		case O_IGNEOS: r->flags |= LLM_IGNORE_EOS; break;
+		case O_SPEC:
+			r->flags &= ~(unsigned)(LLM_SPEC_NGRAM | LLM_SPEC_OFF);
+			if (!strcmp(optarg, "ngram"))
+				r->flags |= LLM_SPEC_NGRAM;
+			else if (!strcmp(optarg, "off"))
+				r->flags |= LLM_SPEC_OFF;
+			else
+				bad_arg("--speculative", optarg, "must be ngram or off");
+			break;
 		case O_PRIO:
 			if (!parse_long(optarg, INT32_MIN, INT32_MAX, &v))
 				bad_arg("--priority", optarg, "not a whole number");

@@ -164,6 +164,13 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	add_int(st, "budget_cuts", (int64_t)k->budget_cuts);
 	add_int(st, "budget_overruns", (int64_t)k->budget_overruns);
 	json_object_object_add(out, "step", st);
+	json_object *sp = json_object_new_object();
+	add_str(sp, "mode", d->cfg.spec_mode);
+	add_int(sp, "max_draft", d->cfg.spec_max_draft);
+	add_int(sp, "proposed_tokens", (int64_t)k->spec_proposed);
+	add_int(sp, "accepted_tokens", (int64_t)k->spec_accepted);
+	add_dbl(sp, "acceptance_rate", k->spec_proposed ? (double)k->spec_accepted / (double)k->spec_proposed : 0);
+	json_object_object_add(out, "speculative", sp);
 	return 0;
 }
 
@@ -263,6 +270,9 @@ static void sum_counters(const struct worker_snapshot *sn, struct sched_counters
 		t->step_rows += k->step_rows;
 		t->prefill_rows += k->prefill_rows;
 		t->decode_rows += k->decode_rows;
+		t->spec_steps += k->spec_steps;
+		t->spec_proposed += k->spec_proposed;
+		t->spec_accepted += k->spec_accepted;
 	}
 }
 
@@ -345,6 +355,9 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	add_int(out, "llmd_step_rows_total", (int64_t)k->step_rows);
 	add_int(out, "llmd_prefill_rows_total", (int64_t)k->prefill_rows);
 	add_int(out, "llmd_decode_rows_total", (int64_t)k->decode_rows);
+	add_int(out, "llmd_spec_verify_steps_total", (int64_t)k->spec_steps);
+	add_int(out, "llmd_spec_proposed_tokens_total", (int64_t)k->spec_proposed);
+	add_int(out, "llmd_spec_accepted_tokens_total", (int64_t)k->spec_accepted);
 	add_int(out, "llmd_last_step_rows", k->last_step_rows);
 	add_int(out, "llmd_last_step_seqs", k->last_step_seqs);
 	add_dbl(out, "llmd_last_step_seconds", k->last_step_s);
@@ -745,6 +758,9 @@ int admin_reload(struct llmd *d, char *msg, size_t msglen)
 	KEEP(max_queue, "sched.max_queue");
 	KEEP(prefix_cache, "sched.prefix_cache");
 	KEEP(step_ms, "sched.step_ms");
+	KEEP(spec_mode, "spec.mode");
+	KEEP(spec_max_draft, "spec.max_draft");
+	KEEP(spec_min_match, "spec.min_match");
 	KEEP(max_connections, "limits.max_connections");
 	KEEP(admin_connections, "limits.admin_connections");
 #undef KEEP

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched.h" /* SCHED_SPEC_MAX_DRAFT */
+
 enum opt_type { OPT_STR, OPT_INT, OPT_I64, OPT_MODE, OPT_BOOL, OPT_FRAC /* double in (0, 1] */ };
 
 struct opt {
@@ -24,6 +26,7 @@ struct opt {
 
 static const char *const backends[] = { "auto", "cpu", "cuda", NULL };
 static const char *const kv_types[] = { "f16", "f32", "q8_0", NULL };
+static const char *const spec_modes[] = { "off", "ngram", NULL };
 
 #define F(field) offsetof(struct llmd_conf, field), sizeof(((struct llmd_conf *)0)->field)
 static const struct opt opts[] = {
@@ -64,6 +67,9 @@ static const struct opt opts[] = {
 	{ "sched", "max_queue", OPT_INT, F(max_queue), 1, 1 << 20, NULL },
 	{ "sched", "prefix_cache", OPT_BOOL, F(prefix_cache), 0, 1, NULL },
 	{ "sched", "step_ms", OPT_INT, F(step_ms), 0, 60000, NULL },
+	{ "spec", "mode", OPT_STR, F(spec_mode), 0, 0, spec_modes },
+	{ "spec", "max_draft", OPT_INT, F(spec_max_draft), 1, SCHED_SPEC_MAX_DRAFT, NULL },
+	{ "spec", "min_match", OPT_INT, F(spec_min_match), 1, 64, NULL },
 	{ "limits", "max_connections", OPT_INT, F(max_connections), 1, 65535, NULL },
 	{ "limits", "connections_per_uid", OPT_INT, F(connections_per_uid), 1, 65535, NULL },
 	{ "limits", "requests_per_connection", OPT_INT, F(requests_per_connection), 1, 65536, NULL },
@@ -109,6 +115,9 @@ void conf_default(struct llmd_conf *c)
 	c->max_queue = 1024;
 	c->prefix_cache = 1;
 	c->step_ms = 200;
+	strcpy(c->spec_mode, "off");
+	c->spec_max_draft = 8;
+	c->spec_min_match = 2;
 	c->max_connections = 1024;
 	c->connections_per_uid = 256;
 	c->requests_per_connection = 64;

@@ -494,6 +494,15 @@ static int parse_common(struct llmd *d, struct http_req *hr, json_object *body, 
 		return -1;
 	if (b)
 		s->flags |= PROTO_SUBMIT_IGNORE_EOS;
+	if ((v = field(body, "speculative"))) { /* llmd's extension */
+		const char *sv = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+		if (!strcmp(sv, "ngram"))
+			s->flags |= PROTO_SUBMIT_SPEC_NGRAM;
+		else if (!strcmp(sv, "off"))
+			s->flags |= PROTO_SUBMIT_SPEC_OFF;
+		else
+			return bad(pe, "speculative", "speculative must be \"ngram\" or \"off\"");
+	}
 	if (get_bool(body, "stream", &hr->stream, pe) < 0)
 		return -1;
 	if ((v = field(body, "stream_options"))) {

@@ -400,6 +400,9 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 	sp->max_queue = d->cfg.max_queue;
 	sp->prefix_cache = d->cfg.prefix_cache;
 	sp->step_ms = d->cfg.step_ms;
+	sp->spec_mode = !strcmp(d->cfg.spec_mode, "ngram") ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+	sp->spec_max_draft = d->cfg.spec_max_draft;
+	sp->spec_min_match = d->cfg.spec_min_match;
 	/* auto is a GPU when this llmd links nvcc's CUDA backend and the CUDA
 	 * runtime sees device.index; the emulated backend (--enable-cuda-emu)
 	 * is for tests and runs only when named. */

@@ -495,6 +495,8 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	r->max_tokens = s->max_tokens;
 	r->ignore_eos = !!(s->flags & PROTO_SUBMIT_IGNORE_EOS);
 	r->logprobs = !!(s->flags & PROTO_SUBMIT_LOGPROBS);
+	r->spec = s->flags & PROTO_SUBMIT_SPEC_NGRAM ? SCHED_SPEC_NGRAM :
+		  s->flags & PROTO_SUBMIT_SPEC_OFF ? SCHED_SPEC_OFF : SCHED_SPEC_DEFAULT;
 	r->top_logprobs = (int32_t)s->top_logprobs;
 	r->sampling = sp;
 	if (!(s->flags & PROTO_SUBMIT_SEED) &&

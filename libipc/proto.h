@@ -32,6 +32,10 @@
  *               without it is unchanged.  Its refusal, PROTO_E_NOMODEL, is
  *               a code older clients' decoders do not know: they take an
  *               ERROR or FINAL that carries it for a malformed one.
+ *               Since 2026-11-29 SUBMIT may choose speculative decoding
+ *               (PROTO_SUBMIT_SPEC_NGRAM or PROTO_SUBMIT_SPEC_OFF): flags
+ *               without payload, which older daemons refuse as a malformed
+ *               frame.
  */
 #ifndef LLMD_PROTO_H
 #define LLMD_PROTO_H
@@ -149,7 +153,10 @@ enum proto_submit_flags {
 	                                      GRAMMAR_FLAGS and GRAMMAR follow the stops */
 	PROTO_SUBMIT_MODEL = 1u << 5,      /* MODEL names the model that serves the request;
 	                                      without it, the daemon's default model */
-	PROTO_SUBMIT__ALL = 0x3f,
+	PROTO_SUBMIT_SPEC_NGRAM = 1u << 6, /* speculative decoding by prompt lookup; */
+	PROTO_SUBMIT_SPEC_OFF = 1u << 7,   /* ... none; neither: the daemon's spec.mode
+	                                      (not both) */
+	PROTO_SUBMIT__ALL = 0xff,
 };
 
 /* What constrains a PROTO_SUBMIT_GRAMMAR request's output. */

@@ -513,6 +513,44 @@ def test_limits(tmp):
         d.stop()
 
 
+def test_speculative(d):
+    """Prompt lookup per request (the daemon's spec.mode is off): the same
+    text as without it, greedy and seeded; proposals counted in stats; a bad
+    mode refused; nothing left held."""
+    code = "".join(f"def f{i}(records):\n    total = 0\n    for record in records:\n"
+                   f"        total += record[{i}]\n    return total\n\n" for i in range(4))
+    msgs = [{"role": "user", "content": code + "Rewrite this code with records renamed to rows."}]
+    c, mid = d.client, "SmolLM2-135M-Instruct.Q4_1"
+
+    def stats():
+        return json.loads(d.llmctl("stats", "--json"))
+
+    def chat(mode, **kw):
+        return c.chat.completions.create(model=mid, messages=msgs, max_tokens=120,
+                                         extra_body={"speculative": mode}, **kw).choices[0].message.content
+    before = stats()["llmd_spec_proposed_tokens_total"]
+    off, on = chat("off", temperature=0), chat("ngram", temperature=0)
+    after = stats()
+    check(on == off and len(on) > 40, f"greedy: the same text with speculative ngram ({len(on)} chars)")
+    check(after["llmd_spec_proposed_tokens_total"] > before and after["llmd_spec_accepted_tokens_total"] > 0,
+          f"stats count {after['llmd_spec_proposed_tokens_total'] - before} proposed tokens, "
+          f"{after['llmd_spec_accepted_tokens_total']} accepted")
+    a = chat("ngram", temperature=1.0, seed=4321)
+    b = chat("off", temperature=1.0, seed=4321)
+    check(a == b, "seeded sampling: the same text with and without speculation")
+    try:
+        chat("eagle", temperature=0)
+        check(False, "speculative eagle refused")
+    except openai.BadRequestError as e:
+        check(e.body.get("param") == "speculative", f"speculative eagle: 400 ({e.body.get('message')})")
+    prompt = "one two three four five one two three four five one two three"
+    rc, out, _ = client("--socket", d.sock, "--temp", "0", "-n", "40", "--speculative", "ngram", "-N", prompt)
+    check(rc == 0 and out == native_greedy(d, prompt, 40), f"llm-client --speculative ngram: {out[:50]!r}")
+    rc, _, err = client("--socket", d.sock, "--speculative", "eagle", "x")
+    check(rc == 2 and "ngram or off" in err, f"llm-client --speculative eagle: exit 2 ({err.strip()})")
+    check(d.idle(), "nothing held after speculation")
+
+
 def test_native_equal(d):
     """Greedy text through HTTP equals llm-client's, alone and 16 at once."""
     prompts = ["Once upon a time", "The capital of France is", "def fib(n):", "Tell me a story about a cat.",
@@ -801,7 +839,7 @@ def main():
         d = Llmd(tmp, "main", "http.max_body_kib=1024", "limits.connections_per_uid=1024",
                  "limits.requests_per_uid=1024")
         try:
-            for t in (test_basics, test_errors, test_structured, test_tools, test_native_equal, test_bench_url, test_client_url):
+            for t in (test_basics, test_errors, test_structured, test_tools, test_speculative, test_native_equal, test_bench_url, test_client_url):
                 t(d)
             test_hostile(d)
             check(d.proc.poll() is None, "llmd is still running")

@@ -7,7 +7,8 @@
  *    parse with their ranges;
  *  - [models] NAME = PATH adds, replaces and drops models, NAME.pinned and
  *    NAME.keep_alive_s set theirs, and bad names, an eighth model and the
- *    default model's name are refused; [memory] parses.
+ *    default model's name are refused; [memory] parses;
+ *  - [spec] parses with its choices and ranges.
  */
 #include <errno.h>
 
@@ -43,6 +44,14 @@ int main(void)
 	expect_error("zzz.qqqqqqqq=1", "unknown option zzz.qqqqqqqq (llmd --print-config lists them all)");
 	expect_error("limits.output_kib=8", "not an integer in 16..65536");
 	expect_error("limits.admin_connections=-1", "not an integer in 0..1024");
+	/* [spec] */
+	expect_error("spec.mode=eagle", "'eagle' is not one of off, ngram");
+	expect_error("spec.max_draft=17", "not an integer in 1..16");
+	expect_error("spec.min_match=0", "not an integer in 1..64");
+	conf_default(&c);
+	CHECK(!strcmp(c.spec_mode, "off") && c.spec_max_draft == 8 && c.spec_min_match == 2);
+	CHECK(conf_set(&c, "spec.mode=ngram", err, sizeof err) == 0 && !strcmp(c.spec_mode, "ngram"));
+	CHECK(conf_set(&c, "spec.max_draft=4", err, sizeof err) == 0 && c.spec_max_draft == 4);
 
 	conf_default(&c);
 	CHECK(conf_set(&c, "model.path=/x.gguf", err, sizeof err) == 0);

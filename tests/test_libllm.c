@@ -389,9 +389,10 @@ static void script_basic(struct fake *f)
 
 	/* The bad requests must not have sent anything: next is 5, 6, ADMIN. */
 	fake_expect_submit(f, 5, &s, &sb);
-	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_GRAMMAR, 0);
+	CHECK_INT_EQ(s.flags & (PROTO_SUBMIT_GRAMMAR | PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_OFF), 0);
 	fake_expect_submit(f, 6, &s, &sb);
 	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_GRAMMAR, PROTO_SUBMIT_GRAMMAR);
+	CHECK_INT_EQ(s.flags & (PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_OFF), PROTO_SUBMIT_SPEC_OFF);
 	CHECK_INT_EQ(s.grammar_kind, PROTO_GRAMMAR_JSON_SCHEMA);
 	CHECK_INT_EQ(s.grammar_flags, PROTO_GRAMMAR_STRICT);
 	CHECK(s.grammar.len == 17 && !memcmp(s.grammar.p, "{\"type\":\"object\"}", 17));
@@ -446,6 +447,7 @@ static void check_bad_requests(struct llm *h)
 	BAD(r.repeat_penalty = 0);
 	BAD(r.presence_penalty = INFINITY);
 	BAD(r.flags = 1u << 9);
+	BAD(r.flags = LLM_SPEC_NGRAM | LLM_SPEC_OFF);      /* speculation on and off */
 	BAD(r.prompt = big);                               /* over max_prompt_bytes (100) */
 	CHECK(strstr(llm_errmsg(h), "limits.prompt_bytes") != NULL); /* says what to change */
 	BAD(r.prompt = "\xc3\x28");                        /* invalid UTF-8 */
@@ -595,6 +597,7 @@ static void test_basic(void)
 		struct llm_grammar g = { LLM_GRAMMAR_JSON_SCHEMA, LLM_GRAMMAR_STRICT, "{\"type\":\"object\"}" };
 		llm_request_init(&r6);
 		r6.prompt = "six";
+		r6.flags = LLM_SPEC_OFF;
 		CHECK_INT_EQ(llm_submit_grammar(h, &r6, &g, &id6), 0);
 	}
 	CHECK_INT_EQ(id5, 5);

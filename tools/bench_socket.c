@@ -84,7 +84,7 @@ static void *client_main(void *arg)
 	r.min_p = p->min_p;
 	r.has_seed = 1;
 	r.seed = p->seed + (uint64_t)c->i;
-	r.flags = p->ignore_eos ? LLM_IGNORE_EOS : 0;
+	r.flags = (p->ignore_eos ? LLM_IGNORE_EOS : 0) | p->spec_flags;
 	c->seq->gen = malloc((size_t)cap * sizeof *c->seq->gen);
 
 	if (start_wait(c->go) < 0)

@@ -105,7 +105,9 @@ static void usage(FILE *f)
 		"      --step-ms N         step-time budget while sequences decode, ms (default 0: off)\n"
 		"      --speculative MODE  speculative decoding: off (default) or ngram (prompt lookup:\n"
 		"                          the sequence's last tokens recurring in its own text propose\n"
-		"                          what followed them); the JSON reports the acceptance\n"
+		"                          what followed them); the JSON reports the acceptance; with\n"
+		"                          --socket or --url each request asks for it (default there:\n"
+		"                          the daemon's spec.mode)\n"
 		"      --draft-max K       tokens a sequence proposes a step at most (default 8)\n"
 		"      --draft-min-match N the n-gram that must recur to propose (default 2)\n"
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
@@ -393,9 +395,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			SCHED_SPEC_MAX_DRAFT);
 		return -1;
 	}
-	if ((o->socket || o->url) && (o->spec || o->draft_max || o->draft_min_match)) {
-		fprintf(stderr, "llm-bench: --speculative and the --draft options run in-process (the "
-			"daemon's [spec] section sets them for --socket)\n");
+	if ((o->socket || o->url) && (o->draft_max || o->draft_min_match)) {
+		fprintf(stderr, "llm-bench: the --draft options run in-process (the daemon's [spec] "
+			"section sets them for --socket and --url)\n");
 		return -1;
 	}
 	if (o->url && !o->api_key)
@@ -756,6 +758,7 @@ static int run_socket(const struct bench_opts *o)
 		.chat = o->chat || o->system, .max_tokens = o->n_predict,
 		.temperature = o->sp.temperature, .top_k = o->sp.top_k, .top_p = o->sp.top_p,
 		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
+		.spec_flags = o->spec == SCHED_SPEC_NGRAM ? LLM_SPEC_NGRAM : o->spec == SCHED_SPEC_OFF ? LLM_SPEC_OFF : 0,
 		.url = o->url ? url : NULL, .api_key = o->api_key, .model_name = o->model_name,
 		.grammar_kind = o->grammar_kind == CONSTRAIN_GBNF ? LLM_GRAMMAR_GBNF :
 				o->grammar_kind == CONSTRAIN_JSON_SCHEMA ? LLM_GRAMMAR_JSON_SCHEMA :
