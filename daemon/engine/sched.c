@@ -32,6 +32,9 @@
 #define SPEC_DECAY 0.9   /* per verification, the weight of what acceptance taught before */
 #define SPEC_THRESH_COLD 0.3 /* the acceptance a proposed row needs while the cost model
                                 cannot price it */
+#define SPEC_ROW_PREMIUM 1.5 /* a proposed row's price over the model's row cost: its logits
+                                (the vocabulary's projection, which prefill rows the
+                                model learns from mostly skip) and the sampling */
 
 enum seq_state {
 	SEQ_WAITING = 0,  /* queued, never admitted or preempted */
@@ -642,7 +645,7 @@ static double spec_threshold(const struct sched *s, int32_t n_dec, int64_t conte
 	if (!stepcost_ready(&s->cost) || (t0 = stepcost_predict(&s->cost, &st)) <= 0)
 		return SPEC_THRESH_COLD;
 	row = s->cost.coef.row_s + s->cost.coef.pos_s * (pos + 1);
-	return row * n_dec / t0;
+	return SPEC_ROW_PREMIUM * row * n_dec / t0;
 }
 
 /* Tokens decoding Q proposes this step, written after its tokens: as many
