@@ -11,8 +11,9 @@
  *    and no block leaks;
  *  - the counters add up: proposed rows are the step rows that are neither
  *    prefill nor decode, each request's usage sums to the scheduler's;
- *  - a repeating text gets most of its proposals accepted, and without a
- *    forced cost model a sequence proposes nothing while it cannot pay.
+ *  - a repeating text gains more than two tokens a verifying step where rows are
+ *    cheap (a memory-bound step), and none proposed where a row costs as
+ *    much as a step (compute-bound).
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -320,33 +321,43 @@ static void test_crowd(const struct model *m, int32_t min_match)
 	rig_free(&on);
 }
 
-/* A text that repeats: most proposals stand, and a decode step gains
- * tokens.  Unforced, a fresh scheduler (no cost model yet, then one
- * learned from this machine's steps) still proposes on it. */
+/* A text that repeats, under two pinned cost models: where a step costs
+ * mostly its weights (memory-bound, rows nearly free) most proposals are
+ * run and stand, and a decode step gains tokens; where every row costs as
+ * much as the step (compute-bound) nothing is proposed, and the output is
+ * the same. */
 static void test_repetition(const struct model *m)
 {
+	static const struct stepcost_coef memory_bound = { .base_s = 10e-3, .row_s = 0.5e-3 };
+	static const struct stepcost_coef compute_bound = { .row_s = 1e-3 };
 	struct rig on;
 	int32_t ids[256];
 	char text[2048] = "";
-	struct result r1;
+	struct result r[2];
 	int n;
 
 	for (int i = 0; i < 8; i++)
 		strcat(text, "The cat sat on the mat and the dog ran to the park. ");
 	n = tokenize(m, text, ids, 256);
-	if (rig_new(&on, m, 4096, 4, SCHED_SPEC_NGRAM, 2, 0) < 0) {
-		test_failures++;
-		return;
+	for (int k = 0; k < 2; k++) {
+		if (rig_new(&on, m, 4096, 4, SCHED_SPEC_NGRAM, 2, 0) < 0) {
+			test_failures++;
+			return;
+		}
+		sched_pin_cost(on.s, k ? &compute_bound : &memory_bound);
+		struct sched_request q = req(2, ids, n, 120);
+		q.ignore_eos = 1;
+		run_one(&on, &q, &r[k]);
+		printf("repeating text, %s: %d of %d proposals accepted in %d verifying steps, %d tokens\n",
+		       k ? "compute-bound" : "memory-bound", r[k].usage.spec_accepted,
+		       r[k].usage.spec_proposed, r[k].usage.spec_steps, r[k].n_gen);
+		CHECK_INT_EQ(r[k].n_gen, 120);
+		rig_free(&on);
 	}
-	struct sched_request r = req(2, ids, n, 120);
-	r.ignore_eos = 1;
-	run_one(&on, &r, &r1);
-	printf("repeating text: %d of %d proposals accepted in %d verifying steps, %d tokens\n",
-	       r1.usage.spec_accepted, r1.usage.spec_proposed, r1.usage.spec_steps, r1.n_gen);
-	CHECK_INT_EQ(r1.n_gen, 120);
-	CHECK(r1.usage.spec_proposed > 0);
-	CHECK(r1.usage.spec_accepted * 2 > r1.usage.spec_proposed);
-	rig_free(&on);
+	CHECK(r[0].usage.spec_proposed > 0);
+	CHECK(r[0].usage.spec_steps * 2 < r[0].usage.spec_accepted); /* > 2 tokens a verifying step */
+	CHECK_INT_EQ(r[1].usage.spec_proposed, 0);
+	CHECK(same_ids(&r[0], &r[1]));
 }
 
 int main(void)
