@@ -966,12 +966,13 @@ static int check_request(struct llm *h, const struct llm_request *r, uint64_t *r
 		set_err(h, "presence and frequency penalties must be finite numbers");
 		return -EINVAL;
 	}
-	if (r->flags & ~(unsigned)(LLM_LOGPROBS | LLM_IGNORE_EOS | LLM_SPEC_NGRAM | LLM_SPEC_OFF)) {
+	if (r->flags & ~(unsigned)(LLM_LOGPROBS | LLM_IGNORE_EOS | LLM_SPEC_NGRAM | LLM_SPEC_OFF |
+				   LLM_SPEC_DRAFT)) {
 		set_err(h, "unknown request flags 0x%x", r->flags);
 		return -EINVAL;
 	}
-	if ((r->flags & LLM_SPEC_NGRAM) && (r->flags & LLM_SPEC_OFF)) {
-		set_err(h, "LLM_SPEC_NGRAM and LLM_SPEC_OFF together");
+	if (__builtin_popcount(r->flags & (LLM_SPEC_NGRAM | LLM_SPEC_OFF | LLM_SPEC_DRAFT)) > 1) {
+		set_err(h, "at most one of LLM_SPEC_NGRAM, LLM_SPEC_OFF and LLM_SPEC_DRAFT");
 		return -EINVAL;
 	}
 	*ret_bytes = bytes;
@@ -1091,6 +1092,7 @@ int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct 
 		  (r->flags & LLM_IGNORE_EOS ? PROTO_SUBMIT_IGNORE_EOS : 0) |
 		  (r->flags & LLM_SPEC_NGRAM ? PROTO_SUBMIT_SPEC_NGRAM : 0) |
 		  (r->flags & LLM_SPEC_OFF ? PROTO_SUBMIT_SPEC_OFF : 0) |
+		  (r->flags & LLM_SPEC_DRAFT ? PROTO_SUBMIT_SPEC_DRAFT : 0) |
 		  (r->has_seed ? PROTO_SUBMIT_SEED : 0);
 	s.priority = r->priority;
 	s.max_tokens = r->max_tokens;

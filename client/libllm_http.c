@@ -463,9 +463,9 @@ static char *request_body(struct llm_http *hh, const struct llm_request *r, cons
 		json_object_object_add(o, "priority", json_object_new_int(r->priority));
 	if (r->flags & LLM_IGNORE_EOS)
 		json_object_object_add(o, "ignore_eos", json_object_new_boolean(1));
-	if (r->flags & (LLM_SPEC_NGRAM | LLM_SPEC_OFF)) /* llmd's extension */
-		json_object_object_add(o, "speculative",
-				       json_object_new_string(r->flags & LLM_SPEC_NGRAM ? "ngram" : "off"));
+	if (r->flags & (LLM_SPEC_NGRAM | LLM_SPEC_OFF | LLM_SPEC_DRAFT)) /* llmd's extension */
+		json_object_object_add(o, "speculative", json_object_new_string(
+			r->flags & LLM_SPEC_NGRAM ? "ngram" : r->flags & LLM_SPEC_DRAFT ? "draft" : "off"));
 	if (r->n_stops) {
 		json_object *st = json_object_new_array();
 		for (int i = 0; i < r->n_stops; i++)

@@ -79,8 +79,10 @@ enum llm_flags {
 	LLM_IGNORE_EOS = 1u << 2,  /* keep going past end-of-generation */
 	LLM_SPEC_NGRAM = 1u << 3,  /* speculative decoding by prompt lookup (the output is
 	                              the same; repetitive text comes faster) */
-	LLM_SPEC_OFF = 1u << 4,    /* no speculative decoding; neither flag: the daemon's
-	                              spec.mode (not both; since LIBLLM_1.2) */
+	LLM_SPEC_OFF = 1u << 4,    /* no speculative decoding; */
+	LLM_SPEC_DRAFT = 1u << 5,  /* ... by the daemon's draft model (spec.draft_model);
+	                              none of the three: the daemon's spec.mode (at most
+	                              one; since LIBLLM_1.2) */
 };
 
 struct llm_request {

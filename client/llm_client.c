@@ -196,8 +196,8 @@ static void usage(FILE *f)
 		"                          \\n \\t \\r \\\\ are understood)\n"
 		"      --ignore-eos        keep generating past end-of-generation tokens\n"
 		"      --speculative MODE  ngram: speculative decoding by prompt lookup (the same\n"
-		"                          output, repetitive text faster); off: none (default: the\n"
-		"                          daemon's spec.mode)\n"
+		"                          output, repetitive text faster); draft: by the daemon's\n"
+		"                          draft model; off: none (default: the daemon's spec.mode)\n"
 		"      --priority N        higher runs first (default 0)\n"
 		"      --grammar FILE      the output follows this GBNF grammar (llama.cpp's syntax)\n"
 		"      --json-schema FILE  the output is JSON valid under this JSON Schema\n"
@@ -413,13 +413,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case O_IGNEOS: r->flags |= LLM_IGNORE_EOS; break;
 		case O_SPEC:
-			r->flags &= ~(unsigned)(LLM_SPEC_NGRAM | LLM_SPEC_OFF);
+			r->flags &= ~(unsigned)(LLM_SPEC_NGRAM | LLM_SPEC_OFF | LLM_SPEC_DRAFT);
 			if (!strcmp(optarg, "ngram"))
 				r->flags |= LLM_SPEC_NGRAM;
+			else if (!strcmp(optarg, "draft"))
+				r->flags |= LLM_SPEC_DRAFT;
 			else if (!strcmp(optarg, "off"))
 				r->flags |= LLM_SPEC_OFF;
 			else
-				bad_arg("--speculative", optarg, "must be ngram or off");
+				bad_arg("--speculative", optarg, "must be ngram, draft or off");
 			break;
 		case O_PRIO:
 			if (!parse_long(optarg, INT32_MIN, INT32_MAX, &v))

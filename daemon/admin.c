@@ -167,6 +167,7 @@ static int cmd_status(struct llmd *d, struct conn *c, const char *arg,
 	json_object *sp = json_object_new_object();
 	add_str(sp, "mode", d->cfg.spec_mode);
 	add_int(sp, "max_draft", d->cfg.spec_max_draft);
+	add_str(sp, "draft_model", d->draft_model ? d->draft_model->name : "");
 	add_int(sp, "proposed_tokens", (int64_t)k->spec_proposed);
 	add_int(sp, "accepted_tokens", (int64_t)k->spec_accepted);
 	add_dbl(sp, "acceptance_rate", k->spec_proposed ? (double)k->spec_accepted / (double)k->spec_proposed : 0);
@@ -273,6 +274,8 @@ static void sum_counters(const struct worker_snapshot *sn, struct sched_counters
 		t->spec_steps += k->spec_steps;
 		t->spec_proposed += k->spec_proposed;
 		t->spec_accepted += k->spec_accepted;
+		t->draft_steps += k->draft_steps;
+		t->draft_rows += k->draft_rows;
 	}
 }
 
@@ -358,6 +361,8 @@ static int cmd_stats(struct llmd *d, struct conn *c, const char *arg,
 	add_int(out, "llmd_spec_verify_steps_total", (int64_t)k->spec_steps);
 	add_int(out, "llmd_spec_proposed_tokens_total", (int64_t)k->spec_proposed);
 	add_int(out, "llmd_spec_accepted_tokens_total", (int64_t)k->spec_accepted);
+	add_int(out, "llmd_spec_draft_steps_total", (int64_t)k->draft_steps);
+	add_int(out, "llmd_spec_draft_rows_total", (int64_t)k->draft_rows);
 	add_int(out, "llmd_last_step_rows", k->last_step_rows);
 	add_int(out, "llmd_last_step_seqs", k->last_step_seqs);
 	add_dbl(out, "llmd_last_step_seconds", k->last_step_s);

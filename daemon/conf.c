@@ -26,7 +26,7 @@ struct opt {
 
 static const char *const backends[] = { "auto", "cpu", "cuda", NULL };
 static const char *const kv_types[] = { "f16", "f32", "q8_0", NULL };
-static const char *const spec_modes[] = { "off", "ngram", NULL };
+static const char *const spec_modes[] = { "off", "ngram", "draft", NULL };
 
 #define F(field) offsetof(struct llmd_conf, field), sizeof(((struct llmd_conf *)0)->field)
 static const struct opt opts[] = {
@@ -70,6 +70,7 @@ static const struct opt opts[] = {
 	{ "spec", "mode", OPT_STR, F(spec_mode), 0, 0, spec_modes },
 	{ "spec", "max_draft", OPT_INT, F(spec_max_draft), 1, SCHED_SPEC_MAX_DRAFT, NULL },
 	{ "spec", "min_match", OPT_INT, F(spec_min_match), 1, 64, NULL },
+	{ "spec", "draft_model", OPT_STR, F(spec_draft_model), 0, 0, NULL },
 	{ "limits", "max_connections", OPT_INT, F(max_connections), 1, 65535, NULL },
 	{ "limits", "connections_per_uid", OPT_INT, F(connections_per_uid), 1, 65535, NULL },
 	{ "limits", "requests_per_connection", OPT_INT, F(requests_per_connection), 1, 65536, NULL },
@@ -483,6 +484,11 @@ int conf_check(const struct llmd_conf *c, char *err, size_t errlen)
 	}
 	if (!c->socket_path[0]) {
 		snprintf(err, errlen, "server.socket is empty");
+		return -EINVAL;
+	}
+	if (!strcmp(c->spec_mode, "draft") && !c->spec_draft_model[0]) {
+		snprintf(err, errlen, "spec.mode = draft needs spec.draft_model, a small GGUF model of "
+			 "the default model's vocabulary");
 		return -EINVAL;
 	}
 	if (c->model_name[0] && !conf_model_name_ok(c->model_name)) {

@@ -73,10 +73,12 @@ struct llmd_conf {
 	int32_t prefix_cache;          /* 1 = on */
 	int32_t step_ms;               /* step-time budget while sequences decode, ms; 0 = off */
 	/* [spec] */
-	char spec_mode[8];             /* off | ngram: speculative decoding for requests that
-	                                  do not choose */
+	char spec_mode[8];             /* off | ngram | draft: speculative decoding for
+	                                  requests that do not choose */
 	int32_t spec_max_draft;        /* tokens a sequence proposes a step at most */
 	int32_t spec_min_match;        /* the n-gram that must recur (prompt lookup) */
+	char spec_draft_model[1024];   /* the draft model's GGUF (the default model's
+	                                  vocabulary); "" = none */
 	/* [limits] */
 	int32_t max_connections;       /* connections at once, all users */
 	int32_t connections_per_uid;

@@ -500,8 +500,10 @@ static int parse_common(struct llmd *d, struct http_req *hr, json_object *body, 
 			s->flags |= PROTO_SUBMIT_SPEC_NGRAM;
 		else if (!strcmp(sv, "off"))
 			s->flags |= PROTO_SUBMIT_SPEC_OFF;
+		else if (!strcmp(sv, "draft"))
+			s->flags |= PROTO_SUBMIT_SPEC_DRAFT;
 		else
-			return bad(pe, "speculative", "speculative must be \"ngram\" or \"off\"");
+			return bad(pe, "speculative", "speculative must be \"ngram\", \"draft\" or \"off\"");
 	}
 	if (get_bool(body, "stream", &hr->stream, pe) < 0)
 		return -1;

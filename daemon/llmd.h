@@ -83,6 +83,7 @@ struct llmd {
 	uint64_t budget_bytes;       /* memory.budget_mb, or the automatic one: weights and
 	                                KV of the models loaded at once */
 	struct model *model;         /* models[0].model: the default model */
+	struct model *draft_model;   /* spec.draft_model's, or NULL */
 	struct worker *worker;       /* the engine thread, serving every model */
 	struct constrain *constrain; /* models[0].constrain */
 	const char *backend;         /* "cpu" */

@@ -400,7 +400,8 @@ static int engine_settings(const struct llmd *d, struct engine_params *ep, struc
 	sp->max_queue = d->cfg.max_queue;
 	sp->prefix_cache = d->cfg.prefix_cache;
 	sp->step_ms = d->cfg.step_ms;
-	sp->spec_mode = !strcmp(d->cfg.spec_mode, "ngram") ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+	sp->spec_mode = !strcmp(d->cfg.spec_mode, "ngram") ? SCHED_SPEC_NGRAM :
+			!strcmp(d->cfg.spec_mode, "draft") ? SCHED_SPEC_DRAFT : SCHED_SPEC_OFF;
 	sp->spec_max_draft = d->cfg.spec_max_draft;
 	sp->spec_min_match = d->cfg.spec_min_match;
 	/* auto is a GPU when this llmd links nvcc's CUDA backend and the CUDA
@@ -556,6 +557,16 @@ int main(int argc, char **argv)
 		log_msg(LOG_ERR, "cannot start the engine for %s: %s", d->cfg.model_path, err);
 		goto out;
 	}
+	if (d->cfg.spec_draft_model[0]) {
+		log_msg(LOG_INFO, "loading the draft model %s", d->cfg.spec_draft_model);
+		if (model_load_flags(d->cfg.spec_draft_model, d->cfg.model_mmap ? 0 : MODEL_LOAD_NO_MMAP,
+				     &d->draft_model, err, sizeof err) < 0 ||
+		    worker_set_draft(d->worker, d->draft_model, &ep, err, sizeof err) < 0) {
+			log_msg(LOG_ERR, "spec.draft_model %s: %s", d->cfg.spec_draft_model, err);
+			sd_notifyf(0, "STATUS=cannot use the draft model: %s", err);
+			goto out;
+		}
+	}
 	/* Weights on a device: the host's bytes are not read again, so the
 	 * file may change from now on (not yet a running engine thread). */
 	if (!engine_reads_model_weights(worker_engine(d->worker))) {
@@ -652,6 +663,7 @@ out:
 	for (int i = 1; i < d->n_models; i++)
 		model_free(d->models[i].model);
 	model_free(d->model);
+	model_free(d->draft_model);
 	for (int i = 0; i < d->n_overrides; i++)
 		free(d->overrides[i]);
 	free(d->overrides);

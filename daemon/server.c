@@ -437,6 +437,13 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 			return PROTO_E_INVAL;
 	if ((len = prompt_text(m, s, &text, &code, msg, msglen)) < 0)
 		return code;
+	if ((s->flags & PROTO_SUBMIT_SPEC_DRAFT) && (lm->index != 0 || !d->draft_model)) {
+		code = PROTO_E_INVAL;
+		snprintf(msg, msglen, "speculative decoding with a draft model: %s",
+			 d->draft_model ? "only the default model has one" :
+			 "this daemon has none (spec.draft_model)");
+		goto fail;
+	}
 	if (s->flags & PROTO_SUBMIT_GRAMMAR) {
 		r = calloc(1, sizeof *r);
 		if (!r) {
@@ -495,7 +502,8 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	r->max_tokens = s->max_tokens;
 	r->ignore_eos = !!(s->flags & PROTO_SUBMIT_IGNORE_EOS);
 	r->logprobs = !!(s->flags & PROTO_SUBMIT_LOGPROBS);
-	r->spec = s->flags & PROTO_SUBMIT_SPEC_NGRAM ? SCHED_SPEC_NGRAM :
+	r->spec = s->flags & PROTO_SUBMIT_SPEC_DRAFT ? SCHED_SPEC_DRAFT :
+		  s->flags & PROTO_SUBMIT_SPEC_NGRAM ? SCHED_SPEC_NGRAM :
 		  s->flags & PROTO_SUBMIT_SPEC_OFF ? SCHED_SPEC_OFF : SCHED_SPEC_DEFAULT;
 	r->top_logprobs = (int32_t)s->top_logprobs;
 	r->sampling = sp;

@@ -75,6 +75,8 @@ struct wmodel {
 	const struct model *m;       /* borrowed */
 	struct engine *e;            /* owned */
 	struct sched *s;             /* owned */
+	struct engine *de;           /* the draft model's engine (worker_set_draft), or NULL;
+	                                owned */
 	struct wreq **slots;         /* (n_slots) live requests by scheduler slot */
 	uint32_t *slot_gen;          /* (n_slots) generation of each slot */
 	uint32_t n_slots;
@@ -1007,7 +1009,33 @@ static void wmodel_free(struct wmodel *wm)
 	if (wm->e) /* LLMD_CUDA_PROFILE's table, where the backend kept one */
 		engine_write_device_profile(wm->e, stderr);
 	engine_free(wm->e);
+	engine_free(wm->de);
 	free(wm);
+}
+
+int worker_set_draft(struct worker *w, const struct model *dm, const struct engine_params *ep,
+		     char *err, size_t errlen)
+{
+	struct wmodel *wm = w->models[0];
+	struct engine_params dp = *ep;
+	int r;
+
+	if (w->started || wm->de) {
+		snprintf(err, errlen, "the draft model is set once, before the worker starts");
+		return -EINVAL;
+	}
+	/* the model's context and KV capacity, on its CPU threads */
+	dp.n_ctx = engine_n_ctx(wm->e);
+	dp.kv_tokens = engine_kv_capacity(wm->e);
+	dp.kv_mib = 0;
+	dp.threads_of = wm->e;
+	if ((r = engine_new(dm, &dp, &wm->de, err, errlen)) < 0)
+		return r;
+	if ((r = sched_set_draft(wm->s, wm->de, dm, err, errlen)) < 0) {
+		engine_free(wm->de);
+		wm->de = NULL;
+	}
+	return r;
 }
 
 int worker_model_prepare(const struct model *m, const struct engine_params *ep,

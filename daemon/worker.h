@@ -179,6 +179,14 @@ void worker_free(struct worker *w);
 /* The default model's engine (model 0, never removed). */
 const struct engine *worker_engine(const struct worker *w);
 
+/* Gives the default model a draft model for speculative decoding (spec.mode
+ * draft): DM (the caller's, outliving W) runs on an engine of EP's settings
+ * with the model's context, KV capacity and CPU threads.  Before
+ * worker_start.  0, or a negative errno with a message (another
+ * vocabulary, no memory for it). */
+int worker_set_draft(struct worker *w, const struct model *dm, const struct engine_params *ep,
+		     char *err, size_t errlen);
+
 /* Posting, from the event-loop thread.  Each returns 0 or -ENOMEM. */
 
 /* Hands CONN_ID's ring (producer side) and the signalling end of its wake

@@ -282,6 +282,10 @@ struct backend {
 /* The CPU backend with N_THREADS threads (the caller counts as one).
  * Returns 0 or a negative errno. */
 int cpu_backend_new(int n_threads, struct backend **ret);
+/* The same, running on SHARE's worker threads when SHARE is a CPU backend
+ * (N_THREADS unused then): one thread must drive both, never at once (a
+ * draft model beside its target).  Else as cpu_backend_new. */
+int cpu_backend_new_shared(int n_threads, struct backend *share, struct backend **ret);
 
 static inline void backend_free(struct backend *be)
 {

@@ -1564,14 +1564,21 @@ static const struct backend_ops cpu_ops = {
 
 int cpu_backend_new(int n_threads, struct backend **ret)
 {
+	return cpu_backend_new_shared(n_threads, NULL, ret);
+}
+
+int cpu_backend_new_shared(int n_threads, struct backend *share, struct backend **ret)
+{
 	struct cpu_backend *c = calloc(1, sizeof *c);
 	int r;
 
 	if (!c)
 		return -ENOMEM;
 	c->base.ops = &cpu_ops;
-	r = cpu_pool_new(n_threads, &c->pool);
-	if (r < 0) {
+	if (share && share->ops == &cpu_ops) {
+		c->pool = cpu(share)->pool;
+		cpu_pool_ref(c->pool);
+	} else if ((r = cpu_pool_new(n_threads, &c->pool)) < 0) {
 		free(c);
 		return r;
 	}

@@ -56,6 +56,7 @@ struct cpu_pool {
 	_Alignas(64) atomic_int done;  /* tasks finished */
 	atomic_int sleeping;      /* workers blocked in futex wait */
 	atomic_int quit;          /* set by cpu_pool_free */
+	atomic_int refs;          /* owners: cpu_pool_new's and cpu_pool_ref's */
 	/* Caller only: */
 	int solo_left;            /* jobs still to run on the caller alone */
 	int solo_next;            /* length of the next such run; 0 = POOL_SOLO_MIN */
@@ -136,6 +137,7 @@ int cpu_pool_new(int n_threads, struct cpu_pool **ret)
 	p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
+	atomic_init(&p->refs, 1);
 	p->n_threads = 1;
 	p->threads = calloc((size_t)n_threads, sizeof *p->threads);
 	if (!p->threads)
@@ -159,11 +161,16 @@ fail:
 	return -ENOMEM;
 }
 
+void cpu_pool_ref(struct cpu_pool *p)
+{
+	atomic_fetch_add(&p->refs, 1);
+}
+
 void cpu_pool_free(struct cpu_pool *p)
 {
 	int i;
 
-	if (!p)
+	if (!p || atomic_fetch_sub(&p->refs, 1) > 1)
 		return;
 	atomic_store(&p->quit, 1);
 	atomic_fetch_add(&p->gen, 1);

@@ -20,7 +20,11 @@ typedef void (*cpu_task_fn)(void *ctx, int i, int worker);
 /* N_THREADS counts the caller: 1 = no extra threads.  Returns 0 or a
  * negative errno. */
 int cpu_pool_new(int n_threads, struct cpu_pool **ret);
-void cpu_pool_free(struct cpu_pool *p); /* NULL-safe; joins the workers */
+/* Drops an owner: the last one's call joins the workers.  NULL-safe. */
+void cpu_pool_free(struct cpu_pool *p);
+/* Adds an owner (cpu_pool_free once more), for a second user of the same
+ * caller thread: two engines that one thread steps in turn. */
+void cpu_pool_ref(struct cpu_pool *p);
 
 int cpu_pool_threads(const struct cpu_pool *p);
 

@@ -382,7 +382,8 @@ static int sampling_ok(const struct proto_submit *m)
 static int submit_ok(const struct proto_submit *m)
 {
 	if (m->id == 0 || (m->flags & ~(uint32_t)PROTO_SUBMIT__ALL) || m->max_tokens < 1 ||
-	    (m->flags & PROTO_SUBMIT_SPEC_NGRAM && m->flags & PROTO_SUBMIT_SPEC_OFF) ||
+	    __builtin_popcount(m->flags & (PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_OFF |
+					   PROTO_SUBMIT_SPEC_DRAFT)) > 1 ||
 	    !sampling_ok(m) || m->top_logprobs > PROTO_MAX_TOP_LOGPROBS ||
 	    (m->top_logprobs && !(m->flags & PROTO_SUBMIT_LOGPROBS)))
 		return 0;

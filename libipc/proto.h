@@ -33,7 +33,7 @@
  *               a code older clients' decoders do not know: they take an
  *               ERROR or FINAL that carries it for a malformed one.
  *               Since 2026-11-29 SUBMIT may choose speculative decoding
- *               (PROTO_SUBMIT_SPEC_NGRAM or PROTO_SUBMIT_SPEC_OFF): flags
+ *               (PROTO_SUBMIT_SPEC_NGRAM, _OFF or _DRAFT): flags
  *               without payload, which older daemons refuse as a malformed
  *               frame.
  */
@@ -154,9 +154,10 @@ enum proto_submit_flags {
 	PROTO_SUBMIT_MODEL = 1u << 5,      /* MODEL names the model that serves the request;
 	                                      without it, the daemon's default model */
 	PROTO_SUBMIT_SPEC_NGRAM = 1u << 6, /* speculative decoding by prompt lookup; */
-	PROTO_SUBMIT_SPEC_OFF = 1u << 7,   /* ... none; neither: the daemon's spec.mode
-	                                      (not both) */
-	PROTO_SUBMIT__ALL = 0xff,
+	PROTO_SUBMIT_SPEC_OFF = 1u << 7,   /* ... none; */
+	PROTO_SUBMIT_SPEC_DRAFT = 1u << 8, /* ... by the daemon's draft model; none of the
+	                                      three: its spec.mode (at most one) */
+	PROTO_SUBMIT__ALL = 0x1ff,
 };
 
 /* What constrains a PROTO_SUBMIT_GRAMMAR request's output. */

@@ -547,7 +547,13 @@ def test_speculative(d):
     rc, out, _ = client("--socket", d.sock, "--temp", "0", "-n", "40", "--speculative", "ngram", "-N", prompt)
     check(rc == 0 and out == native_greedy(d, prompt, 40), f"llm-client --speculative ngram: {out[:50]!r}")
     rc, _, err = client("--socket", d.sock, "--speculative", "eagle", "x")
-    check(rc == 2 and "ngram or off" in err, f"llm-client --speculative eagle: exit 2 ({err.strip()})")
+    check(rc == 2 and "ngram, draft or off" in err, f"llm-client --speculative eagle: exit 2 ({err.strip()})")
+    try:
+        chat("draft", temperature=0)
+        check(False, "speculative draft without a draft model refused")
+    except openai.BadRequestError as e:
+        check("spec.draft_model" in e.body.get("message", ""), f"speculative draft without a draft model: 400 "
+              f"({e.body.get('message')})")
     check(d.idle(), "nothing held after speculation")
 
 

@@ -45,13 +45,19 @@ int main(void)
 	expect_error("limits.output_kib=8", "not an integer in 16..65536");
 	expect_error("limits.admin_connections=-1", "not an integer in 0..1024");
 	/* [spec] */
-	expect_error("spec.mode=eagle", "'eagle' is not one of off, ngram");
+	expect_error("spec.mode=eagle", "'eagle' is not one of off, ngram, draft");
 	expect_error("spec.max_draft=17", "not an integer in 1..16");
 	expect_error("spec.min_match=0", "not an integer in 1..64");
 	conf_default(&c);
 	CHECK(!strcmp(c.spec_mode, "off") && c.spec_max_draft == 8 && c.spec_min_match == 2);
 	CHECK(conf_set(&c, "spec.mode=ngram", err, sizeof err) == 0 && !strcmp(c.spec_mode, "ngram"));
 	CHECK(conf_set(&c, "spec.max_draft=4", err, sizeof err) == 0 && c.spec_max_draft == 4);
+	CHECK(conf_set(&c, "model.path=/x.gguf", err, sizeof err) == 0);
+	CHECK(conf_set(&c, "spec.mode=draft", err, sizeof err) == 0);
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), -EINVAL);
+	CHECK(strstr(err, "spec.mode = draft needs spec.draft_model") != NULL);
+	CHECK(conf_set(&c, "spec.draft_model=/d.gguf", err, sizeof err) == 0);
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), 0);
 
 	conf_default(&c);
 	CHECK(conf_set(&c, "model.path=/x.gguf", err, sizeof err) == 0);

@@ -447,7 +447,8 @@ static void check_bad_requests(struct llm *h)
 	BAD(r.repeat_penalty = 0);
 	BAD(r.presence_penalty = INFINITY);
 	BAD(r.flags = 1u << 9);
-	BAD(r.flags = LLM_SPEC_NGRAM | LLM_SPEC_OFF);      /* speculation on and off */
+	BAD(r.flags = LLM_SPEC_NGRAM | LLM_SPEC_OFF);      /* two speculation modes */
+	BAD(r.flags = LLM_SPEC_DRAFT | LLM_SPEC_OFF);
 	BAD(r.prompt = big);                               /* over max_prompt_bytes (100) */
 	CHECK(strstr(llm_errmsg(h), "limits.prompt_bytes") != NULL); /* says what to change */
 	BAD(r.prompt = "\xc3\x28");                        /* invalid UTF-8 */

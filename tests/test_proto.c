@@ -692,7 +692,7 @@ static void test_submit_roundtrip(void)
 	 * smallest positive floats, an empty prompt, no stops, a one-byte model
 	 * name, every flag. */
 	m = submit_example(0);
-	m.flags = PROTO_SUBMIT__ALL & ~(PROTO_SUBMIT_CHAT | PROTO_SUBMIT_SPEC_OFF);
+	m.flags = PROTO_SUBMIT__ALL & ~(PROTO_SUBMIT_CHAT | PROTO_SUBMIT_SPEC_OFF | PROTO_SUBMIT_SPEC_DRAFT);
 	m.grammar_kind = PROTO_GRAMMAR_JSON_OBJECT;
 	m.model = S("m");
 	m.temperature = 0.0f;
@@ -724,7 +724,7 @@ static void test_submit_roundtrip(void)
 	for (int i = 0; i < PROTO_MAX_MESSAGES; i++)
 		msgs[i] = (struct proto_message){ 1 + i % 3, { big_stops[i % 16], (uint32_t)i } };
 	m = submit_example(1);
-	m.flags = PROTO_SUBMIT__ALL & ~(PROTO_SUBMIT_GRAMMAR | PROTO_SUBMIT_SPEC_NGRAM);
+	m.flags = PROTO_SUBMIT__ALL & ~(PROTO_SUBMIT_GRAMMAR | PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_OFF);
 	m.n_messages = PROTO_MAX_MESSAGES;
 	m.messages = msgs;
 	m.n_stops = PROTO_MAX_STOPS;
@@ -774,9 +774,11 @@ static void test_submit_encode_rejects(void)
 	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL); \
 } while (0)
 	REJECT(0, m.id = 0);
-	REJECT(0, m.flags |= 1u << 8);
-	/* speculation on and off at once */
+	REJECT(0, m.flags |= 1u << 9);
+	/* two speculation modes at once */
 	REJECT(0, m.flags |= PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_OFF);
+	REJECT(0, m.flags |= PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_DRAFT);
+	REJECT(0, m.flags |= PROTO_SUBMIT_SPEC_OFF | PROTO_SUBMIT_SPEC_DRAFT);
 	/* Grammars: the flag without a kind, a kind without the flag, unknown
 	 * kinds and flags, an empty GBNF or schema, text with JSON_OBJECT, too
 	 * long a text. */

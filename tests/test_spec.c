@@ -54,7 +54,7 @@ static void on_event(void *ctx, const struct sched_event *ev)
 }
 
 struct rig {
-	struct engine *e;
+	struct engine *e, *de;
 	struct sched *s;
 };
 
@@ -78,6 +78,7 @@ static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int 
 	sp.max_batched_tokens = 256;
 	sp.spec_mode = mode;
 	sp.spec_min_match = min_match;
+	g->de = NULL;
 	if (engine_new(m, &ep, &g->e, err, sizeof err) < 0 ||
 	    sched_new(g->e, m, &sp, on_event, NULL, &g->s, err, sizeof err) < 0) {
 		fprintf(stderr, "rig: %s\n", err);
@@ -90,10 +91,36 @@ static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int 
 	return 0;
 }
 
+/* A rig whose requests may take DM as their draft (SCHED_SPEC_DRAFT by
+ * default), with a draft pool of DKV_TOKENS on the model's threads. */
+static int rig_new_draft(struct rig *g, const struct model *m, const struct model *dm,
+			 int64_t kv_tokens, int64_t dkv_tokens, int max_seqs, int force)
+{
+	struct engine_params ep;
+	char err[256];
+
+	if (rig_new(g, m, kv_tokens, max_seqs, SCHED_SPEC_DRAFT, 2, force) < 0)
+		return -1;
+	engine_params_default(&ep);
+	ep.kv_type = QT_F32;
+	ep.kv_tokens = dkv_tokens;
+	ep.max_batch = 64; /* a catch-up of a long prompt takes several steps */
+	ep.n_ctx = 1024;
+	ep.threads_of = g->e;
+	if (engine_new(dm, &ep, &g->de, err, sizeof err) < 0 ||
+	    sched_set_draft(g->s, g->de, dm, err, sizeof err) < 0) {
+		fprintf(stderr, "rig: draft: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
 static void rig_free(struct rig *g)
 {
 	sched_free(g->s);
 	engine_free(g->e);
+	engine_free(g->de);
+	g->de = NULL;
 }
 
 static void run_to_idle(struct rig *g)
@@ -360,6 +387,136 @@ static void test_repetition(const struct model *m)
 	CHECK(same_ids(&r[0], &r[1]));
 }
 
+/* The draft model: TARGET's golden prompts give the same greedy ids with
+ * DRAFT proposing (forced) as without; the crowd of 16 in a small pool, with
+ * a draft pool too small for all of them (their draft KV is dropped and
+ * recomputed), seeded and greedy alike, as alone; and a draft of another
+ * vocabulary is refused, naming the sizes. */
+static void test_draft(const struct model *m, const struct model *dm, const char *name,
+		       const char *golden, const char *rel_model)
+{
+	json_object *root = json_object_from_file(golden);
+	struct rig off, on;
+	struct result a, b, alone[16];
+	int cases = 0, same = 0;
+	uint64_t proposed = 0, accepted = 0;
+
+	if (!root || rig_new(&off, m, 4096, 16, SCHED_SPEC_OFF, 2, 0) < 0 ||
+	    rig_new_draft(&on, m, dm, 4096, 4096, 16, 1) < 0) {
+		test_failures++;
+		json_object_put(root);
+		return;
+	}
+	for (size_t i = 0; i < json_object_array_length(root); i++) {
+		json_object *cs = json_object_array_get_idx(root, i), *v, *ids;
+		int32_t prompt[512];
+		int n = 0;
+		if (!json_object_object_get_ex(cs, "model", &v) || strcmp(json_object_get_string(v), rel_model) ||
+		    !json_object_object_get_ex(cs, "prompt_ids", &ids) ||
+		    !json_object_object_get_ex(cs, "n_predict", &v))
+			continue;
+		for (size_t k = 0; k < json_object_array_length(ids) && n < 512; k++)
+			prompt[n++] = json_object_get_int(json_object_array_get_idx(ids, k));
+		struct sched_request r = req(0, prompt, n, json_object_get_int(v));
+		r.ignore_eos = 1;
+		run_one(&off, &r, &a);
+		run_one(&on, &r, &b);
+		cases++;
+		same += same_ids(&a, &b);
+		proposed += (uint64_t)b.usage.spec_proposed;
+		accepted += (uint64_t)b.usage.spec_accepted;
+	}
+	printf("%s with draft %s: %d/%d golden prompts give the same greedy ids (%llu of %llu "
+	       "proposals accepted)\n", name, dm->name, same, cases, (unsigned long long)accepted,
+	       (unsigned long long)proposed);
+	CHECK(cases > 0);
+	CHECK_INT_EQ(same, cases);
+	CHECK(accepted > 0);
+	json_object_put(root);
+	rig_free(&on);
+
+	/* the crowd: a 16 * 10-token pool, a draft pool of 6 blocks */
+	int32_t ids[16][64];
+	int n[16], ok = 0;
+	struct sched_counters c;
+	for (int i = 0; i < 16; i++) {
+		n[i] = tokenize(m, prompts[i % N_PROMPTS], ids[i], 64);
+		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
+		r.ignore_eos = 1;
+		if (i % 2) {
+			r.sampling.temperature = 0.8f;
+			r.sampling.seed = (uint64_t)i;
+		}
+		run_one(&off, &r, &alone[i]);
+	}
+	if (rig_new_draft(&on, m, dm, 16 * 10, 6 * 16, 16, 1) < 0) {
+		test_failures++;
+		rig_free(&off);
+		return;
+	}
+	memset(results, 0, sizeof results);
+	for (int i = 0; i < 16; i++) {
+		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
+		r.ignore_eos = 1;
+		r.priority = i % 3;
+		if (i % 2) {
+			r.sampling.temperature = 0.8f;
+			r.sampling.seed = (uint64_t)i;
+		}
+		if (i == 3)
+			r.spec = SCHED_SPEC_NGRAM; /* lookups beside drafts */
+		CHECK_INT_EQ(sched_submit(on.s, &r), 0);
+	}
+	run_to_idle(&on);
+	sched_counters(on.s, &c);
+	proposed = accepted = 0;
+	for (int i = 0; i < 16; i++) {
+		CHECK_INT_EQ(results[i].n_finish, 1);
+		ok += same_ids(&results[i], &alone[i]);
+		proposed += (uint64_t)results[i].usage.spec_proposed;
+		accepted += (uint64_t)results[i].usage.spec_accepted;
+	}
+	printf("%s with draft %s, crowd of 16, %d-block pool, %d-block draft pool: %d/16 as alone, "
+	       "%llu preemptions, %llu of %llu proposals accepted, %llu draft steps\n", name, dm->name,
+	       c.pool_blocks, c.draft_pool_blocks, ok, (unsigned long long)c.preemptions,
+	       (unsigned long long)accepted, (unsigned long long)proposed, (unsigned long long)c.draft_steps);
+	CHECK_INT_EQ(ok, 16);
+	CHECK(c.preemptions > 0 && c.draft_steps > 0 && accepted > 0);
+	CHECK_INT_EQ(c.used_blocks, 0);
+	CHECK_INT_EQ(c.draft_used_blocks, 0);
+	CHECK_INT_EQ((int64_t)c.step_rows, (int64_t)(c.prefill_rows + c.decode_rows + c.spec_proposed));
+	rig_free(&on);
+	rig_free(&off);
+}
+
+/* A draft of another vocabulary is refused with the sizes; a request for
+ * a draft where there is none is refused. */
+static void test_draft_refusals(const struct model *m, const struct model *other)
+{
+	struct rig g;
+	struct engine_params ep;
+	struct engine *de = NULL;
+	char err[256] = "";
+	int32_t ids[8] = { 1, 2, 3 };
+
+	if (rig_new(&g, m, 1024, 4, SCHED_SPEC_OFF, 2, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	struct sched_request r = req(1, ids, 3, 4);
+	r.spec = SCHED_SPEC_DRAFT;
+	CHECK_INT_EQ(sched_submit(g.s, &r), -EINVAL);
+	engine_params_default(&ep);
+	ep.kv_tokens = 256;
+	ep.n_ctx = 1024;
+	CHECK(engine_new(other, &ep, &de, err, sizeof err) == 0);
+	CHECK_INT_EQ(sched_set_draft(g.s, de, other, err, sizeof err), -EINVAL);
+	printf("a draft of another vocabulary: %s\n", err);
+	CHECK(strstr(err, "vocabulary") != NULL);
+	engine_free(de);
+	rig_free(&g);
+}
+
 int main(void)
 {
 	/* test_model_path answers in one static buffer: copies */
@@ -394,6 +551,24 @@ int main(void)
 			model_free(m);
 		}
 	}
+	/* TinyStories f32 with its q8_0 quantization as the draft, and with
+	 * stories260K (another vocabulary) refused */
+	char *tf = test_model_path(tiny[0]) ? strdup(test_model_path(tiny[0])) : NULL;
+	char *tq = test_model_path(tiny[1]) ? strdup(test_model_path(tiny[1])) : NULL;
+	struct model *dm = NULL, *small = NULL;
+	if (tf && tq && golden_lc && model_load(tf, &m, err, sizeof err) == 0 &&
+	    model_load(tq, &dm, err, sizeof err) == 0 && model_load(p, &small, err, sizeof err) == 0) {
+		test_draft(m, dm, tiny[0], golden_lc, tiny[0]);
+		test_draft_refusals(m, small);
+	} else {
+		printf("draft: left out (no TinyStories-656K f32 and q8_0)\n");
+	}
+	model_free(m);
+	model_free(dm);
+	model_free(small);
+	m = NULL;
+	free(tf);
+	free(tq);
 	const char *g = getenv("LLMD_GEMMA3");
 	const char *gg = test_model_path("golden/gemma-3-270m-q4_k_m.greedy-llamacpp.json");
 	if (g && gg && access(g, R_OK) == 0 && model_load(g, &m, err, sizeof err) == 0) {

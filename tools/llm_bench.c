@@ -65,7 +65,8 @@ struct bench_opts {
 	int32_t device;             /* CUDA device index */
 	int32_t batch;
 	int32_t step_ms;            /* the scheduler's step-time budget, ms; 0 = off */
-	int32_t spec;               /* --speculative: SCHED_SPEC_OFF (default) or _NGRAM */
+	int32_t spec;               /* --speculative: SCHED_SPEC_OFF (default), _NGRAM or _DRAFT */
+	const char *draft_model;    /* --draft-model: the draft's GGUF (with --speculative draft) */
 	int32_t draft_max;          /* --draft-max: tokens proposed a step at most (0: 8) */
 	int32_t draft_min_match;    /* --draft-min-match: the n-gram that must recur (0: 2) */
 	struct sampler_params sp;
@@ -103,13 +104,16 @@ static void usage(FILE *f)
 		"      --kv-type TYPE      KV cache element type: f16 (default), f32 or q8_0\n"
 		"      --batch N           prompt rows per step (default 512)\n"
 		"      --step-ms N         step-time budget while sequences decode, ms (default 0: off)\n"
-		"      --speculative MODE  speculative decoding: off (default) or ngram (prompt lookup:\n"
+		"      --speculative MODE  speculative decoding: off (default), ngram (prompt lookup:\n"
 		"                          the sequence's last tokens recurring in its own text propose\n"
-		"                          what followed them); the JSON reports the acceptance; with\n"
+		"                          what followed them) or draft (--draft-model); the JSON\n"
+		"                          reports the acceptance; with\n"
 		"                          --socket or --url each request asks for it (default there:\n"
 		"                          the daemon's spec.mode)\n"
 		"      --draft-max K       tokens a sequence proposes a step at most (default 8)\n"
 		"      --draft-min-match N the n-gram that must recur to propose (default 2)\n"
+		"      --draft-model PATH  with --speculative draft: a small model of the same vocabulary\n"
+		"                          whose greedy tokens are proposed\n"
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
 		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
 		"      --kv-tokens N       KV pool size in tokens (default: enough for all sequences)\n"
@@ -228,7 +232,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_PP, O_FP, O_SEED, O_STOP, O_LOGITS,
 	       O_JSON, O_CHAT, O_KV, O_BATCH, O_IGN, O_PAR, O_KVT, O_NOPC, O_SHP, O_KVM, O_SEQ, O_SOCK, O_BACKEND, O_NOGRAPH, O_GEMM,
 	       O_DEVICE, O_PROF, O_BW, O_NOMMAP, O_STEPMS, O_URL, O_USOCK, O_KEY, O_GRAMMAR, O_SCHEMA,
-	       O_JOBJ, O_MNAME, O_SPEC, O_DMAX, O_DMIN };
+	       O_JOBJ, O_MNAME, O_SPEC, O_DMAX, O_DMIN, O_DMODEL };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "prompt-file", required_argument, 0, 'f' }, { "system", required_argument, 0, 's' },
@@ -255,6 +259,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "json-object", no_argument, 0, O_JOBJ }, { "model-name", required_argument, 0, O_MNAME },
 		{ "speculative", required_argument, 0, O_SPEC }, { "draft-max", required_argument, 0, O_DMAX },
 		{ "draft-min-match", required_argument, 0, O_DMIN },
+		{ "draft-model", required_argument, 0, O_DMODEL },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -312,11 +317,14 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 				o->spec = SCHED_SPEC_OFF;
 			else if (!strcmp(optarg, "ngram"))
 				o->spec = SCHED_SPEC_NGRAM;
+			else if (!strcmp(optarg, "draft"))
+				o->spec = SCHED_SPEC_DRAFT;
 			else {
-				fprintf(stderr, "llm-bench: --speculative must be off or ngram\n");
+				fprintf(stderr, "llm-bench: --speculative must be off, ngram or draft\n");
 				return -1;
 			}
 			break;
+		case O_DMODEL: o->draft_model = optarg; break;
 		case O_DMAX: o->draft_max = atoi(optarg); break;
 		case O_DMIN: o->draft_min_match = atoi(optarg); break;
 		case O_PAR: o->parallel = atoi(optarg); break;
@@ -395,9 +403,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			SCHED_SPEC_MAX_DRAFT);
 		return -1;
 	}
-	if ((o->socket || o->url) && (o->draft_max || o->draft_min_match)) {
+	if ((o->socket || o->url) && (o->draft_max || o->draft_min_match || o->draft_model)) {
 		fprintf(stderr, "llm-bench: the --draft options run in-process (the daemon's [spec] "
 			"section sets them for --socket and --url)\n");
+		return -1;
+	}
+	if (!o->socket && !o->url && (o->spec == SCHED_SPEC_DRAFT) != !!o->draft_model) {
+		fprintf(stderr, "llm-bench: --speculative draft and --draft-model go together\n");
 		return -1;
 	}
 	if (o->url && !o->api_key)
@@ -758,7 +770,8 @@ static int run_socket(const struct bench_opts *o)
 		.chat = o->chat || o->system, .max_tokens = o->n_predict,
 		.temperature = o->sp.temperature, .top_k = o->sp.top_k, .top_p = o->sp.top_p,
 		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
-		.spec_flags = o->spec == SCHED_SPEC_NGRAM ? LLM_SPEC_NGRAM : o->spec == SCHED_SPEC_OFF ? LLM_SPEC_OFF : 0,
+		.spec_flags = o->spec == SCHED_SPEC_NGRAM ? LLM_SPEC_NGRAM : o->spec == SCHED_SPEC_OFF ? LLM_SPEC_OFF :
+			      o->spec == SCHED_SPEC_DRAFT ? LLM_SPEC_DRAFT : 0,
 		.url = o->url ? url : NULL, .api_key = o->api_key, .model_name = o->model_name,
 		.grammar_kind = o->grammar_kind == CONSTRAIN_GBNF ? LLM_GRAMMAR_GBNF :
 				o->grammar_kind == CONSTRAIN_JSON_SCHEMA ? LLM_GRAMMAR_JSON_SCHEMA :
@@ -985,7 +998,8 @@ int main(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
 	struct model *m = NULL;
-	struct engine *e = NULL;
+	struct engine *e = NULL, *de = NULL;
+	struct model *dm = NULL;
 	struct sched *sc = NULL;
 	struct engine_params ep;
 	struct sched_params sp;
@@ -1065,6 +1079,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "llm-bench: cannot start the engine: %s\n", err);
 		goto out;
 	}
+	if (o.draft_model) {
+		/* the draft: the same backend and pool size, the model's context,
+		 * the model's CPU threads */
+		struct engine_params dp = ep;
+		dp.n_ctx = engine_n_ctx(e);
+		dp.threads_of = e;
+		if (model_load_flags(o.draft_model, o.no_mmap ? MODEL_LOAD_NO_MMAP : 0, &dm, err, sizeof err) < 0 ||
+		    engine_new(dm, &dp, &de, err, sizeof err) < 0) {
+			fprintf(stderr, "llm-bench: cannot start the draft model %s: %s\n", o.draft_model, err);
+			goto out;
+		}
+	}
 	if (o.logits) {
 		r = print_logits(e, m, &o, br.seqs[0].ids, br.seqs[0].n_ids);
 		if (r < 0)
@@ -1094,6 +1120,7 @@ int main(int argc, char **argv)
 			engine_write_device_profile(e, stderr);
 			engine_free(e);
 			e = NULL;
+			ep.threads_of = de; /* the threads the draft kept */
 			if (engine_new(m, &ep, &e, err, sizeof err) < 0) {
 				fprintf(stderr, "llm-bench: cannot restart the engine: %s\n", err);
 				goto out;
@@ -1119,6 +1146,10 @@ int main(int argc, char **argv)
 		}
 		if (sched_new(e, m, &sp, on_event, &br, &sc, err, sizeof err) < 0) {
 			fprintf(stderr, "llm-bench: cannot start the scheduler: %s\n", err);
+			goto out;
+		}
+		if (de && sched_set_draft(sc, de, dm, err, sizeof err) < 0) {
+			fprintf(stderr, "llm-bench: --draft-model %s: %s\n", o.draft_model, err);
 			goto out;
 		}
 		double wall = run_all(sc, &o, &br, &cnt);
@@ -1190,7 +1221,13 @@ int main(int argc, char **argv)
 			/* the last repetition's: steps that verified proposals, how many
 			 * tokens each gained, the share of proposals that stood */
 			json_object *sj = json_object_new_object();
-			json_object_object_add(sj, "mode", json_object_new_string("ngram"));
+			json_object_object_add(sj, "mode", json_object_new_string(
+				sp.spec_mode == SCHED_SPEC_DRAFT ? "draft" : "ngram"));
+			if (o.draft_model) {
+				json_object_object_add(sj, "draft_model", json_object_new_string(dm->name));
+				json_object_object_add(sj, "draft_steps", json_object_new_int64((int64_t)cnt.draft_steps));
+				json_object_object_add(sj, "draft_rows", json_object_new_int64((int64_t)cnt.draft_rows));
+			}
 			json_object_object_add(sj, "max_draft", json_object_new_int(sp.spec_max_draft));
 			json_object_object_add(sj, "min_match", json_object_new_int(sp.spec_min_match));
 			json_object_object_add(sj, "decode_steps", json_object_new_int64((int64_t)cnt.decode_rows));
@@ -1251,8 +1288,9 @@ int main(int argc, char **argv)
 				100 * lm / f, (long long)cnt.prefix_hit_tokens, (long long)cnt.prefill_rows);
 		}
 		if (sp.spec_mode != SCHED_SPEC_OFF)
-			fprintf(stderr, "llm-bench: speculative (ngram, last run): %llu of %llu proposed tokens "
+			fprintf(stderr, "llm-bench: speculative (%s, last run): %llu of %llu proposed tokens "
 				"stood (%.0f%%), %.2f tokens per decode step, %llu verifying steps\n",
+				sp.spec_mode == SCHED_SPEC_DRAFT ? "draft" : "ngram",
 				(unsigned long long)cnt.spec_accepted, (unsigned long long)cnt.spec_proposed,
 				cnt.spec_proposed ? 100.0 * (double)cnt.spec_accepted / (double)cnt.spec_proposed : 0,
 				cnt.decode_rows ? (double)(cnt.decode_rows + cnt.spec_accepted) / (double)cnt.decode_rows : 0,
@@ -1289,6 +1327,8 @@ out:
 	if (e)
 		engine_write_device_profile(e, stderr);
 	engine_free(e);
+	engine_free(de);
+	model_free(dm);
 	model_free(m);
 	return rc;
 }

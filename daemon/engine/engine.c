@@ -442,7 +442,7 @@ int engine_new(const struct model *m, const struct engine_params *p, struct engi
 			return r;
 		}
 	} else {
-		r = cpu_backend_new(p->n_threads, &e->be);
+		r = cpu_backend_new_shared(p->n_threads, p->threads_of ? p->threads_of->be : NULL, &e->be);
 		if (r < 0) {
 			snprintf(err, errlen, "cannot start %d CPU threads", p->n_threads);
 			free(e);

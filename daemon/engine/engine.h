@@ -42,6 +42,10 @@ struct engine_params {
 	int32_t gemm_rows;       /* CUDA: quantized matmuls of at least this many rows run
 	                            on cuBLAS in f16 (fast prefill, not batch invariant);
 	                            0: never (default) */
+	const struct engine *threads_of; /* CPU: run on this engine's worker threads rather
+	                            than start n_threads of its own; the one thread that
+	                            steps both must never step them at once (a draft
+	                            model beside its target); NULL: its own (default) */
 	struct cuda_tuning cuda; /* CUDA: how the kernels run (backend.h); default
 	                            cuda_tuning_defaults() with the LLMD_CUDA_* environment
 	                            variables over it (cuda_tuning_from_env) */

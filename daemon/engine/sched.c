@@ -75,6 +75,10 @@ struct seq {
 	int32_t spec_guess;     /* the proposer's next token when no row was worth it, or -1:
 	                           judged against the drawn token all the same */
 	double spec_ok, spec_all; /* decayed counts of proposals that stood, and judged */
+	int32_t row0;           /* its first row in the step (planning) */
+	int32_t *dtable;        /* (d_max_blocks) the draft's block ids, with a draft; owned */
+	int32_t d_nblocks;      /* draft blocks held */
+	int32_t d_computed;     /* leading tokens whose draft KV is in them */
 	struct sampler *smp;    /* owned */
 	struct grammar_state *gram; /* borrowed (sched_request.grammar), or NULL */
 	uint32_t *mask;         /* ((n_vocab + 31) / 32) the grammar's allowed tokens; owned */
@@ -113,6 +117,20 @@ struct sched {
 	struct seq **row_seq;
 	float *logits;               /* (cap_logits, n_vocab) */
 	int32_t cap_logits;          /* max_seqs; + SPEC_MAX_ROWS once a sequence proposes */
+	/* the draft model (sched_set_draft), or NULL */
+	struct engine *de;
+	const struct model *dm;
+	struct kv_pool *dkv;
+	int32_t dbt, d_max_blocks;   /* its tokens per block; table entries per sequence */
+	int32_t d_rows;              /* rows a draft step takes at most */
+	int32_t *d_token, *d_pos;    /* (d_rows) a draft step's rows */
+	const int32_t **d_table;
+	uint8_t *d_flag;
+	struct seq **d_row_seq;
+	float *d_logits;             /* (max_seqs, n_vocab) */
+	struct seq **d_seqs;         /* (max_seqs) sequences drafting this step (planning) */
+	int32_t n_dseqs;
+	double d_step_s;             /* a proposing draft step's time, smoothed */
 };
 
 void sched_params_default(struct sched_params *p)
@@ -135,7 +153,8 @@ int sched_new(struct engine *e, const struct model *m, const struct sched_params
 
 	if (p->max_seqs < 1 || p->max_batched_tokens < 1 || p->max_queue < 0 || !fn ||
 	    p->max_batched_tokens > engine_max_batch(e) || p->step_ms < 0 ||
-	    (p->spec_mode != SCHED_SPEC_OFF && p->spec_mode != SCHED_SPEC_NGRAM) ||
+	    (p->spec_mode != SCHED_SPEC_OFF && p->spec_mode != SCHED_SPEC_NGRAM &&
+	     p->spec_mode != SCHED_SPEC_DRAFT) ||
 	    p->spec_max_draft < 1 || p->spec_max_draft > SCHED_SPEC_MAX_DRAFT || p->spec_min_match < 1) {
 		snprintf(err, errlen, "invalid scheduler parameters (max_batched_tokens must be 1..%d, "
 			 "step_ms >= 0, spec max_draft 1..%d, min_match >= 1)", engine_max_batch(e),
@@ -177,10 +196,68 @@ nomem:
 	return -ENOMEM;
 }
 
+int sched_set_draft(struct sched *s, struct engine *de, const struct model *dm, char *err,
+		    size_t errlen)
+{
+	int32_t nv = s->m->hp.n_vocab, rows = engine_max_batch(de);
+	char a[256], b[256];
+
+	if (s->n_live || s->de) {
+		snprintf(err, errlen, "a draft model is set before any request, once");
+		return -EINVAL;
+	}
+	if (dm->hp.n_vocab != nv) {
+		snprintf(err, errlen, "the draft model's vocabulary has %d tokens, the model's %d: a "
+			 "draft must share the vocabulary", dm->hp.n_vocab, nv);
+		return -EINVAL;
+	}
+	for (int32_t t = 0; t < nv; t++) {
+		int la = tokenizer_piece(s->m->tok, t, 1, a, sizeof a);
+		int lb = tokenizer_piece(dm->tok, t, 1, b, sizeof b);
+		if (la != lb || memcmp(a, b, (size_t)(la > 0 ? la : 0))) {
+			snprintf(err, errlen, "the draft model's token %d is not the model's: a draft must "
+				 "share the vocabulary, token for token", t);
+			return -EINVAL;
+		}
+	}
+	if (engine_n_ctx(de) < s->n_ctx) {
+		snprintf(err, errlen, "the draft's context (%d tokens) is shorter than the model's (%d)",
+			 engine_n_ctx(de), s->n_ctx);
+		return -EINVAL;
+	}
+	s->d_token = malloc((size_t)rows * sizeof *s->d_token);
+	s->d_pos = malloc((size_t)rows * sizeof *s->d_pos);
+	s->d_table = malloc((size_t)rows * sizeof *s->d_table);
+	s->d_flag = malloc((size_t)rows);
+	s->d_row_seq = malloc((size_t)rows * sizeof *s->d_row_seq);
+	s->d_logits = malloc((size_t)s->p.max_seqs * nv * sizeof *s->d_logits);
+	s->d_seqs = malloc((size_t)s->p.max_seqs * sizeof *s->d_seqs);
+	if (!s->d_token || !s->d_pos || !s->d_table || !s->d_flag || !s->d_row_seq || !s->d_logits ||
+	    !s->d_seqs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM; /* the buffers go with the scheduler */
+	}
+	s->de = de;
+	s->dm = dm;
+	s->dkv = engine_kv_pool(de);
+	s->dbt = s->dkv->view.block_tokens;
+	s->d_max_blocks = (s->n_ctx + s->dbt - 1) / s->dbt;
+	s->d_rows = rows;
+	return 0;
+}
+
 /* ---- requests ---- */
+
+static void draft_release(struct sched *s, struct seq *q)
+{
+	while (q->d_nblocks > 0)
+		kv_pool_unref(s->dkv, q->dtable[--q->d_nblocks]);
+	q->d_computed = 0;
+}
 
 static void seq_release_blocks(struct sched *s, struct seq *q)
 {
+	draft_release(s, q);
 	while (q->n_blocks > 0)
 		kv_pool_unref(s->kv, q->table[--q->n_blocks]);
 	q->n_computed = 0;
@@ -198,6 +275,7 @@ static void seq_free(struct sched *s, struct seq *q)
 	free(q->tokens);
 	free(q->table);
 	free(q->hashes);
+	free(q->dtable);
 	free(q);
 }
 
@@ -215,6 +293,13 @@ void sched_free(struct sched *s)
 	free(s->row_logits);
 	free(s->row_seq);
 	free(s->logits);
+	free(s->d_token);
+	free(s->d_pos);
+	free(s->d_table);
+	free(s->d_flag);
+	free(s->d_row_seq);
+	free(s->d_logits);
+	free(s->d_seqs);
 	free(s);
 }
 
@@ -234,7 +319,8 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 
 	if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || r->n_stops < 0 ||
 	    r->top_logprobs < 0 || r->top_logprobs > SAMPLER_MAX_TOP || r->spec < SCHED_SPEC_DEFAULT ||
-	    r->spec > SCHED_SPEC_NGRAM || r->spec_max_draft < 0 || r->spec_max_draft > SCHED_SPEC_MAX_DRAFT)
+	    r->spec > SCHED_SPEC_DRAFT || r->spec_max_draft < 0 || r->spec_max_draft > SCHED_SPEC_MAX_DRAFT ||
+	    (r->spec == SCHED_SPEC_DRAFT && !r->grammar && !s->de))
 		return -EINVAL;
 	for (int32_t i = 0; i < r->n_prompt; i++)
 		if (r->prompt[i] < 0 || r->prompt[i] >= s->m->hp.n_vocab)
@@ -260,6 +346,10 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	q->tokens = malloc((size_t)cap * sizeof *q->tokens);
 	q->table = malloc((size_t)s->max_blocks * sizeof *q->table);
 	q->hashes = malloc((size_t)s->max_blocks * sizeof *q->hashes);
+	if (s->de && !(q->dtable = malloc((size_t)s->d_max_blocks * sizeof *q->dtable))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
 	if (!q->tokens || !q->table || !q->hashes) {
 		rc = -ENOMEM;
 		goto fail;
@@ -283,7 +373,11 @@ int sched_submit(struct sched *s, const struct sched_request *r)
 	q->ignore_eos = r->ignore_eos;
 	q->logprobs = r->logprobs;
 	q->n_top_want = r->top_logprobs;
+	/* a default of draft on a scheduler without one (another model of the
+	 * daemon's) is no speculation */
 	q->spec = r->grammar ? SCHED_SPEC_OFF : r->spec ? r->spec : s->p.spec_mode;
+	if (q->spec == SCHED_SPEC_DRAFT && !s->de)
+		q->spec = SCHED_SPEC_OFF;
 	q->spec_max = r->spec_max_draft ? r->spec_max_draft : s->p.spec_max_draft;
 	q->spec_guess = -1;
 	q->order = s->next_order++;
@@ -637,7 +731,8 @@ static void spec_learn(struct seq *q, int32_t accepted, int32_t proposed)
  * row whose expected tokens over its price fall short of what the step
  * makes anyway lowers the throughput.  A batch that is compute-bound sets
  * the bar high; a lone memory-bound decode, low. */
-static double spec_threshold(const struct sched *s, int32_t n_dec, int64_t context, int32_t pos)
+static double spec_threshold(const struct sched *s, int32_t n_dec, int64_t context, int32_t pos,
+			     double extra_s)
 {
 	struct stepcost_step st = { .rows = n_dec, .attended = context, .context = context };
 	double t0, row;
@@ -645,16 +740,30 @@ static double spec_threshold(const struct sched *s, int32_t n_dec, int64_t conte
 	if (!stepcost_ready(&s->cost) || (t0 = stepcost_predict(&s->cost, &st)) <= 0)
 		return SPEC_THRESH_COLD;
 	row = s->cost.coef.row_s + s->cost.coef.pos_s * (pos + 1);
-	return SPEC_ROW_PREMIUM * row * n_dec / t0;
+	return (SPEC_ROW_PREMIUM * row + extra_s) * n_dec / t0;
 }
 
-/* Tokens decoding Q proposes this step, written after its tokens: as many
- * as recur (at most LIMIT) and whose chance of standing (the rate to the
- * power of their place) clears THRESH.  Sets Q's guess when none does. */
+/* How many of the (at most LIMIT) tokens Q could propose are worth a row:
+ * those whose chance of standing, the rate to the power of their place,
+ * clears THRESH. */
+static int32_t spec_count(const struct seq *q, int32_t limit, double thresh)
+{
+	int32_t k = 0;
+	double a = spec_rate(q), pa = 1;
+
+	if (limit > q->spec_max)
+		limit = q->spec_max;
+	while (k < limit && (pa *= a) >= thresh)
+		k++;
+	return k;
+}
+
+/* Tokens decoding Q proposes this step by prompt lookup, written after its
+ * tokens: as many as recur (at most LIMIT) and are worth a row at THRESH.
+ * Sets Q's guess when none is. */
 static int32_t spec_propose(struct sched *s, struct seq *q, int32_t limit, double thresh)
 {
-	int32_t n, k = 0;
-	double a = spec_rate(q), pa = 1;
+	int32_t n, k;
 
 	q->spec_guess = -1;
 	if (limit > q->spec_max)
@@ -662,10 +771,28 @@ static int32_t spec_propose(struct sched *s, struct seq *q, int32_t limit, doubl
 	if (limit < 1 || (n = ngram_lookup(q->tokens, q->n_tokens, s->p.spec_min_match, limit,
 					   q->tokens + q->n_tokens)) == 0)
 		return 0;
-	while (k < n && (pa *= a) >= thresh)
-		k++;
+	k = spec_count(q, n, thresh);
 	if (k == 0)
 		q->spec_guess = q->tokens[q->n_tokens];
+	return k;
+}
+
+/* Tokens decoding Q will have the draft propose this step (at most LIMIT):
+ * as many as are worth a row and a share of the draft's steps at THRESH,
+ * and, where a proposal sure to stand would pay (THRESH < 1), one every 16
+ * tokens all the same, so that a low rate is tried again.  Their places after Q's tokens hold Q's last token until
+ * the draft runs (a valid id: a proposal the draft does not make is judged
+ * like any other, and stands only if drawn). */
+static int32_t draft_plan(struct sched *s, struct seq *q, int32_t limit, double thresh)
+{
+	int32_t k = spec_count(q, limit, thresh);
+
+	if (k == 0 && thresh < 1 && limit >= 1 && q->spec_max >= 1 && q->n_gen % 16 == 0)
+		k = 1;
+	for (int32_t i = 0; i < k; i++)
+		q->tokens[q->n_tokens + i] = q->tokens[q->n_tokens - 1];
+	if (k > 0)
+		s->d_seqs[s->n_dseqs++] = q;
 	return k;
 }
 
@@ -708,15 +835,17 @@ static int32_t plan(struct sched *s)
 	/* 1. one decode token per running sequence, preempting when blocks run
 	 * out, and the tokens it proposes where they are worth their rows and
 	 * free blocks, the budget and the logits' room allow */
-	int32_t n_dec = 0, spec_left = 0;
+	int32_t n_dec = 0, n_ddec = 0, spec_left = 0;
 	int64_t dec_ctx = 0;
+	s->n_dseqs = 0;
 	for (int32_t i = 0; i < n_run; i++) {
 		struct seq *q = run[i];
 		if (q->held || q->n_tokens - q->n_computed != 1)
 			continue;
 		n_dec++;
+		n_ddec += q->spec == SCHED_SPEC_DRAFT;
 		dec_ctx += q->n_tokens;
-		if (q->spec == SCHED_SPEC_NGRAM && !spec_left && spec_room(s) == 0)
+		if (q->spec != SCHED_SPEC_OFF && !spec_left && spec_room(s) == 0)
 			spec_left = SPEC_MAX_ROWS;
 	}
 	for (int32_t i = 0, dec_left = n_dec; i < n_run && budget > 0; i++) {
@@ -733,7 +862,7 @@ static int32_t plan(struct sched *s)
 		}
 		if (q->state != SEQ_RUNNING)
 			continue;
-		if (q->spec == SCHED_SPEC_NGRAM) {
+		if (q->spec != SCHED_SPEC_OFF) {
 			/* room for what it proposes and the token after them: max_tokens,
 			 * the context, the free blocks (never preempting for them), the
 			 * step's rows (one kept for each decode after it) */
@@ -746,10 +875,17 @@ static int32_t plan(struct sched *s)
 				limit = budget - 1 - dec_left;
 			if (limit > spec_left)
 				limit = spec_left;
-			q->n_draft = spec_propose(s, q, limit, spec_threshold(s, n_dec, dec_ctx, q->n_tokens));
+			if (q->spec == SCHED_SPEC_NGRAM)
+				q->n_draft = spec_propose(s, q, limit,
+							  spec_threshold(s, n_dec, dec_ctx, q->n_tokens, 0));
+			else
+				q->n_draft = draft_plan(s, q, limit,
+							spec_threshold(s, n_dec, dec_ctx, q->n_tokens,
+								       s->d_step_s / n_ddec));
 			grow(s, q, q->n_tokens + q->n_draft); /* cannot fail now */
 			spec_left -= q->n_draft;
 		}
+		q->row0 = T;
 		add_rows(s, q, 1 + q->n_draft, &T);
 		s->c.decode_rows++;
 		budget -= 1 + q->n_draft;
@@ -878,6 +1014,130 @@ static void fail_all(struct sched *s, int err)
 		seq_finish(s, s->live[0], SCHED_FIN_ERROR, err, "the forward pass failed");
 }
 
+/* ---- the draft model ---- */
+
+static int32_t argmax(const float *v, int32_t n)
+{
+	int32_t best = 0;
+	for (int32_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* Draft blocks for Q to hold positions below N: taken from the free ones,
+ * else from sequences not drafting in this step (their draft KV is
+ * recomputed when they draft again).  0 or -ENOSPC. */
+static int draft_grow(struct sched *s, struct seq *q, int32_t n)
+{
+	int32_t need = (n + s->dbt - 1) / s->dbt - q->d_nblocks;
+
+	for (int32_t i = 0; i < s->n_live && need > kv_pool_n_available(s->dkv); i++) {
+		struct seq *o = s->live[i];
+		int drafting = 0;
+		for (int32_t k = 0; k < s->n_dseqs && !drafting; k++)
+			drafting = s->d_seqs[k] == o;
+		if (!drafting)
+			draft_release(s, o);
+	}
+	if (need > kv_pool_n_available(s->dkv))
+		return -ENOSPC;
+	while (need-- > 0)
+		q->dtable[q->d_nblocks++] = kv_pool_alloc(s->dkv);
+	return 0;
+}
+
+/* Runs the draft's rows so far (N of them) and takes the greedy token of
+ * each flagged one: the next proposal of its sequence.  0 or the engine's
+ * negative errno. */
+static int draft_flush(struct sched *s, int32_t n)
+{
+	int32_t nv = s->m->hp.n_vocab, li = 0;
+	struct engine_batch b = { n, s->d_token, s->d_pos, s->d_table, s->d_flag };
+	int r;
+
+	if (n == 0)
+		return 0;
+	if ((r = engine_step(s->de, &b, s->d_logits)) < 0)
+		return r;
+	s->c.draft_steps++;
+	s->c.draft_rows += (uint64_t)n;
+	for (int32_t t = 0; t < n; t++) {
+		struct seq *q = s->d_row_seq[t];
+		if (s->d_flag[t])
+			q->tokens[s->d_pos[t] + 1] = argmax(s->d_logits + (size_t)li++ * nv, nv);
+	}
+	return 0;
+}
+
+/* Has the draft propose the tokens the step's drafting sequences planned
+ * (draft_plan): it catches up on each one's tokens (its KV kept from the
+ * steps before, cut back to what the model accepted), in steps of at most
+ * d_rows rows, which give each one's first proposal; then one step per
+ * further proposal, all sequences together.  Each proposal is written
+ * after the sequence's tokens and into its row of the model's step.  A
+ * sequence the draft's pool cannot hold, or a failed draft step, leaves
+ * the placeholders (judged and, but for luck, rejected). */
+static void draft_run(struct sched *s)
+{
+	int32_t n = 0, most = 0;
+	double t0 = clock_s();
+
+	for (int32_t k = 0; k < s->n_dseqs; k++) {
+		struct seq *q = s->d_seqs[k];
+		if (draft_grow(s, q, q->n_tokens + q->n_draft - 1) < 0) {
+			s->d_seqs[k--] = s->d_seqs[--s->n_dseqs];
+			continue;
+		}
+		if (q->n_draft > most)
+			most = q->n_draft;
+		for (int32_t pos = q->d_computed; pos < q->n_tokens; pos++) {
+			if (n == s->d_rows && draft_flush(s, n) < 0)
+				goto fail;
+			if (n == s->d_rows)
+				n = 0;
+			s->d_token[n] = q->tokens[pos];
+			s->d_pos[n] = pos;
+			s->d_table[n] = q->dtable;
+			s->d_flag[n] = pos == q->n_tokens - 1;
+			s->d_row_seq[n++] = q;
+		}
+	}
+	if (draft_flush(s, n) < 0)
+		goto fail;
+	for (int32_t j = 1; j < most; j++) {
+		t0 = clock_s(); /* a proposing step's time, for the price of a proposal */
+		n = 0;
+		for (int32_t k = 0; k < s->n_dseqs; k++) {
+			struct seq *q = s->d_seqs[k];
+			if (q->n_draft <= j)
+				continue;
+			s->d_token[n] = q->tokens[q->n_tokens + j - 1];
+			s->d_pos[n] = q->n_tokens + j - 1;
+			s->d_table[n] = q->dtable;
+			s->d_flag[n] = 1;
+			s->d_row_seq[n++] = q;
+		}
+		if (draft_flush(s, n) < 0)
+			goto fail;
+		s->d_step_s = s->d_step_s ? 0.8 * s->d_step_s + 0.2 * (clock_s() - t0) : clock_s() - t0;
+	}
+	if (most == 1 && !s->d_step_s)
+		s->d_step_s = clock_s() - t0;
+	for (int32_t k = 0; k < s->n_dseqs; k++) {
+		struct seq *q = s->d_seqs[k];
+		q->d_computed = q->n_tokens + q->n_draft - 1;
+		for (int32_t i = 0; i < q->n_draft; i++)
+			s->row_token[q->row0 + 1 + i] = q->tokens[q->n_tokens + i];
+	}
+	return;
+fail:
+	/* what the draft's pool holds is unknown now: dropped */
+	for (int32_t k = 0; k < s->n_dseqs; k++)
+		draft_release(s, s->d_seqs[k]);
+	s->n_dseqs = 0;
+}
+
 /* Draws Q's next token from its logits LG and takes it: the grammar, the
  * events, the stops.  Returns the token, or -1 when that finished Q (freed
  * then). */
@@ -967,6 +1227,8 @@ int sched_step(struct sched *s)
 	if (T == 0)
 		return 0;
 
+	if (s->n_dseqs)
+		draft_run(s);
 	struct engine_batch b = { T, s->row_token, s->row_pos, s->row_table, s->row_logits };
 	s->plan_work.rows = T;
 	double pred = stepcost_ready(&s->cost) ? stepcost_predict(&s->cost, &s->plan_work) : 0;
@@ -1039,6 +1301,8 @@ int sched_step(struct sched *s)
 			q->n_computed = base + accepted;
 			while (q->n_blocks > (q->n_tokens + s->bt - 1) / s->bt)
 				kv_pool_unref(s->kv, q->table[--q->n_blocks]);
+			if (q->d_computed > q->n_computed) /* the draft saw what was rejected */
+				q->d_computed = q->n_computed;
 			publish_full(s, q);
 			q->n_draft = 0;
 		} else if (guess >= 0) {
@@ -1064,6 +1328,8 @@ void sched_counters(const struct sched *s, struct sched_counters *ret)
 	ret->used_blocks = s->kv->n_used;
 	ret->cached_blocks = s->kv->n_cached;
 	ret->prefix_lookups = s->kv->lookups;
+	ret->draft_pool_blocks = s->dkv ? s->dkv->view.n_blocks : 0;
+	ret->draft_used_blocks = s->dkv ? s->dkv->n_used : 0;
 	ret->evictions = s->kv->evictions;
 	ret->waiting = ret->running = 0;
 	ret->wasted_slots = 0;
@@ -1148,6 +1414,39 @@ int sched_info_each(const struct sched *s, sched_info_fn fn, void *ctx)
 	return 0;
 }
 
+/* The draft pool's references are the sequences' draft tables, and no
+ * sequence's draft KV runs past its tokens. */
+static int check_draft(const struct sched *s, char *err, size_t errlen)
+{
+	int32_t n = s->dkv->view.n_blocks;
+	uint32_t *owners = calloc((size_t)n, sizeof *owners);
+	int r = 0;
+
+	if (!owners) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < s->n_live && r == 0; i++) {
+		const struct seq *q = s->live[i];
+		if (q->d_computed > q->n_tokens || q->d_computed > q->d_nblocks * s->dbt ||
+		    (q->state == SEQ_WAITING && q->d_nblocks)) {
+			snprintf(err, errlen, "request %llu: draft KV of %d tokens in %d blocks, %d tokens",
+				 (unsigned long long)q->id, q->d_computed, q->d_nblocks, q->n_tokens);
+			r = -EUCLEAN;
+		}
+		for (int32_t k = 0; k < q->d_nblocks && r == 0; k++)
+			owners[q->dtable[k]]++;
+	}
+	for (int32_t b = 0; b < n && r == 0; b++)
+		if (owners[b] != kv_pool_refs(s->dkv, b)) {
+			snprintf(err, errlen, "draft block %d: %u references held, the pool counts %u", b,
+				 owners[b], kv_pool_refs(s->dkv, b));
+			r = -EUCLEAN;
+		}
+	free(owners);
+	return r == 0 ? kv_pool_check(s->dkv, err, errlen) : r;
+}
+
 int sched_check(const struct sched *s, char *err, size_t errlen)
 {
 	int32_t n = s->kv->view.n_blocks;
@@ -1198,5 +1497,7 @@ int sched_check(const struct sched *s, char *err, size_t errlen)
 	free(owners);
 	if (r == 0)
 		r = kv_pool_check(s->kv, err, errlen);
+	if (r == 0 && s->dkv)
+		r = check_draft(s, err, errlen);
 	return r;
 }

@@ -31,6 +31,15 @@
  * also from proposals not made) against the step-cost model's price of a
  * row, so a batch that is compute-bound, or text that does not repeat,
  * proposes little or nothing.
+ *
+ * With a draft model (sched_set_draft: a small model of the same
+ * vocabulary, its own engine and KV pool), a sequence may instead propose
+ * the draft's greedy continuation: the draft catches up on the sequence's
+ * tokens (its KV kept between steps, cut back to what the target accepted)
+ * and runs one batched step per proposed token for all drafting sequences
+ * before the target's step.  Greedy proposals are again one token per
+ * position, so the same rule keeps the output exact; the draft's steps are
+ * priced into what a proposal must be worth.
  */
 #ifndef LLMD_SCHED_H
 #define LLMD_SCHED_H
@@ -54,8 +63,8 @@ struct sched_params {
 	int32_t step_ms;            /* step-time budget while sequences decode, milliseconds:
 	                               prefill chunks shrink to keep a step's predicted time
 	                               within it; 0 = off (full chunks) */
-	int32_t spec_mode;          /* SCHED_SPEC_OFF or SCHED_SPEC_NGRAM: what requests that
-	                               do not say get */
+	int32_t spec_mode;          /* SCHED_SPEC_OFF, _NGRAM or _DRAFT: what requests that do
+	                               not say get (_DRAFT without a draft model: off) */
 	int32_t spec_max_draft;     /* tokens a sequence proposes a step at most
 	                               (1..SCHED_SPEC_MAX_DRAFT) */
 	int32_t spec_min_match;     /* the n-gram that must recur, tokens (>= 1) */
@@ -65,6 +74,7 @@ enum sched_spec {
 	SCHED_SPEC_DEFAULT = 0, /* (requests) the scheduler's spec_mode */
 	SCHED_SPEC_OFF = 1,
 	SCHED_SPEC_NGRAM = 2,   /* prompt lookup */
+	SCHED_SPEC_DRAFT = 3,   /* a draft model's greedy tokens (sched_set_draft) */
 };
 #define SCHED_SPEC_MAX_DRAFT 16
 
@@ -92,7 +102,7 @@ struct sched_request {
 	                                  token is drawn from its mask and advances it, and
 	                                  the request stops when the grammar is complete */
 	int32_t spec;                /* SCHED_SPEC_*: speculative decoding (never with a
-	                                grammar) */
+	                                grammar; _DRAFT without a draft model: -EINVAL) */
 	int32_t spec_max_draft;      /* 0: the scheduler's; else 1..SCHED_SPEC_MAX_DRAFT */
 };
 
@@ -165,6 +175,10 @@ struct sched_counters {
 	uint64_t spec_steps;        /* sequence-steps that verified proposals */
 	uint64_t spec_proposed;     /* proposed tokens verified (rows beyond decode_rows) */
 	uint64_t spec_accepted;     /* ... that stood: tokens a step gained */
+	uint64_t draft_steps;       /* the draft model's forward steps */
+	uint64_t draft_rows;        /* ... and their rows (catching up, then proposing) */
+	int32_t draft_pool_blocks;  /* the draft's KV pool, blocks (0 without a draft) */
+	int32_t draft_used_blocks;  /* ... held by sequences */
 	uint64_t generated_tokens;
 	uint64_t finished;
 	uint64_t prefix_waits;      /* admissions put off a step because a running sequence
@@ -188,6 +202,14 @@ struct sched_counters {
  * message. */
 int sched_new(struct engine *e, const struct model *m, const struct sched_params *p,
 	      sched_event_fn fn, void *ctx, struct sched **ret, char *err, size_t errlen);
+/* Gives S a draft model for SCHED_SPEC_DRAFT: DM, run by engine DE (both
+ * the caller's, outliving S), must have the target's vocabulary, token for
+ * token.  Before any request.  0, or -EINVAL with a message (another
+ * vocabulary, naming the first token that differs; requests already
+ * submitted), -ENOMEM. */
+int sched_set_draft(struct sched *s, struct engine *de, const struct model *dm, char *err,
+		    size_t errlen);
+
 /* Finishes nothing: pending requests are dropped without events. NULL-safe. */
 void sched_free(struct sched *s);
 
