@@ -1078,9 +1078,14 @@ static int draft_flush(struct sched *s, int32_t n)
  * after the sequence's tokens and into its row of the model's step.  A
  * sequence the draft's pool cannot hold, or a failed draft step, leaves
  * the placeholders (judged and, but for luck, rejected). */
+static void draft_learn(struct sched *s, double secs)
+{
+	s->d_step_s = s->d_step_s ? 0.8 * s->d_step_s + 0.2 * secs : secs;
+}
+
 static void draft_run(struct sched *s)
 {
-	int32_t n = 0, most = 0;
+	int32_t n = 0, most = 0, rows = 0, flushes = 0;
 	double t0 = clock_s();
 
 	for (int32_t k = 0; k < s->n_dseqs; k++) {
@@ -1094,8 +1099,11 @@ static void draft_run(struct sched *s)
 		for (int32_t pos = q->d_computed; pos < q->n_tokens; pos++) {
 			if (n == s->d_rows && draft_flush(s, n) < 0)
 				goto fail;
-			if (n == s->d_rows)
+			if (n == s->d_rows) {
 				n = 0;
+				flushes++;
+			}
+			rows++;
 			s->d_token[n] = q->tokens[pos];
 			s->d_pos[n] = pos;
 			s->d_table[n] = q->dtable;
@@ -1105,8 +1113,13 @@ static void draft_run(struct sched *s)
 	}
 	if (draft_flush(s, n) < 0)
 		goto fail;
+	/* What a proposal costs is a proposing step's time: the catch-up step
+	 * is one where it has at most two rows a sequence (the tokens since
+	 * the last verification), not a prompt's. */
+	if (!flushes && rows <= 2 * s->n_dseqs)
+		draft_learn(s, clock_s() - t0);
 	for (int32_t j = 1; j < most; j++) {
-		t0 = clock_s(); /* a proposing step's time, for the price of a proposal */
+		t0 = clock_s();
 		n = 0;
 		for (int32_t k = 0; k < s->n_dseqs; k++) {
 			struct seq *q = s->d_seqs[k];
@@ -1120,10 +1133,8 @@ static void draft_run(struct sched *s)
 		}
 		if (draft_flush(s, n) < 0)
 			goto fail;
-		s->d_step_s = s->d_step_s ? 0.8 * s->d_step_s + 0.2 * (clock_s() - t0) : clock_s() - t0;
+		draft_learn(s, clock_s() - t0);
 	}
-	if (most == 1 && !s->d_step_s)
-		s->d_step_s = clock_s() - t0;
 	for (int32_t k = 0; k < s->n_dseqs; k++) {
 		struct seq *q = s->d_seqs[k];
 		q->d_computed = q->n_tokens + q->n_draft - 1;
