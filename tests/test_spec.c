@@ -11,6 +11,8 @@
  *    and no block leaks;
  *  - the counters add up: proposed rows are the step rows that are neither
  *    prefill nor decode, each request's usage sums to the scheduler's;
+ *  - on the CUDA backend (the emulator in CI) verifying steps give the
+ *    CPU's ids;
  *  - a repeating text gains more than two tokens a verifying step where rows are
  *    cheap (a memory-bound step), and none proposed where a row costs as
  *    much as a step (compute-bound).
@@ -39,6 +41,7 @@ struct result {
 };
 
 static struct result results[MAX_REQ];
+static int32_t rig_backend = ENGINE_BACKEND_CPU; /* the backend rig_new's engines run on */
 
 static void on_event(void *ctx, const struct sched_event *ev)
 {
@@ -71,6 +74,7 @@ static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int 
 	engine_params_default(&ep);
 	ep.kv_type = QT_F32;
 	ep.kv_tokens = kv_tokens;
+	ep.backend = rig_backend;
 	ep.max_batch = 256;
 	ep.n_ctx = 1024;
 	sched_params_default(&sp);
@@ -517,6 +521,52 @@ static void test_draft_refusals(const struct model *m, const struct model *other
 	rig_free(&g);
 }
 
+/* On the CUDA backend (the emulator in CI): a step verifying proposals is
+ * a wide step of several rows per sequence; with the graphs on, recorded
+ * like any other.  The ids are the CPU's without speculation. */
+static void test_cuda(const struct model *m)
+{
+	struct engine_cuda_probe probe;
+	struct rig cpu, cuda;
+	int32_t ids[3][64];
+	int n[3], same = 0;
+	uint64_t accepted = 0;
+
+	engine_cuda_probe(&probe);
+	if (probe.kind == ENGINE_CUDA_NONE || (probe.kind == ENGINE_CUDA_DEVICE && !probe.n_devices)) {
+		printf("cuda: left out (%s)\n", probe.why);
+		return;
+	}
+	if (rig_new(&cpu, m, 2048, 4, SCHED_SPEC_OFF, 1, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	rig_backend = ENGINE_BACKEND_CUDA;
+	int r = rig_new(&cuda, m, 2048, 4, SCHED_SPEC_NGRAM, 1, 1);
+	rig_backend = ENGINE_BACKEND_CPU;
+	if (r < 0) {
+		test_failures++;
+		rig_free(&cpu);
+		return;
+	}
+	for (int i = 0; i < 3; i++) {
+		struct result a, b;
+		n[i] = tokenize(m, prompts[2 + i], ids[i], 64);
+		struct sched_request q = req(1, ids[i], n[i], 48);
+		q.ignore_eos = 1;
+		run_one(&cpu, &q, &a);
+		run_one(&cuda, &q, &b);
+		same += same_ids(&a, &b);
+		accepted += (uint64_t)b.usage.spec_accepted;
+	}
+	printf("cuda (%s): %d/3 prompts give the CPU's ids with speculation (%llu proposals "
+	       "accepted)\n", engine_backend_name(cuda.e), same, (unsigned long long)accepted);
+	CHECK_INT_EQ(same, 3);
+	CHECK(accepted > 0);
+	rig_free(&cuda);
+	rig_free(&cpu);
+}
+
 int main(void)
 {
 	/* test_model_path answers in one static buffer: copies */
@@ -543,6 +593,7 @@ int main(void)
 	test_crowd(m, 2);
 	test_crowd(m, 1);
 	test_repetition(m);
+	test_cuda(m);
 	model_free(m);
 	for (int i = 0; i < 3 && golden_lc; i++) {
 		const char *q = test_model_path(tiny[i]);
