@@ -89,7 +89,7 @@ static int rig_new(struct rig *g, const struct model *m, int64_t kv_tokens, int 
 		return -1;
 	}
 	if (force) {
-		struct stepcost_coef free_rows = { .base_s = 1e-3 };
+		struct stepcost_coef free_rows = { .base_s = 1.0 }; /* rows and draft steps nearly free */
 		sched_pin_cost(g->s, &free_rows);
 	}
 	return 0;
@@ -161,6 +161,20 @@ static void run_one(struct rig *g, const struct sched_request *r, struct result 
 static int same_ids(const struct result *a, const struct result *b)
 {
 	return a->n_gen == b->n_gen && !memcmp(a->gen, b->gen, sizeof(int32_t) * (size_t)a->n_gen);
+}
+
+/* Request I of a crowd: its own length, every other one seeded sampling,
+ * a priority of I % 3 when CROWDED (alone: 0, which changes nothing). */
+static struct sched_request crowd_req(int i, const int32_t *ids, int n, int crowded)
+{
+	struct sched_request r = req((uint64_t)i, ids, n, 64 + 2 * i);
+	r.ignore_eos = 1;
+	r.priority = crowded ? i % 3 : 0;
+	if (i % 2) {
+		r.sampling.temperature = 0.8f;
+		r.sampling.seed = (uint64_t)i;
+	}
+	return r;
 }
 
 /* The golden prompts of GOLDEN (a llama.cpp-style file: prompt_ids,
@@ -301,23 +315,12 @@ static void test_crowd(const struct model *m, int32_t min_match)
 		return;
 	}
 	for (int i = 0; i < 16; i++) {
-		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
-		r.ignore_eos = 1;
-		if (i % 2) {
-			r.sampling.temperature = 0.8f;
-			r.sampling.seed = (uint64_t)i;
-		}
+		struct sched_request r = crowd_req(i, ids[i], n[i], 0);
 		run_one(&off, &r, &alone[i]);
 	}
 	memset(results, 0, sizeof results);
 	for (int i = 0; i < 16; i++) {
-		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
-		r.ignore_eos = 1;
-		r.priority = i % 3;
-		if (i % 2) {
-			r.sampling.temperature = 0.8f;
-			r.sampling.seed = (uint64_t)i;
-		}
+		struct sched_request r = crowd_req(i, ids[i], n[i], 1);
 		if (i == 5)
 			r.spec = SCHED_SPEC_OFF; /* one request opts out */
 		CHECK_INT_EQ(sched_submit(on.s, &r), 0);
@@ -445,12 +448,7 @@ static void test_draft(const struct model *m, const struct model *dm, const char
 	struct sched_counters c;
 	for (int i = 0; i < 16; i++) {
 		n[i] = tokenize(m, prompts[i % N_PROMPTS], ids[i], 64);
-		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
-		r.ignore_eos = 1;
-		if (i % 2) {
-			r.sampling.temperature = 0.8f;
-			r.sampling.seed = (uint64_t)i;
-		}
+		struct sched_request r = crowd_req(i, ids[i], n[i], 0);
 		run_one(&off, &r, &alone[i]);
 	}
 	if (rig_new_draft(&on, m, dm, 16 * 10, 6 * 16, 16, 1) < 0) {
@@ -460,13 +458,7 @@ static void test_draft(const struct model *m, const struct model *dm, const char
 	}
 	memset(results, 0, sizeof results);
 	for (int i = 0; i < 16; i++) {
-		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + 2 * i);
-		r.ignore_eos = 1;
-		r.priority = i % 3;
-		if (i % 2) {
-			r.sampling.temperature = 0.8f;
-			r.sampling.seed = (uint64_t)i;
-		}
+		struct sched_request r = crowd_req(i, ids[i], n[i], 1);
 		if (i == 3)
 			r.spec = SCHED_SPEC_NGRAM; /* lookups beside drafts */
 		CHECK_INT_EQ(sched_submit(on.s, &r), 0);

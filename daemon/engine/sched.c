@@ -1425,11 +1425,14 @@ int sched_info_each(const struct sched *s, sched_info_fn fn, void *ctx)
 	return 0;
 }
 
-/* The draft pool's references are the sequences' draft tables, and no
- * sequence's draft KV runs past its tokens. */
-static int check_draft(const struct sched *s, char *err, size_t errlen)
+/* The references the blocks of the model's pool (with DRAFT, the draft's)
+ * count are the blocks the live requests' tables hold, and the pool's own
+ * lists agree. */
+static int check_refs(const struct sched *s, int draft, char *err, size_t errlen)
 {
-	int32_t n = s->dkv->view.n_blocks;
+	const struct kv_pool *kv = draft ? s->dkv : s->kv;
+	const char *what = draft ? "draft " : "";
+	int32_t n = kv->view.n_blocks;
 	uint32_t *owners = calloc((size_t)n, sizeof *owners);
 	int r = 0;
 
@@ -1439,40 +1442,37 @@ static int check_draft(const struct sched *s, char *err, size_t errlen)
 	}
 	for (int32_t i = 0; i < s->n_live && r == 0; i++) {
 		const struct seq *q = s->live[i];
-		if (q->d_computed > q->n_tokens || q->d_computed > q->d_nblocks * s->dbt ||
-		    (q->state == SEQ_WAITING && q->d_nblocks)) {
-			snprintf(err, errlen, "request %llu: draft KV of %d tokens in %d blocks, %d tokens",
-				 (unsigned long long)q->id, q->d_computed, q->d_nblocks, q->n_tokens);
-			r = -EUCLEAN;
+		const int32_t *table = draft ? q->dtable : q->table;
+		for (int32_t k = 0; k < (draft ? q->d_nblocks : q->n_blocks) && r == 0; k++) {
+			int32_t b = table[k];
+			if (b < 0 || b >= n) {
+				snprintf(err, errlen, "request %llu: %sblock id %d out of range",
+					 (unsigned long long)q->id, what, b);
+				r = -EUCLEAN;
+			} else {
+				owners[b]++;
+			}
 		}
-		for (int32_t k = 0; k < q->d_nblocks && r == 0; k++)
-			owners[q->dtable[k]]++;
 	}
 	for (int32_t b = 0; b < n && r == 0; b++)
-		if (owners[b] != kv_pool_refs(s->dkv, b)) {
-			snprintf(err, errlen, "draft block %d: %u references held, the pool counts %u", b,
-				 owners[b], kv_pool_refs(s->dkv, b));
+		if (owners[b] != kv_pool_refs(kv, b)) {
+			snprintf(err, errlen, "%sblock %d: %u references held by requests, pool counts %u",
+				 what, b, owners[b], kv_pool_refs(kv, b));
 			r = -EUCLEAN;
 		}
 	free(owners);
-	return r == 0 ? kv_pool_check(s->dkv, err, errlen) : r;
+	return r == 0 ? kv_pool_check(kv, err, errlen) : r;
 }
 
 int sched_check(const struct sched *s, char *err, size_t errlen)
 {
-	int32_t n = s->kv->view.n_blocks;
-	uint32_t *owners = calloc((size_t)n, sizeof *owners);
 	int r = 0;
 
-	if (!owners) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
 	for (int32_t i = 0; i < s->n_live && r == 0; i++) {
 		const struct seq *q = s->live[i];
-		if (q->state == SEQ_WAITING && (q->n_blocks || q->n_computed)) {
-			snprintf(err, errlen, "waiting request %llu holds %d blocks", (unsigned long long)q->id,
-				 q->n_blocks);
+		if (q->state == SEQ_WAITING && (q->n_blocks || q->n_computed || q->d_nblocks)) {
+			snprintf(err, errlen, "waiting request %llu holds %d blocks, %d of the draft's",
+				 (unsigned long long)q->id, q->n_blocks, q->d_nblocks);
 			r = -EUCLEAN;
 		}
 		if (q->n_computed > q->n_tokens || q->n_computed > q->n_blocks * s->bt ||
@@ -1488,27 +1488,15 @@ int sched_check(const struct sched *s, char *err, size_t errlen)
 				 q->n_chain, q->n_tokens);
 			r = -EUCLEAN;
 		}
-		for (int32_t k = 0; k < q->n_blocks && r == 0; k++) {
-			int32_t b = q->table[k];
-			if (b < 0 || b >= n) {
-				snprintf(err, errlen, "request %llu: block id %d out of range",
-					 (unsigned long long)q->id, b);
-				r = -EUCLEAN;
-			} else {
-				owners[b]++;
-			}
-		}
-	}
-	for (int32_t b = 0; b < n && r == 0; b++)
-		if (owners[b] != kv_pool_refs(s->kv, b)) {
-			snprintf(err, errlen, "block %d: %u references held by requests, pool counts %u", b,
-				 owners[b], kv_pool_refs(s->kv, b));
+		if (s->dkv && (q->d_computed > q->n_tokens || q->d_computed > q->d_nblocks * s->dbt)) {
+			snprintf(err, errlen, "request %llu: draft KV of %d tokens in %d blocks, %d tokens",
+				 (unsigned long long)q->id, q->d_computed, q->d_nblocks, q->n_tokens);
 			r = -EUCLEAN;
 		}
-	free(owners);
+	}
 	if (r == 0)
-		r = kv_pool_check(s->kv, err, errlen);
+		r = check_refs(s, 0, err, errlen);
 	if (r == 0 && s->dkv)
-		r = check_draft(s, err, errlen);
+		r = check_refs(s, 1, err, errlen);
 	return r;
 }
