@@ -60,6 +60,8 @@ struct llm {
 	uint64_t last_id;                  /* the last request id handed out */
 	char model[PROTO_MAX_NAME + 1];    /* llm_set_model's name for later submits,
 	                                      NUL-terminated; "": the daemon's default */
+	int keep_alive_set;                /* llm_set_keep_alive's: send KEEP_ALIVE_S */
+	int32_t keep_alive_s;
 	uint64_t *live;                    /* (n_live) submitted ids without their DONE yet */
 	size_t n_live, cap_live;
 	struct pending_done *pend;         /* (n_pend) FIFO; cap_pend >= cap_live, so a
@@ -1011,7 +1013,8 @@ static int submit_http(struct llm *h, const struct llm_request *r, const struct 
 
 	pthread_mutex_lock(&h->lock);
 	if ((rc = check_request(h, r, &bytes)) == 0 && (rc = check_grammar(h, g)) == 0) {
-		if ((rc = llm_http_submit(h->http, r, g, h->model, h->last_id + 1, msg, sizeof msg)) < 0)
+		if ((rc = llm_http_submit(h->http, r, g, h->model, h->keep_alive_set ? &h->keep_alive_s : NULL,
+					  h->last_id + 1, msg, sizeof msg)) < 0)
 			set_err(h, "%s", msg);
 		else
 			*ret_id = ++h->last_id;
@@ -1023,6 +1026,23 @@ static int submit_http(struct llm *h, const struct llm_request *r, const struct 
 int llm_submit(struct llm *h, const struct llm_request *r, uint64_t *ret_id)
 {
 	return llm_submit_grammar(h, r, NULL, ret_id);
+}
+
+int llm_set_keep_alive(struct llm *h, int32_t seconds)
+{
+	if (!h)
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	if (seconds < -1 && seconds != LLM_KEEP_ALIVE_UNSET) {
+		set_err(h, "keep_alive is seconds, -1 (for ever) or 0 (unload when idle), not %d",
+			(int)seconds);
+		pthread_mutex_unlock(&h->lock);
+		return -EINVAL;
+	}
+	h->keep_alive_set = seconds != LLM_KEEP_ALIVE_UNSET;
+	h->keep_alive_s = h->keep_alive_set ? seconds : 0;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
 }
 
 int llm_set_model(struct llm *h, const char *name)
@@ -1146,6 +1166,11 @@ int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct 
 		s.flags |= PROTO_SUBMIT_MODEL;
 		s.model = (struct proto_str){ h->model, (uint32_t)strlen(h->model) };
 		size += 4 + s.model.len;
+	}
+	if (h->keep_alive_set) {
+		s.flags |= PROTO_SUBMIT_KEEP_ALIVE;
+		s.keep_alive_s = h->keep_alive_s;
+		size += 4;
 	}
 	if (size > PROTO_MAX_FRAME) {
 		set_err(h, "the request takes %llu bytes; a frame holds at most %u",

@@ -155,6 +155,16 @@ int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct 
  * Since LIBLLM_1.2. */
 int llm_set_model(struct llm *h, const char *name);
 
+/* How long the model of the later submits on H stays loaded once idle, as
+ * Ollama's keep_alive: SECONDS, -1 for ever, 0 unloaded as soon as its
+ * requests end (the daemon's default model and pinned models stay
+ * whatever); each request's value replaces the model's.  LLM_KEEP_ALIVE_UNSET
+ * goes back to sending none (the model keeps its own).  Returns 0, or
+ * -EINVAL below -1.  Over HTTP it is the body's "keep_alive".  Since
+ * LIBLLM_1.2. */
+#define LLM_KEEP_ALIVE_UNSET INT32_MIN
+int llm_set_keep_alive(struct llm *h, int32_t seconds);
+
 /* Asks the daemon to cancel request ID; its LLM_EV_DONE event (finish
  * LLM_FINISH_CANCELLED, unless it ended first) follows.  0, -ENOENT for an
  * id not live on this handle, or another negative errno. */

@@ -43,6 +43,7 @@ struct opts {
 	const char *url;            /* an OpenAI-compatible API instead (--url, $LLM_URL) */
 	const char *api_key;        /* its key (--api-key, $LLM_API_KEY) */
 	const char *model;          /* --model: the model's name; NULL: the daemon's default */
+	int32_t keep_alive;         /* --keep-alive seconds (-1, 0, ...); LLM_KEEP_ALIVE_UNSET */
 	const char *system;         /* system message; implies chat */
 	bool chat;                  /* the prompt is a chat's user message */
 	bool json;                  /* one JSON object per event */
@@ -183,6 +184,9 @@ static void usage(FILE *f)
 		"  -m, --model NAME        the model that answers, for a daemon of several\n"
 		"                          (llmctl models; default: the daemon's default model;\n"
 		"                          with --url, the body's \"model\")\n"
+		"      --keep-alive T      how long the model stays loaded once idle: seconds, or\n"
+		"                          30s, 5m, 1h; -1 for ever, 0 unloaded when its requests end\n"
+		"                          (Ollama's keep_alive; default: the model's own)\n"
 		"  -s, --system TEXT       system message (implies --chat)\n"
 		"      --chat              send the prompt as the user message of a chat\n"
 		"  -n, --max-tokens N      tokens to generate at most (default 256)\n"
@@ -318,7 +322,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_SOCKET = 256, O_CHAT, O_TEMP, O_TOPP, O_TOPK, O_MINP, O_RP, O_SEED, O_STOP,
 	       O_PRIO, O_JSON, O_LOGPROBS, O_IDS, O_EACH, O_RAW, O_NOCHAT, O_VERSION, O_IGNEOS, O_URL, O_KEY,
-	       O_SPEC, O_GRAMMAR, O_SCHEMA, O_STRICT, O_FORMAT };
+	       O_SPEC, O_KEEP, O_GRAMMAR, O_SCHEMA, O_STRICT, O_FORMAT };
 	bool strict = false;
 	static const struct option lo[] = {
 		{ "socket", required_argument, 0, O_SOCKET }, { "url", required_argument, 0, O_URL },
@@ -336,6 +340,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "stop", required_argument, 0, O_STOP },
 		{ "ignore-eos", no_argument, 0, O_IGNEOS },
 		{ "speculative", required_argument, 0, O_SPEC },
+		{ "keep-alive", required_argument, 0, O_KEEP },
 		{ "priority", required_argument, 0, O_PRIO },
 		{ "json", no_argument, 0, O_JSON },
 		{ "grammar", required_argument, 0, O_GRAMMAR },
@@ -369,6 +374,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				bad_arg("--model", optarg, "a model's name has at most 256 bytes");
 			o->model = optarg;
 			break;
+		case O_KEEP: {
+			char *end;
+			double t = strtod(optarg, &end);
+			if (end == optarg || t != t || t < -1 || (t < 0 && t != -1))
+				bad_arg("--keep-alive", optarg, "seconds (or 30s, 5m, 1h), -1 or 0");
+			if (!strcmp(end, "m"))
+				t *= 60;
+			else if (!strcmp(end, "h"))
+				t *= 3600;
+			else if (*end && strcmp(end, "s"))
+				bad_arg("--keep-alive", optarg, "seconds (or 30s, 5m, 1h), -1 or 0");
+			o->keep_alive = t > (1 << 30) ? (1 << 30) : (int32_t)t;
+			break;
+		}
 		case 's': o->system = optarg; o->chat = true; break;
 		case O_CHAT: o->chat = true; break;
 		case 'n':
@@ -865,7 +884,7 @@ lost:
 
 int main(int argc, char **argv)
 {
-	struct opts o = { 0 };
+	struct opts o = { .keep_alive = LLM_KEEP_ALIVE_UNSET };
 	struct run rn = { 0 };
 	struct llm_info info;
 	char err[1024];
@@ -929,6 +948,11 @@ int main(int argc, char **argv)
 	}
 	if (o.model && llm_set_model(rn.h, o.model) < 0) {
 		fprintf(stderr, "llm-client: --model: %s\n", llm_errmsg(rn.h));
+		llm_close(rn.h);
+		return EXIT_USAGE;
+	}
+	if (llm_set_keep_alive(rn.h, o.keep_alive) < 0) {
+		fprintf(stderr, "llm-client: --keep-alive: %s\n", llm_errmsg(rn.h));
 		llm_close(rn.h);
 		return EXIT_USAGE;
 	}

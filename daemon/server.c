@@ -487,6 +487,10 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	snprintf(msg, msglen, "out of memory");
 	r->n_prompt = n;
 	r->model = lm->index;
+	/* Ollama's keep_alive: the last request's counts (never for the
+	 * default model or a pinned one, which stay) */
+	if ((s->flags & PROTO_SUBMIT_KEEP_ALIVE) && !lm->pinned && lm->index != 0)
+		lm->keep_alive_s = s->keep_alive_s;
 	r->conn_id = c->id;
 	r->client_id = s->id;
 	r->uid = (uint32_t)c->uid;

@@ -32,6 +32,9 @@
  *               without it is unchanged.  Its refusal, PROTO_E_NOMODEL, is
  *               a code older clients' decoders do not know: they take an
  *               ERROR or FINAL that carries it for a malformed one.
+ *               Since 2026-11-29 SUBMIT may set its model's keep-alive
+ *               (PROTO_SUBMIT_KEEP_ALIVE, an i32 after the model), which
+ *               older daemons refuse as a malformed frame.
  *               Since 2026-11-29 SUBMIT may choose speculative decoding
  *               (PROTO_SUBMIT_SPEC_NGRAM, _OFF or _DRAFT): flags
  *               without payload, which older daemons refuse as a malformed
@@ -157,7 +160,9 @@ enum proto_submit_flags {
 	PROTO_SUBMIT_SPEC_OFF = 1u << 7,   /* ... none; */
 	PROTO_SUBMIT_SPEC_DRAFT = 1u << 8, /* ... by the daemon's draft model; none of the
 	                                      three: its spec.mode (at most one) */
-	PROTO_SUBMIT__ALL = 0x1ff,
+	PROTO_SUBMIT_KEEP_ALIVE = 1u << 9, /* KEEP_ALIVE_S follows the model: how long the
+	                                      model stays loaded once idle */
+	PROTO_SUBMIT__ALL = 0x3ff,
 };
 
 /* What constrains a PROTO_SUBMIT_GRAMMAR request's output. */
@@ -190,7 +195,8 @@ struct proto_message {
  * then, with PROTO_SUBMIT_CHAT, N_MESSAGES x (u32 role, str content), else
  * one str prompt (and n_messages 0); then N_STOPS x str; then, with
  * PROTO_SUBMIT_GRAMMAR only, u32 grammar_kind, u32 grammar_flags, str
- * grammar; then, with PROTO_SUBMIT_MODEL only, str model. */
+ * grammar; then, with PROTO_SUBMIT_MODEL only, str model; then, with
+ * PROTO_SUBMIT_KEEP_ALIVE only, i32 keep_alive_s. */
 struct proto_submit {
 	uint64_t id;               /* the client's id for this request, != 0, unique while live */
 	uint32_t flags;            /* enum proto_submit_flags */
@@ -218,6 +224,9 @@ struct proto_submit {
 	                              not empty for the others */
 	struct proto_str model;    /* with PROTO_SUBMIT_MODEL: the model's name,
 	                              1..PROTO_MAX_NAME bytes, no NUL */
+	int32_t keep_alive_s;      /* with PROTO_SUBMIT_KEEP_ALIVE: seconds the model stays
+	                              loaded once idle, -1 for ever, 0 unloaded as soon as
+	                              idle (Ollama's keep_alive); 0 without the flag */
 };
 
 /* Storage for a decoded SUBMIT's arrays (the strings still point into the frame). */

@@ -256,8 +256,8 @@ def wait_state(d, name, state, timeout=10):
     return False
 
 
-def greedy(d, name, n=8, prompt="Once upon a time"):
-    r = d.run("llm-client", "--model", name, "--ids", "--temp", "0", "-n", str(n), "--ignore-eos", prompt)
+def greedy(d, name, n=8, prompt="Once upon a time", *extra):
+    r = d.run("llm-client", "--model", name, *extra, "--ids", "--temp", "0", "-n", str(n), "--ignore-eos", prompt)
     return [int(x) for x in r.stdout.split()] if r.returncode == 0 else r.stderr.strip()
 
 
@@ -281,6 +281,16 @@ def test_lifecycle(tmp):
         check(models_of(d)["stories260k"]["state"] == "ready", "stories260k is ready after it")
         check(wait_state(d, "stories260k", "unloaded", 5), "idle past its keep-alive (1 s), it is unloaded")
         check(greedy(d, "stories260k") == want["stories260k"], "loaded again by the next request: the same ids")
+        # a request's own keep-alive (Ollama's): -1 keeps it past its 1 s, 0 unloads it when idle
+        check(greedy(d, "stories260k", 8, "Once upon a time", "--keep-alive", "-1") == want["stories260k"],
+              "llm-client --keep-alive -1")
+        time.sleep(2)
+        check(models_of(d)["stories260k"]["state"] == "ready", "kept loaded past its configured keep-alive")
+        check(greedy(d, "stories260k", 8, "Once upon a time", "--keep-alive", "0") == want["stories260k"],
+              "llm-client --keep-alive 0")
+        check(wait_state(d, "stories260k", "unloaded", 2), "unloaded as soon as its request ended")
+        check(greedy(d, "stories260k", 8, "Once upon a time", "--keep-alive", "1s") == want["stories260k"] and
+              wait_state(d, "stories260k", "unloaded", 5), "--keep-alive 1s: loaded, then unloaded after it")
         # llmctl load / unload
         r = d.run("llmctl", "unload", "tiny-q8")
         check(r.returncode != 0 and "pinned" in r.stderr, f"a pinned model is not unloaded: {r.stderr.strip()}")

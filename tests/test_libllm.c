@@ -867,14 +867,17 @@ static void test_threads(void)
 
 static char name_256[PROTO_MAX_NAME + 1];     /* 256 'q's, NUL-terminated */
 
-/* The next SUBMIT is ID and names MODEL (NULL: no model, no flag). */
-static void fake_expect_model(struct fake *f, uint64_t id, const char *model)
+/* The next SUBMIT is ID, names MODEL (NULL: no model, no flag) and sets the
+ * keep-alive KA (LLM_KEEP_ALIVE_UNSET: no flag). */
+static void fake_expect_model_ka(struct fake *f, uint64_t id, const char *model, int32_t ka)
 {
 	struct proto_submit s;
 	struct proto_submit_buf sb;
 
 	memset(&s, 0, sizeof s);
 	fake_expect_submit(f, id, &s, &sb);
+	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_KEEP_ALIVE, ka == LLM_KEEP_ALIVE_UNSET ? 0 : PROTO_SUBMIT_KEEP_ALIVE);
+	CHECK_INT_EQ(s.keep_alive_s, ka == LLM_KEEP_ALIVE_UNSET ? 0 : ka);
 	if (!model) {
 		CHECK_INT_EQ(s.flags & PROTO_SUBMIT_MODEL, 0);
 		CHECK_INT_EQ(s.model.len, 0);
@@ -883,6 +886,11 @@ static void fake_expect_model(struct fake *f, uint64_t id, const char *model)
 	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_MODEL, PROTO_SUBMIT_MODEL);
 	CHECK_INT_EQ(s.model.len, strlen(model));
 	CHECK(s.model.len == strlen(model) && !memcmp(s.model.p, model, s.model.len));
+}
+
+static void fake_expect_model(struct fake *f, uint64_t id, const char *model)
+{
+	fake_expect_model_ka(f, id, model, LLM_KEEP_ALIVE_UNSET);
 }
 
 static void script_model(struct fake *f)
@@ -904,8 +912,8 @@ static void script_model(struct fake *f)
 	fake_final(f, 3, PROTO_FIN_ERROR, PROTO_E_NOMODEL, "gemma-3-270m cannot be loaded", 0);
 	fake_signal(f);
 	fake_expect_model(f, 4, "gemma-3-270m");       /* the too-long name changed nothing */
-	fake_expect_model(f, 5, name_256);             /* the longest name */
-	fake_expect_model(f, 6, "copied");             /* the caller's buffer changed since */
+	fake_expect_model_ka(f, 5, name_256, 300);     /* the longest name, a keep-alive */
+	fake_expect_model_ka(f, 6, "copied", 0);       /* the caller's buffer changed since */
 	fake_expect_model(f, 7, NULL);                 /* "" */
 	fake_expect_model(f, 8, NULL);                 /* NULL */
 	for (uint64_t id = 4; id <= 8; id++)
@@ -966,11 +974,16 @@ static void test_set_model(void)
 	CHECK(strstr(llm_errmsg(h), "at most 256 bytes") != NULL);
 	CHECK_INT_EQ(submit_prompt(h, "four"), 4);
 	CHECK_INT_EQ(llm_set_model(h, name_256), 0);
+	CHECK_INT_EQ(llm_set_keep_alive(h, -2), -EINVAL);
+	CHECK(strstr(llm_errmsg(h), "-1 (for ever)") != NULL);
+	CHECK_INT_EQ(llm_set_keep_alive(h, 300), 0);
 	CHECK_INT_EQ(submit_prompt(h, "five"), 5);
 	snprintf(mine, sizeof mine, "copied");
 	CHECK_INT_EQ(llm_set_model(h, mine), 0);
 	snprintf(mine, sizeof mine, "overwritten");
+	CHECK_INT_EQ(llm_set_keep_alive(h, 0), 0);
 	CHECK_INT_EQ(submit_prompt(h, "six"), 6);
+	CHECK_INT_EQ(llm_set_keep_alive(h, LLM_KEEP_ALIVE_UNSET), 0);
 	CHECK_INT_EQ(llm_set_model(h, ""), 0);
 	CHECK_INT_EQ(submit_prompt(h, "seven"), 7);
 	CHECK_INT_EQ(llm_set_model(h, "again"), 0);
@@ -1128,8 +1141,10 @@ static void test_set_model_http(void)
 	http_round(h, "one", &ev);                     /* GET /models' first */
 	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
 	CHECK_INT_EQ(llm_set_model(h, "second-model"), 0);
+	CHECK_INT_EQ(llm_set_keep_alive(h, 600), 0);
 	http_round(h, "two", &ev);
 	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
+	CHECK_INT_EQ(llm_set_keep_alive(h, LLM_KEEP_ALIVE_UNSET), 0);
 	CHECK_INT_EQ(llm_set_model(h, "third-model"), 0);
 	http_round(h, "three", &ev);                   /* 404, model_not_found */
 	CHECK_INT_EQ(ev.finish, LLM_FINISH_ERROR);
@@ -1144,6 +1159,9 @@ static void test_set_model_http(void)
 	CHECK(strstr(fh.bodies[0], "\"model\":\"first-model\"") != NULL);
 	CHECK(strstr(fh.bodies[0], "\"prompt\":\"one\"") != NULL);
 	CHECK(strstr(fh.bodies[1], "\"model\":\"second-model\"") != NULL);
+	CHECK(strstr(fh.bodies[0], "keep_alive") == NULL);
+	CHECK(strstr(fh.bodies[1], "\"keep_alive\":600") != NULL);
+	CHECK(strstr(fh.bodies[2], "keep_alive") == NULL);
 	CHECK(strstr(fh.bodies[2], "\"model\":\"third-model\"") != NULL);
 	CHECK(strstr(fh.bodies[3], "\"model\":\"first-model\"") != NULL);
 	close(fh.lfd);

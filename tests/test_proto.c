@@ -658,6 +658,7 @@ static void check_submit_equal(const struct proto_submit *d, const struct proto_
 	CHECK_INT_EQ(d->grammar_flags, m->grammar_flags);
 	CHECK(str_eq(d->grammar, m->grammar));
 	CHECK(str_eq(d->model, m->model));
+	CHECK_INT_EQ(d->keep_alive_s, m->keep_alive_s);
 }
 
 /* Encodes M, parses and decodes it, and compares every field. */
@@ -708,11 +709,12 @@ static void test_submit_roundtrip(void)
 	m.prompt = (struct proto_str){ NULL, 0 };
 	m.n_stops = 0;
 	m.stops = NULL;
-	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5);
+	m.keep_alive_s = -1;
+	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5 + 4);
 	m.top_p = 1e-45f;       /* the smallest denormal */
 	m.min_p = 0.0f;
 	m.temperature = 1e30f;
-	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5);
+	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5 + 4);
 
 	/* Every count and the model's name at their maximum. */
 	static char big_name[PROTO_MAX_NAME];
@@ -730,7 +732,8 @@ static void test_submit_roundtrip(void)
 	m.n_stops = PROTO_MAX_STOPS;
 	m.stops = stops;
 	m.model = (struct proto_str){ big_name, PROTO_MAX_NAME };
-	n = 8 + 72 + PROTO_MAX_STOPS * (4 + PROTO_MAX_STOP_LEN) + 4 + PROTO_MAX_NAME;
+	m.keep_alive_s = INT32_MAX;
+	n = 8 + 72 + PROTO_MAX_STOPS * (4 + PROTO_MAX_STOP_LEN) + 4 + PROTO_MAX_NAME + 4;
 	for (int i = 0; i < PROTO_MAX_MESSAGES; i++)
 		n += 8 + i;
 	roundtrip_submit(&m, n);
@@ -774,7 +777,10 @@ static void test_submit_encode_rejects(void)
 	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL); \
 } while (0)
 	REJECT(0, m.id = 0);
-	REJECT(0, m.flags |= 1u << 9);
+	REJECT(0, m.flags |= 1u << 10);
+	/* a keep-alive without its flag, or under -1 */
+	REJECT(0, m.keep_alive_s = 5);
+	REJECT(0, (m.flags |= PROTO_SUBMIT_KEEP_ALIVE, m.keep_alive_s = -2));
 	/* two speculation modes at once */
 	REJECT(0, m.flags |= PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_OFF);
 	REJECT(0, m.flags |= PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_DRAFT);
@@ -963,6 +969,27 @@ static void test_submit_model(void)
 	/* Without the flag nothing is written, and nothing decodes. */
 	m = submit_example(0);
 	roundtrip_submit(&m, 8 + 107);
+
+	/* KEEP_ALIVE: an i32 after the model, or after the stops without one */
+	m = submit_example(0);
+	m.flags |= PROTO_SUBMIT_MODEL | PROTO_SUBMIT_KEEP_ALIVE;
+	m.model = S("coder");
+	m.keep_alive_s = 300;
+	roundtrip_submit(&m, 8 + 107 + 4 + 5 + 4);
+	CHECK_INT_EQ(get_le32(buf + PROTO_HDR_SIZE + 107 + 4 + 5), 300);
+	m.flags &= ~(uint32_t)PROTO_SUBMIT_MODEL;
+	m.model = (struct proto_str){ NULL, 0 };
+	m.keep_alive_s = 0;
+	roundtrip_submit(&m, 8 + 107 + 4);
+	b_submit_fixed(&b, PROTO_SUBMIT_KEEP_ALIVE, 0, 0);
+	b_str(&b, 1, 'p');
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG); /* the i32 missing */
+	b_u32(&b, (uint32_t)-1);
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), 0);
+	b_submit_fixed(&b, PROTO_SUBMIT_KEEP_ALIVE, 0, 0);
+	b_str(&b, 1, 'p');
+	b_u32(&b, (uint32_t)-2);
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG); /* under -1 */
 
 	/* On the way out: the flag with an empty name or none, a name over
 	 * the maximum, a NUL at the start, inside or at the end, a name
