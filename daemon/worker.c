@@ -122,6 +122,7 @@ struct worker {
 	                                          not loaded yet, in arrival order */
 	pthread_t thread;
 	int started;
+	uint64_t rounds;             /* stepping rounds (engine thread) */
 	/* inbox: event loop -> engine thread */
 	pthread_mutex_t in_lock;
 	struct vec inbox;            /* struct work */
@@ -946,12 +947,26 @@ static void *worker_main(void *arg)
 		if (stop && live_all(w) == 0)
 			break;
 		/* A step of each model with work, in turn: one model at a time
-		 * on the device, none waits for more than the others' steps. */
+		 * on the device.  Priority counts across models as within one,
+		 * without starving anyone: a model whose most urgent request is
+		 * below another busy model's gets a step every other round. */
+		int32_t top[WORKER_MAX_MODELS], most = INT32_MIN;
+		w->rounds++;
+		for (int k = 0; k < w->n_models; k++) {
+			struct wmodel *wm = w->models[k];
+			top[k] = !wm || sched_live(wm->s) == 0 || wm->dead ? INT32_MIN : sched_top_priority(wm->s);
+			if (top[k] > most)
+				most = top[k];
+		}
 		for (int k = 0; k < w->n_models; k++) {
 			struct wmodel *wm = w->models[k];
 			int rk;
 			if (!wm || sched_live(wm->s) == 0 || wm->dead)
 				continue;
+			if (top[k] < most && (w->rounds & 1)) {
+				r = r > 0 ? r : 1; /* it has work: no sleeping */
+				continue;
+			}
 			rk = sched_step(wm->s);
 			if (rk < 0) {
 				struct worker_note n = { .kind = WORKER_NOTE_FAILED, .error = rk,

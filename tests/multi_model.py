@@ -331,6 +331,52 @@ def test_lifecycle(tmp):
         check(d.stop() == 0, "llmd stops cleanly")
 
 
+def test_priority(tmp):
+    """Two busy models (SmolLM2 twice, when present: steps long enough to
+    count): the one whose request has the higher priority gets two steps
+    to the other's one (never none), and both finish whole."""
+    smol = os.environ.get("LLMD_SMOLLM2", os.path.join(BUILD, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if not os.path.exists(smol):
+        print(f"skipped: priority across models ({smol} is absent)")
+        return
+    p = {k: os.path.join(MODELS, v) for k, v in FILES.items()}
+    d = Llmd(tmp, "prio", "--model", p["tinystories"], "--set", "model.name=tinystories",
+             "--set", "models.smol-a=" + smol, "--set", "models.smol-a.pinned=true",
+             "--set", "models.smol-b=" + smol, "--set", "models.smol-b.pinned=true")
+    try:
+        if not check(d.serving(), "llmd serves two SmolLM2 models"):
+            print(d.text(), file=sys.stderr)
+            return
+
+        def per_model(metric):
+            return json.loads(d.run("llmctl", "stats", "--json").stdout)["per_model"][metric]
+        n = 160
+
+        def client(model, prio):
+            return subprocess.Popen([os.path.join(BUILD, "llm-client"), "--socket", d.sock, "--model", model,
+                                     "--priority", str(prio), "--ids", "--temp", "0", "-n", str(n),
+                                     "--ignore-eos", "Once upon a time"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        low = client("smol-b", 0)  # the low one first: a head start, if anything
+        high = client("smol-a", 5)
+        t0 = time.time()
+        while time.time() - t0 < 10:
+            running = per_model("llmd_model_queue_running")
+            if running["smol-a"] and running["smol-b"]:
+                break
+            time.sleep(0.01)
+        s0 = per_model("llmd_model_steps_total")
+        out_h, _ = high.communicate(timeout=120)
+        s1 = per_model("llmd_model_steps_total")
+        out_l, _ = low.communicate(timeout=120)
+        dh, dl = s1["smol-a"] - s0["smol-a"], s1["smol-b"] - s0["smol-b"]
+        check(len(out_h.split()) == n and len(out_l.split()) == n, f"both get their {n} tokens")
+        check(dh > n / 2 and 0.3 * dh <= dl <= 0.75 * dh,
+              f"while both ran: {dh} steps of the priority-5 model, {dl} of the priority-0 one")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+
+
 def test_load_while_streaming(tmp):
     """SmolLM2 (when present) loaded on demand while the default model
     streams: the stream's gaps between tokens stay bounded."""
@@ -358,7 +404,9 @@ def test_load_while_streaming(tmp):
             if not line.startswith(b"data: {"):
                 continue
             times.append(time.time())
-            if len(times) == 50:  # mid-stream: a request for the unloaded SmolLM2
+            # early in the stream (tokens come several to a chunk, more of
+            # them on a busy machine): a request for the unloaded SmolLM2
+            if len(times) == 10:
                 t0 = time.time()
                 first = subprocess.Popen([os.path.join(BUILD, "llm-client"), "--socket", d.sock, "--model", "smol",
                                           "-n", "1", "--temp", "0", "Hi"], stdout=subprocess.PIPE,
@@ -368,10 +416,10 @@ def test_load_while_streaming(tmp):
             first.wait(timeout=120)
             loaded = time.time() - t0
         gaps = [b - a for a, b in zip(times, times[1:])]
-        worst = max(gaps[40:]) if len(gaps) > 40 else None
+        worst = max(gaps[9:]) if len(gaps) > 9 else None
         check(done and first and first.returncode == 0 and worst is not None and worst < 1.0,
-              f"SmolLM2 loaded on demand (its first token {loaded:.2f} s after the request) while another model "
-              f"streamed: {len(times)} chunks, worst gap {worst * 1e3 if worst else -1:.0f} ms")
+              f"SmolLM2 loaded on demand (its first token {loaded or -1:.2f} s after the request) while another "
+              f"model streamed: {len(times)} chunks, worst gap {worst * 1e3 if worst else -1:.0f} ms")
     finally:
         check(d.stop() == 0, "llmd stops cleanly")
 
@@ -445,6 +493,7 @@ def main():
         os.chmod(tmp, 0o755)  # uid 65534's llmctl reaches the socket
         test_serving(tmp)
         test_lifecycle(tmp)
+        test_priority(tmp)
         test_load_while_streaming(tmp)
         test_budget(tmp)
         test_bad_settings(tmp)

@@ -416,6 +416,15 @@ int32_t sched_live(const struct sched *s)
 	return s->n_live;
 }
 
+int32_t sched_top_priority(const struct sched *s)
+{
+	int32_t top = INT32_MIN;
+	for (int32_t i = 0; i < s->n_live; i++)
+		if (!s->live[i]->held && !s->live[i]->cancelled && s->live[i]->priority > top)
+			top = s->live[i]->priority;
+	return top;
+}
+
 /* Removes Q from the live array, sends its FINISH event and frees it. */
 static void seq_finish(struct sched *s, struct seq *q, enum sched_finish why, int error,
 		       const char *message)

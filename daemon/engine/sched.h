@@ -267,6 +267,10 @@ int sched_step(struct sched *s);
 /* Requests not yet finished. */
 int32_t sched_live(const struct sched *s);
 
+/* The highest priority among the live requests that can run (not held,
+ * not cancelled); INT32_MIN when there is none.  O(live). */
+int32_t sched_top_priority(const struct sched *s);
+
 void sched_counters(const struct sched *s, struct sched_counters *ret);
 
 /* Fixes the step-cost model at COEF instead of what the measured steps
