@@ -19,7 +19,14 @@ them):
     idle one; llmctl load / unload (a pinned or default model stays; a busy
     one is unloaded when its requests end, which all finish); the memory
     budget unloads the least recently used idle model to make room, never
-    a pinned one, and refuses a load that cannot fit with the numbers;
+    a pinned one, and refuses a load that cannot fit with the numbers; a
+    request's own keep-alive (llm-client --keep-alive -1, 0, 1s);
+  - priority across models: two busy SmolLM2 models (when present), the
+    one with the priority-5 request gets twice the other's steps;
+  - a load that fails after start (an engine that cannot be made) fails
+    its requests with the loader's message, shows as failed with the
+    reason, and is tried again by the next request; the default model
+    serves on;
   - bad settings stop llmd before it serves: a name taken twice, a bad
     name, a file that does not load (its name and reason in the log).
 
@@ -464,6 +471,42 @@ def test_budget(tmp):
         check(d.stop() == 0, "llmd stops cleanly")
 
 
+def test_load_failure(tmp):
+    """A model whose load fails after start (its file reads, its engine
+    cannot be made: heads of 48 a q8_0 KV cache cannot hold, a model
+    tools/gguf_synth.py makes): its requests fail with the loader's
+    message, llmctl models says failed and why, the default model keeps
+    serving, and the next request tries again."""
+    tiny = os.path.join(MODELS, FILES["tinystories"])
+    want = [c["generated_ids"][:8] for n, c in golden_cases()
+            if n == "tinystories" and c["prompt"] == "Once upon a time"][0]
+    head, odd = os.path.join(tmp, "odd-head.gguf"), os.path.join(tmp, "odd.gguf")
+    synth = [sys.executable, os.path.join(SRC, "tools", "gguf_synth.py")]
+    if subprocess.run(synth + ["--head", os.path.join(MODELS, "derived", "TinyStories-656K-q4_0.gguf"), head],
+                      capture_output=True).returncode or \
+            subprocess.run(synth + [head, odd, "--recipe", "f32", "--arch", "llama", "--layers", "1", "--embd", "96",
+                                    "--heads", "2", "--kv-heads", "2", "--head-dim", "48", "--ff", "128"],
+                           capture_output=True).returncode:
+        check(False, "gguf_synth.py makes a model of 48-wide heads")
+        return
+    d = Llmd(tmp, "fail", "--model", tiny, "--set", "model.name=tinystories", "--set", "kv.type=q8_0",
+             "--set", "models.odd=" + odd)
+    try:
+        if not check(d.serving(), "llmd starts with a model whose engine cannot be made (it reads)"):
+            print(d.text(), file=sys.stderr)
+            return
+        for attempt in ("first", "second"):
+            r = d.run("llm-client", "--model", "odd", "-n", "4", "Once")
+            check(r.returncode != 0 and "model odd cannot be loaded" in r.stderr and "head_dim" in r.stderr,
+                  f"the {attempt} request fails with the loader's message: {r.stderr.strip()}")
+            m = models_of(d).get("odd", {})
+            check(m.get("state") == "failed" and "head_dim" in json.dumps(m),
+                  f"llmctl models: {m.get('state')}, with the reason")
+            check(greedy(d, "tinystories") == want, "the default model serves its golden ids meanwhile")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+
+
 def test_bad_settings(tmp):
     tiny = os.path.join(MODELS, FILES["tinystories"])
     bad = os.path.join(tmp, "bad.gguf")
@@ -496,6 +539,7 @@ def main():
         test_priority(tmp)
         test_load_while_streaming(tmp)
         test_budget(tmp)
+        test_load_failure(tmp)
         test_bad_settings(tmp)
     print(f"multi_model: {failures} failed")
     return 1 if failures else 0
