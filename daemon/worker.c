@@ -853,6 +853,10 @@ static void process(struct worker *w, struct work *wk)
 	case WORK_INSTALL: {
 		struct vec *p = &w->pending[wk->model];
 		struct vec waiting = *p;
+		/* made on a loader thread with CPU threads of its own: from now on
+		 * the default model's, one set of workers for every model */
+		if (w->models[0] && wk->wm != w->models[0])
+			engine_share_threads(wk->wm->e, w->models[0]->e);
 		wk->wm->w = w;
 		wk->wm->index = wk->model;
 		w->models[wk->model] = wk->wm;

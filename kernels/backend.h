@@ -286,6 +286,10 @@ int cpu_backend_new(int n_threads, struct backend **ret);
  * (N_THREADS unused then): one thread must drive both, never at once (a
  * draft model beside its target).  Else as cpu_backend_new. */
 int cpu_backend_new_shared(int n_threads, struct backend *share, struct backend **ret);
+/* From now on BE runs on FROM's worker threads, its own stopped, when both
+ * are CPU backends of as many threads (else nothing): the one thread that
+ * drives both must never drive them at once.  1 when shared, else 0. */
+int cpu_backend_share(struct backend *be, struct backend *from);
 
 static inline void backend_free(struct backend *be)
 {

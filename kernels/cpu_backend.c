@@ -1567,6 +1567,20 @@ int cpu_backend_new(int n_threads, struct backend **ret)
 	return cpu_backend_new_shared(n_threads, NULL, ret);
 }
 
+int cpu_backend_share(struct backend *be, struct backend *from)
+{
+	struct cpu_pool *p;
+
+	if (!be || !from || be->ops != &cpu_ops || from->ops != &cpu_ops ||
+	    (p = cpu(from)->pool) == cpu(be)->pool ||
+	    cpu_pool_threads(p) != cpu_pool_threads(cpu(be)->pool))
+		return 0;
+	cpu_pool_ref(p);
+	cpu_pool_free(cpu(be)->pool);
+	cpu(be)->pool = p;
+	return 1;
+}
+
 int cpu_backend_new_shared(int n_threads, struct backend *share, struct backend **ret)
 {
 	struct cpu_backend *c = calloc(1, sizeof *c);

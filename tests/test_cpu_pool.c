@@ -1,7 +1,7 @@
 /* test_cpu_pool.c - the CPU worker pool runs every task of every job
  * exactly once, after a long wait for a worker (one descheduled by a busy
  * machine) runs the next jobs on the caller alone, and keeps using workers
- * whose tasks are merely long.
+ * whose tasks are merely long, and lives as long as its last owner.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -60,6 +60,23 @@ static void test_exactly_once(int threads)
 				break;
 			}
 	}
+	cpu_pool_free(p);
+}
+
+/* A pool with two owners (two engines one thread steps) runs on after the
+ * first lets go; the second's cpu_pool_free joins it. */
+static void test_two_owners(void)
+{
+	struct cpu_pool *p;
+	static atomic_int hits[64];
+	struct count_job j = { hits, 0, 0, 0 };
+
+	CHECK_INT_EQ(cpu_pool_new(2, &p), 0);
+	cpu_pool_ref(p);
+	cpu_pool_free(p);
+	cpu_pool_run(p, count_task, &j, 64);
+	for (int i = 0; i < 64; i++)
+		CHECK_INT_EQ(atomic_load(&hits[i]), 1);
 	cpu_pool_free(p);
 }
 
@@ -140,6 +157,7 @@ int main(void)
 	test_exactly_once(1);
 	test_exactly_once(2);
 	test_exactly_once(4);
+	test_two_owners();
 	test_backs_off_after_a_slow_worker();
 	test_long_tasks_keep_the_workers();
 	test_contention_rule();

@@ -728,6 +728,11 @@ int engine_step(struct engine *e, const struct engine_batch *b, float *logits)
 	return n_out;
 }
 
+int engine_share_threads(struct engine *e, const struct engine *from)
+{
+	return cpu_backend_share(e->be, from->be);
+}
+
 void engine_graph_stats(const struct engine *e, uint64_t *recorded, uint64_t *replayed)
 {
 	*recorded = e->n_recorded;

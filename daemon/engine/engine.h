@@ -127,6 +127,13 @@ struct engine_batch {
  * backend fails. */
 int engine_step(struct engine *e, const struct engine_batch *b, float *logits);
 
+/* From now on E runs on FROM's CPU worker threads and stops its own (as
+ * engine_params.threads_of, for an engine made elsewhere: a model loaded
+ * on another thread, installed beside FROM): one thread must step both,
+ * never at once.  1 when shared; 0 when not (another backend, another
+ * thread count, already shared).  That thread only. */
+int engine_share_threads(struct engine *e, const struct engine *from);
+
 /* Steps recorded as graphs (graphs on, a backend that records) and steps
  * replayed from them, so far. */
 void engine_graph_stats(const struct engine *e, uint64_t *recorded, uint64_t *replayed);
