@@ -233,7 +233,11 @@ void conf_model_name_of(const char *path, char *out, size_t cap)
 		snprintf(out, cap, "model");
 }
 
-/* [models] NAME.pinned / NAME.keep_alive_s = VALUE, for a model named before. */
+/* The settings a model of [models] takes: NAME.SETTING. */
+static const char *const model_settings[] = { "pinned", "keep_alive_s", "n_ctx", "pool_tokens",
+					      "chat_template", NULL };
+
+/* [models] NAME.SETTING = VALUE, for a model named before. */
 static int apply_model_setting(struct llmd_conf *c, const char *key, const char *value, char *err,
 			       size_t errlen)
 {
@@ -270,8 +274,33 @@ static int apply_model_setting(struct llmd_conf *c, const char *key, const char 
 		c->models[i].keep_alive_s = (int32_t)x;
 		return 0;
 	}
-	snprintf(err, errlen, "unknown option models.%s (a model takes NAME.pinned and "
-		 "NAME.keep_alive_s)", key);
+	if (!strcmp(dot + 1, "n_ctx")) {
+		if (parse_int(value, &x, 10) < 0 || x < 0 || x > 1 << 20) {
+			snprintf(err, errlen, "models.%s: '%s' is not an integer in 0..%d", key, value, 1 << 20);
+			return -EINVAL;
+		}
+		c->models[i].n_ctx = (int32_t)x;
+		return 0;
+	}
+	if (!strcmp(dot + 1, "pool_tokens")) {
+		if (parse_int(value, &x, 10) < 0 || x < 0 || x > INT32_MAX) {
+			snprintf(err, errlen, "models.%s: '%s' is not an integer in 0..%d", key, value, INT32_MAX);
+			return -EINVAL;
+		}
+		c->models[i].pool_tokens = x;
+		return 0;
+	}
+	if (!strcmp(dot + 1, "chat_template")) {
+		if (strlen(value) >= sizeof c->models[i].chat_template) {
+			snprintf(err, errlen, "models.%s: path longer than %zu bytes", key,
+				 sizeof c->models[i].chat_template - 1);
+			return -EINVAL;
+		}
+		snprintf(c->models[i].chat_template, sizeof c->models[i].chat_template, "%s", value);
+		return 0;
+	}
+	snprintf(err, errlen, "unknown option models.%s (a model takes NAME.pinned, NAME.keep_alive_s, "
+		 "NAME.n_ctx, NAME.pool_tokens and NAME.chat_template)", key);
 	return -ENOENT;
 }
 
@@ -283,8 +312,9 @@ static int apply_model(struct llmd_conf *c, const char *name, const char *path, 
 	const char *dot = strrchr(name, '.'); /* a name may have dots of its own */
 	int32_t i;
 
-	if (dot && (!strcmp(dot, ".pinned") || !strcmp(dot, ".keep_alive_s")))
-		return apply_model_setting(c, name, path, err, errlen);
+	for (int k = 0; dot && model_settings[k]; k++)
+		if (!strcmp(dot + 1, model_settings[k]))
+			return apply_model_setting(c, name, path, err, errlen);
 	if (!conf_model_name_ok(name)) {
 		snprintf(err, errlen, "models.%s: a model's name is 1..%d letters, digits and . _ - :",
 			 name, LLMD_MODEL_NAME_MAX);
@@ -316,6 +346,9 @@ static int apply_model(struct llmd_conf *c, const char *name, const char *path, 
 	if (strcmp(c->models[i].name, name)) { /* a new one */
 		c->models[i].pinned = 0;
 		c->models[i].keep_alive_s = -2;
+		c->models[i].n_ctx = -1;
+		c->models[i].pool_tokens = -1;
+		c->models[i].chat_template[0] = 0;
 	}
 	snprintf(c->models[i].name, sizeof c->models[i].name, "%s", name);
 	snprintf(c->models[i].path, sizeof c->models[i].path, "%s", path);
@@ -536,6 +569,14 @@ void conf_print(const struct llmd_conf *c, FILE *out)
 		if (c->models[i].keep_alive_s != -2)
 			fprintf(out, "models.%s.keep_alive_s = %d\n", c->models[i].name,
 				c->models[i].keep_alive_s);
+		if (c->models[i].n_ctx >= 0)
+			fprintf(out, "models.%s.n_ctx = %d\n", c->models[i].name, c->models[i].n_ctx);
+		if (c->models[i].pool_tokens >= 0)
+			fprintf(out, "models.%s.pool_tokens = %lld\n", c->models[i].name,
+				(long long)c->models[i].pool_tokens);
+		if (c->models[i].chat_template[0])
+			fprintf(out, "models.%s.chat_template = %s\n", c->models[i].name,
+				c->models[i].chat_template);
 	}
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const struct opt *o = &opts[i];

@@ -28,6 +28,9 @@ struct llmd_conf_model {
 	char path[1024];
 	int32_t pinned;                /* NAME.pinned: loaded at start, never unloaded */
 	int32_t keep_alive_s;          /* NAME.keep_alive: seconds; -2 = memory.keep_alive */
+	int32_t n_ctx;                 /* NAME.n_ctx: tokens per sequence; -1 = kv.n_ctx */
+	int64_t pool_tokens;           /* NAME.pool_tokens: its KV pool; -1 = kv.pool_* */
+	char chat_template[1024];      /* NAME.chat_template: a Jinja file; "" = the model's */
 };
 
 struct llmd_conf {

@@ -47,6 +47,8 @@ struct llmd_model {
 	int32_t keep_alive_s;        /* idle this long, it is unloaded; -1 never; 0 at once */
 	int reload;                  /* a request came while UNLOADING: load it again after */
 	int32_t n_ctx, n_vocab;      /* what its engine has (or will have) */
+	int32_t conf_n_ctx;          /* models.NAME.n_ctx, or -1: kv.n_ctx */
+	int64_t conf_pool_tokens;    /* models.NAME.pool_tokens, or -1: kv.pool_* */
 	uint64_t weight_bytes;       /* its weights */
 	uint64_t kv_bytes;           /* its KV pool: the real one when loaded, else the
 	                                one expected */

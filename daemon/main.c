@@ -337,9 +337,6 @@ static int open_sockets(struct llmd *d, int *http_fd, char *err, size_t errlen)
 	return fd;
 }
 
-/* Templates are text a person wrote: a megabyte is far past any real one. */
-#define CHAT_TEMPLATE_MAX_BYTES (1 << 20)
-
 /* model.chat_template: the operator's Jinja file in place of the model's
  * own template (which must compile); without it, says what the model's
  * own template came to when that is not its Jinja source.  Returns 0 or a
@@ -347,9 +344,6 @@ static int open_sockets(struct llmd *d, int *http_fd, char *err, size_t errlen)
 static int load_chat_template(struct llmd *d, char *err, size_t errlen)
 {
 	const char *path = d->cfg.chat_template;
-	char *src = NULL;
-	size_t len = 0;
-	FILE *f;
 	int r;
 
 	if (!path[0]) {
@@ -358,20 +352,7 @@ static int load_chat_template(struct llmd *d, char *err, size_t errlen)
 				d->model->chat_note);
 		return 0;
 	}
-	if (!(f = fopen(path, "re"))) {
-		snprintf(err, errlen, "%s", strerror(errno));
-		return -errno;
-	}
-	src = malloc(CHAT_TEMPLATE_MAX_BYTES + 1);
-	if (src)
-		len = fread(src, 1, CHAT_TEMPLATE_MAX_BYTES + 1, f);
-	r = !src ? -ENOMEM : ferror(f) ? -EIO : len > CHAT_TEMPLATE_MAX_BYTES ? -EFBIG : 0;
-	fclose(f);
-	if (r < 0)
-		snprintf(err, errlen, "%s", r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
-	else
-		r = model_set_chat_template(d->model, src, len, err, errlen);
-	free(src);
+	r = models_read_chat_template(d->model, path, err, errlen);
 	if (r == 0)
 		log_msg(LOG_INFO, "chat template from %s", path);
 	return r;

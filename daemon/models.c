@@ -91,12 +91,55 @@ struct load_job {
 	struct llmd_model *lm;
 };
 
+/* Templates are text a person wrote: a megabyte is far past any real one. */
+#define CHAT_TEMPLATE_MAX_BYTES (1 << 20)
+
+int models_read_chat_template(struct model *m, const char *path, char *err, size_t errlen)
+{
+	char *src = NULL;
+	size_t len = 0;
+	FILE *f;
+	int r;
+
+	if (!(f = fopen(path, "re"))) {
+		r = -errno;
+		snprintf(err, errlen, "%s", strerror(-r));
+		return r;
+	}
+	src = malloc(CHAT_TEMPLATE_MAX_BYTES + 1);
+	if (src)
+		len = fread(src, 1, CHAT_TEMPLATE_MAX_BYTES + 1, f);
+	r = !src ? -ENOMEM : ferror(f) ? -EIO : len > CHAT_TEMPLATE_MAX_BYTES ? -EFBIG : 0;
+	fclose(f);
+	if (r < 0)
+		snprintf(err, errlen, "%s", r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
+	else
+		r = model_set_chat_template(m, src, len, err, errlen);
+	free(src);
+	return r;
+}
+
+/* The engine settings of LM: the daemon's, with its own context and KV
+ * pool where [models] sets them. */
+static struct engine_params params_of(const struct llmd *d, const struct llmd_model *lm)
+{
+	struct engine_params ep = *d->ep;
+	if (lm->conf_n_ctx >= 0)
+		ep.n_ctx = lm->conf_n_ctx;
+	if (lm->conf_pool_tokens >= 0) {
+		ep.kv_tokens = lm->conf_pool_tokens;
+		ep.kv_mib = 0;
+	}
+	return ep;
+}
+
 static void *loader_main(void *arg)
 {
 	struct load_job *j = arg;
 	struct llmd_model *lm = j->lm;
+	struct engine_params ep = params_of(j->d, lm);
 
-	lm->load_rc = worker_model_prepare(lm->model, j->d->ep, j->d->sp, &lm->prepared, lm->load_err,
+	lm->load_rc = worker_model_prepare(lm->model, &ep, j->d->sp, &lm->prepared, lm->load_err,
 					   sizeof lm->load_err);
 	event_active(lm->ev_loaded, EV_READ, 0); /* on_loaded, on the event loop */
 	return NULL;
@@ -346,8 +389,18 @@ int models_start(struct llmd *d, char *err, size_t errlen)
 		snprintf(lm->name, sizeof lm->name, "%s", cm->name);
 		lm->index = d->n_models++; /* freed at exit from here on */
 		lm->pinned = cm->pinned;
+		lm->conf_n_ctx = cm->n_ctx;
+		lm->conf_pool_tokens = cm->pool_tokens;
+		if (cm->chat_template[0] &&
+		    (r = models_read_chat_template(lm->model, cm->chat_template, err, errlen)) < 0) {
+			char why[256];
+			snprintf(why, sizeof why, "%s", err);
+			snprintf(err, errlen, "models.%s.chat_template %s: %s", cm->name, cm->chat_template, why);
+			return r;
+		}
 		lm->keep_alive_s = cm->keep_alive_s == -2 ? d->cfg.keep_alive_s : cm->keep_alive_s;
-		lm->n_ctx = d->ep->n_ctx ? d->ep->n_ctx : lm->model->hp.n_ctx_train;
+		lm->n_ctx = lm->conf_n_ctx > 0 ? lm->conf_n_ctx : d->ep->n_ctx ? d->ep->n_ctx :
+			    lm->model->hp.n_ctx_train;
 		lm->n_vocab = lm->model->hp.n_vocab;
 		lm->weight_bytes = lm->model->weight_bytes;
 		lm->kv_bytes = d->cfg.pool_mb ? (uint64_t)d->cfg.pool_mb << 20 : def->kv_bytes; /* expected */
@@ -367,7 +420,8 @@ int models_start(struct llmd *d, char *err, size_t errlen)
 		}
 		if (!lm->pinned)
 			continue; /* loaded when a request comes */
-		if ((r = worker_model_prepare(lm->model, d->ep, d->sp, &wm, err, errlen)) < 0) {
+		struct engine_params ep = params_of(d, lm);
+		if ((r = worker_model_prepare(lm->model, &ep, d->sp, &wm, err, errlen)) < 0) {
 			char why[256];
 			snprintf(why, sizeof why, "%s", err);
 			snprintf(err, errlen, "cannot load model %s (models.%s): %s", cm->path, cm->name, why);

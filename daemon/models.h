@@ -15,6 +15,13 @@
 
 struct worker_snapshot;
 
+struct model;
+
+/* Reads the Jinja chat template at PATH (model.chat_template,
+ * models.NAME.chat_template) into M, in place of the file's.  0, or a
+ * negative errno with the reason in ERR. */
+int models_read_chat_template(struct model *m, const char *path, char *err, size_t errlen);
+
 /* After the default model's worker exists: the budget, and each [models]
  * entry's file read (its tokenizer, template and sizes: requests for it
  * can be checked and tokenized before it is loaded); pinned ones are

@@ -23,6 +23,8 @@ them):
     request's own keep-alive (llm-client --keep-alive -1, 0, 1s);
   - priority across models: two busy SmolLM2 models (when present), the
     one with the priority-5 request gets twice the other's steps;
+  - per-model settings: models.NAME.n_ctx, .pool_tokens, .chat_template
+    (a chat on a model whose file has no template; a bad one stops llmd);
   - a load that fails after start (an engine that cannot be made) fails
     its requests with the loader's message, shows as failed with the
     reason, and is tried again by the next request; the default model
@@ -471,6 +473,54 @@ def test_budget(tmp):
         check(d.stop() == 0, "llmd stops cleanly")
 
 
+def test_model_settings(tmp):
+    """models.NAME.n_ctx, .pool_tokens and .chat_template: a model's own
+    context, KV pool and chat template, beside others that keep the
+    daemon's."""
+    p = {k: os.path.join(MODELS, v) for k, v in FILES.items()}
+    tmpl = os.path.join(tmp, "chatml.jinja")
+    with open(tmpl, "w") as f:
+        f.write("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    d = Llmd(tmp, "settings", "--model", p["tinystories"], "--set", "model.name=tinystories",
+             "--set", "models.stories260k=" + p["stories260k"], "--set", "models.stories260k.n_ctx=64",
+             "--set", "models.stories260k.pool_tokens=256", "--set", "models.stories260k.chat_template=" + tmpl,
+             "--set", "models.tiny-q8=" + p["tiny-q8"])
+    try:
+        if not check(d.serving(), "llmd serves with per-model settings"):
+            print(d.text(), file=sys.stderr)
+            return
+        ms = models_of(d)
+        check(ms["stories260k"]["n_ctx"] == 64 and ms["tiny-q8"]["n_ctx"] == ms["tinystories"]["n_ctx"],
+              f"n_ctx: stories260k's own 64, tiny-q8 the daemon's {ms['tiny-q8']['n_ctx']}")
+        r = d.run("llm-client", "--model", "stories260k", "--chat", "-n", "4", "--temp", "0", "Hi")
+        check(r.returncode == 0, f"a chat with stories260k's template from the config: {r.stderr.strip()}")
+        r = d.run("llm-client", "--model", "tiny-q8", "--chat", "-n", "4", "Hi")
+        check(r.returncode != 0, f"tiny-q8 has none: {r.stderr.strip()}")
+        ms = models_of(d)
+        check(ms["stories260k"]["kv_capacity_tokens"] == 256 and ms["stories260k"]["n_ctx"] == 64,
+              f"loaded: a pool of {ms['stories260k']['kv_capacity_tokens']} tokens (pool_tokens 256)")
+        r = d.run("llm-client", "--model", "stories260k", "-n", "4", "Once upon a time " * 20)
+        check(r.returncode != 0 and "over the limit of 63" in r.stderr,
+              f"a prompt past its 64-token context: {r.stderr.strip()}")
+        r = d.run("llm-client", "--model", "tiny-q8", "-n", "4", "Once upon a time " * 20)
+        check(r.returncode == 0, "the same prompt on tiny-q8 (the daemon's context)")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+    # a template that does not compile stops llmd, naming the setting
+    bad = os.path.join(tmp, "bad.jinja")
+    with open(bad, "w") as f:
+        f.write("{% for m in messages %}")
+    d = Llmd(tmp, "settings2", "--model", p["tinystories"], "--set", "models.stories260k=" + p["stories260k"],
+             "--set", "models.stories260k.chat_template=" + bad)
+    try:
+        check(d.proc.wait(timeout=30) != 0 and "models.stories260k.chat_template" in d.text(),
+              "a chat_template that does not compile stops llmd: " +
+              next((l for l in d.text().splitlines() if "chat_template" in l), "?"))
+    finally:
+        d.stop()
+
+
 def test_load_failure(tmp):
     """A model whose load fails after start (its file reads, its engine
     cannot be made: heads of 48 a q8_0 KV cache cannot hold, a model
@@ -539,6 +589,7 @@ def main():
         test_priority(tmp)
         test_load_while_streaming(tmp)
         test_budget(tmp)
+        test_model_settings(tmp)
         test_load_failure(tmp)
         test_bad_settings(tmp)
     print(f"multi_model: {failures} failed")

@@ -89,6 +89,15 @@ int main(void)
 	CHECK(c.models[1].pinned == 1 && c.models[0].keep_alive_s == -1 && c.models[1].keep_alive_s == -2);
 	CHECK(conf_set(&c, "models.v1.5.pinned=1", err, sizeof err) < 0);
 	CHECK(strstr(err, "no model v1.5 = PATH before it") != NULL);
+	/* NAME.n_ctx, .pool_tokens, .chat_template: -1 / "" until set */
+	CHECK(c.models[0].n_ctx == -1 && c.models[0].pool_tokens == -1 && !c.models[0].chat_template[0]);
+	CHECK(conf_set(&c, "models.coder.n_ctx=2048", err, sizeof err) == 0 && c.models[0].n_ctx == 2048);
+	CHECK(conf_set(&c, "models.coder.pool_tokens=4096", err, sizeof err) == 0 &&
+	      c.models[0].pool_tokens == 4096);
+	CHECK(conf_set(&c, "models.coder.chat_template=/t.jinja", err, sizeof err) == 0 &&
+	      !strcmp(c.models[0].chat_template, "/t.jinja"));
+	CHECK(conf_set(&c, "models.coder.n_ctx=-3", err, sizeof err) < 0);
+	CHECK(strstr(err, "not an integer in 0..") != NULL);
 	CHECK(conf_set(&c, "models.coder.keep_alive_s=soon", err, sizeof err) < 0);
 	CHECK(strstr(err, "not an integer in -1..") != NULL);
 	CHECK(conf_set(&c, "memory.budget_mb=4096", err, sizeof err) == 0 && c.budget_mb == 4096);
