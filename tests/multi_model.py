@@ -23,6 +23,7 @@ them):
     request's own keep-alive (llm-client --keep-alive -1, 0, 1s);
   - priority across models: two busy SmolLM2 models (when present), the
     one with the priority-5 request gets twice the other's steps;
+  - the three on the CUDA backend (the emulator, in CI): golden ids;
   - per-model settings: models.NAME.n_ctx, .pool_tokens, .chat_template
     (a chat on a model whose file has no template; a bad one stops llmd);
   - a load that fails after start (an engine that cannot be made) fails
@@ -521,6 +522,36 @@ def test_model_settings(tmp):
         d.stop()
 
 
+def test_device(tmp):
+    """The three models on the CUDA backend (the emulator where the build
+    has it, as in CI; a GPU build's device where it sees one): each model's
+    weights and KV pool in device memory within the budget, graphs per
+    engine, each model's golden ids."""
+    try:
+        emu = "#define HAVE_CUDA_EMU 1" in open(os.path.join(BUILD, "config.h")).read()
+    except OSError:
+        emu = False
+    if not emu:
+        print("skipped: several models on the CUDA backend (this build has no emulator)")
+        return
+    p = {k: os.path.join(MODELS, v) for k, v in FILES.items()}
+    want = {n: c["generated_ids"][:8] for n, c in golden_cases() if c["prompt"] == "Once upon a time"}
+    d = Llmd(tmp, "device", "--model", p["tinystories"], "--set", "model.name=tinystories",
+             "--set", "device.backend=cuda", "--set", "models.stories260k=" + p["stories260k"],
+             "--set", "models.tiny-q8=" + p["tiny-q8"])
+    try:
+        if not check(d.serving(), "llmd serves three models on the CUDA backend"):
+            print(d.text(), file=sys.stderr)
+            return
+        got = {n: greedy(d, n) for n in want}
+        check(got == want, f"each model's golden ids on the device: {got}")
+        ms = models_of(d)
+        check(all(m["state"] == "ready" and m["backend"].startswith("cuda") for m in ms.values()),
+              f"all three ready on {ms['tinystories']['backend']}")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+
+
 def test_load_failure(tmp):
     """A model whose load fails after start (its file reads, its engine
     cannot be made: heads of 48 a q8_0 KV cache cannot hold, a model
@@ -590,6 +621,7 @@ def main():
         test_load_while_streaming(tmp)
         test_budget(tmp)
         test_model_settings(tmp)
+        test_device(tmp)
         test_load_failure(tmp)
         test_bad_settings(tmp)
     print(f"multi_model: {failures} failed")
