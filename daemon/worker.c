@@ -299,6 +299,11 @@ const struct engine *worker_engine(const struct worker *w)
 	return w->models[0]->e;
 }
 
+const struct engine *worker_draft_engine(const struct worker *w)
+{
+	return w->models[0]->de;
+}
+
 const struct engine *worker_model_engine(const struct wmodel *wm)
 {
 	return wm->e;

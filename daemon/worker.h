@@ -178,6 +178,8 @@ void worker_free(struct worker *w);
 
 /* The default model's engine (model 0, never removed). */
 const struct engine *worker_engine(const struct worker *w);
+/* The default model's draft model's engine (worker_set_draft), or NULL. */
+const struct engine *worker_draft_engine(const struct worker *w);
 
 /* Gives the default model a draft model for speculative decoding (spec.mode
  * draft): DM (the caller's, outliving W) runs on an engine of EP's settings
