@@ -69,7 +69,7 @@ struct seq {
 	int preempted_now;      /* preempted while planning this step: not readmitted in it */
 	int deferred_now;       /* its prefix is being computed by a running one: not admitted
 	                           in this step */
-	int32_t spec;           /* SCHED_SPEC_OFF or SCHED_SPEC_NGRAM */
+	int32_t spec;           /* SCHED_SPEC_OFF, _NGRAM or _DRAFT */
 	int32_t spec_max;       /* tokens it proposes a step at most */
 	int32_t n_draft;        /* proposed this step, at tokens[n_tokens..] (planning) */
 	int32_t spec_guess;     /* the proposer's next token when no row was worth it, or -1:
@@ -214,7 +214,8 @@ int sched_set_draft(struct sched *s, struct engine *de, const struct model *dm, 
 	for (int32_t t = 0; t < nv; t++) {
 		int la = tokenizer_piece(s->m->tok, t, 1, a, sizeof a);
 		int lb = tokenizer_piece(dm->tok, t, 1, b, sizeof b);
-		if (la != lb || memcmp(a, b, (size_t)(la > 0 ? la : 0))) {
+		size_t n = la < 0 ? 0 : (size_t)la > sizeof a ? sizeof a : (size_t)la; /* what was written */
+		if (la != lb || memcmp(a, b, n)) {
 			snprintf(err, errlen, "the draft model's token %d is not the model's: a draft must "
 				 "share the vocabulary, token for token", t);
 			return -EINVAL;
