@@ -119,7 +119,6 @@ struct sched {
 	int32_t cap_logits;          /* max_seqs; + SPEC_MAX_ROWS once a sequence proposes */
 	/* the draft model (sched_set_draft), or NULL */
 	struct engine *de;
-	const struct model *dm;
 	struct kv_pool *dkv;
 	int32_t dbt, d_max_blocks;   /* its tokens per block; table entries per sequence */
 	int32_t d_rows;              /* rows a draft step takes at most */
@@ -239,7 +238,6 @@ int sched_set_draft(struct sched *s, struct engine *de, const struct model *dm, 
 		return -ENOMEM; /* the buffers go with the scheduler */
 	}
 	s->de = de;
-	s->dm = dm;
 	s->dkv = engine_kv_pool(de);
 	s->dbt = s->dkv->view.block_tokens;
 	s->d_max_blocks = (s->n_ctx + s->dbt - 1) / s->dbt;
@@ -735,21 +733,29 @@ static void spec_learn(struct seq *q, int32_t accepted, int32_t proposed)
 	q->spec_all = q->spec_all * SPEC_DECAY + accepted + (accepted < proposed);
 }
 
-/* What a proposed row must be worth to be run, as a chance of standing:
- * the step's tokens per second with N_DEC decode rows and CONTEXT positions
- * read, against the cost-model price of one more row at position POS.  A
- * row whose expected tokens over its price fall short of what the step
- * makes anyway lowers the throughput.  A batch that is compute-bound sets
- * the bar high; a lone memory-bound decode, low. */
-static double spec_threshold(const struct sched *s, int32_t n_dec, int64_t context, int32_t pos,
-			     double extra_s)
+/* The cost model's time for a step of N_DEC decode rows reading CONTEXT
+ * positions: what the step's tokens cost without proposals.  0 while the
+ * model cannot tell. */
+static double decode_step_s(const struct sched *s, int32_t n_dec, int64_t context)
 {
 	struct stepcost_step st = { .rows = n_dec, .attended = context, .context = context };
-	double t0, row;
+	return stepcost_ready(&s->cost) ? stepcost_predict(&s->cost, &st) : 0;
+}
 
-	if (!stepcost_ready(&s->cost) || (t0 = stepcost_predict(&s->cost, &st)) <= 0)
+/* What a proposed row must be worth to be run, as a chance of standing:
+ * the step's tokens per second (N_DEC tokens in T0 seconds, decode_step_s)
+ * against the cost-model price of one more row at position POS, plus
+ * EXTRA_S (a share of the draft's steps).  A row whose expected tokens over
+ * its price fall short of what the step makes anyway lowers the
+ * throughput.  A batch that is compute-bound sets the bar high; a lone
+ * memory-bound decode, low. */
+static double spec_threshold(const struct sched *s, double t0, int32_t n_dec, int32_t pos,
+			     double extra_s)
+{
+	double row = s->cost.coef.row_s + s->cost.coef.pos_s * (pos + 1);
+
+	if (t0 <= 0)
 		return SPEC_THRESH_COLD;
-	row = s->cost.coef.row_s + s->cost.coef.pos_s * (pos + 1);
 	return (SPEC_ROW_PREMIUM * row + extra_s) * n_dec / t0;
 }
 
@@ -787,22 +793,31 @@ static int32_t spec_propose(struct sched *s, struct seq *q, int32_t limit, doubl
 	return k;
 }
 
+static int draft_grow(struct sched *s, struct seq *q, int32_t n);
+
 /* Tokens decoding Q will have the draft propose this step (at most LIMIT):
  * as many as are worth a row and a share of the draft's steps at THRESH,
  * and, where a proposal sure to stand would pay (THRESH < 1), one every 16
- * tokens all the same, so that a low rate is tried again.  Their places after Q's tokens hold Q's last token until
- * the draft runs (a valid id: a proposal the draft does not make is judged
- * like any other, and stands only if drawn). */
+ * tokens all the same, so that a low rate is tried again; none when the
+ * draft's pool cannot hold them.  Q joins the step's drafting sequences,
+ * its draft blocks taken now.  Their places after Q's tokens hold Q's last
+ * token until the draft runs: a valid id, so that a draft step that fails
+ * leaves rows that are judged like any proposal. */
 static int32_t draft_plan(struct sched *s, struct seq *q, int32_t limit, double thresh)
 {
 	int32_t k = spec_count(q, limit, thresh);
 
 	if (k == 0 && thresh < 1 && limit >= 1 && q->spec_max >= 1 && q->n_gen % 16 == 0)
 		k = 1;
+	if (k == 0)
+		return 0;
+	s->d_seqs[s->n_dseqs++] = q; /* before draft_grow: its own draft KV stays */
+	if (draft_grow(s, q, q->n_tokens + k - 1) < 0) {
+		s->n_dseqs--;
+		return 0;
+	}
 	for (int32_t i = 0; i < k; i++)
 		q->tokens[q->n_tokens + i] = q->tokens[q->n_tokens - 1];
-	if (k > 0)
-		s->d_seqs[s->n_dseqs++] = q;
 	return k;
 }
 
@@ -847,6 +862,7 @@ static int32_t plan(struct sched *s)
 	 * free blocks, the budget and the logits' room allow */
 	int32_t n_dec = 0, n_ddec = 0, spec_left = 0;
 	int64_t dec_ctx = 0;
+	double t_dec;
 	s->n_dseqs = 0;
 	for (int32_t i = 0; i < n_run; i++) {
 		struct seq *q = run[i];
@@ -858,6 +874,7 @@ static int32_t plan(struct sched *s)
 		if (q->spec != SCHED_SPEC_OFF && !spec_left && spec_room(s) == 0)
 			spec_left = SPEC_MAX_ROWS;
 	}
+	t_dec = spec_left ? decode_step_s(s, n_dec, dec_ctx) : 0;
 	for (int32_t i = 0, dec_left = n_dec; i < n_run && budget > 0; i++) {
 		struct seq *q = run[i];
 		int32_t limit;
@@ -887,10 +904,10 @@ static int32_t plan(struct sched *s)
 				limit = spec_left;
 			if (q->spec == SCHED_SPEC_NGRAM)
 				q->n_draft = spec_propose(s, q, limit,
-							  spec_threshold(s, n_dec, dec_ctx, q->n_tokens, 0));
+							  spec_threshold(s, t_dec, n_dec, q->n_tokens, 0));
 			else
 				q->n_draft = draft_plan(s, q, limit,
-							spec_threshold(s, n_dec, dec_ctx, q->n_tokens,
+							spec_threshold(s, t_dec, n_dec, q->n_tokens,
 								       s->d_step_s / n_ddec));
 			grow(s, q, q->n_tokens + q->n_draft); /* cannot fail now */
 			spec_left -= q->n_draft;
@@ -1037,7 +1054,7 @@ static int32_t argmax(const float *v, int32_t n)
 
 /* Draft blocks for Q to hold positions below N: taken from the free ones,
  * else from sequences not drafting in this step (their draft KV is
- * recomputed when they draft again).  0 or -ENOSPC. */
+ * recomputed when they draft again).  0 or -ENOSPC.  Planning. */
 static int draft_grow(struct sched *s, struct seq *q, int32_t n)
 {
 	int32_t need = (n + s->dbt - 1) / s->dbt - q->d_nblocks;
@@ -1080,19 +1097,21 @@ static int draft_flush(struct sched *s, int32_t n)
 	return 0;
 }
 
-/* Has the draft propose the tokens the step's drafting sequences planned
- * (draft_plan): it catches up on each one's tokens (its KV kept from the
- * steps before, cut back to what the model accepted), in steps of at most
- * d_rows rows, which give each one's first proposal; then one step per
- * further proposal, all sequences together.  Each proposal is written
- * after the sequence's tokens and into its row of the model's step.  A
- * sequence the draft's pool cannot hold, or a failed draft step, leaves
- * the placeholders (judged and, but for luck, rejected). */
+/* What a proposing draft step took, smoothed. */
 static void draft_learn(struct sched *s, double secs)
 {
 	s->d_step_s = s->d_step_s ? 0.8 * s->d_step_s + 0.2 * secs : secs;
 }
 
+/* Has the draft propose the tokens the step's drafting sequences planned
+ * (draft_plan, which took their draft blocks): it catches up on each one's
+ * tokens (its KV kept from the steps before, cut back to what the model
+ * accepted), in steps of at most d_rows rows, which give each one's first
+ * proposal; then one step per further proposal, all sequences together.
+ * Each proposal is written after the sequence's tokens and into its row of
+ * the model's step.  A failed draft step drops the draft KV of those
+ * sequences and leaves their rows holding their last token, judged like
+ * any proposal. */
 static void draft_run(struct sched *s)
 {
 	int32_t n = 0, most = 0, rows = 0, flushes = 0;
@@ -1100,10 +1119,6 @@ static void draft_run(struct sched *s)
 
 	for (int32_t k = 0; k < s->n_dseqs; k++) {
 		struct seq *q = s->d_seqs[k];
-		if (draft_grow(s, q, q->n_tokens + q->n_draft - 1) < 0) {
-			s->d_seqs[k--] = s->d_seqs[--s->n_dseqs];
-			continue;
-		}
 		if (q->n_draft > most)
 			most = q->n_draft;
 		for (int32_t pos = q->d_computed; pos < q->n_tokens; pos++) {
