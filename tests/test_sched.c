@@ -27,6 +27,7 @@
 #include "quant.h"
 #include "sched.h"
 #include "testutil.h"
+#include "testsched.h"
 #include "tokenizer.h"
 
 #define MAX_REQ 128
@@ -103,34 +104,6 @@ static void rig_free(struct rig *g)
 	engine_free(g->e);
 }
 
-/* Steps until idle, checking invariants after every step. */
-static void run_to_idle(struct rig *g)
-{
-	char err[256];
-	for (int guard = 0; sched_live(g->s) > 0 && guard < 100000; guard++) {
-		CHECK(sched_step(g->s) >= 0);
-		if (sched_check(g->s, err, sizeof err) < 0) {
-			fprintf(stderr, "invariant: %s\n", err);
-			test_failures++;
-			return;
-		}
-	}
-	CHECK_INT_EQ(sched_live(g->s), 0);
-}
-
-static struct sched_request req(uint64_t id, const int32_t *prompt, int n, int max_tokens)
-{
-	struct sched_request r = { .id = id, .prompt = prompt, .n_prompt = n, .max_tokens = max_tokens };
-	sampler_params_default(&r.sampling);
-	r.sampling.temperature = 0;
-	return r;
-}
-
-static int tokenize(const struct model *m, const char *text, int32_t *ids, int cap)
-{
-	return tokenizer_encode(m->tok, text, strlen(text), tokenizer_add_bos(m->tok), 1, ids, cap);
-}
-
 static const char *prompts[] = {
 	"Once upon a time", "", "I believe the meaning of life is", "Hello, world!", "Hello",
 	"The little dog ran to the park and", "Lily and Tom were best friends. One day",
@@ -148,21 +121,21 @@ static void test_batch_invariance(const struct model *m, const char *name, uint3
 	struct result alone[2][N_PROMPTS];
 
 	for (int i = 0; i < N_PROMPTS; i++)
-		n_ids[i] = tokenize(m, prompts[i], ids[i], 64);
+		n_ids[i] = test_tokenize(m, prompts[i], ids[i], 64);
 	if (rig_new_kv(&g, m, kv_type, 32 * 128, 32, 256, 0) < 0) {
 		test_failures++;
 		return;
 	}
 	for (int seeded = 0; seeded < 2; seeded++)
 		for (int i = 0; i < N_PROMPTS; i++) {
-			struct sched_request r = req((uint64_t)i, ids[i], n_ids[i], 48);
+			struct sched_request r = test_req((uint64_t)i, ids[i], n_ids[i], 48);
 			if (seeded) {
 				r.sampling.temperature = 0.9f;
 				r.sampling.seed = 1000 + (uint64_t)i;
 			}
 			memset(&results[i], 0, sizeof results[i]);
 			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
-			run_to_idle(&g);
+			test_run_idle(g.s);
 			alone[seeded][i] = results[i];
 		}
 	/* 32 requests: prompt i % N_PROMPTS, different max_tokens, a third of
@@ -171,7 +144,7 @@ static void test_batch_invariance(const struct model *m, const char *name, uint3
 	for (int phase = 0; phase < 3; phase++) {
 		for (int k = phase; k < 32; k += 3) {
 			int i = k % N_PROMPTS, seeded = (k / N_PROMPTS) % 2;
-			struct sched_request r = req((uint64_t)k, ids[i], n_ids[i], 48);
+			struct sched_request r = test_req((uint64_t)k, ids[i], n_ids[i], 48);
 			if (seeded) {
 				r.sampling.temperature = 0.9f;
 				r.sampling.seed = 1000 + (uint64_t)i;
@@ -181,7 +154,7 @@ static void test_batch_invariance(const struct model *m, const char *name, uint3
 		for (int st = 0; st < 5 + 3 * phase; st++)
 			CHECK(sched_step(g.s) >= 0);
 	}
-	run_to_idle(&g);
+	test_run_idle(g.s);
 	int same = 0;
 	for (int k = 0; k < 32; k++) {
 		const struct result *a = &alone[(k / N_PROMPTS) % 2][k % N_PROMPTS];
@@ -210,7 +183,7 @@ static void shared_prompts(const struct model *m, int32_t prompt[16][260], int n
 	for (int i = 0; i < 4; i++)
 		strcat(text, "Once upon a time, in a small village by the sea, there lived an old "
 			     "fisherman and his cat. Every morning they went out on the boat. ");
-	CHECK(tokenize(m, text, prompt[0], 260) >= 200);
+	CHECK(test_tokenize(m, text, prompt[0], 260) >= 200);
 	for (int i = 0; i < 16; i++) {
 		char tail[64];
 		memcpy(prompt[i], prompt[0], sizeof(int32_t) * 200);
@@ -239,14 +212,14 @@ static void test_prefix_cache(const struct model *m)
 		}
 		memset(results, 0, sizeof results);
 		/* the first request alone first, then the 15 others together */
-		struct sched_request r0 = req(0, prompt[0], n[0], 16);
+		struct sched_request r0 = test_req(0, prompt[0], n[0], 16);
 		CHECK_INT_EQ(sched_submit(g.s, &r0), 0);
-		run_to_idle(&g);
+		test_run_idle(g.s);
 		for (int i = 1; i < 16; i++) {
-			struct sched_request r = req((uint64_t)i, prompt[i], n[i], 16);
+			struct sched_request r = test_req((uint64_t)i, prompt[i], n[i], 16);
 			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
 		}
-		run_to_idle(&g);
+		test_run_idle(g.s);
 		sched_counters(g.s, &c);
 		if (!cache) {
 			memcpy(without, results, sizeof without);
@@ -293,10 +266,10 @@ static void test_prefix_cache_same_step(const struct model *m)
 		}
 		memset(results, 0, sizeof results);
 		for (int i = 0; i < 16; i++) {
-			struct sched_request r = req((uint64_t)i, prompt[i], n[i], 16);
+			struct sched_request r = test_req((uint64_t)i, prompt[i], n[i], 16);
 			CHECK_INT_EQ(sched_submit(g.s, &r), 0);
 		}
-		run_to_idle(&g);
+		test_run_idle(g.s);
 		sched_counters(g.s, &c);
 		if (!cache) {
 			memcpy(without, results, sizeof without);
@@ -337,27 +310,27 @@ static void test_preemption(const struct model *m)
 	struct sched_counters c;
 
 	for (int i = 0; i < 16; i++)
-		n[i] = tokenize(m, prompts[i % N_PROMPTS], ids[i], 64);
+		n[i] = test_tokenize(m, prompts[i % N_PROMPTS], ids[i], 64);
 	if (rig_new(&g, m, 16 * 12, 16, 64, 1) < 0) {
 		test_failures++;
 		return;
 	}
 	for (int i = 0; i < 16; i++) {
-		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + i);
+		struct sched_request r = test_req((uint64_t)i, ids[i], n[i], 64 + i);
 		r.ignore_eos = 1;
 		memset(&results[i], 0, sizeof results[i]);
 		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
-		run_to_idle(&g);
+		test_run_idle(g.s);
 		alone[i] = results[i];
 	}
 	memset(results, 0, sizeof results);
 	for (int i = 0; i < 16; i++) {
-		struct sched_request r = req((uint64_t)i, ids[i], n[i], 64 + i);
+		struct sched_request r = test_req((uint64_t)i, ids[i], n[i], 64 + i);
 		r.ignore_eos = 1;
 		r.priority = i % 3;
 		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
 	}
-	run_to_idle(&g);
+	test_run_idle(g.s);
 	sched_counters(g.s, &c);
 	printf("preemption: %llu preemptions, %llu evictions with a %d-block pool\n",
 	       (unsigned long long)c.preemptions, (unsigned long long)c.evictions, c.pool_blocks);
@@ -396,7 +369,7 @@ static void test_random_schedule(const struct model *m)
 	for (int step = 0; step < 20000 && (submitted < MAX_REQ || sched_live(g.s) > 0); step++) {
 		int arrivals = rand_r(&seed) % 3;
 		for (int a = 0; a < arrivals && submitted < MAX_REQ; a++, submitted++) {
-			struct sched_request r = req((uint64_t)submitted, prompt[submitted], n[submitted],
+			struct sched_request r = test_req((uint64_t)submitted, prompt[submitted], n[submitted],
 						     1 + rand_r(&seed) % 60);
 			r.priority = rand_r(&seed) % 3;
 			r.client = rand_r(&seed) % 4;
@@ -462,7 +435,7 @@ static void test_memory_waste(const struct model *m)
 		prompt[i][0] = 1;
 		for (int k = 1; k < len; k++)
 			prompt[i][k] = 3 + rand_r(&seed) % 500;
-		struct sched_request r = req((uint64_t)i, prompt[i], len, 20 + rand_r(&seed) % 100);
+		struct sched_request r = test_req((uint64_t)i, prompt[i], len, 20 + rand_r(&seed) % 100);
 		r.ignore_eos = 1;
 		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
 	}
@@ -492,23 +465,23 @@ static void test_refusals(const struct model *m)
 	}
 	for (int i = 0; i < 600; i++)
 		big[i] = 5;
-	struct sched_request r = req(1, big, 100, 4);
+	struct sched_request r = test_req(1, big, 100, 4);
 	CHECK_INT_EQ(sched_submit(g.s, &r), -E2BIG); /* more than the 64-token pool */
-	r = req(1, big, 600, 4);
+	r = test_req(1, big, 600, 4);
 	CHECK_INT_EQ(sched_submit(g.s, &r), -E2BIG); /* past n_ctx 512 */
-	r = req(1, ids, 0, 4);
+	r = test_req(1, ids, 0, 4);
 	CHECK_INT_EQ(sched_submit(g.s, &r), -EINVAL);
 	ids[1] = m->hp.n_vocab;
-	r = req(1, ids, 3, 4);
+	r = test_req(1, ids, 3, 4);
 	CHECK_INT_EQ(sched_submit(g.s, &r), -EINVAL);
 	ids[1] = 2;
-	r = req(1, ids, 3, 4);
+	r = test_req(1, ids, 3, 4);
 	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
 	CHECK_INT_EQ(sched_submit(g.s, &r), -EEXIST);
 	CHECK_INT_EQ(sched_cancel(g.s, 77), -ENOENT);
 	memset(results, 0, sizeof results);
 	CHECK_INT_EQ(sched_cancel(g.s, 1), 0);
-	run_to_idle(&g);
+	test_run_idle(g.s);
 	CHECK_INT_EQ(results[1].n_finish, 1);
 	CHECK_INT_EQ(results[1].finish, SCHED_FIN_CANCELLED);
 	rig_free(&g);
@@ -524,22 +497,22 @@ static void test_hold(const struct model *m)
 	struct result alone;
 	struct sched_info in;
 
-	n[0] = tokenize(m, prompts[0], ids[0], 64);
-	n[1] = tokenize(m, prompts[2], ids[1], 64);
+	n[0] = test_tokenize(m, prompts[0], ids[0], 64);
+	n[1] = test_tokenize(m, prompts[2], ids[1], 64);
 	if (rig_new(&g, m, 512, 4, 64, 1) < 0) {
 		test_failures++;
 		return;
 	}
 	memset(results, 0, sizeof results);
-	struct sched_request r = req(1, ids[0], n[0], 20);
+	struct sched_request r = test_req(1, ids[0], n[0], 20);
 	r.ignore_eos = 1;
 	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
-	run_to_idle(&g);
+	test_run_idle(g.s);
 	alone = results[1];
 
 	memset(results, 0, sizeof results);
 	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
-	struct sched_request o = req(2, ids[1], n[1], 30);
+	struct sched_request o = test_req(2, ids[1], n[1], 30);
 	o.ignore_eos = 1;
 	CHECK_INT_EQ(sched_submit(g.s, &o), 0);
 	CHECK_INT_EQ(sched_info(g.s, 1, &in), 0);
@@ -561,7 +534,7 @@ static void test_hold(const struct model *m)
 	CHECK(in.held && in.state == SCHED_ST_DECODE && in.generated_tokens == got);
 	CHECK_INT_EQ(sched_step(g.s), 0);         /* only held work: an idle step */
 	CHECK_INT_EQ(sched_hold(g.s, 1, 0), 0);
-	run_to_idle(&g);
+	test_run_idle(g.s);
 	CHECK_INT_EQ(results[1].n_finish, 1);
 	CHECK(results[1].n_gen == alone.n_gen &&
 	      !memcmp(results[1].gen, alone.gen, sizeof(int32_t) * (size_t)alone.n_gen));
@@ -600,7 +573,7 @@ static void test_budget_limits_prefill(const struct model *m)
 		.base_s = 0.005, .row_s = 4e-4, .pos_s = 2e-6, .ctx_s = 1e-5,
 	};
 	int32_t a[64], big[400];
-	int na = tokenize(m, prompts[0], a, 64);
+	int na = test_tokenize(m, prompts[0], a, 64);
 
 	long_prompt(big, 400, 7);
 	for (int on = 0; on < 2; on++) {
@@ -612,12 +585,12 @@ static void test_budget_limits_prefill(const struct model *m)
 		}
 		sched_pin_cost(g.s, &k);
 		memset(results, 0, sizeof results);
-		struct sched_request r = req(1, a, na, 200);
+		struct sched_request r = test_req(1, a, na, 200);
 		r.ignore_eos = 1;
 		CHECK_INT_EQ(sched_submit(g.s, &r), 0);
 		CHECK_INT_EQ(sched_step(g.s), na); /* its prompt, alone: not timed */
 		CHECK_INT_EQ(results[1].n_gen, 1);
-		struct sched_request b = req(2, big, 400, 4);
+		struct sched_request b = test_req(2, big, 400, 4);
 		CHECK_INT_EQ(sched_submit(g.s, &b), 0);
 		int32_t p0 = 0, steps = 0;
 		while (p0 < 400 && steps < 100) {
@@ -649,13 +622,13 @@ static void test_budget_limits_prefill(const struct model *m)
 		      c.cost_ctx_s == k.ctx_s);
 		/* alone, the rest of a prompt is not held back */
 		CHECK_INT_EQ(sched_cancel(g.s, 1), 0);
-		run_to_idle(&g);
+		test_run_idle(g.s);
 		CHECK_INT_EQ(results[1].finish, SCHED_FIN_CANCELLED);
 		CHECK_INT_EQ(results[2].n_finish, 1);
-		struct sched_request d = req(3, big, 400, 1);
+		struct sched_request d = test_req(3, big, 400, 1);
 		CHECK_INT_EQ(sched_submit(g.s, &d), 0);
 		CHECK_INT_EQ(sched_step(g.s), 256);
-		run_to_idle(&g);
+		test_run_idle(g.s);
 		rig_free(&g);
 	}
 }
@@ -666,7 +639,7 @@ static void test_budget_never_starves(const struct model *m)
 {
 	static const struct stepcost_coef k = { .base_s = 1.0, .row_s = 0, .pos_s = 0 };
 	int32_t a[64], big[300];
-	int na = tokenize(m, prompts[2], a, 64); /* the count, even past the cap */
+	int na = test_tokenize(m, prompts[2], a, 64); /* the count, even past the cap */
 	struct rig g;
 	struct sched_counters c;
 
@@ -679,16 +652,16 @@ static void test_budget_never_starves(const struct model *m)
 	sched_counters(g.s, &c);
 	int32_t bt = c.block_tokens;
 	memset(results, 0, sizeof results);
-	struct sched_request r = req(1, a, na, 100);
+	struct sched_request r = test_req(1, a, na, 100);
 	r.ignore_eos = 1;
 	CHECK_INT_EQ(sched_submit(g.s, &r), 0);
 	CHECK(sched_step(g.s) > 0);
-	struct sched_request b = req(2, big, 300, 8);
+	struct sched_request b = test_req(2, big, 300, 8);
 	b.ignore_eos = 1;
 	CHECK_INT_EQ(sched_submit(g.s, &b), 0);
 	for (int i = 0; i < 300 / bt; i++)
 		CHECK_INT_EQ(sched_step(g.s), 1 + bt);
-	run_to_idle(&g);
+	test_run_idle(g.s);
 	CHECK_INT_EQ(results[2].n_finish, 1);
 	CHECK_INT_EQ(results[2].finish, SCHED_FIN_LENGTH);
 	CHECK_INT_EQ(results[2].n_gen, 8);
@@ -728,7 +701,7 @@ static void test_budget_batch_invariance(const struct model *m)
 		memset(results, 0, sizeof results);
 		for (int phase = 0; phase < 4; phase++) {
 			for (int i = phase; i < 12; i += 4) {
-				struct sched_request r = req((uint64_t)i, prompt[i], n[i], 24 + i);
+				struct sched_request r = test_req((uint64_t)i, prompt[i], n[i], 24 + i);
 				r.ignore_eos = 1;
 				if (i % 2) {
 					r.sampling.temperature = 0.8f;
@@ -739,7 +712,7 @@ static void test_budget_batch_invariance(const struct model *m)
 			for (int st = 0; st < 6; st++)
 				CHECK(sched_step(g.s) >= 0);
 		}
-		run_to_idle(&g);
+		test_run_idle(g.s);
 		sched_counters(g.s, &c);
 		int same = 0;
 		for (int i = 0; i < 12; i++) {
