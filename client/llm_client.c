@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "llm.h"
+#include "utf8.h"
 
 /* Exit statuses, as llm-client(1) documents them. */
 enum {
@@ -616,10 +617,16 @@ static void advance_head(struct run *rn)
 	}
 }
 
+static void file_put(void *f, const void *p, size_t n)
+{
+	fwrite(p, 1, n, f);
+}
+
+/* One line of --json: O (consumed), its line separators escaped. */
 static void json_print(struct json_object *o)
 {
-	fputs(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-					     JSON_C_TO_STRING_NOSLASHESCAPE), stdout);
+	utf8_json_put(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+						     JSON_C_TO_STRING_NOSLASHESCAPE), file_put, stdout);
 	fputc('\n', stdout);
 	json_object_put(o);
 }

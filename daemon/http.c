@@ -134,6 +134,20 @@ static const char *jtext(json_object *o)
 	return json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 }
 
+static void evb_put(void *b, const void *p, size_t n)
+{
+	evbuffer_add(b, p, n);
+}
+
+/* Adds PRE, O's JSON text with its line separators escaped (utf8_json_put:
+ * a token may well be U+2028) and POST to B. */
+static void add_json(struct evbuffer *b, const char *pre, json_object *o, const char *post)
+{
+	evbuffer_add(b, pre, strlen(pre));
+	utf8_json_put(jtext(o), evb_put, b);
+	evbuffer_add(b, post, strlen(post));
+}
+
 static void count_status(struct llmd *d, int status)
 {
 	d->http->requests_total++;
@@ -150,7 +164,7 @@ static void reply_json(struct llmd *d, struct evhttp_request *req, int status, j
 	count_status(d, status);
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
 	if (b && obj)
-		evbuffer_add_printf(b, "%s\n", jtext(obj));
+		add_json(b, "", obj, "\n");
 	evhttp_send_reply(req, status, reason, b);
 	if (b)
 		evbuffer_free(b);
@@ -1362,7 +1376,7 @@ static void send_event(struct http_req *hr, json_object *obj)
 		count_status(hr->d, 200);
 	}
 	if (b) {
-		evbuffer_add_printf(b, "data: %s\n\n", jtext(obj));
+		add_json(b, "data: ", obj, "\n\n");
 		evhttp_send_reply_chunk(hr->req, b);
 		evbuffer_free(b);
 	}
@@ -1424,7 +1438,7 @@ static void finish_req(struct http_req *hr, const struct proto_final *f)
 			struct evbuffer *b = evbuffer_new();
 			json_object *e = error_obj(status, NULL, NULL, msg);
 			if (b) {
-				evbuffer_add_printf(b, "data: %s\n\ndata: [DONE]\n\n", jtext(e));
+				add_json(b, "data: ", e, "\n\ndata: [DONE]\n\n");
 				evhttp_send_reply_chunk(req, b);
 				evbuffer_free(b);
 			}

@@ -1,6 +1,6 @@
 /* utf8.h - the one strict UTF-8 validator (and encoder) of llmd: overlong forms,
  * surrogates and code points above U+10FFFF are invalid, as in the Unicode
- * standard's table 3-7.  Header-only, below everything, so that libllm, the
+ * standard's table 3-7.  Also the line-safe writer of JSON text.  Header-only, below everything, so that libllm, the
  * server and the tokenizer agree on what valid text is.  Any thread.
  */
 #ifndef LLMD_UTF8_H
@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The number of continuation bytes lead byte C needs (1 to 3), with the
  * allowed range of the first one in *LO..*HI; 0 for a byte that cannot
@@ -102,6 +103,37 @@ static inline size_t utf8_encode(void *o, uint32_t cp)
 	b[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
 	b[3] = (uint8_t)(0x80 | (cp & 0x3f));
 	return 4;
+}
+
+/* Writes JSON text S through PUT with U+0085, U+2028 and U+2029 as \u
+ * escapes.  JSON allows them raw inside strings, but readers that split lines
+ * on more than \n and \r (Python's str.splitlines, httpx's iter_lines) would
+ * cut an NDJSON line or a server-sent event in two there, in the middle of a
+ * string.  Outside its strings JSON text is ASCII, so every one is in a
+ * string, where the escape means the same character. */
+static inline void utf8_json_put(const char *s, void (*put)(void *ctx, const void *p, size_t n), void *ctx)
+{
+	const char *run = s;
+
+	for (const uint8_t *p = (const uint8_t *)s; *p; p++) {
+		const char *esc;
+		size_t len;
+
+		if (p[0] == 0xc2 && p[1] == 0x85) {
+			esc = "\\u0085";
+			len = 2;
+		} else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
+			esc = p[2] == 0xa8 ? "\\u2028" : "\\u2029";
+			len = 3;
+		} else {
+			continue;
+		}
+		put(ctx, run, (size_t)((const char *)p - run));
+		put(ctx, esc, 6);
+		p += len - 1;
+		run = (const char *)p + 1;
+	}
+	put(ctx, run, strlen(run));
 }
 
 #endif

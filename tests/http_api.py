@@ -396,6 +396,34 @@ def test_structured(d):
     check(rc == 1 and "grammar: line 1" in err, f"llm-client, a bad grammar: {err.strip()}")
 
 
+def test_line_separators(d):
+    """U+2028, U+2029 and U+0085 in the output come as \\u escapes: JSON
+    allows them raw, but httpx's iter_lines and str.splitlines end a line
+    there, cutting an event or an NDJSON line in two (it happened to a story
+    sampled in the 500-stream test)."""
+    want = "a\u2028b\u2029c\x85d"
+    g = 'root ::= "a\\u2028b\\u2029c\\u0085d"'
+    body = {"prompt": "Say:", "max_tokens": 12, "temperature": 0, "grammar": g}
+    st, _, raw = d.raw("POST", "/v1/completions", json.dumps(body))
+    text = raw.decode() if st == 200 else ""
+    check(st == 200 and len(text.splitlines()) == 1 and "\\u2028" in text and
+          json.loads(text)["choices"][0]["text"] == want, f"a JSON body keeps to one line: {text!r}")
+    got = ""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=d.http), timeout=120) as c:
+        with c.stream("POST", "http://llmd/v1/completions", json={**body, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    got += json_or_none(line[6:])["choices"][0]["text"] if json_or_none(line[6:]) else "<cut>"
+    check(got == want, f"streamed through httpx's iter_lines: {got!r}")
+    gf = os.path.join(os.path.dirname(d.sock), "seps.gbnf")
+    with open(gf, "w") as f:
+        f.write(g + "\n")
+    rc, out, err = client("--socket", d.sock, "--json", "--grammar", gf, "Say:")
+    ev = [json_or_none(x) for x in out.splitlines()]
+    check(rc == 0 and all(ev) and "".join(e.get("text", "") for e in ev) == want,
+          f"llm-client --json keeps each event to one line: {out!r} {err.strip()}")
+
+
 def test_tools(d):
     """tools through the openai client on SmolLM2 (its template knows no
     tools: the generic JSON syntax): a named tool_choice gives a valid call
@@ -845,7 +873,7 @@ def main():
         d = Llmd(tmp, "main", "http.max_body_kib=1024", "limits.connections_per_uid=1024",
                  "limits.requests_per_uid=1024")
         try:
-            for t in (test_basics, test_errors, test_structured, test_tools, test_speculative, test_native_equal, test_bench_url, test_client_url):
+            for t in (test_basics, test_errors, test_structured, test_line_separators, test_tools, test_speculative, test_native_equal, test_bench_url, test_client_url):
                 t(d)
             test_hostile(d)
             check(d.proc.poll() is None, "llmd is still running")
