@@ -211,6 +211,52 @@ static void test_seed_reproducible_and_distinct(void)
 	sampler_free(s1);
 }
 
+/* A copy (sampler_dup, sampler_copy_state) draws what the original draws
+ * from then on, penalties included, however far the original had gone; a
+ * copy of other parameters is refused. */
+static void test_copy_state(void)
+{
+	enum { N = 1000, DRAWS = 200 };
+	static float l[N];
+	random_logits(l, N, 1.0f);
+
+	struct sampler_params p;
+	sampler_params_default(&p);
+	p.top_k = 0;
+	p.repeat_penalty = 1.3f;
+	p.penalty_last_n = 8;
+	p.seed = 9;
+	struct sampler *a = new_sampler(&p, N), *b = NULL, *plain;
+	for (int i = 0; i < 13; i++) /* the ring of history wrapped */
+		sampler_accept(a, sampler_sample(a, l, NULL));
+	CHECK_INT_EQ(sampler_dup(a, &b), 0);
+	int same = 0;
+	for (int i = 0; i < DRAWS; i++) {
+		int32_t x = sampler_sample(a, l, NULL), y = sampler_sample(b, l, NULL);
+		same += x == y;
+		sampler_accept(a, x);
+		sampler_accept(b, y);
+	}
+	CHECK_INT_EQ(same, DRAWS);
+	/* b ran on: copied back to where a is, it draws a's next tokens again */
+	for (int i = 0; i < 5; i++)
+		sampler_accept(b, sampler_sample(b, l, NULL));
+	CHECK_INT_EQ(sampler_copy_state(b, a), 0);
+	for (int i = 0; i < 20; i++)
+		CHECK_INT_EQ(sampler_sample(b, l, NULL), sampler_sample(a, l, NULL));
+	CHECK(sampler_draws(a));
+	p.repeat_penalty = 1.0f;
+	plain = new_sampler(&p, N);
+	CHECK_INT_EQ(sampler_copy_state(plain, a), -EINVAL);
+	p.temperature = 0;
+	sampler_free(plain);
+	plain = new_sampler(&p, N);
+	CHECK(!sampler_draws(plain));
+	sampler_free(plain);
+	sampler_free(a);
+	sampler_free(b);
+}
+
 /* Frequencies of DRAWS samples of L[0..n) against softmax(L / T), renormalized
  * over the tokens in KEEP (a bitmask), 0 elsewhere. */
 static void check_frequencies(const struct sampler_params *p, const float *l, int n,
@@ -688,6 +734,7 @@ int main(void)
 	test_greedy_argmax_lowest_id_on_ties();
 	test_top_k_1_is_greedy();
 	test_seed_reproducible_and_distinct();
+	test_copy_state();
 	test_frequencies_match_softmax();
 	test_top_p_and_min_p_exclusions();
 	test_top_p_cut_inside_a_cluster();

@@ -473,6 +473,56 @@ static void test_draft(const struct model *m, const struct model *dm, const char
 	rig_free(&off);
 }
 
+/* Seeded sampling with DM proposing (forced): the same tokens as without.
+ * The draft draws its proposals with the random numbers the target's draws
+ * take: with the model itself as its draft every proposal stands, which
+ * holds only when each proposal's draw is the target's, in step; with its
+ * q8_0 copy about half (greedy proposals: 10%), as the two distributions
+ * at temperatures 0.7 and 1 differ in their flat tails. */
+static void test_draft_seeded(const struct model *m, const struct model *dm)
+{
+	struct rig off, on;
+	int32_t ids[N_PROMPTS][64];
+	int n[N_PROMPTS], same = 0, runs = 0;
+	uint64_t proposed = 0, accepted = 0;
+
+	for (int i = 0; i < N_PROMPTS; i++)
+		n[i] = test_tokenize(m, prompts[i], ids[i], 64);
+	if (rig_new(&off, m, 4096, 4, SCHED_SPEC_OFF, 2, 0) < 0 ||
+	    rig_new_draft(&on, m, dm, 4096, 4096, 4, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	for (int i = 0; i < N_PROMPTS; i++)
+		for (int seed = 0; seed < 6; seed++) {
+			struct result a, b;
+			struct sched_request r = test_req(1, ids[i], n[i], 64);
+			r.sampling.temperature = seed % 2 ? 0.7f : 1.0f;
+			r.sampling.top_k = seed % 3 ? 40 : 0;
+			r.sampling.top_p = seed == 4 ? 0.9f : 1.0f;
+			r.sampling.min_p = 0;
+			r.sampling.seed = 300 + (uint64_t)seed;
+			r.ignore_eos = 1;
+			run_one(&off, &r, &a);
+			run_one(&on, &r, &b);
+			runs++;
+			same += same_ids(&a, &b);
+			proposed += (uint64_t)b.usage.spec_proposed;
+			accepted += (uint64_t)b.usage.spec_accepted;
+		}
+	printf("seeded sampling with draft %s: %d/%d runs give the same tokens (%llu of %llu "
+	       "proposals accepted)\n", dm == m ? "itself" : dm->name, same, runs, (unsigned long long)accepted,
+	       (unsigned long long)proposed);
+	CHECK_INT_EQ(same, runs);
+	CHECK(proposed > 0);
+	if (dm == m)
+		CHECK(accepted == proposed);
+	else
+		CHECK(accepted > 0.4 * (double)proposed);
+	rig_free(&off);
+	rig_free(&on);
+}
+
 /* A draft of another vocabulary is refused with the sizes; a request for
  * a draft where there is none is refused. */
 static void test_draft_refusals(const struct model *m, const struct model *other)
@@ -590,6 +640,8 @@ int main(void)
 	if (tf && tq && golden_lc && model_load(tf, &m, err, sizeof err) == 0 &&
 	    model_load(tq, &dm, err, sizeof err) == 0 && model_load(p, &small, err, sizeof err) == 0) {
 		test_draft(m, dm, tiny[0], golden_lc, tiny[0]);
+		test_draft_seeded(m, m);
+		test_draft_seeded(m, dm);
 		test_draft_refusals(m, small);
 	} else {
 		printf("draft: left out (no TinyStories-656K f32 and q8_0)\n");

@@ -671,6 +671,33 @@ void sampler_free(struct sampler *s)
 	free(s);
 }
 
+int sampler_dup(const struct sampler *src, struct sampler **ret)
+{
+	int r = sampler_new(&src->p, src->n_vocab, ret);
+
+	if (r == 0)
+		sampler_copy_state(*ret, src);
+	return r;
+}
+
+int sampler_copy_state(struct sampler *dst, const struct sampler *src)
+{
+	if (!dst || !src || dst->n_vocab != src->n_vocab || dst->penalize != src->penalize ||
+	    dst->p.penalty_last_n != src->p.penalty_last_n)
+		return -EINVAL;
+	memcpy(dst->rng, src->rng, sizeof dst->rng);
+	if (src->penalize)
+		memcpy(dst->recent, src->recent, (size_t)src->n_recent * sizeof *dst->recent);
+	dst->n_recent = src->n_recent;
+	dst->recent_pos = src->recent_pos;
+	return 0;
+}
+
+int sampler_draws(const struct sampler *s)
+{
+	return s && s->p.temperature > 0;
+}
+
 void sampler_accept(struct sampler *s, int32_t token)
 {
 	if (!s || !s->penalize || token < 0 || token >= s->n_vocab)

@@ -46,6 +46,20 @@ int sampler_params_check(const struct sampler_params *p, char *err, size_t errle
 int sampler_new(const struct sampler_params *p, int32_t n_vocab, struct sampler **ret);
 void sampler_free(struct sampler *s); /* NULL-safe */
 
+/* A new sampler with SRC's parameters in SRC's state (sampler_copy_state).
+ * 0 or -ENOMEM. */
+int sampler_dup(const struct sampler *src, struct sampler **ret);
+
+/* Puts DST (made with SRC's parameters and vocabulary, as sampler_dup makes
+ * it) in SRC's state: its RNG and penalty history, so that it draws what SRC
+ * would draw from the same logits.  A draft model samples its proposals
+ * with such a copy, with the very random numbers the target's draws will
+ * take.  0 or -EINVAL. */
+int sampler_copy_state(struct sampler *dst, const struct sampler *src);
+
+/* Whether S draws at random (temperature > 0) rather than taking the argmax. */
+int sampler_draws(const struct sampler *s);
+
 /* Records a token in the penalty history (prompt tokens and sampled ones). */
 void sampler_accept(struct sampler *s, int32_t token);
 

@@ -79,6 +79,8 @@ struct seq {
 	int32_t *dtable;        /* (d_max_blocks) the draft's block ids, with a draft; owned */
 	int32_t d_nblocks;      /* draft blocks held */
 	int32_t d_computed;     /* leading tokens whose draft KV is in them */
+	struct sampler *dsmp;   /* a drawing request's proposals are drawn with it, a copy of
+	                           smp's state (the draft model); owned, or NULL */
 	struct sampler *smp;    /* owned */
 	struct grammar_state *gram; /* borrowed (sched_request.grammar), or NULL */
 	uint32_t *mask;         /* ((n_vocab + 31) / 32) the grammar's allowed tokens; owned */
@@ -269,6 +271,7 @@ static void seq_free(struct sched *s, struct seq *q)
 		return;
 	seq_release_blocks(s, q);
 	sampler_free(q->smp);
+	sampler_free(q->dsmp);
 	free(q->mask);
 	stopstr_free(q->stop);
 	free(q->tokens);
@@ -1074,9 +1077,13 @@ static int draft_grow(struct sched *s, struct seq *q, int32_t n)
 	return 0;
 }
 
-/* Runs the draft's rows so far (N of them) and takes the greedy token of
- * each flagged one: the next proposal of its sequence.  0 or the engine's
- * negative errno. */
+/* Runs the draft's rows so far (N of them) and takes the token of each
+ * flagged one, the next proposal of its sequence: the greedy one, or for a
+ * request that draws, a draw with the draft's copy of its sampler.  That copy
+ * draws with the random numbers the request's own draws in the verifying
+ * step will take (draft_run), so where the two models agree closely the two
+ * draws agree too, and the proposal stands.  0 or the engine's negative
+ * errno. */
 static int draft_flush(struct sched *s, int32_t n)
 {
 	int32_t nv = s->m->hp.n_vocab, li = 0;
@@ -1091,8 +1098,14 @@ static int draft_flush(struct sched *s, int32_t n)
 	s->c.draft_rows += (uint64_t)n;
 	for (int32_t t = 0; t < n; t++) {
 		struct seq *q = s->d_row_seq[t];
-		if (s->d_flag[t])
-			q->tokens[s->d_pos[t] + 1] = argmax(s->d_logits + (size_t)li++ * nv, nv);
+		const float *lg = s->d_logits + (size_t)li * nv;
+		int32_t tok = -1;
+		if (!s->d_flag[t])
+			continue;
+		li++;
+		if (q->dsmp && (tok = sampler_sample(q->dsmp, lg, NULL)) >= 0)
+			sampler_accept(q->dsmp, tok);
+		q->tokens[s->d_pos[t] + 1] = tok >= 0 ? tok : argmax(lg, nv);
 	}
 	return 0;
 }
@@ -1121,6 +1134,12 @@ static void draft_run(struct sched *s)
 		struct seq *q = s->d_seqs[k];
 		if (q->n_draft > most)
 			most = q->n_draft;
+		/* no copy to be had: greedy proposals, which are only worse ones */
+		if (sampler_draws(q->smp) && (q->dsmp ? sampler_copy_state(q->dsmp, q->smp) :
+					      sampler_dup(q->smp, &q->dsmp)) < 0) {
+			sampler_free(q->dsmp);
+			q->dsmp = NULL;
+		}
 		for (int32_t pos = q->d_computed; pos < q->n_tokens; pos++) {
 			if (n == s->d_rows && draft_flush(s, n) < 0)
 				goto fail;

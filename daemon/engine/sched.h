@@ -34,10 +34,13 @@
  *
  * With a draft model (sched_set_draft: a small model of the same
  * vocabulary, its own engine and KV pool), a sequence may instead propose
- * the draft's greedy continuation: the draft catches up on the sequence's
- * tokens (its KV kept between steps, cut back to what the target accepted)
- * and runs one batched step per proposed token for all drafting sequences
- * before the target's step.  Greedy proposals are again one token per
+ * the draft's continuation: the draft catches up on the sequence's tokens
+ * (its KV kept between steps, cut back to what the target accepted) and
+ * runs one batched step per proposed token for all drafting sequences
+ * before the target's step.  Its token is the greedy one, or for a request
+ * that draws, a draw with a copy of the request's sampler: the same random
+ * numbers the target's draws will take, so that where the two models agree
+ * the two draws agree too.  Either way a proposal is one token per
  * position, so the same rule keeps the output exact; the draft's steps are
  * priced into what a proposal must be worth.
  */
@@ -74,7 +77,7 @@ enum sched_spec {
 	SCHED_SPEC_DEFAULT = 0, /* (requests) the scheduler's spec_mode */
 	SCHED_SPEC_OFF = 1,
 	SCHED_SPEC_NGRAM = 2,   /* prompt lookup */
-	SCHED_SPEC_DRAFT = 3,   /* a draft model's greedy tokens (sched_set_draft) */
+	SCHED_SPEC_DRAFT = 3,   /* a draft model's tokens (sched_set_draft) */
 };
 #define SCHED_SPEC_MAX_DRAFT 16
 
