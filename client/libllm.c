@@ -28,6 +28,8 @@
 #include "usock.h"
 #include "utf8.h"
 
+_Static_assert(LLM_MAX_DRAFT == PROTO_MAX_DRAFT, "LLM_MAX_DRAFT");
+
 #define IN_INITIAL (64u << 10)   /* first size of the input buffer; it grows to PROTO_MAX_FRAME */
 #define READS_PER_CALL 16        /* socket reads per read_socket(): bounded work per wakeup */
 #define ADMIN_POLL_MS 50         /* llm_admin re-checks this often for a reply another thread read */
@@ -62,6 +64,7 @@ struct llm {
 	                                      NUL-terminated; "": the daemon's default */
 	int keep_alive_set;                /* llm_set_keep_alive's: send KEEP_ALIVE_S */
 	int32_t keep_alive_s;
+	uint32_t max_draft;                /* llm_set_max_draft's, or 0: none sent */
 	uint64_t *live;                    /* (n_live) submitted ids without their DONE yet */
 	size_t n_live, cap_live;
 	struct pending_done *pend;         /* (n_pend) FIFO; cap_pend >= cap_live, so a
@@ -1014,7 +1017,7 @@ static int submit_http(struct llm *h, const struct llm_request *r, const struct 
 	pthread_mutex_lock(&h->lock);
 	if ((rc = check_request(h, r, &bytes)) == 0 && (rc = check_grammar(h, g)) == 0) {
 		if ((rc = llm_http_submit(h->http, r, g, h->model, h->keep_alive_set ? &h->keep_alive_s : NULL,
-					  h->last_id + 1, msg, sizeof msg)) < 0)
+					  h->max_draft, h->last_id + 1, msg, sizeof msg)) < 0)
 			set_err(h, "%s", msg);
 		else
 			*ret_id = ++h->last_id;
@@ -1041,6 +1044,22 @@ int llm_set_keep_alive(struct llm *h, int32_t seconds)
 	}
 	h->keep_alive_set = seconds != LLM_KEEP_ALIVE_UNSET;
 	h->keep_alive_s = h->keep_alive_set ? seconds : 0;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+int llm_set_max_draft(struct llm *h, int32_t k)
+{
+	if (!h)
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	if (k < 0 || k > LLM_MAX_DRAFT) {
+		set_err(h, "max_draft is 1..%d tokens, or 0 for the daemon's, not %d", LLM_MAX_DRAFT,
+			(int)k);
+		pthread_mutex_unlock(&h->lock);
+		return -EINVAL;
+	}
+	h->max_draft = (uint32_t)k;
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -1170,6 +1189,11 @@ int llm_submit_grammar(struct llm *h, const struct llm_request *r, const struct 
 	if (h->keep_alive_set) {
 		s.flags |= PROTO_SUBMIT_KEEP_ALIVE;
 		s.keep_alive_s = h->keep_alive_s;
+		size += 4;
+	}
+	if (h->max_draft) {
+		s.flags |= PROTO_SUBMIT_MAX_DRAFT;
+		s.max_draft = h->max_draft;
 		size += 4;
 	}
 	if (size > PROTO_MAX_FRAME) {

@@ -417,7 +417,7 @@ static int add_grammar(json_object *o, const struct llm_grammar *g)
 }
 
 static char *request_body(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g,
-			  const char *model, const int32_t *keep_alive)
+			  const char *model, const int32_t *keep_alive, uint32_t max_draft)
 {
 	json_object *o = json_object_new_object(), *so = json_object_new_object();
 	char *s;
@@ -428,6 +428,8 @@ static char *request_body(struct llm_http *hh, const struct llm_request *r, cons
 		json_object_object_add(o, "model", json_object_new_string(model));
 	if (keep_alive) /* Ollama's, which llmd takes too */
 		json_object_object_add(o, "keep_alive", json_object_new_int(*keep_alive));
+	if (max_draft) /* llama-server's name, which llmd takes too */
+		json_object_object_add(o, "speculative.n_max", json_object_new_int((int32_t)max_draft));
 	if (r->messages) {
 		static const char *const roles[] = { "", "system", "user", "assistant" };
 		json_object *msgs = json_object_new_array();
@@ -511,7 +513,8 @@ static CURL *easy_for(struct llm_http *hh, const char *path, struct curl_slist *
 }
 
 int llm_http_submit(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g,
-		    const char *model, const int32_t *keep_alive, uint64_t id, char *msg, size_t msglen)
+		    const char *model, const int32_t *keep_alive, uint32_t max_draft, uint64_t id, char *msg,
+		    size_t msglen)
 {
 	struct xfer *x;
 
@@ -524,7 +527,7 @@ int llm_http_submit(struct llm_http *hh, const struct llm_request *r, const stru
 		json_object_put(schema);
 	}
 	x = calloc(1, sizeof *x);
-	if (!x || !(x->body = request_body(hh, r, g, model, keep_alive)) ||
+	if (!x || !(x->body = request_body(hh, r, g, model, keep_alive, max_draft)) ||
 	    !(x->e = easy_for(hh, r->messages ? "/chat/completions" : "/completions", &x->hd)) || !x->hd) {
 		free(x ? x->body : NULL);
 		if (x && x->e)

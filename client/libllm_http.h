@@ -24,10 +24,12 @@ void llm_http_close(struct llm_http *hh);
 /* One streaming request, constrained by G (NULL: not) as response_format
  * or llama-server's "grammar" says, for MODEL (the body's "model"; NULL or
  * "": the first model GET /models named), with the body's "keep_alive"
- * when KEEP_ALIVE is not NULL; its id is ID.  0 or a negative errno with
+ * when KEEP_ALIVE is not NULL and "speculative.n_max" when MAX_DRAFT is
+ * not 0; its id is ID.  0 or a negative errno with
  * MSG (-EINVAL for a JSON schema that is not JSON). */
 int llm_http_submit(struct llm_http *hh, const struct llm_request *r, const struct llm_grammar *g,
-		    const char *model, const int32_t *keep_alive, uint64_t id, char *msg, size_t msglen);
+		    const char *model, const int32_t *keep_alive, uint32_t max_draft, uint64_t id, char *msg,
+		    size_t msglen);
 
 /* llm_fd's: readable when llm_http_next_event may have something. */
 int llm_http_fd(struct llm_http *hh);

@@ -165,6 +165,17 @@ int llm_set_model(struct llm *h, const char *name);
 #define LLM_KEEP_ALIVE_UNSET INT32_MIN
 int llm_set_keep_alive(struct llm *h, int32_t seconds);
 
+/* The most tokens speculative decoding proposes a step for the later
+ * submits on H (LLM_SPEC_NGRAM, LLM_SPEC_DRAFT or the daemon's spec.mode):
+ * K in 1..LLM_MAX_DRAFT, or 0 for the daemon's spec.max_draft (the
+ * default).  Fewer proposals waste less of a busy step when they are
+ * rejected; more pay on text that repeats at length.  The output is the
+ * same either way.  Returns 0, or -EINVAL outside 0..LLM_MAX_DRAFT.  Over
+ * HTTP it is the body's "speculative.n_max" (llama-server's name).  Since
+ * LIBLLM_1.2. */
+#define LLM_MAX_DRAFT 16
+int llm_set_max_draft(struct llm *h, int32_t k);
+
 /* Asks the daemon to cancel request ID; its LLM_EV_DONE event (finish
  * LLM_FINISH_CANCELLED, unless it ended first) follows.  0, -ENOENT for an
  * id not live on this handle, or another negative errno. */

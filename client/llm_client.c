@@ -45,6 +45,7 @@ struct opts {
 	const char *api_key;        /* its key (--api-key, $LLM_API_KEY) */
 	const char *model;          /* --model: the model's name; NULL: the daemon's default */
 	int32_t keep_alive;         /* --keep-alive seconds (-1, 0, ...); LLM_KEEP_ALIVE_UNSET */
+	int32_t max_draft;          /* --draft-max; 0: the daemon's */
 	const char *system;         /* system message; implies chat */
 	bool chat;                  /* the prompt is a chat's user message */
 	bool json;                  /* one JSON object per event */
@@ -203,6 +204,8 @@ static void usage(FILE *f)
 		"      --speculative MODE  ngram: speculative decoding by prompt lookup (the same\n"
 		"                          output, repetitive text faster); draft: by the daemon's\n"
 		"                          draft model; off: none (default: the daemon's spec.mode)\n"
+		"      --draft-max K       speculative decoding proposes at most K tokens a step\n"
+		"                          (1..%d; default: the daemon's spec.max_draft)\n"
 		"      --priority N        higher runs first (default 0)\n"
 		"      --grammar FILE      the output follows this GBNF grammar (llama.cpp's syntax)\n"
 		"      --json-schema FILE  the output is JSON valid under this JSON Schema\n"
@@ -226,7 +229,7 @@ static void usage(FILE *f)
 		"\n"
 		"Exit status: 0 success, 1 the daemon refused or failed a request,\n"
 		"2 usage error, 3 cannot connect or the connection was lost, 130 interrupted.\n",
-		MAX_STOPS);
+		MAX_STOPS, LLM_MAX_DRAFT);
 }
 
 static bool parse_long(const char *s, long min, long max, long *ret)
@@ -323,7 +326,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_SOCKET = 256, O_CHAT, O_TEMP, O_TOPP, O_TOPK, O_MINP, O_RP, O_SEED, O_STOP,
 	       O_PRIO, O_JSON, O_LOGPROBS, O_IDS, O_EACH, O_RAW, O_NOCHAT, O_VERSION, O_IGNEOS, O_URL, O_KEY,
-	       O_SPEC, O_KEEP, O_GRAMMAR, O_SCHEMA, O_STRICT, O_FORMAT };
+	       O_SPEC, O_DRAFT_MAX, O_KEEP, O_GRAMMAR, O_SCHEMA, O_STRICT, O_FORMAT };
 	bool strict = false;
 	static const struct option lo[] = {
 		{ "socket", required_argument, 0, O_SOCKET }, { "url", required_argument, 0, O_URL },
@@ -341,6 +344,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "stop", required_argument, 0, O_STOP },
 		{ "ignore-eos", no_argument, 0, O_IGNEOS },
 		{ "speculative", required_argument, 0, O_SPEC },
+		{ "draft-max", required_argument, 0, O_DRAFT_MAX },
 		{ "keep-alive", required_argument, 0, O_KEEP },
 		{ "priority", required_argument, 0, O_PRIO },
 		{ "json", no_argument, 0, O_JSON },
@@ -442,6 +446,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				r->flags |= LLM_SPEC_OFF;
 			else
 				bad_arg("--speculative", optarg, "must be ngram, draft or off");
+			break;
+		case O_DRAFT_MAX:
+			if (!parse_long(optarg, 1, LLM_MAX_DRAFT, &v))
+				bad_arg("--draft-max", optarg, "must be a whole number in 1..16");
+			o->max_draft = (int32_t)v;
 			break;
 		case O_PRIO:
 			if (!parse_long(optarg, INT32_MIN, INT32_MAX, &v))
@@ -963,6 +972,7 @@ int main(int argc, char **argv)
 		llm_close(rn.h);
 		return EXIT_USAGE;
 	}
+	llm_set_max_draft(rn.h, o.max_draft); /* in range: parse_args */
 	llm_get_info(rn.h, &info);
 	/* Lines of questions are a chat's user messages where the model has a
 	 * template: a bare completion of "What is 2+2?" rambles on. */

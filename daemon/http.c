@@ -519,6 +519,14 @@ static int parse_common(struct llmd *d, struct http_req *hr, json_object *body, 
 		else
 			return bad(pe, "speculative", "speculative must be \"ngram\", \"draft\" or \"off\"");
 	}
+	/* llama-server's name for it: tokens proposed a step at most */
+	int64_t n_max = 0;
+	if (get_int(body, "speculative.n_max", 1, PROTO_MAX_DRAFT, &n_max, pe) < 0)
+		return -1;
+	if (n_max) {
+		s->max_draft = (uint32_t)n_max;
+		s->flags |= PROTO_SUBMIT_MAX_DRAFT;
+	}
 	if (get_bool(body, "stream", &hr->stream, pe) < 0)
 		return -1;
 	if ((v = field(body, "stream_options"))) {

@@ -37,6 +37,9 @@
 #include "utf8.h"
 #include "worker.h"
 
+/* a SUBMIT's max_draft is the scheduler's per-request bound as is */
+_Static_assert(PROTO_MAX_DRAFT == SCHED_SPEC_MAX_DRAFT, "PROTO_MAX_DRAFT");
+
 /* Every stop string a SUBMIT can carry, the engine takes. */
 _Static_assert(STOPSTR_MAX == PROTO_MAX_STOPS && STOPSTR_MAX_LEN == PROTO_MAX_STOP_LEN,
 	       "stopstr.h and proto.h must agree on stop strings");
@@ -509,6 +512,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 	r->spec = s->flags & PROTO_SUBMIT_SPEC_DRAFT ? SCHED_SPEC_DRAFT :
 		  s->flags & PROTO_SUBMIT_SPEC_NGRAM ? SCHED_SPEC_NGRAM :
 		  s->flags & PROTO_SUBMIT_SPEC_OFF ? SCHED_SPEC_OFF : SCHED_SPEC_DEFAULT;
+	r->spec_max_draft = (int32_t)s->max_draft; /* 1..PROTO_MAX_DRAFT, or 0: spec.max_draft */
 	r->top_logprobs = (int32_t)s->top_logprobs;
 	r->sampling = sp;
 	if (!(s->flags & PROTO_SUBMIT_SEED) &&

@@ -642,6 +642,7 @@ static void do_submit(struct worker *w, struct worker_req *r)
 					    .stops = stops, .n_stops = r->n_stops,
 					    .ignore_eos = r->ignore_eos, .logprobs = r->logprobs,
 					    .top_logprobs = r->top_logprobs, .spec = r->spec,
+					    .spec_max_draft = r->spec_max_draft,
 					    .grammar = r->grammar ? constrain_req_state(r->grammar) : NULL };
 		q->sid = sr.id = slot | (uint64_t)++wm->slot_gen[slot] << 32;
 		rc = sched_submit(wm->s, &sr);

@@ -46,6 +46,7 @@ struct worker_req {
 	int n_stops;
 	int ignore_eos, logprobs;
 	int32_t spec;                /* SCHED_SPEC_*: speculative decoding (0: the daemon's) */
+	int32_t spec_max_draft;      /* tokens it proposes a step at most (0: the daemon's) */
 	int32_t top_logprobs;        /* alternatives with each token (<= PROTO_MAX_TOP_LOGPROBS) */
 	struct constrain_req *grammar; /* what constrains the output, or NULL; owned
 	                                  (freed with the request, on the engine thread) */

@@ -410,6 +410,9 @@ static int submit_ok(const struct proto_submit *m)
 	}
 	if ((m->flags & PROTO_SUBMIT_KEEP_ALIVE) ? m->keep_alive_s < -1 : m->keep_alive_s != 0)
 		return 0;
+	if ((m->flags & PROTO_SUBMIT_MAX_DRAFT) ? m->max_draft < 1 || m->max_draft > PROTO_MAX_DRAFT :
+	    m->max_draft != 0)
+		return 0;
 	if (!(m->flags & PROTO_SUBMIT_CHAT))
 		return m->n_messages == 0 && str_ok(m->prompt, 0, UINT32_MAX);
 	/* A chat request carries no prompt: one given would be lost. */
@@ -444,6 +447,8 @@ ssize_t proto_encode_submit(uint8_t *buf, size_t cap, const struct proto_submit 
 	if (m->flags & PROTO_SUBMIT_MODEL)
 		len += str_size(m->model);
 	if (m->flags & PROTO_SUBMIT_KEEP_ALIVE)
+		len += 4;
+	if (m->flags & PROTO_SUBMIT_MAX_DRAFT)
 		len += 4;
 	r = frame_begin(&w, buf, cap, PROTO_SUBMIT, len);
 	if (r < 0)
@@ -483,6 +488,8 @@ ssize_t proto_encode_submit(uint8_t *buf, size_t cap, const struct proto_submit 
 		wr_str(&w, m->model);
 	if (m->flags & PROTO_SUBMIT_KEEP_ALIVE)
 		wr_i32(&w, m->keep_alive_s);
+	if (m->flags & PROTO_SUBMIT_MAX_DRAFT)
+		wr_u32(&w, m->max_draft);
 	return (ssize_t)w.off;
 }
 
@@ -538,6 +545,7 @@ int proto_decode_submit(const struct proto_frame *f, struct proto_submit_buf *bu
 	if (m.flags & PROTO_SUBMIT_MODEL)
 		m.model = rd_str(&r);
 	m.keep_alive_s = m.flags & PROTO_SUBMIT_KEEP_ALIVE ? rd_i32(&r) : 0;
+	m.max_draft = m.flags & PROTO_SUBMIT_MAX_DRAFT ? rd_u32(&r) : 0;
 	if (rd_end(&r) < 0 || !submit_ok(&m))
 		return -EBADMSG;
 	*ret = m;

@@ -38,7 +38,9 @@
  *               Since 2026-11-29 SUBMIT may choose speculative decoding
  *               (PROTO_SUBMIT_SPEC_NGRAM, _OFF or _DRAFT): flags
  *               without payload, which older daemons refuse as a malformed
- *               frame.
+ *               frame.  Since 2026-11-29 it may bound the proposals
+ *               (PROTO_SUBMIT_MAX_DRAFT, a u32 after the keep-alive), which
+ *               older daemons refuse likewise.
  */
 #ifndef LLMD_PROTO_H
 #define LLMD_PROTO_H
@@ -57,6 +59,7 @@
 #define PROTO_MAX_STOP_LEN 256         /* bytes per stop string */
 #define PROTO_MAX_MESSAGES 256         /* chat messages per SUBMIT */
 #define PROTO_MAX_NAME 256             /* model, backend and template names */
+#define PROTO_MAX_DRAFT 16             /* a SUBMIT's max_draft at most */
 #define PROTO_MAX_ERRMSG 512           /* ERROR and FINAL messages */
 #define PROTO_MAX_ADMIN_CMD 32
 #define PROTO_MAX_ADMIN_ARG 256
@@ -162,7 +165,9 @@ enum proto_submit_flags {
 	                                      three: its spec.mode (at most one) */
 	PROTO_SUBMIT_KEEP_ALIVE = 1u << 9, /* KEEP_ALIVE_S follows the model: how long the
 	                                      model stays loaded once idle */
-	PROTO_SUBMIT__ALL = 0x3ff,
+	PROTO_SUBMIT_MAX_DRAFT = 1u << 10, /* MAX_DRAFT follows the keep-alive: tokens the
+	                                      request proposes a step at most */
+	PROTO_SUBMIT__ALL = 0x7ff,
 };
 
 /* What constrains a PROTO_SUBMIT_GRAMMAR request's output. */
@@ -196,7 +201,8 @@ struct proto_message {
  * one str prompt (and n_messages 0); then N_STOPS x str; then, with
  * PROTO_SUBMIT_GRAMMAR only, u32 grammar_kind, u32 grammar_flags, str
  * grammar; then, with PROTO_SUBMIT_MODEL only, str model; then, with
- * PROTO_SUBMIT_KEEP_ALIVE only, i32 keep_alive_s. */
+ * PROTO_SUBMIT_KEEP_ALIVE only, i32 keep_alive_s; then, with
+ * PROTO_SUBMIT_MAX_DRAFT only, u32 max_draft. */
 struct proto_submit {
 	uint64_t id;               /* the client's id for this request, != 0, unique while live */
 	uint32_t flags;            /* enum proto_submit_flags */
@@ -227,6 +233,9 @@ struct proto_submit {
 	int32_t keep_alive_s;      /* with PROTO_SUBMIT_KEEP_ALIVE: seconds the model stays
 	                              loaded once idle, -1 for ever, 0 unloaded as soon as
 	                              idle (Ollama's keep_alive); 0 without the flag */
+	uint32_t max_draft;        /* with PROTO_SUBMIT_MAX_DRAFT: tokens its speculative
+	                              decoding proposes a step at most, 1..PROTO_MAX_DRAFT;
+	                              0 without the flag (the daemon's spec.max_draft) */
 };
 
 /* Storage for a decoded SUBMIT's arrays (the strings still point into the frame). */

@@ -553,9 +553,10 @@ def test_speculative(d):
     def stats():
         return json.loads(d.llmctl("stats", "--json"))
 
-    def chat(mode, **kw):
+    def chat(mode, extra=None, **kw):
         return c.chat.completions.create(model=mid, messages=msgs, max_tokens=120,
-                                         extra_body={"speculative": mode}, **kw).choices[0].message.content
+                                         extra_body={"speculative": mode, **(extra or {})},
+                                         **kw).choices[0].message.content
     before = stats()["llmd_spec_proposed_tokens_total"]
     off, on = chat("off", temperature=0), chat("ngram", temperature=0)
     after = stats()
@@ -566,6 +567,22 @@ def test_speculative(d):
     a = chat("ngram", temperature=1.0, seed=4321)
     b = chat("off", temperature=1.0, seed=4321)
     check(a == b, "seeded sampling: the same text with and without speculation")
+    # llama-server's speculative.n_max bounds the proposals of a verifying step
+    for n_max in (1, 16):
+        s0 = stats()
+        t = chat("ngram", {"speculative.n_max": n_max}, temperature=0)
+        s1 = stats()
+        prop = s1["llmd_spec_proposed_tokens_total"] - s0["llmd_spec_proposed_tokens_total"]
+        steps = s1["llmd_spec_verify_steps_total"] - s0["llmd_spec_verify_steps_total"]
+        ok = t == off and steps > 0 and (prop <= steps if n_max == 1 else prop > steps)
+        check(ok, f"speculative.n_max {n_max}: the same text, {prop} tokens proposed in {steps} verifying steps")
+    for bad in (0, 17, "4"):
+        try:
+            chat("ngram", {"speculative.n_max": bad}, temperature=0)
+            check(False, f"speculative.n_max {bad!r} refused")
+        except openai.BadRequestError as e:
+            check(e.body.get("param") == "speculative.n_max", f"speculative.n_max {bad!r}: 400 "
+                  f"({e.body.get('message')})")
     try:
         chat("eagle", temperature=0)
         check(False, "speculative eagle refused")
@@ -574,6 +591,14 @@ def test_speculative(d):
     prompt = "one two three four five one two three four five one two three"
     rc, out, _ = client("--socket", d.sock, "--temp", "0", "-n", "40", "--speculative", "ngram", "-N", prompt)
     check(rc == 0 and out == native_greedy(d, prompt, 40), f"llm-client --speculative ngram: {out[:50]!r}")
+    s0 = stats()
+    rc, out, _ = client("--socket", d.sock, "--temp", "0", "-n", "40", "--speculative", "ngram", "--draft-max", "1",
+                        "-N", prompt)
+    s1 = stats()
+    prop = s1["llmd_spec_proposed_tokens_total"] - s0["llmd_spec_proposed_tokens_total"]
+    steps = s1["llmd_spec_verify_steps_total"] - s0["llmd_spec_verify_steps_total"]
+    check(rc == 0 and out == native_greedy(d, prompt, 40) and 0 < prop <= steps,
+          f"llm-client --draft-max 1: the same text, {prop} tokens proposed in {steps} verifying steps")
     rc, _, err = client("--socket", d.sock, "--speculative", "eagle", "x")
     check(rc == 2 and "ngram, draft or off" in err, f"llm-client --speculative eagle: exit 2 ({err.strip()})")
     try:

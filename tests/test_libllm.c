@@ -867,9 +867,11 @@ static void test_threads(void)
 
 static char name_256[PROTO_MAX_NAME + 1];     /* 256 'q's, NUL-terminated */
 
-/* The next SUBMIT is ID, names MODEL (NULL: no model, no flag) and sets the
- * keep-alive KA (LLM_KEEP_ALIVE_UNSET: no flag). */
-static void fake_expect_model_ka(struct fake *f, uint64_t id, const char *model, int32_t ka)
+/* The next SUBMIT is ID, names MODEL (NULL: no model, no flag), sets the
+ * keep-alive KA (LLM_KEEP_ALIVE_UNSET: no flag) and max_draft MD (0: no
+ * flag). */
+static void fake_expect_model_ka_md(struct fake *f, uint64_t id, const char *model, int32_t ka,
+				    uint32_t md)
 {
 	struct proto_submit s;
 	struct proto_submit_buf sb;
@@ -878,6 +880,8 @@ static void fake_expect_model_ka(struct fake *f, uint64_t id, const char *model,
 	fake_expect_submit(f, id, &s, &sb);
 	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_KEEP_ALIVE, ka == LLM_KEEP_ALIVE_UNSET ? 0 : PROTO_SUBMIT_KEEP_ALIVE);
 	CHECK_INT_EQ(s.keep_alive_s, ka == LLM_KEEP_ALIVE_UNSET ? 0 : ka);
+	CHECK_INT_EQ(s.flags & PROTO_SUBMIT_MAX_DRAFT, md ? PROTO_SUBMIT_MAX_DRAFT : 0);
+	CHECK_INT_EQ(s.max_draft, md);
 	if (!model) {
 		CHECK_INT_EQ(s.flags & PROTO_SUBMIT_MODEL, 0);
 		CHECK_INT_EQ(s.model.len, 0);
@@ -890,7 +894,7 @@ static void fake_expect_model_ka(struct fake *f, uint64_t id, const char *model,
 
 static void fake_expect_model(struct fake *f, uint64_t id, const char *model)
 {
-	fake_expect_model_ka(f, id, model, LLM_KEEP_ALIVE_UNSET);
+	fake_expect_model_ka_md(f, id, model, LLM_KEEP_ALIVE_UNSET, 0);
 }
 
 static void script_model(struct fake *f)
@@ -912,8 +916,9 @@ static void script_model(struct fake *f)
 	fake_final(f, 3, PROTO_FIN_ERROR, PROTO_E_NOMODEL, "gemma-3-270m cannot be loaded", 0);
 	fake_signal(f);
 	fake_expect_model(f, 4, "gemma-3-270m");       /* the too-long name changed nothing */
-	fake_expect_model_ka(f, 5, name_256, 300);     /* the longest name, a keep-alive */
-	fake_expect_model_ka(f, 6, "copied", 0);       /* the caller's buffer changed since */
+	fake_expect_model_ka_md(f, 5, name_256, 300, 4); /* the longest name, a keep-alive,
+	                                                    a max_draft */
+	fake_expect_model_ka_md(f, 6, "copied", 0, 0); /* the caller's buffer changed since */
 	fake_expect_model(f, 7, NULL);                 /* "" */
 	fake_expect_model(f, 8, NULL);                 /* NULL */
 	for (uint64_t id = 4; id <= 8; id++)
@@ -977,7 +982,12 @@ static void test_set_model(void)
 	CHECK_INT_EQ(llm_set_keep_alive(h, -2), -EINVAL);
 	CHECK(strstr(llm_errmsg(h), "-1 (for ever)") != NULL);
 	CHECK_INT_EQ(llm_set_keep_alive(h, 300), 0);
+	CHECK_INT_EQ(llm_set_max_draft(h, LLM_MAX_DRAFT + 1), -EINVAL);
+	CHECK(strstr(llm_errmsg(h), "max_draft is 1..16") != NULL);
+	CHECK_INT_EQ(llm_set_max_draft(h, -1), -EINVAL);
+	CHECK_INT_EQ(llm_set_max_draft(h, 4), 0);
 	CHECK_INT_EQ(submit_prompt(h, "five"), 5);
+	CHECK_INT_EQ(llm_set_max_draft(h, 0), 0);
 	snprintf(mine, sizeof mine, "copied");
 	CHECK_INT_EQ(llm_set_model(h, mine), 0);
 	snprintf(mine, sizeof mine, "overwritten");
@@ -1142,9 +1152,11 @@ static void test_set_model_http(void)
 	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
 	CHECK_INT_EQ(llm_set_model(h, "second-model"), 0);
 	CHECK_INT_EQ(llm_set_keep_alive(h, 600), 0);
+	CHECK_INT_EQ(llm_set_max_draft(h, 5), 0);
 	http_round(h, "two", &ev);
 	CHECK_INT_EQ(ev.finish, LLM_FINISH_STOP);
 	CHECK_INT_EQ(llm_set_keep_alive(h, LLM_KEEP_ALIVE_UNSET), 0);
+	CHECK_INT_EQ(llm_set_max_draft(h, 0), 0);
 	CHECK_INT_EQ(llm_set_model(h, "third-model"), 0);
 	http_round(h, "three", &ev);                   /* 404, model_not_found */
 	CHECK_INT_EQ(ev.finish, LLM_FINISH_ERROR);
@@ -1162,6 +1174,9 @@ static void test_set_model_http(void)
 	CHECK(strstr(fh.bodies[0], "keep_alive") == NULL);
 	CHECK(strstr(fh.bodies[1], "\"keep_alive\":600") != NULL);
 	CHECK(strstr(fh.bodies[2], "keep_alive") == NULL);
+	CHECK(strstr(fh.bodies[0], "speculative.n_max") == NULL);
+	CHECK(strstr(fh.bodies[1], "\"speculative.n_max\":5") != NULL);
+	CHECK(strstr(fh.bodies[2], "speculative.n_max") == NULL);
 	CHECK(strstr(fh.bodies[2], "\"model\":\"third-model\"") != NULL);
 	CHECK(strstr(fh.bodies[3], "\"model\":\"first-model\"") != NULL);
 	close(fh.lfd);

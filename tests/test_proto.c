@@ -659,6 +659,7 @@ static void check_submit_equal(const struct proto_submit *d, const struct proto_
 	CHECK(str_eq(d->grammar, m->grammar));
 	CHECK(str_eq(d->model, m->model));
 	CHECK_INT_EQ(d->keep_alive_s, m->keep_alive_s);
+	CHECK_INT_EQ(d->max_draft, m->max_draft);
 }
 
 /* Encodes M, parses and decodes it, and compares every field. */
@@ -710,11 +711,12 @@ static void test_submit_roundtrip(void)
 	m.n_stops = 0;
 	m.stops = NULL;
 	m.keep_alive_s = -1;
-	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5 + 4);
+	m.max_draft = 1;
+	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5 + 4 + 4);
 	m.top_p = 1e-45f;       /* the smallest denormal */
 	m.min_p = 0.0f;
 	m.temperature = 1e30f;
-	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5 + 4);
+	roundtrip_submit(&m, 8 + 72 + 4 + 12 + 5 + 4 + 4);
 
 	/* Every count and the model's name at their maximum. */
 	static char big_name[PROTO_MAX_NAME];
@@ -733,7 +735,8 @@ static void test_submit_roundtrip(void)
 	m.stops = stops;
 	m.model = (struct proto_str){ big_name, PROTO_MAX_NAME };
 	m.keep_alive_s = INT32_MAX;
-	n = 8 + 72 + PROTO_MAX_STOPS * (4 + PROTO_MAX_STOP_LEN) + 4 + PROTO_MAX_NAME + 4;
+	m.max_draft = PROTO_MAX_DRAFT;
+	n = 8 + 72 + PROTO_MAX_STOPS * (4 + PROTO_MAX_STOP_LEN) + 4 + PROTO_MAX_NAME + 4 + 4;
 	for (int i = 0; i < PROTO_MAX_MESSAGES; i++)
 		n += 8 + i;
 	roundtrip_submit(&m, n);
@@ -777,10 +780,14 @@ static void test_submit_encode_rejects(void)
 	CHECK_INT_EQ(proto_encode_submit(buf, sizeof buf, &m), -EINVAL); \
 } while (0)
 	REJECT(0, m.id = 0);
-	REJECT(0, m.flags |= 1u << 10);
+	REJECT(0, m.flags |= 1u << 11);
 	/* a keep-alive without its flag, or under -1 */
 	REJECT(0, m.keep_alive_s = 5);
 	REJECT(0, (m.flags |= PROTO_SUBMIT_KEEP_ALIVE, m.keep_alive_s = -2));
+	/* a max_draft without its flag, or out of 1..PROTO_MAX_DRAFT */
+	REJECT(0, m.max_draft = 4);
+	REJECT(0, (m.flags |= PROTO_SUBMIT_MAX_DRAFT, m.max_draft = 0));
+	REJECT(0, (m.flags |= PROTO_SUBMIT_MAX_DRAFT, m.max_draft = PROTO_MAX_DRAFT + 1));
 	/* two speculation modes at once */
 	REJECT(0, m.flags |= PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_OFF);
 	REJECT(0, m.flags |= PROTO_SUBMIT_SPEC_NGRAM | PROTO_SUBMIT_SPEC_DRAFT);
@@ -990,6 +997,28 @@ static void test_submit_model(void)
 	b_str(&b, 1, 'p');
 	b_u32(&b, (uint32_t)-2);
 	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG); /* under -1 */
+
+	/* MAX_DRAFT: a u32 after the keep-alive, or alone after the stops */
+	m = submit_example(0);
+	m.flags |= PROTO_SUBMIT_KEEP_ALIVE | PROTO_SUBMIT_MAX_DRAFT;
+	m.keep_alive_s = 60;
+	m.max_draft = 3;
+	roundtrip_submit(&m, 8 + 107 + 4 + 4);
+	CHECK_INT_EQ(get_le32(buf + PROTO_HDR_SIZE + 107 + 4), 3);
+	m.flags &= ~(uint32_t)PROTO_SUBMIT_KEEP_ALIVE;
+	m.keep_alive_s = 0;
+	roundtrip_submit(&m, 8 + 107 + 4);
+	b_submit_fixed(&b, PROTO_SUBMIT_MAX_DRAFT, 0, 0);
+	b_str(&b, 1, 'p');
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG); /* the u32 missing */
+	b_u32(&b, PROTO_MAX_DRAFT);
+	CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), 0);
+	for (uint32_t bad_k = 0; bad_k <= PROTO_MAX_DRAFT + 1; bad_k += PROTO_MAX_DRAFT + 1) {
+		b_submit_fixed(&b, PROTO_SUBMIT_MAX_DRAFT, 0, 0);
+		b_str(&b, 1, 'p');
+		b_u32(&b, bad_k);
+		CHECK_INT_EQ(decode_bld(PROTO_SUBMIT, &b, dec_submit), -EBADMSG); /* 0, or over 16 */
+	}
 
 	/* On the way out: the flag with an empty name or none, a name over
 	 * the maximum, a NUL at the start, inside or at the end, a name

@@ -160,7 +160,8 @@ int bench_socket_run(const struct bench_socket_params *p, struct bench_socket_re
 			    : llm_connect(p->socket, 0, &cs[i].h, err, errlen);
 		if (rc < 0)
 			goto out;
-		if (p->model_name && (rc = llm_set_model(cs[i].h, p->model_name)) < 0) {
+		if ((p->model_name && (rc = llm_set_model(cs[i].h, p->model_name)) < 0) ||
+		    (rc = llm_set_max_draft(cs[i].h, p->max_draft)) < 0) {
 			snprintf(err, errlen, "%s", llm_errmsg(cs[i].h));
 			goto out;
 		}

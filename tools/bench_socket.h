@@ -22,6 +22,8 @@ struct bench_socket_params {
 	uint64_t seed;
 	int ignore_eos;
 	unsigned spec_flags;         /* LLM_SPEC_NGRAM, LLM_SPEC_OFF or 0 (the daemon's) */
+	int32_t max_draft;           /* proposals a step at most (llm_set_max_draft); 0: the
+	                                daemon's */
 	const char *url;             /* instead of SOCKET: an OpenAI-compatible API
 	                                (llm_connect_url: http[s]://HOST:PORT/v1, unix:PATH) */
 	const char *api_key;         /* its key, or NULL */

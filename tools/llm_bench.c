@@ -110,10 +110,11 @@ static void usage(FILE *f)
 		"                          reports the acceptance; with\n"
 		"                          --socket or --url each request asks for it (default there:\n"
 		"                          the daemon's spec.mode)\n"
-		"      --draft-max K       tokens a sequence proposes a step at most (default 8)\n"
+		"      --draft-max K       tokens a sequence proposes a step at most (default 8; with\n"
+		"                          --socket or --url each request asks for it)\n"
 		"      --draft-min-match N the n-gram that must recur to propose (default 2)\n"
 		"      --draft-model PATH  with --speculative draft: a small model of the same vocabulary\n"
-		"                          whose greedy tokens are proposed\n"
+		"                          whose tokens are proposed\n"
 		"  -r, --repeat R          run R times, report medians (default 1)\n"
 		"      --parallel N        run N sequences at once through the scheduler (prompts varied)\n"
 		"      --kv-tokens N       KV pool size in tokens (default: enough for all sequences)\n"
@@ -403,9 +404,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			SCHED_SPEC_MAX_DRAFT);
 		return -1;
 	}
-	if ((o->socket || o->url) && (o->draft_max || o->draft_min_match || o->draft_model)) {
-		fprintf(stderr, "llm-bench: the --draft options run in-process (the daemon's [spec] "
-			"section sets them for --socket and --url)\n");
+	if ((o->socket || o->url) && (o->draft_min_match || o->draft_model)) {
+		fprintf(stderr, "llm-bench: --draft-min-match and --draft-model run in-process (the "
+			"daemon's [spec] section sets them for --socket and --url)\n");
 		return -1;
 	}
 	if (!o->socket && !o->url && (o->spec == SCHED_SPEC_DRAFT) != !!o->draft_model) {
@@ -772,6 +773,7 @@ static int run_socket(const struct bench_opts *o)
 		.min_p = o->sp.min_p, .seed = o->sp.seed, .ignore_eos = o->ignore_eos,
 		.spec_flags = o->spec == SCHED_SPEC_NGRAM ? LLM_SPEC_NGRAM : o->spec == SCHED_SPEC_OFF ? LLM_SPEC_OFF :
 			      o->spec == SCHED_SPEC_DRAFT ? LLM_SPEC_DRAFT : 0,
+		.max_draft = o->draft_max,
 		.url = o->url ? url : NULL, .api_key = o->api_key, .model_name = o->model_name,
 		.grammar_kind = o->grammar_kind == CONSTRAIN_GBNF ? LLM_GRAMMAR_GBNF :
 				o->grammar_kind == CONSTRAIN_JSON_SCHEMA ? LLM_GRAMMAR_JSON_SCHEMA :
