@@ -15,10 +15,16 @@
  *    CPU's ids;
  *  - a repeating text gains more than two tokens a verifying step where rows are
  *    cheap (a memory-bound step), and none proposed where a row costs as
- *    much as a step (compute-bound).
+ *    much as a step (compute-bound);
+ *  - a draft model (TinyStories f32 with its q8_0): the goldens, the crowd,
+ *    seeded sampling (its proposals drawn with the request's own random
+ *    numbers: all stand with the model as its own draft), and a two-sample
+ *    chi-square of the tokens verifying steps draw against the target's
+ *    own draws over other seeds.
  */
 #include <errno.h>
 #include <json-c/json.h>
+#include <math.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -523,6 +529,112 @@ static void test_draft_seeded(const struct model *m, const struct model *dm)
 	rig_free(&on);
 }
 
+/* Tokens at generated place POS of N seeded runs of PROMPT on G, seeds
+ * from SEED0, at temperature TEMP with no truncation, 32 at a time; counted
+ * into COUNT (n_vocab). */
+static void sample_counts(struct rig *g, const struct model *m, const char *prompt, int n, uint64_t seed0,
+			  float temp, int pos, int *count)
+{
+	int32_t ids[64];
+	int np = test_tokenize(m, prompt, ids, 64);
+
+	for (int done = 0; done < n; done += 32) {
+		int k = n - done < 32 ? n - done : 32;
+		for (int i = 0; i < k; i++) {
+			struct sched_request r = test_req(i, ids, np, pos + 1);
+			r.sampling.temperature = temp;
+			r.sampling.top_k = 0;
+			r.sampling.top_p = 1.0f;
+			r.sampling.min_p = 0;
+			r.sampling.seed = seed0 + (uint64_t)(done + i);
+			r.ignore_eos = 1;
+			memset(&results[i], 0, sizeof results[i]);
+			CHECK_INT_EQ(sched_submit(g->s, &r), 0);
+		}
+		test_run_idle(g->s);
+		for (int i = 0; i < k; i++)
+			if (results[i].n_gen > pos)
+				count[results[i].gen[pos]]++;
+	}
+}
+
+/* The chi-square statistic of two samples of equal size being of one
+ * distribution, over the tokens both saw at least 10 times between them
+ * (the rest one bin), and its critical value at p = 0.001 (Wilson and
+ * Hilferty's approximation) in *CRIT. */
+static double chi_square(const int *a, const int *b, int n_vocab, double *crit)
+{
+	double x2 = 0;
+	int bins = 0, ra = 0, rb = 0;
+
+	for (int t = 0; t < n_vocab; t++) {
+		if (a[t] + b[t] >= 10) {
+			x2 += (double)(a[t] - b[t]) * (a[t] - b[t]) / (a[t] + b[t]);
+			bins++;
+		} else {
+			ra += a[t];
+			rb += b[t];
+		}
+	}
+	if (ra + rb > 0) {
+		x2 += (double)(ra - rb) * (ra - rb) / (ra + rb);
+		bins++;
+	}
+	double df = bins - 1, h = 2.0 / (9 * df);
+	*crit = df * pow(1 - h + 3.09 * sqrt(h), 3);
+	return x2;
+}
+
+/* The distribution, not only the seeds: the tokens drawn in verifying
+ * steps with DM proposing (forced), over 2000 seeds, against the target's
+ * own draws without speculation over 2000 other seeds, at each of the
+ * first three places that verifying steps draw (two-sample chi-square,
+ * p = 0.001; the seeds are fixed, so it passes or fails the same every
+ * time).  That it can fail: the target's draws at temperature 1.2 instead
+ * of 1 are over the line.  (The q8_0 draft's own draws are not: at this
+ * size the test cannot tell its distribution from the target's, which is
+ * why its proposals mostly stand.) */
+static void test_chi_square(const struct model *m, const struct model *dm)
+{
+	enum { N = 2000 };
+	int32_t nv = m->hp.n_vocab;
+	int *on = calloc((size_t)nv, sizeof *on), *off = calloc((size_t)nv, sizeof *off);
+	int *hot = calloc((size_t)nv, sizeof *hot);
+	struct rig r_on, r_off;
+	const char *prompt = "Once upon a time";
+
+	if (!on || !off || !hot || rig_new(&r_off, m, 4096, 32, SCHED_SPEC_OFF, 2, 0) < 0 ||
+	    rig_new_draft(&r_on, m, dm, 8192, 8192, 32, 1) < 0) {
+		test_failures++;
+		return;
+	}
+	for (int pos = 1; pos <= 3; pos++) {
+		double crit, x2, x2_hot, crit_hot;
+		memset(on, 0, (size_t)nv * sizeof *on);
+		memset(off, 0, (size_t)nv * sizeof *off);
+		memset(hot, 0, (size_t)nv * sizeof *hot);
+		sample_counts(&r_on, m, prompt, N, 1, 1.0f, pos, on);
+		sample_counts(&r_off, m, prompt, N, 1000000, 1.0f, pos, off);
+		sample_counts(&r_off, m, prompt, N, 2000000, 1.2f, pos, hot);
+		x2 = chi_square(on, off, nv, &crit);
+		x2_hot = chi_square(hot, off, nv, &crit_hot);
+		printf("chi-square, place %d, %d runs each: speculative vs the target %.1f (p = 0.001 at %.1f); "
+		       "the target at temperature 1.2 vs 1 %.1f (at %.1f)\n", pos, N, x2, crit, x2_hot, crit_hot);
+		CHECK(x2 < crit);
+		CHECK(x2_hot > crit_hot);
+	}
+	struct sched_counters c;
+	sched_counters(r_on.s, &c);
+	printf("chi-square runs with the draft: %llu of %llu proposals accepted\n",
+	       (unsigned long long)c.spec_accepted, (unsigned long long)c.spec_proposed);
+	CHECK(c.spec_accepted > 0 && c.spec_accepted < c.spec_proposed);
+	free(on);
+	free(off);
+	free(hot);
+	rig_free(&r_on);
+	rig_free(&r_off);
+}
+
 /* A draft of another vocabulary is refused with the sizes; a request for
  * a draft where there is none is refused. */
 static void test_draft_refusals(const struct model *m, const struct model *other)
@@ -642,6 +754,7 @@ int main(void)
 		test_draft(m, dm, tiny[0], golden_lc, tiny[0]);
 		test_draft_seeded(m, m);
 		test_draft_seeded(m, dm);
+		test_chi_square(m, dm);
 		test_draft_refusals(m, small);
 	} else {
 		printf("draft: left out (no TinyStories-656K f32 and q8_0)\n");
