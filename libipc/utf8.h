@@ -1,7 +1,8 @@
 /* utf8.h - the one strict UTF-8 validator (and encoder) of llmd: overlong forms,
  * surrogates and code points above U+10FFFF are invalid, as in the Unicode
- * standard's table 3-7.  Also the line-safe writer of JSON text.  Header-only, below everything, so that libllm, the
- * server and the tokenizer agree on what valid text is.  Any thread.
+ * standard's table 3-7.  Also the line-safe writer of JSON text.
+ * Header-only, below everything, so that libllm, the server and the
+ * tokenizer agree on what valid text is.  Any thread.
  */
 #ifndef LLMD_UTF8_H
 #define LLMD_UTF8_H
