@@ -235,7 +235,7 @@ void conf_model_name_of(const char *path, char *out, size_t cap)
 
 /* The settings a model of [models] takes: NAME.SETTING. */
 static const char *const model_settings[] = { "pinned", "keep_alive_s", "n_ctx", "pool_tokens",
-					      "chat_template", NULL };
+					      "chat_template", "draft_model", NULL };
 
 /* [models] NAME.SETTING = VALUE, for a model named before. */
 static int apply_model_setting(struct llmd_conf *c, const char *key, const char *value, char *err,
@@ -290,17 +290,18 @@ static int apply_model_setting(struct llmd_conf *c, const char *key, const char 
 		c->models[i].pool_tokens = x;
 		return 0;
 	}
-	if (!strcmp(dot + 1, "chat_template")) {
+	if (!strcmp(dot + 1, "chat_template") || !strcmp(dot + 1, "draft_model")) {
+		char *to = dot[1] == 'c' ? c->models[i].chat_template : c->models[i].draft_model;
 		if (strlen(value) >= sizeof c->models[i].chat_template) {
 			snprintf(err, errlen, "models.%s: path longer than %zu bytes", key,
 				 sizeof c->models[i].chat_template - 1);
 			return -EINVAL;
 		}
-		snprintf(c->models[i].chat_template, sizeof c->models[i].chat_template, "%s", value);
+		snprintf(to, sizeof c->models[i].chat_template, "%s", value);
 		return 0;
 	}
 	snprintf(err, errlen, "unknown option models.%s (a model takes NAME.pinned, NAME.keep_alive_s, "
-		 "NAME.n_ctx, NAME.pool_tokens and NAME.chat_template)", key);
+		 "NAME.n_ctx, NAME.pool_tokens, NAME.chat_template and NAME.draft_model)", key);
 	return -ENOENT;
 }
 
@@ -349,6 +350,7 @@ static int apply_model(struct llmd_conf *c, const char *name, const char *path, 
 		c->models[i].n_ctx = -1;
 		c->models[i].pool_tokens = -1;
 		c->models[i].chat_template[0] = 0;
+		c->models[i].draft_model[0] = 0;
 	}
 	snprintf(c->models[i].name, sizeof c->models[i].name, "%s", name);
 	snprintf(c->models[i].path, sizeof c->models[i].path, "%s", path);
@@ -519,9 +521,12 @@ int conf_check(const struct llmd_conf *c, char *err, size_t errlen)
 		snprintf(err, errlen, "server.socket is empty");
 		return -EINVAL;
 	}
-	if (!strcmp(c->spec_mode, "draft") && !c->spec_draft_model[0]) {
+	int drafts = c->spec_draft_model[0] != 0;
+	for (int32_t i = 0; i < c->n_models; i++)
+		drafts += c->models[i].draft_model[0] != 0;
+	if (!strcmp(c->spec_mode, "draft") && !drafts) {
 		snprintf(err, errlen, "spec.mode = draft needs spec.draft_model, a small GGUF model of "
-			 "the default model's vocabulary");
+			 "the default model's vocabulary (or a models.NAME.draft_model)");
 		return -EINVAL;
 	}
 	if (c->model_name[0] && !conf_model_name_ok(c->model_name)) {
@@ -577,6 +582,9 @@ void conf_print(const struct llmd_conf *c, FILE *out)
 		if (c->models[i].chat_template[0])
 			fprintf(out, "models.%s.chat_template = %s\n", c->models[i].name,
 				c->models[i].chat_template);
+		if (c->models[i].draft_model[0])
+			fprintf(out, "models.%s.draft_model = %s\n", c->models[i].name,
+				c->models[i].draft_model);
 	}
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const struct opt *o = &opts[i];

@@ -31,6 +31,8 @@ struct llmd_conf_model {
 	int32_t n_ctx;                 /* NAME.n_ctx: tokens per sequence; -1 = kv.n_ctx */
 	int64_t pool_tokens;           /* NAME.pool_tokens: its KV pool; -1 = kv.pool_* */
 	char chat_template[1024];      /* NAME.chat_template: a Jinja file; "" = the model's */
+	char draft_model[1024];        /* NAME.draft_model: a GGUF of its vocabulary whose
+	                                  tokens it verifies (speculative decoding); "" = none */
 };
 
 struct llmd_conf {

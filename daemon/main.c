@@ -641,8 +641,10 @@ out:
 		event_free(d->ev_tick);
 	if (d->base)
 		event_base_free(d->base);
-	for (int i = 1; i < d->n_models; i++)
+	for (int i = 1; i < d->n_models; i++) {
 		model_free(d->models[i].model);
+		model_free(d->models[i].draft);
+	}
 	model_free(d->model);
 	model_free(d->draft_model);
 	for (int i = 0; i < d->n_overrides; i++)

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "model.h"
 #include "proto.h"
+#include "sched.h"
 #include "worker.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -133,6 +134,29 @@ static struct engine_params params_of(const struct llmd *d, const struct llmd_mo
 	return ep;
 }
 
+/* Gives prepared model WM its draft model LM->draft.  0, or a negative
+ * errno with a message that names the setting; WM is discarded then. */
+static int set_draft(struct llmd_model *lm, const struct engine_params *ep, struct wmodel *wm, char *err,
+		     size_t errlen)
+{
+	char why[160];
+	int r = worker_model_set_draft(wm, lm->draft, ep, why, sizeof why);
+
+	if (r < 0) {
+		worker_model_discard(wm);
+		snprintf(err, errlen, "models.%s.draft_model: %s", lm->name, why);
+	}
+	return r;
+}
+
+/* What LM's engines' KV pools take: the model's and its draft's. */
+static uint64_t kv_bytes_of(const struct wmodel *wm)
+{
+	const struct engine *de = worker_model_draft_engine(wm);
+
+	return engine_kv_pool(worker_model_engine(wm))->bytes + (de ? engine_kv_pool(de)->bytes : 0);
+}
+
 static void *loader_main(void *arg)
 {
 	struct load_job *j = arg;
@@ -141,6 +165,9 @@ static void *loader_main(void *arg)
 
 	lm->load_rc = worker_model_prepare(lm->model, &ep, j->d->sp, &lm->prepared, lm->load_err,
 					   sizeof lm->load_err);
+	if (lm->load_rc == 0 && lm->draft &&
+	    (lm->load_rc = set_draft(lm, &ep, lm->prepared, lm->load_err, sizeof lm->load_err)) < 0)
+		lm->prepared = NULL; /* discarded */
 	event_active(lm->ev_loaded, EV_READ, 0); /* on_loaded, on the event loop */
 	return NULL;
 }
@@ -157,9 +184,8 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg)
 	pthread_join(lm->loader, NULL);
 	lm->load_s = clock_s() - lm->t_load_start;
 	if (lm->load_rc == 0) {
-		const struct engine *e = worker_model_engine(lm->prepared);
-		lm->kv_bytes = engine_kv_pool(e)->bytes;
-		lm->n_ctx = engine_n_ctx(e);
+		lm->kv_bytes = kv_bytes_of(lm->prepared);
+		lm->n_ctx = engine_n_ctx(worker_model_engine(lm->prepared));
 		if (worker_model_install(d->worker, lm->index, lm->prepared) == 0) {
 			lm->prepared = NULL;
 			lm->state = LLMD_MODEL_READY;
@@ -402,12 +428,23 @@ int models_start(struct llmd *d, char *err, size_t errlen)
 			snprintf(err, errlen, "models.%s.chat_template %s: %s", cm->name, cm->chat_template, why);
 			return r;
 		}
+		if (cm->draft_model[0]) {
+			char why[256];
+			if ((r = model_load_flags(cm->draft_model, d->cfg.model_mmap ? 0 : MODEL_LOAD_NO_MMAP,
+						  &lm->draft, why, sizeof why)) < 0 ||
+			    (r = sched_draft_check(lm->model, lm->draft, why, sizeof why)) < 0) {
+				snprintf(err, errlen, "models.%s.draft_model %s: %s", cm->name, cm->draft_model,
+					 why);
+				return r;
+			}
+		}
 		lm->keep_alive_s = cm->keep_alive_s == -2 ? d->cfg.keep_alive_s : cm->keep_alive_s;
 		lm->n_ctx = lm->conf_n_ctx > 0 ? lm->conf_n_ctx : d->ep->n_ctx ? d->ep->n_ctx :
 			    lm->model->hp.n_ctx_train;
 		lm->n_vocab = lm->model->hp.n_vocab;
-		lm->weight_bytes = lm->model->weight_bytes;
-		lm->kv_bytes = d->cfg.pool_mb ? (uint64_t)d->cfg.pool_mb << 20 : def->kv_bytes; /* expected */
+		lm->weight_bytes = lm->model->weight_bytes + (lm->draft ? lm->draft->weight_bytes : 0);
+		/* expected (a draft's pool as large, until the real ones are known) */
+		lm->kv_bytes = (d->cfg.pool_mb ? (uint64_t)d->cfg.pool_mb << 20 : def->kv_bytes) * (lm->draft ? 2 : 1);
 		if (lm->model->chat_note[0])
 			log_msg(lm->model->chat.kind ? LOG_WARNING : LOG_NOTICE, "%s: chat: %s", cm->path,
 				lm->model->chat_note);
@@ -431,7 +468,9 @@ int models_start(struct llmd *d, char *err, size_t errlen)
 			snprintf(err, errlen, "cannot load model %s (models.%s): %s", cm->path, cm->name, why);
 			return r;
 		}
-		lm->kv_bytes = engine_kv_pool(worker_model_engine(wm))->bytes;
+		if (lm->draft && (r = set_draft(lm, &ep, wm, err, errlen)) < 0)
+			return r;
+		lm->kv_bytes = kv_bytes_of(wm);
 		lm->n_ctx = engine_n_ctx(worker_model_engine(wm));
 		if ((r = worker_model_install(d->worker, lm->index, wm)) < 0) {
 			snprintf(err, errlen, "out of memory");

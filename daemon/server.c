@@ -440,11 +440,14 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 			return PROTO_E_INVAL;
 	if ((len = prompt_text(m, s, &text, &code, msg, msglen)) < 0)
 		return code;
-	if ((s->flags & PROTO_SUBMIT_SPEC_DRAFT) && (lm->index != 0 || !d->draft_model)) {
+	if ((s->flags & PROTO_SUBMIT_SPEC_DRAFT) && !(lm->index == 0 ? d->draft_model : lm->draft)) {
 		code = PROTO_E_INVAL;
-		snprintf(msg, msglen, "speculative decoding with a draft model: %s",
-			 d->draft_model ? "only the default model has one" :
-			 "this daemon has none (spec.draft_model)");
+		if (lm->index == 0)
+			snprintf(msg, msglen, "speculative decoding with a draft model: this daemon has "
+				 "none (spec.draft_model)");
+		else
+			snprintf(msg, msglen, "speculative decoding with a draft model: model %s has none "
+				 "(models.%s.draft_model)", lm->name, lm->name);
 		goto fail;
 	}
 	if (s->flags & PROTO_SUBMIT_GRAMMAR) {

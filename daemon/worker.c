@@ -309,6 +309,11 @@ const struct engine *worker_model_engine(const struct wmodel *wm)
 	return wm->e;
 }
 
+const struct engine *worker_model_draft_engine(const struct wmodel *wm)
+{
+	return wm->de;
+}
+
 int worker_model_install(struct worker *w, int model, struct wmodel *wm)
 {
 	struct work wk = { .kind = WORK_INSTALL, .model = model, .wm = wm };
@@ -861,8 +866,11 @@ static void process(struct worker *w, struct work *wk)
 		struct vec waiting = *p;
 		/* made on a loader thread with CPU threads of its own: from now on
 		 * the default model's, one set of workers for every model */
-		if (w->models[0] && wk->wm != w->models[0])
+		if (w->models[0] && wk->wm != w->models[0]) {
 			engine_share_threads(wk->wm->e, w->models[0]->e);
+			if (wk->wm->de) /* its draft ran on the model's threads */
+				engine_share_threads(wk->wm->de, w->models[0]->e);
+		}
 		wk->wm->w = w;
 		wk->wm->index = wk->model;
 		w->models[wk->model] = wk->wm;
@@ -1041,12 +1049,21 @@ static void wmodel_free(struct wmodel *wm)
 int worker_set_draft(struct worker *w, const struct model *dm, const struct engine_params *ep,
 		     char *err, size_t errlen)
 {
-	struct wmodel *wm = w->models[0];
+	if (w->started) {
+		snprintf(err, errlen, "the draft model is set once, before the worker starts");
+		return -EINVAL;
+	}
+	return worker_model_set_draft(w->models[0], dm, ep, err, errlen);
+}
+
+int worker_model_set_draft(struct wmodel *wm, const struct model *dm, const struct engine_params *ep,
+			   char *err, size_t errlen)
+{
 	struct engine_params dp = *ep;
 	int r;
 
-	if (w->started || wm->de) {
-		snprintf(err, errlen, "the draft model is set once, before the worker starts");
+	if (wm->de) {
+		snprintf(err, errlen, "the draft model is set once");
 		return -EINVAL;
 	}
 	/* the model's context and KV capacity, on its CPU threads */

@@ -156,8 +156,16 @@ int worker_new(const struct model *m, const struct engine_params *ep, const stru
  * with a message.  Any thread; M must outlive the worker. */
 int worker_model_prepare(const struct model *m, const struct engine_params *ep,
 			 const struct sched_params *sp, struct wmodel **ret, char *err, size_t errlen);
-/* The engine of a prepared model (before it is installed). */
+/* The engine of a prepared model (before it is installed), and its draft
+ * model's (worker_model_set_draft) or NULL. */
 const struct engine *worker_model_engine(const struct wmodel *wm);
+const struct engine *worker_model_draft_engine(const struct wmodel *wm);
+/* Gives a prepared model a draft model for speculative decoding: DM (which
+ * must outlive the worker) on an engine of EP's settings with the model's
+ * context, KV capacity and CPU threads.  Before it is installed.  0, or a
+ * negative errno with a message (another vocabulary, no memory for it). */
+int worker_model_set_draft(struct wmodel *wm, const struct model *dm, const struct engine_params *ep,
+			   char *err, size_t errlen);
 /* Frees a prepared model never installed.  NULL-safe. */
 void worker_model_discard(struct wmodel *wm);
 /* Posts WM to serve MODEL (not held now); the requests waiting for it go
@@ -183,10 +191,8 @@ const struct engine *worker_engine(const struct worker *w);
 const struct engine *worker_draft_engine(const struct worker *w);
 
 /* Gives the default model a draft model for speculative decoding (spec.mode
- * draft): DM (the caller's, outliving W) runs on an engine of EP's settings
- * with the model's context, KV capacity and CPU threads.  Before
- * worker_start.  0, or a negative errno with a message (another
- * vocabulary, no memory for it). */
+ * draft), as worker_model_set_draft does.  Before worker_start.  0, or a
+ * negative errno with a message. */
 int worker_set_draft(struct worker *w, const struct model *dm, const struct engine_params *ep,
 		     char *err, size_t errlen);
 

@@ -26,6 +26,9 @@ them):
   - the three on the CUDA backend (the emulator, in CI): golden ids;
   - per-model settings: models.NAME.n_ctx, .pool_tokens, .chat_template
     (a chat on a model whose file has no template; a bad one stops llmd);
+  - models.NAME.draft_model: a model beside the default speculates with a
+    draft of its own (its golden ids, draft steps counted), the default
+    without one does not; a draft of another vocabulary stops llmd;
   - a load that fails after start (an engine that cannot be made) fails
     its requests with the loader's message, shows as failed with the
     reason, and is tried again by the next request; the default model
@@ -522,6 +525,61 @@ def test_model_settings(tmp):
         d.stop()
 
 
+def test_draft(tmp):
+    """models.NAME.draft_model: a model other than the default with a draft
+    of its own (TinyStories F32, its Q8_0 proposing) speculates, per request
+    and by spec.mode = draft, with its golden ids; it counts in the model's
+    memory and comes back with it after an unload; the default model,
+    without one, refuses a draft request and serves plainly; a draft of
+    another vocabulary stops llmd, naming the setting."""
+    p = {k: os.path.join(MODELS, v) for k, v in FILES.items()}
+    want = [c["generated_ids"][:24] for n, c in golden_cases()
+            if n == "tinystories" and c["prompt"] == "Once upon a time"][0]
+    d = Llmd(tmp, "draft", "--model", p["stories260k"], "--set", "model.name=stories260k",
+             "--set", "models.tiny=" + p["tinystories"], "--set", "models.tiny.draft_model=" + p["tiny-q8"],
+             "--set", "spec.mode=draft")
+    try:
+        if not check(d.serving(), "llmd serves with spec.mode = draft and only models.tiny.draft_model"):
+            print(d.text(), file=sys.stderr)
+            return
+
+        def draft_steps():
+            r = d.run("llmctl", "stats", "--json")
+            return json.loads(r.stdout).get("llmd_spec_draft_steps_total", 0) if r.returncode == 0 else -1
+        for how in (["--speculative", "draft"], []):
+            s0 = draft_steps()
+            got = greedy(d, "tiny", 24, "Once upon a time", *how)
+            s1 = draft_steps()
+            check(got == want and s1 > s0, f"tiny {' '.join(how) or 'by spec.mode'}: its golden ids, "
+                  f"{s1 - s0} draft steps")
+        m = models_of(d)["tiny"]
+        check(m.get("draft_model") == p["tiny-q8"] and
+              m["weights_mib"] > os.path.getsize(p["tinystories"]) / 2**20,
+              f"llmctl models: tiny's draft {m.get('draft_model')}, its weights counted "
+              f"({m['weights_mib']:.2f} MiB)")
+        r = d.run("llm-client", "--model", "stories260k", "--speculative", "draft", "-n", "4", "x")
+        check(r.returncode == 1 and "none (spec.draft_model)" in r.stderr,
+              f"a draft request to the default model, which has none: {r.stderr.strip()}")
+        s0 = draft_steps()
+        r = d.run("llm-client", "--model", "stories260k", "--temp", "0", "-n", "8", "Once upon a time")
+        check(r.returncode == 0 and draft_steps() == s0, "the default model serves without speculating")
+        d.run("llmctl", "unload", "tiny")
+        check(wait_state(d, "tiny", "unloaded"), "tiny unloaded")
+        s0 = draft_steps()
+        got = greedy(d, "tiny", 24, "Once upon a time")
+        check(got == want and draft_steps() > s0, "loaded again, with its draft: the golden ids")
+    finally:
+        check(d.stop() == 0, "llmd stops cleanly")
+    d = Llmd(tmp, "draft2", "--model", p["tinystories"], "--set", "models.tiny=" + p["tinystories"],
+             "--set", "models.tiny.draft_model=" + p["stories260k"])
+    try:
+        check(d.proc.wait(timeout=30) != 0 and "models.tiny.draft_model" in d.text() and
+              "vocabulary" in d.text(), "a draft of another vocabulary stops llmd: " +
+              next((l for l in d.text().splitlines() if "draft_model" in l), "?"))
+    finally:
+        d.stop()
+
+
 def test_device(tmp):
     """The three models on the CUDA backend (the emulator where the build
     has it, as in CI; a GPU build's device where it sees one): each model's
@@ -621,6 +679,7 @@ def main():
         test_load_while_streaming(tmp)
         test_budget(tmp)
         test_model_settings(tmp)
+        test_draft(tmp)
         test_device(tmp)
         test_load_failure(tmp)
         test_bad_settings(tmp)

@@ -197,23 +197,18 @@ nomem:
 	return -ENOMEM;
 }
 
-int sched_set_draft(struct sched *s, struct engine *de, const struct model *dm, char *err,
-		    size_t errlen)
+int sched_draft_check(const struct model *m, const struct model *dm, char *err, size_t errlen)
 {
-	int32_t nv = s->m->hp.n_vocab, rows = engine_max_batch(de);
+	int32_t nv = m->hp.n_vocab;
 	char a[256], b[256];
 
-	if (s->n_live || s->de) {
-		snprintf(err, errlen, "a draft model is set before any request, once");
-		return -EINVAL;
-	}
 	if (dm->hp.n_vocab != nv) {
 		snprintf(err, errlen, "the draft model's vocabulary has %d tokens, the model's %d: a "
 			 "draft must share the vocabulary", dm->hp.n_vocab, nv);
 		return -EINVAL;
 	}
 	for (int32_t t = 0; t < nv; t++) {
-		int la = tokenizer_piece(s->m->tok, t, 1, a, sizeof a);
+		int la = tokenizer_piece(m->tok, t, 1, a, sizeof a);
 		int lb = tokenizer_piece(dm->tok, t, 1, b, sizeof b);
 		size_t n = la < 0 ? 0 : (size_t)la > sizeof a ? sizeof a : (size_t)la; /* what was written */
 		if (la != lb || memcmp(a, b, n)) {
@@ -222,6 +217,21 @@ int sched_set_draft(struct sched *s, struct engine *de, const struct model *dm, 
 			return -EINVAL;
 		}
 	}
+	return 0;
+}
+
+int sched_set_draft(struct sched *s, struct engine *de, const struct model *dm, char *err,
+		    size_t errlen)
+{
+	int32_t nv = s->m->hp.n_vocab, rows = engine_max_batch(de);
+	int r;
+
+	if (s->n_live || s->de) {
+		snprintf(err, errlen, "a draft model is set before any request, once");
+		return -EINVAL;
+	}
+	if ((r = sched_draft_check(s->m, dm, err, errlen)) < 0)
+		return r;
 	if (engine_n_ctx(de) < s->n_ctx) {
 		snprintf(err, errlen, "the draft's context (%d tokens) is shorter than the model's (%d)",
 			 engine_n_ctx(de), s->n_ctx);

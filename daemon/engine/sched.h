@@ -205,6 +205,10 @@ struct sched_counters {
  * message. */
 int sched_new(struct engine *e, const struct model *m, const struct sched_params *p,
 	      sched_event_fn fn, void *ctx, struct sched **ret, char *err, size_t errlen);
+/* 0 when DM may be M's draft model (the same vocabulary, token for token),
+ * else -EINVAL with a message: the sizes, or the first token that differs.
+ * Any thread. */
+int sched_draft_check(const struct model *m, const struct model *dm, char *err, size_t errlen);
 /* Gives S a draft model for SCHED_SPEC_DRAFT: DM, run by engine DE (both
  * the caller's, outliving S), must have the target's vocabulary, token for
  * token.  Before any request.  0, or -EINVAL with a message (another
