@@ -96,6 +96,15 @@ int main(void)
 	      c.models[0].pool_tokens == 4096);
 	CHECK(conf_set(&c, "models.coder.chat_template=/t.jinja", err, sizeof err) == 0 &&
 	      !strcmp(c.models[0].chat_template, "/t.jinja"));
+	/* .draft_model: its own, and enough for spec.mode = draft */
+	CHECK(!c.models[0].draft_model[0]);
+	CHECK(conf_set(&c, "spec.mode=draft", err, sizeof err) == 0);
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), -EINVAL);
+	CHECK(strstr(err, "or a models.NAME.draft_model") != NULL);
+	CHECK(conf_set(&c, "models.coder.draft_model=/d.gguf", err, sizeof err) == 0 &&
+	      !strcmp(c.models[0].draft_model, "/d.gguf") && !strcmp(c.models[0].chat_template, "/t.jinja"));
+	CHECK_INT_EQ(conf_check(&c, err, sizeof err), 0);
+	CHECK(conf_set(&c, "spec.mode=off", err, sizeof err) == 0);
 	CHECK(conf_set(&c, "models.coder.n_ctx=-3", err, sizeof err) < 0);
 	CHECK(strstr(err, "not an integer in 0..") != NULL);
 	CHECK(conf_set(&c, "models.coder.keep_alive_s=soon", err, sizeof err) < 0);
