@@ -305,43 +305,64 @@ static uint64_t check_goldens(const struct model *m, const char *name, const cha
 }
 
 
+/* What seeded runs with and without speculation gave. */
+struct seeded {
+	int runs, same;              /* runs, and those that gave the same tokens */
+	uint64_t proposed, accepted; /* with speculation */
+};
+
+/* Every prompt with N_SEEDS seeds (SAMPLING sets the sampler for each), N_GEN
+ * tokens, on OFF and on ON. */
+static struct seeded seeded_runs(struct rig *off, struct rig *on, const struct model *m, int n_seeds,
+				 int n_gen, void (*sampling)(struct sampler_params *, int seed))
+{
+	struct seeded z = { 0 };
+	int32_t ids[64];
+
+	for (int i = 0; i < N_PROMPTS; i++) {
+		int n = test_tokenize(m, prompts[i], ids, 64);
+		for (int seed = 0; seed < n_seeds; seed++) {
+			struct result a, b;
+			struct sched_request r = test_req(1, ids, n, n_gen);
+			sampling(&r.sampling, seed);
+			r.ignore_eos = 1;
+			run_one(off, &r, &a);
+			run_one(on, &r, &b);
+			z.runs++;
+			z.same += same_ids(&a, &b);
+			z.proposed += (uint64_t)b.usage.spec_proposed;
+			z.accepted += (uint64_t)b.usage.spec_accepted;
+		}
+	}
+	return z;
+}
+
+static void lookup_sampling(struct sampler_params *p, int seed)
+{
+	p->temperature = seed % 2 ? 0.7f : 1.0f;
+	p->top_k = seed % 4 < 2 ? 40 : 0;
+	p->repeat_penalty = seed == 5 ? 1.1f : 1.0f;
+	p->seed = 77 + (uint64_t)seed;
+}
+
 /* Seeded sampling: each prompt with eight seeds, the same tokens with and
  * without speculation. */
 static void test_seeded(const struct model *m)
 {
 	struct rig off, on;
-	int32_t ids[N_PROMPTS][64];
-	int n[N_PROMPTS], same = 0, runs = 0;
-	uint64_t proposed = 0, accepted = 0;
+	struct seeded z;
 
-	for (int i = 0; i < N_PROMPTS; i++)
-		n[i] = test_tokenize(m, prompts[i], ids[i], 64);
 	if (rig_new(&off, m, 4096, 4, SCHED_SPEC_OFF, 2, 0) < 0 ||
 	    rig_new(&on, m, 4096, 4, SCHED_SPEC_NGRAM, 1, 1) < 0) {
 		test_failures++;
 		return;
 	}
-	for (int i = 0; i < N_PROMPTS; i++)
-		for (int seed = 0; seed < 8; seed++) {
-			struct result a, b;
-			struct sched_request r = test_req(1, ids[i], n[i], 96);
-			r.sampling.temperature = seed % 2 ? 0.7f : 1.0f;
-			r.sampling.top_k = seed % 4 < 2 ? 40 : 0;
-			r.sampling.repeat_penalty = seed == 5 ? 1.1f : 1.0f;
-			r.sampling.seed = 77 + (uint64_t)seed;
-			r.ignore_eos = 1;
-			run_one(&off, &r, &a);
-			run_one(&on, &r, &b);
-			runs++;
-			same += same_ids(&a, &b);
-			proposed += (uint64_t)b.usage.spec_proposed;
-			accepted += (uint64_t)b.usage.spec_accepted;
-		}
+	z = seeded_runs(&off, &on, m, 8, 96, lookup_sampling);
 	printf("seeded sampling: %d/%d runs give the same tokens with speculation (%llu of %llu "
-	       "proposals accepted)\n", same, runs, (unsigned long long)accepted,
-	       (unsigned long long)proposed);
-	CHECK_INT_EQ(same, runs);
-	CHECK(proposed > 0 && accepted > 0 && accepted < proposed);
+	       "proposals accepted)\n", z.same, z.runs, (unsigned long long)z.accepted,
+	       (unsigned long long)z.proposed);
+	CHECK_INT_EQ(z.same, z.runs);
+	CHECK(z.proposed > 0 && z.accepted > 0 && z.accepted < z.proposed);
 	rig_free(&off);
 	rig_free(&on);
 }
@@ -479,6 +500,15 @@ static void test_draft(const struct model *m, const struct model *dm, const char
 	rig_free(&off);
 }
 
+static void draft_sampling(struct sampler_params *p, int seed)
+{
+	p->temperature = seed % 2 ? 0.7f : 1.0f;
+	p->top_k = seed % 3 ? 40 : 0;
+	p->top_p = seed == 4 ? 0.9f : 1.0f;
+	p->min_p = 0;
+	p->seed = 300 + (uint64_t)seed;
+}
+
 /* Seeded sampling with DM proposing (forced): the same tokens as without.
  * The draft draws its proposals with the random numbers the target's draws
  * take: with the model itself as its draft every proposal stands, which
@@ -488,43 +518,23 @@ static void test_draft(const struct model *m, const struct model *dm, const char
 static void test_draft_seeded(const struct model *m, const struct model *dm)
 {
 	struct rig off, on;
-	int32_t ids[N_PROMPTS][64];
-	int n[N_PROMPTS], same = 0, runs = 0;
-	uint64_t proposed = 0, accepted = 0;
+	struct seeded z;
 
-	for (int i = 0; i < N_PROMPTS; i++)
-		n[i] = test_tokenize(m, prompts[i], ids[i], 64);
 	if (rig_new(&off, m, 4096, 4, SCHED_SPEC_OFF, 2, 0) < 0 ||
 	    rig_new_draft(&on, m, dm, 4096, 4096, 4, 1) < 0) {
 		test_failures++;
 		return;
 	}
-	for (int i = 0; i < N_PROMPTS; i++)
-		for (int seed = 0; seed < 6; seed++) {
-			struct result a, b;
-			struct sched_request r = test_req(1, ids[i], n[i], 64);
-			r.sampling.temperature = seed % 2 ? 0.7f : 1.0f;
-			r.sampling.top_k = seed % 3 ? 40 : 0;
-			r.sampling.top_p = seed == 4 ? 0.9f : 1.0f;
-			r.sampling.min_p = 0;
-			r.sampling.seed = 300 + (uint64_t)seed;
-			r.ignore_eos = 1;
-			run_one(&off, &r, &a);
-			run_one(&on, &r, &b);
-			runs++;
-			same += same_ids(&a, &b);
-			proposed += (uint64_t)b.usage.spec_proposed;
-			accepted += (uint64_t)b.usage.spec_accepted;
-		}
+	z = seeded_runs(&off, &on, m, 6, 64, draft_sampling);
 	printf("seeded sampling with draft %s: %d/%d runs give the same tokens (%llu of %llu "
-	       "proposals accepted)\n", dm == m ? "itself" : dm->name, same, runs, (unsigned long long)accepted,
-	       (unsigned long long)proposed);
-	CHECK_INT_EQ(same, runs);
-	CHECK(proposed > 0);
+	       "proposals accepted)\n", dm == m ? "itself" : dm->name, z.same, z.runs,
+	       (unsigned long long)z.accepted, (unsigned long long)z.proposed);
+	CHECK_INT_EQ(z.same, z.runs);
+	CHECK(z.proposed > 0);
 	if (dm == m)
-		CHECK(accepted == proposed);
+		CHECK(z.accepted == z.proposed);
 	else
-		CHECK(accepted > 0.4 * (double)proposed);
+		CHECK(z.accepted > 0.4 * (double)z.proposed);
 	rig_free(&off);
 	rig_free(&on);
 }
