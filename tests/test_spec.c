@@ -12,7 +12,7 @@
  *  - the counters add up: proposed rows are the step rows that are neither
  *    prefill nor decode, each request's usage sums to the scheduler's;
  *  - on the CUDA backend (the emulator in CI) verifying steps give the
- *    CPU's ids;
+ *    CPU's ids, run as recorded graphs like decode steps;
  *  - a repeating text gains more than two tokens a verifying step where rows are
  *    cheap (a memory-bound step), and none proposed where a row costs as
  *    much as a step (compute-bound);
@@ -711,10 +711,16 @@ static void test_cuda(const struct model *m)
 		same += same_ids(&a, &b);
 		accepted += (uint64_t)b.usage.spec_accepted;
 	}
+	uint64_t rec, rep;
+	engine_graph_stats(cuda.e, &rec, &rep);
 	printf("cuda (%s): %d/3 prompts give the CPU's ids with speculation (%llu proposals "
-	       "accepted)\n", engine_backend_name(cuda.e), same, (unsigned long long)accepted);
+	       "accepted); %llu steps recorded as graphs, %llu replayed\n", engine_backend_name(cuda.e), same,
+	       (unsigned long long)accepted, (unsigned long long)rec, (unsigned long long)rep);
 	CHECK_INT_EQ(same, 3);
 	CHECK(accepted > 0);
+	/* a verifying step wants every row's logits: recorded and replayed as a
+	 * graph of its shape (rows padded to 1, 2, 4, 8, ...) like a decode step */
+	CHECK(rec > 1 && rep > 0);
 	rig_free(&cuda);
 	rig_free(&cpu);
 }
