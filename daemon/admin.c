@@ -484,9 +484,8 @@ static int cmd_models(struct llmd *d, struct conn *c, const char *arg,
 		add_str(j, "name", lm->name);
 		add_str(j, "path", lm->model->path);
 		add_str(j, "gguf_name", lm->model->name);
-		const struct model *dm = i == 0 ? d->draft_model : lm->draft;
-		if (dm) /* its weights and KV count in weights_mib and kv_mib */
-			add_str(j, "draft_model", dm->path);
+		if (lm->draft) /* its weights and KV count in weights_mib and kv_mib */
+			add_str(j, "draft_model", lm->draft->path);
 		add_str(j, "state", dead ? "failed" : models_state_name(lm->state));
 		if (dead)
 			add_str(j, "error", "its engine failed; restart llmd");

@@ -291,7 +291,8 @@ static int apply_model_setting(struct llmd_conf *c, const char *key, const char 
 		return 0;
 	}
 	if (!strcmp(dot + 1, "chat_template") || !strcmp(dot + 1, "draft_model")) {
-		char *to = dot[1] == 'c' ? c->models[i].chat_template : c->models[i].draft_model;
+		char *to = !strcmp(dot + 1, "chat_template") ? c->models[i].chat_template :
+			   c->models[i].draft_model;
 		if (strlen(value) >= sizeof c->models[i].chat_template) {
 			snprintf(err, errlen, "models.%s: path longer than %zu bytes", key,
 				 sizeof c->models[i].chat_template - 1);

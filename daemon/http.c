@@ -129,11 +129,6 @@ static struct json_object *jstr_n(const char *s, size_t n)
 	return json_object_new_string_len(s, (int)n);
 }
 
-static const char *jtext(json_object *o)
-{
-	return json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-}
-
 static void evb_put(void *b, const void *p, size_t n)
 {
 	evbuffer_add(b, p, n);
@@ -144,7 +139,8 @@ static void evb_put(void *b, const void *p, size_t n)
 static void add_json(struct evbuffer *b, const char *pre, json_object *o, const char *post)
 {
 	evbuffer_add(b, pre, strlen(pre));
-	utf8_json_put(jtext(o), evb_put, b);
+	utf8_json_put(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE),
+		      evb_put, b);
 	evbuffer_add(b, post, strlen(post));
 }
 

@@ -39,7 +39,7 @@ struct llmd_model {
 	char name[LLMD_MODEL_NAME_MAX + 1]; /* what requests name it by */
 	struct model *model;         /* its file: immutable after start, every thread reads it */
 	struct model *draft;         /* its draft model's (speculative decoding), or NULL;
-	                                the default model's is llmd.draft_model */
+	                                owned, but the default model's is llmd.draft_model */
 	struct constrain *constrain; /* its compiled grammars; event-loop thread (freed
 	                                after the worker) */
 	int index;                   /* the worker's index for it (worker_req.model) */

@@ -560,6 +560,7 @@ int main(int argc, char **argv)
 	}
 	d->models[0].model = d->model;
 	d->models[0].constrain = d->constrain;
+	d->models[0].draft = d->draft_model; /* borrowed: freed as d->draft_model */
 	d->models[0].index = 0;
 	if (d->cfg.model_name[0])
 		snprintf(d->models[0].name, sizeof d->models[0].name, "%.64s", d->cfg.model_name);

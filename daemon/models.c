@@ -391,7 +391,7 @@ int models_start(struct llmd *d, char *err, size_t errlen)
 	def->weight_bytes = def->model->weight_bytes;
 	def->kv_bytes = engine_kv_pool(e0)->bytes;
 	if (worker_draft_engine(d->worker)) { /* its draft model counts as its own */
-		def->weight_bytes += d->draft_model->weight_bytes;
+		def->weight_bytes += def->draft->weight_bytes;
 		def->kv_bytes += engine_kv_pool(worker_draft_engine(d->worker))->bytes;
 	}
 	def->t_ready = def->t_used = clock_s();

@@ -440,7 +440,7 @@ uint32_t server_make_request(struct llmd *d, struct conn *c, const struct proto_
 			return PROTO_E_INVAL;
 	if ((len = prompt_text(m, s, &text, &code, msg, msglen)) < 0)
 		return code;
-	if ((s->flags & PROTO_SUBMIT_SPEC_DRAFT) && !(lm->index == 0 ? d->draft_model : lm->draft)) {
+	if ((s->flags & PROTO_SUBMIT_SPEC_DRAFT) && !lm->draft) {
 		code = PROTO_E_INVAL;
 		if (lm->index == 0)
 			snprintf(msg, msglen, "speculative decoding with a draft model: this daemon has "
