@@ -20,7 +20,9 @@
  *    seeded sampling (its proposals drawn with the request's own random
  *    numbers: all stand with the model as its own draft), and a two-sample
  *    chi-square of the tokens verifying steps draw against the target's
- *    own draws over other seeds.
+ *    own draws over other seeds;
+ *  - a draft is tried again where its catching up on a sequence's tokens
+ *    pays, and not where it does not.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -500,6 +502,48 @@ static void test_draft(const struct model *m, const struct model *dm, const char
 	rig_free(&off);
 }
 
+/* What a draft's proposals must be worth, under pinned cost models: a lone
+ * decode step of 15 ms of which a row is 5 ms, so that a proposal needs a
+ * rate above the 0.5 a sequence starts with and none is run at first.  A
+ * draft whose rows cost 0.2 ms is tried again after 16 tokens (its catching
+ * up on them costs little), its proposals stand, and it goes on proposing.
+ * One whose rows cost as much as the model's is not: a proposal sure to
+ * stand would not pay for its catching up on 14 tokens. */
+static void test_draft_price(const struct model *m, const struct model *dm)
+{
+	static const struct stepcost_coef model = { .base_s = 10e-3, .row_s = 5e-3 };
+	static const struct stepcost_coef cheap = { .row_s = 0.2e-3 }, costly = { .row_s = 5e-3 };
+	const struct stepcost_coef *draft[2] = { &cheap, &costly };
+	int32_t ids[64];
+	struct result r[2];
+	struct sched_counters c[2];
+	struct rig on;
+	int n = test_tokenize(m, "Once upon a time, there was a little girl", ids, 64);
+
+	for (int k = 0; k < 2; k++) {
+		if (rig_new_draft(&on, m, dm, 4096, 4096, 4, 0) < 0) {
+			test_failures++;
+			return;
+		}
+		sched_pin_cost(on.s, &model);
+		sched_pin_draft_cost(on.s, draft[k]);
+		struct sched_request q = test_req(1, ids, n, 64);
+		q.ignore_eos = 1;
+		run_one(&on, &q, &r[k]);
+		sched_counters(on.s, &c[k]);
+		printf("a draft whose rows cost %.1f ms: %d of %d proposals accepted, %llu draft rows\n",
+		       draft[k]->row_s * 1e3, r[k].usage.spec_accepted, r[k].usage.spec_proposed,
+		       (unsigned long long)c[k].draft_rows);
+		CHECK_INT_EQ(r[k].n_gen, 64);
+		rig_free(&on);
+	}
+	CHECK(r[0].usage.spec_proposed > 64 / 16); /* more than the tries: proposing on */
+	CHECK(r[0].usage.spec_accepted > 0);
+	CHECK_INT_EQ(r[1].usage.spec_proposed, 0);
+	CHECK(c[1].draft_rows == 0);
+	CHECK(same_ids(&r[0], &r[1]));
+}
+
 static void draft_sampling(struct sampler_params *p, int seed)
 {
 	p->temperature = seed % 2 ? 0.7f : 1.0f;
@@ -768,6 +812,7 @@ int main(void)
 	if (tf && tq && golden_lc && model_load(tf, &m, err, sizeof err) == 0 &&
 	    model_load(tq, &dm, err, sizeof err) == 0 && model_load(p, &small, err, sizeof err) == 0) {
 		test_draft(m, dm, tiny[0], golden_lc, tiny[0]);
+		test_draft_price(m, dm);
 		test_draft_seeded(m, m);
 		test_draft_seeded(m, dm);
 		test_chi_square(m, dm);

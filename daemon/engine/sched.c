@@ -11,6 +11,7 @@
 #include "sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +31,17 @@
 #define SPEC_MAX_MATCH 8 /* prompt lookup: the longest n-gram it matches */
 #define SPEC_MAX_ROWS 64 /* proposed rows in one step, all sequences together */
 #define SPEC_DECAY 0.9   /* per verification, the weight of what acceptance taught before */
-#define SPEC_THRESH_COLD 0.3 /* the acceptance a proposed row needs while the cost model
-                                cannot price it */
+#define SPEC_THRESH_COLD 0.3 /* the acceptance a proposed row of a lone decoding sequence
+                                needs while the cost model cannot price it; with more,
+                                nothing is proposed then (a batch may well be
+                                compute-bound, and a draft's first proposals cost it the
+                                prompts) */
 #define SPEC_ROW_PREMIUM 1.5 /* a proposed row's price over the model's row cost: its logits
                                 (the vocabulary's projection, which prefill rows the
                                 model learns from mostly skip) and the sampling */
+#define SPEC_HORIZON 8  /* verifying steps over which a draft's catch-up on the tokens it
+                           has not seen must pay for itself */
+#define SPEC_PROBE_EVERY 16 /* tokens between tries of a draft whose rate does not pay */
 
 enum seq_state {
 	SEQ_WAITING = 0,  /* queued, never admitted or preempted */
@@ -131,7 +138,7 @@ struct sched {
 	float *d_logits;             /* (max_seqs, n_vocab) */
 	struct seq **d_seqs;         /* (max_seqs) sequences drafting this step (planning) */
 	int32_t n_dseqs;
-	double d_step_s;             /* a proposing draft step's time, smoothed */
+	struct stepcost dcost;       /* what the draft's steps cost, learned from them */
 };
 
 void sched_params_default(struct sched_params *p)
@@ -175,6 +182,7 @@ int sched_new(struct engine *e, const struct model *m, const struct sched_params
 	s->n_ctx = engine_n_ctx(e);
 	s->max_blocks = (s->n_ctx + s->bt - 1) / s->bt;
 	stepcost_init(&s->cost);
+	stepcost_init(&s->dcost);
 	s->cap_live = p->max_seqs + p->max_queue;
 	s->live = calloc((size_t)s->cap_live, sizeof *s->live);
 	s->run = calloc((size_t)s->cap_live, sizeof *s->run);
@@ -768,7 +776,7 @@ static double spec_threshold(const struct sched *s, double t0, int32_t n_dec, in
 	double row = s->cost.coef.row_s + s->cost.coef.pos_s * (pos + 1);
 
 	if (t0 <= 0)
-		return SPEC_THRESH_COLD;
+		return n_dec == 1 ? SPEC_THRESH_COLD : INFINITY;
 	return (SPEC_ROW_PREMIUM * row + extra_s) * n_dec / t0;
 }
 
@@ -808,19 +816,55 @@ static int32_t spec_propose(struct sched *s, struct seq *q, int32_t limit, doubl
 
 static int draft_grow(struct sched *s, struct seq *q, int32_t n);
 
-/* Tokens decoding Q will have the draft propose this step (at most LIMIT):
- * as many as are worth a row and a share of the draft's steps at THRESH,
- * and, where a proposal sure to stand would pay (THRESH < 1), one every 16
- * tokens all the same, so that a low rate is tried again; none when the
- * draft's pool cannot hold them.  Q joins the step's drafting sequences,
- * its draft blocks taken now.  Their places after Q's tokens hold Q's last
- * token until the draft runs: a valid id, so that a draft step that fails
- * leaves rows that are judged like any proposal. */
-static int32_t draft_plan(struct sched *s, struct seq *q, int32_t limit, double thresh)
+/* What the draft's steps cost: its own cost model's fit once that can
+ * tell; before, the model's per-row terms (a draft is taken to cost as much
+ * as the model a row, and nothing a step, so that its first proposals are
+ * run and measured). */
+static struct stepcost_coef draft_coef(const struct sched *s)
 {
-	int32_t k = spec_count(q, limit, thresh);
+	struct stepcost_coef c = s->cost.coef;
 
-	if (k == 0 && thresh < 1 && limit >= 1 && q->spec_max >= 1 && q->n_gen % 16 == 0)
+	if (stepcost_ready(&s->dcost))
+		return s->dcost.coef;
+	c.base_s = 0;
+	return c;
+}
+
+/* Tokens decoding Q will have the draft propose this step (at most LIMIT),
+ * priced against the step's tokens per second (N_DEC tokens in T0 seconds,
+ * decode_step_s): as many as are worth a row and a draft row at the
+ * threshold, where what they are expected to gain over SPEC_HORIZON steps
+ * also pays for the draft's catch-up on the tokens Q generated since the
+ * draft last ran on it (its prompt, once, is not priced: an investment).
+ * And where a proposal sure to stand would pay so, one every
+ * SPEC_PROBE_EVERY tokens all the same, so that a low rate is tried again.
+ * None when the draft's pool cannot hold them.  Q joins the step's
+ * drafting sequences (N_DDEC decoding ones may), its draft blocks taken
+ * now.  Their places after Q's tokens hold Q's last token until the draft
+ * runs: a valid id, so that a draft step that fails leaves rows that are
+ * judged like any proposal. */
+static int32_t draft_plan(struct sched *s, struct seq *q, int32_t limit, double t0, int32_t n_dec,
+			  int32_t n_ddec)
+{
+	struct stepcost_coef c = draft_coef(s);
+	/* a proposal's draft row: the row, the positions it attends to and
+	 * reads, and a share of the step */
+	double thresh = spec_threshold(s, t0, n_dec, q->n_tokens,
+				       c.row_s + (c.pos_s + c.ctx_s) * (q->n_tokens + 1) +
+				       c.base_s / n_ddec);
+	int32_t seen = q->d_computed > q->n_prompt ? q->d_computed : q->n_prompt;
+	int32_t lag = q->n_tokens - seen - 2; /* a proposing step catches up on 1 or 2 */
+	int32_t k = spec_count(q, limit, thresh);
+	double catch_up = 0, gain = 0, a = spec_rate(q), pa = 1;
+
+	if (lag > 0 && t0 > 0)
+		catch_up = lag * (c.row_s + c.pos_s * q->n_tokens) * n_dec / t0;
+	for (int32_t i = 0; i < k; i++)
+		gain += (pa *= a) - thresh;
+	if (gain * SPEC_HORIZON < catch_up)
+		k = 0;
+	if (k == 0 && limit >= 1 && q->spec_max >= 1 && q->n_gen % SPEC_PROBE_EVERY == 0 &&
+	    (1 - thresh) * SPEC_HORIZON > catch_up)
 		k = 1;
 	if (k == 0)
 		return 0;
@@ -919,9 +963,7 @@ static int32_t plan(struct sched *s)
 				q->n_draft = spec_propose(s, q, limit,
 							  spec_threshold(s, t_dec, n_dec, q->n_tokens, 0));
 			else
-				q->n_draft = draft_plan(s, q, limit,
-							spec_threshold(s, t_dec, n_dec, q->n_tokens,
-								       s->d_step_s / n_ddec));
+				q->n_draft = draft_plan(s, q, limit, t_dec, n_dec, n_ddec);
 			grow(s, q, q->n_tokens + q->n_draft); /* cannot fail now */
 			spec_left -= q->n_draft;
 		}
@@ -1098,6 +1140,8 @@ static int draft_flush(struct sched *s, int32_t n)
 {
 	int32_t nv = s->m->hp.n_vocab, li = 0;
 	struct engine_batch b = { n, s->d_token, s->d_pos, s->d_table, s->d_flag };
+	struct stepcost_step st = { .rows = n };
+	double t0 = clock_s();
 	int r;
 
 	if (n == 0)
@@ -1117,13 +1161,14 @@ static int draft_flush(struct sched *s, int32_t n)
 			sampler_accept(q->dsmp, tok);
 		q->tokens[s->d_pos[t] + 1] = tok >= 0 ? tok : argmax(lg, nv);
 	}
+	/* a sequence's rows are consecutive: its last one reads its context */
+	for (int32_t t = 0; t < n; t++) {
+		st.attended += s->d_pos[t] + 1;
+		if (t == n - 1 || s->d_row_seq[t + 1] != s->d_row_seq[t])
+			st.context += s->d_pos[t] + 1;
+	}
+	stepcost_add(&s->dcost, &st, clock_s() - t0);
 	return 0;
-}
-
-/* What a proposing draft step took, smoothed. */
-static void draft_learn(struct sched *s, double secs)
-{
-	s->d_step_s = s->d_step_s ? 0.8 * s->d_step_s + 0.2 * secs : secs;
 }
 
 /* Has the draft propose the tokens the step's drafting sequences planned
@@ -1137,8 +1182,7 @@ static void draft_learn(struct sched *s, double secs)
  * any proposal. */
 static void draft_run(struct sched *s)
 {
-	int32_t n = 0, most = 0, rows = 0, flushes = 0;
-	double t0 = clock_s();
+	int32_t n = 0, most = 0;
 
 	for (int32_t k = 0; k < s->n_dseqs; k++) {
 		struct seq *q = s->d_seqs[k];
@@ -1153,11 +1197,8 @@ static void draft_run(struct sched *s)
 		for (int32_t pos = q->d_computed; pos < q->n_tokens; pos++) {
 			if (n == s->d_rows && draft_flush(s, n) < 0)
 				goto fail;
-			if (n == s->d_rows) {
+			if (n == s->d_rows)
 				n = 0;
-				flushes++;
-			}
-			rows++;
 			s->d_token[n] = q->tokens[pos];
 			s->d_pos[n] = pos;
 			s->d_table[n] = q->dtable;
@@ -1167,13 +1208,7 @@ static void draft_run(struct sched *s)
 	}
 	if (draft_flush(s, n) < 0)
 		goto fail;
-	/* What a proposal costs is a proposing step's time: the catch-up step
-	 * is one where it has at most two rows a sequence (the tokens since
-	 * the last verification), not a prompt's. */
-	if (!flushes && rows <= 2 * s->n_dseqs)
-		draft_learn(s, clock_s() - t0);
 	for (int32_t j = 1; j < most; j++) {
-		t0 = clock_s();
 		n = 0;
 		for (int32_t k = 0; k < s->n_dseqs; k++) {
 			struct seq *q = s->d_seqs[k];
@@ -1187,8 +1222,8 @@ static void draft_run(struct sched *s)
 		}
 		if (draft_flush(s, n) < 0)
 			goto fail;
-		draft_learn(s, clock_s() - t0);
 	}
+	stepcost_fit(&s->dcost);
 	for (int32_t k = 0; k < s->n_dseqs; k++) {
 		struct seq *q = s->d_seqs[k];
 		q->d_computed = q->n_tokens + q->n_draft - 1;
@@ -1412,6 +1447,11 @@ void sched_counters(const struct sched *s, struct sched_counters *ret)
 void sched_pin_cost(struct sched *s, const struct stepcost_coef *coef)
 {
 	stepcost_pin(&s->cost, coef);
+}
+
+void sched_pin_draft_cost(struct sched *s, const struct stepcost_coef *coef)
+{
+	stepcost_pin(&s->dcost, coef);
 }
 
 /* Q's info but its queue position (0 here). */

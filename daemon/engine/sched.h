@@ -285,6 +285,10 @@ void sched_counters(const struct sched *s, struct sched_counters *ret);
  * depend on the machine's speed.  For tests and benchmarks. */
 void sched_pin_cost(struct sched *s, const struct stepcost_coef *coef);
 
+/* The same for the draft model's steps (sched_set_draft), whose cost
+ * prices its proposals and its catching up on a sequence's tokens. */
+void sched_pin_draft_cost(struct sched *s, const struct stepcost_coef *coef);
+
 /* Checks the invariants of the scheduler and the pool (block ownership,
  * refcounts, free list, positions): 0 or -EUCLEAN with a description.  For
  * tests; O(blocks). */
