@@ -502,37 +502,45 @@ static void test_draft(const struct model *m, const struct model *dm, const char
 	rig_free(&off);
 }
 
-/* What a draft's proposals must be worth, under pinned cost models: a lone
- * decode step of 15 ms of which a row is 5 ms, so that a proposal needs a
- * rate above the 0.5 a sequence starts with and none is run at first.  A
- * draft whose rows cost 0.2 ms is tried again after 16 tokens (its catching
- * up on them costs little), its proposals stand, and it goes on proposing.
- * One whose rows cost as much as the model's is not: a proposal sure to
- * stand would not pay for its catching up on 14 tokens. */
+/* What a draft's proposals must be worth, under pinned cost models.  A
+ * lone decode step of 15 ms of which a row is 5 ms, so that a proposal
+ * needs a rate above the 0.5 a sequence starts with and none is run at
+ * first: a draft whose rows cost 0.2 ms is tried again after 16 tokens (its
+ * catching up on them costs little), its proposals stand, and it goes on
+ * proposing; one whose rows cost as much as the model's is not, as a
+ * proposal sure to stand would not pay for its catching up on 14 tokens.
+ * And a draft not measured yet is run where a row at the model's price
+ * pays (a step of 13.5 ms, a row 3.5 ms), so that it is measured. */
 static void test_draft_price(const struct model *m, const struct model *dm)
 {
 	static const struct stepcost_coef model = { .base_s = 10e-3, .row_s = 5e-3 };
+	static const struct stepcost_coef model_cheaper = { .base_s = 10e-3, .row_s = 3.5e-3 };
 	static const struct stepcost_coef cheap = { .row_s = 0.2e-3 }, costly = { .row_s = 5e-3 };
-	const struct stepcost_coef *draft[2] = { &cheap, &costly };
+	static const struct { const struct stepcost_coef *model, *draft; const char *what; } cases[3] = {
+		{ &model, &cheap, "whose rows cost 0.2 ms" },
+		{ &model, &costly, "whose rows cost 5 ms" },
+		{ &model_cheaper, NULL, "not measured yet" },
+	};
 	int32_t ids[64];
-	struct result r[2];
-	struct sched_counters c[2];
+	struct result r[3];
+	struct sched_counters c[3];
 	struct rig on;
 	int n = test_tokenize(m, "Once upon a time, there was a little girl", ids, 64);
 
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		if (rig_new_draft(&on, m, dm, 4096, 4096, 4, 0) < 0) {
 			test_failures++;
 			return;
 		}
-		sched_pin_cost(on.s, &model);
-		sched_pin_draft_cost(on.s, draft[k]);
+		sched_pin_cost(on.s, cases[k].model);
+		if (cases[k].draft)
+			sched_pin_draft_cost(on.s, cases[k].draft);
 		struct sched_request q = test_req(1, ids, n, 64);
 		q.ignore_eos = 1;
 		run_one(&on, &q, &r[k]);
 		sched_counters(on.s, &c[k]);
-		printf("a draft whose rows cost %.1f ms: %d of %d proposals accepted, %llu draft rows\n",
-		       draft[k]->row_s * 1e3, r[k].usage.spec_accepted, r[k].usage.spec_proposed,
+		printf("a draft %s: %d of %d proposals accepted, %llu draft rows\n", cases[k].what,
+		       r[k].usage.spec_accepted, r[k].usage.spec_proposed,
 		       (unsigned long long)c[k].draft_rows);
 		CHECK_INT_EQ(r[k].n_gen, 64);
 		rig_free(&on);
@@ -541,7 +549,8 @@ static void test_draft_price(const struct model *m, const struct model *dm)
 	CHECK(r[0].usage.spec_accepted > 0);
 	CHECK_INT_EQ(r[1].usage.spec_proposed, 0);
 	CHECK(c[1].draft_rows == 0);
-	CHECK(same_ids(&r[0], &r[1]));
+	CHECK(r[2].usage.spec_proposed > 0 && c[2].draft_steps > 0);
+	CHECK(same_ids(&r[0], &r[1]) && same_ids(&r[0], &r[2]));
 }
 
 static void draft_sampling(struct sampler_params *p, int seed)

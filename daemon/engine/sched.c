@@ -816,20 +816,6 @@ static int32_t spec_propose(struct sched *s, struct seq *q, int32_t limit, doubl
 
 static int draft_grow(struct sched *s, struct seq *q, int32_t n);
 
-/* What the draft's steps cost: its own cost model's fit once that can
- * tell; before, the model's per-row terms (a draft is taken to cost as much
- * as the model a row, and nothing a step, so that its first proposals are
- * run and measured). */
-static struct stepcost_coef draft_coef(const struct sched *s)
-{
-	struct stepcost_coef c = s->cost.coef;
-
-	if (stepcost_ready(&s->dcost))
-		return s->dcost.coef;
-	c.base_s = 0;
-	return c;
-}
-
 /* Tokens decoding Q will have the draft propose this step (at most LIMIT),
  * priced against the step's tokens per second (N_DEC tokens in T0 seconds,
  * decode_step_s): as many as are worth a row and a draft row at the
@@ -846,19 +832,24 @@ static struct stepcost_coef draft_coef(const struct sched *s)
 static int32_t draft_plan(struct sched *s, struct seq *q, int32_t limit, double t0, int32_t n_dec,
 			  int32_t n_ddec)
 {
-	struct stepcost_coef c = draft_coef(s);
+	/* Until the draft's steps have been measured, its proposals are taken
+	 * to cost nothing, so that they are run and measured, and its catching
+	 * up as much as the model's rows. */
+	static const struct stepcost_coef unknown;
+	const struct stepcost_coef *c = stepcost_ready(&s->dcost) ? &s->dcost.coef : &unknown;
+	const struct stepcost_coef *cc = stepcost_ready(&s->dcost) ? &s->dcost.coef : &s->cost.coef;
 	/* a proposal's draft row: the row, the positions it attends to and
 	 * reads, and a share of the step */
 	double thresh = spec_threshold(s, t0, n_dec, q->n_tokens,
-				       c.row_s + (c.pos_s + c.ctx_s) * (q->n_tokens + 1) +
-				       c.base_s / n_ddec);
+				       c->row_s + (c->pos_s + c->ctx_s) * (q->n_tokens + 1) +
+				       c->base_s / n_ddec);
 	int32_t seen = q->d_computed > q->n_prompt ? q->d_computed : q->n_prompt;
 	int32_t lag = q->n_tokens - seen - 2; /* a proposing step catches up on 1 or 2 */
 	int32_t k = spec_count(q, limit, thresh);
 	double catch_up = 0, gain = 0, a = spec_rate(q), pa = 1;
 
 	if (lag > 0 && t0 > 0)
-		catch_up = lag * (c.row_s + c.pos_s * q->n_tokens) * n_dec / t0;
+		catch_up = lag * (cc->row_s + cc->pos_s * q->n_tokens) * n_dec / t0;
 	for (int32_t i = 0; i < k; i++)
 		gain += (pa *= a) - thresh;
 	if (gain * SPEC_HORIZON < catch_up)
