@@ -510,7 +510,8 @@ static void test_draft(const struct model *m, const struct model *dm, const char
  * proposing; one whose rows cost as much as the model's is not, as a
  * proposal sure to stand would not pay for its catching up on 14 tokens.
  * And a draft not measured yet is run where a row at the model's price
- * pays (a step of 13.5 ms, a row 3.5 ms), so that it is measured. */
+ * pays (a step of 13.5 ms, a row 3.5 ms), so that it is measured; and
+ * where the model's cost cannot price a row yet. */
 static void test_draft_price(const struct model *m, const struct model *dm)
 {
 	static const struct stepcost_coef model = { .base_s = 10e-3, .row_s = 5e-3 };
@@ -551,6 +552,35 @@ static void test_draft_price(const struct model *m, const struct model *dm)
 	CHECK(c[1].draft_rows == 0);
 	CHECK(r[2].usage.spec_proposed > 0 && c[2].draft_steps > 0);
 	CHECK(same_ids(&r[0], &r[1]) && same_ids(&r[0], &r[2]));
+
+	/* The cost model learned from a request without speculation, one-row
+	 * decode steps after a 40-row prefill, cannot tell a row's cost from
+	 * the step's: the next request's proposals are run all the same, until
+	 * steps of a few rows have been measured. */
+	struct result plain, explored;
+	int32_t long_ids[128];
+	char text[512] = "";
+	for (int i = 0; i < 4; i++)
+		strcat(text, "The little dog ran to the park to play with a red ball. ");
+	n = test_tokenize(m, text, long_ids, 128);
+	if (rig_new_draft(&on, m, dm, 4096, 4096, 4, 0) < 0) {
+		test_failures++;
+		return;
+	}
+	struct sched_request q = test_req(2, long_ids, n, 64);
+	q.ignore_eos = 1;
+	q.spec = SCHED_SPEC_OFF;
+	run_one(&on, &q, &plain);
+	q.spec = SCHED_SPEC_DRAFT;
+	q.id = 3;
+	run_one(&on, &q, &explored);
+	printf("a %d-token prompt after one without speculation: %d of %d proposals accepted\n", n,
+	       explored.usage.spec_accepted, explored.usage.spec_proposed);
+	CHECK(n > 1 + SCHED_SPEC_MAX_DRAFT);
+	CHECK_INT_EQ(plain.usage.spec_proposed, 0);
+	CHECK(explored.usage.spec_proposed > 0);
+	CHECK(same_ids(&plain, &explored));
+	rig_free(&on);
 }
 
 static void draft_sampling(struct sampler_params *p, int seed)

@@ -250,6 +250,33 @@ static void test_pinned(void)
 	CHECK(prediction_error(&c, &truth) < 0.05);
 }
 
+/* stepcost_seen counts the steps kept of a range of sizes: those the
+ * rings hold, newer ones replacing older of the same bucket; a pinned model
+ * knows every size. */
+static void test_seen(void)
+{
+	struct stepcost c;
+	struct stepcost_coef k = { .base_s = 0.01 };
+
+	stepcost_init(&c);
+	CHECK_INT_EQ(stepcost_seen(&c, 1, 1 << 20), 0);
+	for (int i = 0; i < 20; i++) { /* one-row decode steps: a ring of 8 kept */
+		struct stepcost_step d = { 1, 300 + i, 300 + i };
+		CHECK_INT_EQ(stepcost_add(&c, &d, 0.04), 0);
+	}
+	struct stepcost_step p = { 300, 45150, 300 }, v = { 3, 903, 302 };
+	CHECK_INT_EQ(stepcost_add(&c, &p, 0.5), 0);
+	CHECK_INT_EQ(stepcost_seen(&c, 1, 1), 8);
+	CHECK_INT_EQ(stepcost_seen(&c, 2, 17), 0);
+	CHECK_INT_EQ(stepcost_add(&c, &v, 0.05), 0);
+	CHECK_INT_EQ(stepcost_seen(&c, 2, 17), 1);
+	CHECK_INT_EQ(stepcost_seen(&c, 3, 3), 1);
+	CHECK_INT_EQ(stepcost_seen(&c, 4, 299), 0);
+	CHECK_INT_EQ(stepcost_seen(&c, 1, 1 << 20), 10);
+	stepcost_pin(&c, &k);
+	CHECK(stepcost_seen(&c, 2, 17) == INT32_MAX);
+}
+
 int main(void)
 {
 	test_recovers_coefficients();
@@ -258,5 +285,6 @@ int main(void)
 	test_follows_a_slower_machine();
 	test_never_negative();
 	test_pinned();
+	test_seen();
 	return test_result();
 }

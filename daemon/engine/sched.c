@@ -36,6 +36,10 @@
                                 nothing is proposed then (a batch may well be
                                 compute-bound, and a draft's first proposals cost it the
                                 prompts) */
+#define SPEC_EXPLORE 3  /* steps of a few rows (2 to 1 + SCHED_SPEC_MAX_DRAFT) the cost
+                           model must have measured to price a lone decode's proposals:
+                           decode steps of one row alone cannot tell a row's cost from
+                           the step's */
 #define SPEC_ROW_PREMIUM 1.5 /* a proposed row's price over the model's row cost: its logits
                                 (the vocabulary's projection, which prefill rows the
                                 model learns from mostly skip) and the sampling */
@@ -775,7 +779,8 @@ static double spec_threshold(const struct sched *s, double t0, int32_t n_dec, in
 {
 	double row = s->cost.coef.row_s + s->cost.coef.pos_s * (pos + 1);
 
-	if (t0 <= 0)
+	if (t0 <= 0 || (n_dec == 1 && stepcost_seen(&s->cost, 2, 1 + SCHED_SPEC_MAX_DRAFT) <
+					      SPEC_EXPLORE))
 		return n_dec == 1 ? SPEC_THRESH_COLD : INFINITY;
 	return (SPEC_ROW_PREMIUM * row + extra_s) * n_dec / t0;
 }

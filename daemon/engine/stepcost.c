@@ -289,6 +289,18 @@ int stepcost_ready(const struct stepcost *c)
 	return c->pinned || c->n >= STEPCOST_MIN_SAMPLES;
 }
 
+int32_t stepcost_seen(const struct stepcost *c, int32_t lo, int32_t hi)
+{
+	int32_t n = 0;
+
+	if (c->pinned)
+		return INT32_MAX;
+	for (int b = 0; b < STEPCOST_BUCKETS; b++)
+		for (int32_t i = 0; i < c->fill[b]; i++)
+			n += c->s[b][i].x[1] >= lo && c->s[b][i].x[1] <= hi;
+	return n;
+}
+
 void stepcost_pin(struct stepcost *c, const struct stepcost_coef *coef)
 {
 	if (!coef) {

@@ -87,6 +87,11 @@ double stepcost_predict(const struct stepcost *c, const struct stepcost_step *st
  * used, or is pinned. */
 int stepcost_ready(const struct stepcost *c);
 
+/* Steps kept of LO..HI rows, which tell what such a step costs beside the
+ * others; INT32_MAX when pinned (it knows every size then).  O(steps
+ * kept). */
+int32_t stepcost_seen(const struct stepcost *c, int32_t lo, int32_t hi);
+
 /* Fixes the model at COEF (negative or non-finite values taken as 0):
  * stepcost_fit leaves it alone; NULL refits from the steps kept and learns
  * again.  For tests and benchmarks that need predictions independent of
