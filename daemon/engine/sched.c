@@ -773,7 +773,9 @@ static double decode_step_s(const struct sched *s, int32_t n_dec, int64_t contex
  * EXTRA_S (a share of the draft's steps).  A row whose expected tokens over
  * its price fall short of what the step makes anyway lowers the
  * throughput.  A batch that is compute-bound sets the bar high; a lone
- * memory-bound decode, low. */
+ * memory-bound decode, low.  Where the cost model cannot price a row yet
+ * (cold; for a lone decode, also before SPEC_EXPLORE steps of a few rows)
+ * a lone decode gets SPEC_THRESH_COLD, and a batch a bar no row clears. */
 static double spec_threshold(const struct sched *s, double t0, int32_t n_dec, int32_t pos,
 			     double extra_s)
 {
