@@ -22,7 +22,8 @@
  *    chi-square of the tokens verifying steps draw against the target's
  *    own draws over other seeds;
  *  - a draft is tried again where its catching up on a sequence's tokens
- *    pays, and not where it does not.
+ *    pays, and not where it does not; a lone request proposes where the
+ *    cost model cannot price a row yet.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -510,8 +511,7 @@ static void test_draft(const struct model *m, const struct model *dm, const char
  * proposing; one whose rows cost as much as the model's is not, as a
  * proposal sure to stand would not pay for its catching up on 14 tokens.
  * And a draft not measured yet is run where a row at the model's price
- * pays (a step of 13.5 ms, a row 3.5 ms), so that it is measured; and
- * where the model's cost cannot price a row yet. */
+ * pays (a step of 13.5 ms, a row 3.5 ms), so that it is measured. */
 static void test_draft_price(const struct model *m, const struct model *dm)
 {
 	static const struct stepcost_coef model = { .base_s = 10e-3, .row_s = 5e-3 };
@@ -552,22 +552,28 @@ static void test_draft_price(const struct model *m, const struct model *dm)
 	CHECK(c[1].draft_rows == 0);
 	CHECK(r[2].usage.spec_proposed > 0 && c[2].draft_steps > 0);
 	CHECK(same_ids(&r[0], &r[1]) && same_ids(&r[0], &r[2]));
+}
 
-	/* The cost model learned from a request without speculation, one-row
-	 * decode steps after a 40-row prefill, cannot tell a row's cost from
-	 * the step's: the next request's proposals are run all the same, until
-	 * steps of a few rows have been measured. */
+/* The cost model learned from a request without speculation, one-row
+ * decode steps after a 40-row prefill, cannot tell a row's cost from the
+ * step's: the next request's proposals are run all the same, until steps
+ * of a few rows have been measured. */
+static void test_draft_explores(const struct model *m, const struct model *dm)
+{
 	struct result plain, explored;
-	int32_t long_ids[128];
+	struct rig on;
+	int32_t ids[128];
 	char text[512] = "";
+	int n;
+
 	for (int i = 0; i < 4; i++)
 		strcat(text, "The little dog ran to the park to play with a red ball. ");
-	n = test_tokenize(m, text, long_ids, 128);
+	n = test_tokenize(m, text, ids, 128);
 	if (rig_new_draft(&on, m, dm, 4096, 4096, 4, 0) < 0) {
 		test_failures++;
 		return;
 	}
-	struct sched_request q = test_req(2, long_ids, n, 64);
+	struct sched_request q = test_req(2, ids, n, 64);
 	q.ignore_eos = 1;
 	q.spec = SCHED_SPEC_OFF;
 	run_one(&on, &q, &plain);
@@ -852,6 +858,7 @@ int main(void)
 	    model_load(tq, &dm, err, sizeof err) == 0 && model_load(p, &small, err, sizeof err) == 0) {
 		test_draft(m, dm, tiny[0], golden_lc, tiny[0]);
 		test_draft_price(m, dm);
+		test_draft_explores(m, dm);
 		test_draft_seeded(m, m);
 		test_draft_seeded(m, dm);
 		test_chi_square(m, dm);

@@ -843,8 +843,9 @@ static int32_t draft_plan(struct sched *s, struct seq *q, int32_t limit, double 
 	 * to cost nothing, so that they are run and measured, and its catching
 	 * up as much as the model's rows. */
 	static const struct stepcost_coef unknown;
-	const struct stepcost_coef *c = stepcost_ready(&s->dcost) ? &s->dcost.coef : &unknown;
-	const struct stepcost_coef *cc = stepcost_ready(&s->dcost) ? &s->dcost.coef : &s->cost.coef;
+	int measured = stepcost_ready(&s->dcost);
+	const struct stepcost_coef *c = measured ? &s->dcost.coef : &unknown;
+	const struct stepcost_coef *cc = measured ? &s->dcost.coef : &s->cost.coef;
 	/* a proposal's draft row: the row, the positions it attends to and
 	 * reads, and a share of the step */
 	double thresh = spec_threshold(s, t0, n_dec, q->n_tokens,
